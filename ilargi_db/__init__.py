@@ -1,0 +1,26 @@
+"""ilargi_db: train machine-learning models directly over joined DuckDB tables.
+
+>>> import ilargi_db
+>>> con = ilargi_db.connect()
+"""
+
+from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
+from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.normalization import normalize
+from ilargi_db.plan import build_join_graph
+from ilargi_db.sql_functions import connect, install
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "Block",
+    "IlargiError",
+    "NormalizedMatrix",
+    "NotFactorizableError",
+    "PlanError",
+    "build_join_graph",
+    "connect",
+    "install",
+    "normalize",
+]

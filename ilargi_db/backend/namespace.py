@@ -1,0 +1,106 @@
+"""Array backends: one code path over NumPy/SciPy (CPU) or CuPy/cupyx (GPU).
+
+Algorithms receive a :class:`Backend` and write ``backend.xp.<op>``; they never
+branch on the device. CuPy is imported only when a CuPy backend is requested.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+
+from ilargi_db.errors import BackendUnavailableError
+
+BACKENDS = ("auto", "numpy", "cupy")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array namespace (``xp``) and its sparse-matrix module."""
+
+    name: str
+    xp: ModuleType
+    sparse: ModuleType
+
+    def asarray(self, a: Any, dtype: Any = None) -> Any:
+        """``a`` as a dense array of this backend (copies to the device once on GPU)."""
+        if self.is_sparse(a):
+            a = a.toarray()
+        return self.xp.asarray(a, dtype=dtype)
+
+    def is_sparse(self, a: Any) -> bool:
+        return scipy.sparse.issparse(a) or (self.sparse is not scipy.sparse and self.sparse.issparse(a))
+
+    def to_device(self, a: Any) -> Any:
+        """A host block (dense or scipy.sparse) on this backend's device."""
+        if scipy.sparse.issparse(a):
+            return a.tocsr() if self.sparse is scipy.sparse else self.sparse.csr_matrix(a.tocsr())
+        return self.xp.asarray(a)
+
+    def to_host(self, a: Any) -> Any:
+        """A NumPy array (or scipy.sparse matrix) of ``a``."""
+        if self.xp is np:
+            return a
+        if self.is_sparse(a):
+            return a.get()
+        return self.xp.asnumpy(a)
+
+
+NUMPY = Backend("numpy", np, scipy.sparse)
+
+
+@functools.cache
+def _cupy_backend() -> Backend:
+    try:
+        import cupy
+        import cupyx.scipy.sparse
+    except Exception as err:  # ImportError, or a CUDA library failing to load
+        raise BackendUnavailableError(
+            f"backend='cupy' needs CuPy, which cannot be imported here ({type(err).__name__}: {err}). "
+            "Install it with `pip install 'ilargi_db[gpu]'` on a machine with an NVIDIA GPU, "
+            "or use backend='numpy' (or 'auto', which falls back to NumPy)."
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < 1:
+            raise RuntimeError("no CUDA device found")
+        cupy.zeros(1).sum().item()
+    except Exception as err:
+        raise BackendUnavailableError(
+            f"backend='cupy' needs a usable CUDA GPU, but CuPy cannot use one ({type(err).__name__}: {err}). "
+            "Run on a machine with an NVIDIA GPU and driver, or use backend='numpy' (or 'auto')."
+        ) from None
+    return Backend("cupy", cupy, cupyx.scipy.sparse)
+
+
+def get_backend(backend: str | Backend = "auto") -> Backend:
+    """Resolve ``"numpy"``, ``"cupy"`` or ``"auto"`` (CuPy when a GPU is usable).
+
+    >>> get_backend("numpy").name
+    'numpy'
+    """
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}.")
+    if backend == "numpy":
+        return NUMPY
+    if backend == "cupy":
+        return _cupy_backend()
+    try:
+        return _cupy_backend()
+    except BackendUnavailableError:
+        return NUMPY
+
+
+def backend_of(a: Any) -> Backend:
+    """The backend an array or sparse matrix lives on."""
+    module = type(a).__module__
+    if module.startswith("cupy"):
+        return _cupy_backend()
+    return NUMPY

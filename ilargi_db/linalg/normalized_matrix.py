@@ -1,0 +1,434 @@
+"""The normalized matrix: linear algebra over T = sum_k I_k S_k M_k^T without building T.
+
+Each block holds a source's feature columns S_k (dense or sparse), its
+indicator I_k as a row-index vector and its mapping M_k as the output positions
+of its columns. Operators follow the rewrite rules of ../shared/background.md
+section 1; every one is written once against ``backend.xp`` / ``backend.sparse``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ilargi_db.backend import Backend, get_backend
+
+
+@dataclass
+class Block:
+    """One block of a normalized matrix, as a user (or the metadata stage) gives it.
+
+    Parameters
+    ----------
+    data : array or sparse matrix, shape (r, c)
+        The source's feature columns S_k (NumPy/CuPy array or scipy/cupyx sparse).
+    columns : sequence of int, length c
+        Output column of each block column (the mapping matrix M_k).
+    index : int array of length n_rows, optional
+        Block row taken by each output row, -1 where the block leaves the row
+        empty (the indicator I_k). ``None`` means row i takes block row i.
+    fill : array of length c, optional
+        Value of an empty row in each column (default 0: an empty row adds nothing).
+    """
+
+    data: Any
+    columns: Sequence[int]
+    index: Any = None
+    fill: Any = None
+
+
+@dataclass
+class _Part:
+    """A block in working form: empty rows point at an extra ``fill`` row of ``data``."""
+
+    data: Any  # (r', c) dense or sparse; the last row is the fill row when gaps exist
+    columns: np.ndarray  # host int64 (c,)
+    index: Any  # backend int array (n,) with values in [0, r'), or None (identity)
+    backend: Backend
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_block_rows(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def sparse(self) -> bool:
+        return self.backend.is_sparse(self.data)
+
+    def counts(self) -> Any:
+        """How many output rows take each block row (colSums of I_k)."""
+        if "counts" not in self._cache:
+            xp = self.backend.xp
+            if self.index is None:
+                self._cache["counts"] = xp.ones(self.n_block_rows, dtype=self.data.dtype)
+            else:
+                counts = xp.bincount(self.index, minlength=self.n_block_rows)
+                self._cache["counts"] = counts.astype(self.data.dtype)
+        return self._cache["counts"]
+
+    def indicator_t(self) -> Any:
+        """I_k^T as a sparse (block rows x n) matrix, built once, for segment sums."""
+        if "indicator_t" not in self._cache:
+            xp, n = self.backend.xp, len(self.index)
+            ones = xp.ones(n, dtype=self.data.dtype)
+            coo = self.backend.sparse.coo_matrix((ones, (self.index, xp.arange(n))), shape=(self.n_block_rows, n))
+            self._cache["indicator_t"] = coo.tocsr()
+        return self._cache["indicator_t"]
+
+    def gather(self, z: Any) -> Any:
+        """I_k z: block-row values to output rows."""
+        return z if self.index is None else z[self.index]
+
+    def segment_sum(self, v: Any) -> Any:
+        """I_k^T v: sum output-row values into block rows."""
+        if self.index is None:
+            return v
+        if v.ndim == 1:
+            return self.backend.xp.bincount(self.index, weights=v, minlength=self.n_block_rows)
+        return self.indicator_t() @ v
+
+    def dense_data(self) -> Any:
+        return self.data.toarray() if self.sparse else self.data
+
+
+def _matmul(a: Any, b: Any, backend: Backend) -> Any:
+    """``a @ b`` for any mix of dense and sparse operands; the result is dense."""
+    if backend.is_sparse(b) and not backend.is_sparse(a):
+        out = (b.T @ a.T).T
+    else:
+        out = a @ b
+    return out.toarray() if backend.is_sparse(out) else out
+
+
+class NormalizedMatrix:
+    """A matrix T = sum_k I_k S_k M_k^T, kept as its blocks.
+
+    Supports ``X @ W`` (LMM), ``W @ X`` (RMM), ``X.T @ V`` (transposed LMM),
+    :meth:`crossprod`, :meth:`rowsums`, :meth:`colsums`, :meth:`sum`, scalar
+    ``+ - * / **``, :meth:`exp`, :meth:`log`, ``.T`` and :meth:`materialize`.
+
+    Rows an outer join left empty hold each block's ``fill`` (0 by default), so
+    element-wise functions with f(0) != 0 see them as the join would.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fact = Block(np.array([[1.0], [2.0], [3.0]]), columns=[0])
+    >>> dim = Block(np.array([[10.0, 20.0], [30.0, 40.0]]), columns=[1, 2], index=np.array([0, 1, -1]))
+    >>> X = NormalizedMatrix([fact, dim], n_rows=3, backend="numpy")
+    >>> X.materialize()
+    array([[ 1., 10., 20.],
+           [ 2., 30., 40.],
+           [ 3.,  0.,  0.]])
+    >>> X @ np.ones(3)
+    array([31., 72.,  3.])
+    """
+
+    # NumPy defers to our __rmatmul__ and __radd__... instead of treating us as an object.
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        n_rows: int,
+        feature_names: Sequence[str] | None = None,
+        backend: str | Backend = "auto",
+        dtype: Any = np.float64,
+    ):
+        self.backend = get_backend(backend)
+        self._n_rows = int(n_rows)
+        widths = [len(b.columns) for b in blocks]
+        self._n_cols = 1 + max((int(np.max(b.columns)) for b in blocks if len(b.columns)), default=-1)
+        if feature_names is not None:
+            if len(feature_names) != self._n_cols:
+                raise ValueError(f"{len(feature_names)} feature names for {self._n_cols} columns.")
+            self._feature_names = list(feature_names)
+        else:
+            self._feature_names = [f"x{j}" for j in range(self._n_cols)]
+        self._parts = [self._make_part(b, dtype) for b, w in zip(blocks, widths) if w]
+        fed = np.zeros(self._n_cols, dtype=int)
+        for part in self._parts:
+            fed[part.columns] += 1
+        if (fed == 0).any():
+            missing = np.flatnonzero(fed == 0).tolist()
+            raise ValueError(f"no block feeds output column(s) {missing}; every column needs a block.")
+        self._transposed = False
+
+    def _make_part(self, block: Block, dtype: Any) -> _Part:
+        be, xp = self.backend, self.backend.xp
+        columns = np.asarray(block.columns, dtype=np.int64)
+        if len(np.unique(columns)) != len(columns):
+            raise ValueError("a block maps two of its columns to the same output column.")
+        data = be.to_device(block.data)
+        data = data.astype(dtype) if data.dtype != dtype else data
+        if data.ndim != 2 or data.shape[1] != len(columns):
+            raise ValueError(f"block data has shape {data.shape} but {len(columns)} columns are mapped.")
+        if block.index is None:
+            if data.shape[0] != self._n_rows:
+                raise ValueError(f"a block without an index needs {self._n_rows} rows, it has {data.shape[0]}.")
+            return _Part(data, columns, None, be)
+        index = xp.asarray(block.index)
+        if index.shape != (self._n_rows,):
+            raise ValueError(f"block index has shape {index.shape}, expected ({self._n_rows},).")
+        r = data.shape[0]
+        if len(index) and (int(index.max()) >= r or int(index.min()) < -1):
+            raise ValueError(f"block index values must lie in [-1, {r}).")
+        empty = index < 0
+        if bool(empty.any()):
+            fill = np.zeros(len(columns)) if block.fill is None else np.asarray(block.fill, dtype=float)
+            fill_row = xp.asarray(fill.reshape(1, -1), dtype=dtype)
+            if be.is_sparse(data):
+                data = be.sparse.vstack([data, be.sparse.csr_matrix(fill_row)]).tocsr()
+            else:
+                data = xp.concatenate([data, fill_row], axis=0)
+            index = xp.where(empty, r, index)
+        elif len(index) == r and bool((index == xp.arange(r)).all()):
+            index = None  # row i takes block row i: no gather needed
+        return _Part(data, columns, index, be)
+
+    @classmethod
+    def _from_parts(cls, parts: list[_Part], like: NormalizedMatrix) -> NormalizedMatrix:
+        new = cls.__new__(cls)
+        new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
+        new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
+        return new
+
+    # -- shape and views ---------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._n_cols, self._n_rows) if self._transposed else (self._n_rows, self._n_cols)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self._feature_names)
+
+    @property
+    def dtype(self) -> Any:
+        return self._parts[0].data.dtype if self._parts else np.dtype(np.float64)
+
+    @property
+    def T(self) -> NormalizedMatrix:
+        """The transpose, as a flag: nothing is copied."""
+        new = self._from_parts(self._parts, self)
+        new._transposed = not self._transposed
+        return new
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The blocks in working form (empty rows point at a trailing fill row)."""
+        return [Block(p.data, p.columns.tolist(), p.index) for p in self._parts]
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(f"{p.data.shape[0]}x{p.data.shape[1]}{' sparse' if p.sparse else ''}" for p in self._parts)
+        flag = ".T" if self._transposed else ""
+        return f"NormalizedMatrix(shape={self.shape}, blocks=[{kinds}], backend={self.backend.name!r}){flag}"
+
+    # -- the rewrite rules, on the untransposed T --------------------------------------
+
+    def _vector(self, w: Any, length: int, what: str) -> Any:
+        if isinstance(w, NormalizedMatrix):
+            raise TypeError("multiplying two normalized matrices is not supported; materialize one of them.")
+        w = self.backend.asarray(w, dtype=self.dtype)
+        if w.ndim not in (1, 2) or w.shape[0] != length:
+            raise ValueError(f"{what}: the operand has shape {tuple(w.shape)}, its first axis must be {length}.")
+        return w
+
+    def _lmm(self, w: Any) -> Any:
+        """T @ W = sum_k I_k (S_k (M_k^T W))."""
+        w = self._vector(w, self._n_cols, "T @ W")
+        xp = self.backend.xp
+        out = xp.zeros((self._n_rows, *w.shape[1:]), dtype=self.dtype)
+        for part in self._parts:
+            out += part.gather(_matmul(part.data, w[part.columns], self.backend))
+        return out
+
+    def _tmm(self, v: Any) -> Any:
+        """T^T @ V = sum_k M_k (S_k^T (I_k^T V))."""
+        v = self._vector(v, self._n_rows, "T.T @ V")
+        xp = self.backend.xp
+        out = xp.zeros((self._n_cols, *v.shape[1:]), dtype=self.dtype)
+        for part in self._parts:
+            out[part.columns] += _matmul(part.data.T, part.segment_sum(v), self.backend)
+        return out
+
+    def _cooccurrence_product(self, a: _Part, b: _Part) -> Any:
+        """S_a^T (I_a^T I_b) S_b, multiplying on the side with fewer block rows."""
+        be = self.backend
+        if a is b:
+            weighted = a.data.multiply(a.counts()[:, None]) if a.sparse else a.data * a.counts()[:, None]
+            return _matmul(a.data.T, weighted, be)
+        if a.index is None and b.index is None:
+            return _matmul(a.data.T, b.data, be)
+        if a.index is None:  # I_a = identity: I_a^T I_b = I_b
+            return _matmul(b.segment_sum(a.dense_data()).T, b.data, be)
+        if b.index is None:
+            return _matmul(a.data.T, a.segment_sum(b.dense_data()), be)
+        xp = be.xp
+        ones = xp.ones(self._n_rows, dtype=self.dtype)
+        c = be.sparse.coo_matrix((ones, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
+        if a.n_block_rows <= b.n_block_rows:
+            return _matmul(a.data.T, _matmul(c, b.data, be), be)
+        return _matmul(_matmul(c.T, a.data, be).T, b.data, be)
+
+    def _crossprod(self) -> Any:
+        """T^T T block-wise: diagonal blocks S^T diag(counts) S, off-diagonal via co-occurrence."""
+        xp = self.backend.xp
+        out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
+        for i, a in enumerate(self._parts):
+            for b in self._parts[i:]:
+                r = self._cooccurrence_product(a, b)
+                out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += r
+                if b is not a:
+                    out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += r.T
+        return out
+
+    def _materialize(self) -> Any:
+        xp = self.backend.xp
+        out = xp.zeros((self._n_rows, self._n_cols), dtype=self.dtype)
+        for part in self._parts:
+            out[:, xp.asarray(part.columns)] += part.gather(part.dense_data())
+        return out
+
+    # -- public operators --------------------------------------------------------------
+
+    def __matmul__(self, w: Any) -> Any:
+        """``X @ W`` (LMM), or ``X.T @ V`` (transposed LMM) on a transposed view."""
+        return self._tmm(w) if self._transposed else self._lmm(w)
+
+    def __rmatmul__(self, w: Any) -> Any:
+        """``W @ X`` (RMM) = (X^T W^T)^T."""
+        if self._transposed:
+            w = self._vector(w if np.ndim(w) == 1 else self.backend.asarray(w).T, self._n_cols, "W @ T.T")
+            return self._lmm(w) if w.ndim == 1 else self._lmm(w).T
+        w = self.backend.asarray(w, dtype=self.dtype)
+        if w.ndim == 1:
+            return self._tmm(w)
+        return self._tmm(w.T).T
+
+    def crossprod(self) -> Any:
+        """X^T X (for X.T: X X^T, which is n x n and computed as an LMM)."""
+        if self._transposed:
+            return self._lmm(self._materialize().T)
+        return self._crossprod()
+
+    def rowsums(self) -> Any:
+        """Row sums: sum_k I_k rowSums(S_k) (column sums of the base on a transposed view)."""
+        if self._transposed:
+            return self._tmm(self.backend.xp.ones(self._n_rows, dtype=self.dtype))
+        return self._lmm(self.backend.xp.ones(self._n_cols, dtype=self.dtype))
+
+    def colsums(self) -> Any:
+        """Column sums: sum_k (colSums(I_k) S_k) M_k^T."""
+        return self.T.rowsums()
+
+    def sum(self) -> float:
+        return float(self.colsums().sum())
+
+    def materialize(self) -> Any:
+        """T as a dense array of the backend (what the factorized operators avoid)."""
+        out = self._materialize()
+        return out.T if self._transposed else out
+
+    # -- element-wise scalar operators -------------------------------------------------
+
+    def _merge_shared_columns(self) -> list[_Part]:
+        """Parts where every output column has one owner: shared columns become one dense part."""
+        fed = np.zeros(self._n_cols, dtype=int)
+        for part in self._parts:
+            fed[part.columns] += 1
+        shared = np.flatnonzero(fed > 1)
+        if not len(shared):
+            return list(self._parts)
+        xp = self.backend.xp
+        picks = xp.zeros((self._n_cols, len(shared)), dtype=self.dtype)
+        picks[xp.asarray(shared), xp.arange(len(shared))] = 1
+        merged = _Part(self._lmm(picks), shared, None, self.backend)
+        parts = [merged]
+        for part in self._parts:
+            keep = ~np.isin(part.columns, shared)
+            if keep.all():
+                parts.append(part)
+            elif keep.any():
+                data = part.data[:, np.flatnonzero(keep)]
+                parts.append(_Part(data, part.columns[keep], part.index, self.backend))
+        return parts
+
+    def _map(self, f: Callable[[Any], Any]) -> NormalizedMatrix:
+        """Apply an element-wise f to every cell of T, empty rows included."""
+        with np.errstate(all="ignore"):
+            f_of_zero = f(np.float64(0.0))
+        parts = []
+        if f_of_zero == 0:
+            # Zeros (sparse zeros, empty rows, masked coalesce rows) stay zeros: map stored values.
+            for part in self._parts:
+                if part.sparse:
+                    data = part.data.copy()
+                    data.data = f(data.data)
+                else:
+                    data = f(part.data)
+                parts.append(_Part(data, part.columns, part.index, self.backend))
+        else:
+            for part in self._merge_shared_columns():
+                parts.append(_Part(f(part.dense_data()), part.columns, part.index, self.backend))
+        return self._from_parts(parts, self)
+
+    def _scalar(self, c: Any) -> Any:
+        if isinstance(c, numbers.Number) or (hasattr(c, "ndim") and c.ndim == 0):
+            return c
+        return None
+
+    def _binary(self, c: Any, f: Callable[[Any, Any], Any]) -> NormalizedMatrix:
+        c = self._scalar(c)
+        if c is None:
+            return NotImplemented
+        return self._map(lambda a: f(a, c))
+
+    def __add__(self, c):
+        return self._binary(c, lambda a, s: a + s)
+
+    def __radd__(self, c):
+        return self._binary(c, lambda a, s: s + a)
+
+    def __sub__(self, c):
+        return self._binary(c, lambda a, s: a - s)
+
+    def __rsub__(self, c):
+        return self._binary(c, lambda a, s: s - a)
+
+    def __mul__(self, c):
+        return self._binary(c, lambda a, s: a * s)
+
+    def __rmul__(self, c):
+        return self._binary(c, lambda a, s: s * a)
+
+    def __truediv__(self, c):
+        return self._binary(c, lambda a, s: a / s)
+
+    def __rtruediv__(self, c):
+        return self._binary(c, lambda a, s: s / a)
+
+    def __pow__(self, c):
+        return self._binary(c, lambda a, s: a**s)
+
+    def __neg__(self):
+        return self._map(lambda a: -a)
+
+    def exp(self) -> NormalizedMatrix:
+        """Element-wise e**T (empty rows become e**fill: 1 for an unmatched LEFT-join row)."""
+        xp = self.backend.xp
+        return self._map(lambda a: xp.exp(a) if not isinstance(a, float) else np.exp(a))
+
+    def log(self) -> NormalizedMatrix:
+        """Element-wise natural log (log 0 = -inf and log of a negative = nan, as in NumPy)."""
+        xp = self.backend.xp
+
+        def log(a):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return xp.log(a) if not isinstance(a, float) else np.log(a)
+
+        return self._map(log)

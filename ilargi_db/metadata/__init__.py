@@ -1,0 +1,129 @@
+"""Data-integration metadata: source scans, indicators and mappings from a join graph.
+
+:func:`extract_metadata` runs one scan per source (feature expressions
+evaluated by DuckDB, own filters pushed in) and one key-only join that gives
+every source's row for every output row. Nothing wide is ever joined.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import duckdb
+import numpy as np
+
+from ilargi_db.metadata.arrow_blocks import arrow_to_block
+from ilargi_db.metadata.di_metadata import BlockMetadata, DIMetadata
+from ilargi_db.metadata.indicator import TARGET, compute_indicators, winner_column
+from ilargi_db.metadata.scans import join_columns, part_column, scan_source
+from ilargi_db.plan.join_graph import JoinGraph
+
+
+def in_anchor_order(
+    joined: dict[str, np.ndarray], graph: JoinGraph, widths: dict[str, int], heights: dict[str, int]
+) -> dict:
+    """Put output rows in the row order of the widest non-nullable source (the fact table).
+
+    Without ORDER BY any row order is the query's answer; this one makes the
+    fact's indicator the identity in a star join (no gather in X @ W) and
+    sequential otherwise. A permutation of the fact's rows is inverted in O(n).
+    """
+    candidates = [s for s in graph.sources if not s.nullable and widths[s.alias]]
+    if not candidates:
+        return joined
+    anchor = max(candidates, key=lambda s: heights[s.alias] * widths[s.alias])
+    rows = joined[anchor.alias]
+    n = len(rows)
+    if n == 0 or bool(np.all(rows[1:] >= rows[:-1])):
+        return joined
+    if rows.max() < n and np.bincount(rows, minlength=n).max() == 1:  # a permutation of 0..n-1
+        order = np.empty(n, dtype=np.int64)
+        order[rows] = np.arange(n)
+    else:
+        order = np.argsort(rows, kind="stable")
+    return {name: values[order] for name, values in joined.items()}
+
+
+def clear_unused_missing(block: BlockMetadata) -> None:
+    """Zero the NULLs (NaN) of block rows no output row takes.
+
+    Such rows never appear in T, but NaN * 0 = NaN would still leak into
+    T^T V and T^T T through them.
+    """
+    missing = np.isnan(block.data)
+    if not missing.any():
+        return
+    used = np.bincount(block.indicator[block.indicator >= 0], minlength=block.n_source_rows) > 0
+    block.data[missing & ~used[:, None]] = 0.0
+
+
+def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np.dtype = np.float64) -> DIMetadata:
+    """Scan every source and compute all indicators with one DuckDB query."""
+    if not graph.factorizable:
+        raise ValueError("extract_metadata needs a factorizable join graph")  # normalize() checks first
+    keys = join_columns(graph)
+    parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
+    parts_in_join: dict[str, list[str]] = {s.alias: [] for s in graph.sources}
+    for j, feature in enumerate(graph.features):
+        for k, part in enumerate(feature.parts):
+            parts[part.source][part_column(j, k)] = part.sql
+            if feature.kind == "coalesce":
+                parts_in_join[part.source].append(part_column(j, k))
+    scans = {
+        s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], parts_in_join[s.alias])
+        for s in graph.sources
+    }
+    joined = compute_indicators(con, graph, scans, uuid.uuid4().hex)
+    if not graph.order_by:
+        widths = {alias: len(p) for alias, p in parts.items()}
+        joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
+    n_rows = len(joined[graph.sources[0].alias])
+
+    blocks: list[BlockMetadata] = []
+    for source in graph.sources:
+        scan = scans[source.alias]
+        plain = [
+            (j, part_column(j, 0))
+            for j, f in enumerate(graph.features)
+            if f.kind == "source" and f.parts[0].source == source.alias
+        ]
+        if plain:
+            names = [name for _, name in plain]
+            blocks.append(
+                BlockMetadata(
+                    source=source.alias,
+                    data=arrow_to_block(scan.values, names, dtype),
+                    indicator=joined[source.alias],
+                    columns=np.array([j for j, _ in plain], dtype=np.int64),
+                    fill=np.array([scan.fill[name] for name in names], dtype=dtype),
+                )
+            )
+    for j, feature in enumerate(graph.features):
+        if feature.kind != "coalesce":
+            continue
+        winner = joined[winner_column(j)]
+        for k, part in enumerate(feature.parts):
+            rows = joined[part.source]
+            blocks.append(
+                BlockMetadata(
+                    source=part.source,
+                    data=arrow_to_block(scans[part.source].values, [part_column(j, k)], dtype),
+                    indicator=np.where(winner == k, rows, -1).astype(rows.dtype, copy=False),
+                    columns=np.array([j], dtype=np.int64),
+                    fill=np.zeros(1, dtype=dtype),
+                    masked=True,
+                )
+            )
+    for block in blocks:
+        clear_unused_missing(block)
+    return DIMetadata(
+        n_rows=n_rows,
+        feature_names=graph.feature_names,
+        blocks=blocks,
+        indicators={s.alias: joined[s.alias] for s in graph.sources},
+        source_rows={alias: scan.n_rows for alias, scan in scans.items()},
+        target=joined.get(TARGET),
+    )
+
+
+__all__ = ["BlockMetadata", "DIMetadata", "extract_metadata"]

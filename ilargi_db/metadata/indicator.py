@@ -1,0 +1,94 @@
+"""Indicators I_k: one key-only join computes, for every output row, each source's row."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
+from ilargi_db.metadata.scans import ROW, SourceScan, part_column, quote
+from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.plan.sources import from_items
+
+TARGET = "__ilargi_y"
+
+
+def row_column(position: int) -> str:
+    return f"__ilargi_i{position}"
+
+
+def winner_column(feature_index: int) -> str:
+    return f"__ilargi_w{feature_index}"
+
+
+def indicator_sql(graph: JoinGraph, registered: dict[str, str]) -> str:
+    """The user's FROM/WHERE/ORDER BY with the projection replaced by row numbers.
+
+    Base tables stay as they are and give their ``rowid``; every other source
+    is replaced by its registered key-only scan (same alias) and gives its row
+    number. DuckDB runs every join and filter; no feature column is joined.
+    """
+    select = graph.select.copy()
+    for item, source in zip(from_items(select), graph.sources):
+        if source.alias not in registered:
+            continue  # a base table, read natively
+        item.replace(
+            exp.Table(
+                this=exp.to_identifier(registered[source.alias], quoted=True),
+                alias=exp.TableAlias(this=exp.to_identifier(source.alias)),
+            )
+        )
+    items = []
+    for position, source in enumerate(graph.sources):
+        row = f"{quote(source.alias)}.{ROW if source.alias in registered else 'rowid'}"
+        value = f"COALESCE({row}, -1)" if source.nullable else row
+        items.append(f"{value} AS {row_column(position)}")
+    if graph.target is not None:
+        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {TARGET}")
+    for j, feature in enumerate(graph.features):
+        if feature.kind == "coalesce":
+            cases = " ".join(
+                f"WHEN {quote(p.source)}.{quote(part_column(j, k))} IS NOT NULL THEN {k}"
+                for k, p in enumerate(feature.parts)
+            )
+            items.append(f"CAST(CASE {cases} ELSE -1 END AS INTEGER) AS {winner_column(j)}")
+    select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
+    # A pushed filter already shaped a registered scan; a native table still needs it.
+    kept = [p.sql for p in graph.filters if not p.pushed or p.sources[0] not in registered]
+    where = sqlglot.parse_one(" AND ".join(f"({k})" for k in kept), read="duckdb") if kept else None
+    select.set("where", exp.Where(this=where) if kept else None)
+    return select.sql("duckdb")
+
+
+def compute_indicators(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, scans: dict[str, SourceScan], token: str
+) -> dict[str, np.ndarray]:
+    """Run the key-only join; return every column of its result as a NumPy array.
+
+    Keys: each source alias (its row per output row, -1 where empty), the target
+    column name :data:`TARGET` and one winner column per coalesced feature.
+    """
+    registered = {
+        alias: f"__ilargi_{token}_{position}" for position, (alias, scan) in enumerate(scans.items()) if not scan.native
+    }
+    try:
+        for alias, name in registered.items():
+            con.register(name, scans[alias].keys)
+        table = fetch_arrow(con, indicator_sql(graph, registered), what="the key-only join")
+    finally:
+        for name in registered.values():
+            try:
+                con.unregister(name)
+            except duckdb.Error:  # pragma: no cover - already gone with a closed connection
+                pass
+    result = {}
+    for position, source in enumerate(graph.sources):
+        rows = column_to_numpy(table.column(row_column(position)))
+        scan = scans[source.alias]
+        result[source.alias] = scan.positions(rows) if scan.native else rows
+    for name in table.column_names:
+        if not name.startswith("__ilargi_i"):
+            result[name] = column_to_numpy(table.column(name))
+    return result

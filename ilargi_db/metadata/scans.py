@@ -1,0 +1,159 @@
+"""Source scans S_k: only the columns a source must give, its own filters pushed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.plan.join_graph import JoinGraph, Source
+from ilargi_db.plan.joins import conjuncts
+from ilargi_db.plan.sources import with_prefix
+
+ROW = "__ilargi_row"
+ROWID = "__ilargi_rowid"
+
+
+def part_column(feature_index: int, part_index: int) -> str:
+    """Name, inside a scan, of part ``part_index`` of feature ``feature_index``."""
+    return f"__ilargi_f{feature_index}_{part_index}"
+
+
+def quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql("duckdb")
+
+
+@dataclass
+class SourceScan:
+    """What one source gives: the key-only columns and its feature expressions."""
+
+    source: Source
+    keys: pa.Table | None  # columns the join needs + the row number, registered for the join
+    values: pa.Table  # feature expressions, one float64 column each
+    fill: dict[str, float]  # feature column -> value on a NULL-extended (empty) row
+    rowids: np.ndarray | None = None  # native: DuckDB rowid of each scanned row
+
+    @property
+    def native(self) -> bool:
+        """The join reads the base table itself and names rows by ``rowid``."""
+        return self.rowids is not None
+
+    @property
+    def n_rows(self) -> int:
+        return self.values.num_rows
+
+    def positions(self, rowids: np.ndarray) -> np.ndarray:
+        """Scan positions of the rows the join names by rowid (-1 stays -1)."""
+        scanned = self.rowids
+        if len(scanned) == 0 or (scanned[0] == 0 and scanned[-1] == len(scanned) - 1):
+            return rowids.astype(self.index_type, copy=False)  # no deletes, no filter: rowid = position
+        order = None if bool(np.all(scanned[1:] > scanned[:-1])) else np.argsort(scanned)
+        ordered = scanned if order is None else scanned[order]
+        found = np.searchsorted(ordered, rowids)
+        if order is not None:
+            found = order[np.minimum(found, len(order) - 1)]
+        return np.where(rowids < 0, -1, found).astype(self.index_type, copy=False)
+
+    @property
+    def index_type(self) -> type:
+        return np.int32 if self.n_rows < np.iinfo(np.int32).max else np.int64
+
+
+def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
+    """Raw columns each source must give the key-only join (keys, filters, target, order)."""
+    select = graph.select
+    aliases = {s.alias for s in graph.sources}
+    needed: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
+    nodes: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            nodes.append(join.args["on"])
+        for key in join.args.get("using") or []:
+            for source in graph.sources:
+                if source.has_column(key.name):
+                    needed[source.alias].setdefault(key.name.lower(), key.name)
+    pushed = {p.sql for p in graph.filters if p.pushed}
+    where = select.args.get("where")
+    if where is not None:
+        nodes += [c for c in conjuncts(where.this) if c.sql("duckdb") not in pushed]
+    if select.args.get("order"):
+        nodes.append(select.args["order"])
+    if graph.target is not None:
+        nodes.append(sqlglot.parse_one(graph.target.sql, read="duckdb"))
+    for node in nodes:
+        # All columns, nested subqueries included: a correlated reference needs its column too.
+        for column in node.find_all(exp.Column):
+            if column.table in aliases and graph.source(column.table).has_column(column.name):
+                needed[column.table].setdefault(column.name.lower(), column.name)
+    return {alias: list(cols.values()) for alias, cols in needed.items()}
+
+
+def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source) -> bool:
+    """Whether ``source`` is a base table whose rows DuckDB names by ``rowid``."""
+    if source.kind != "table" or source.has_column("rowid"):
+        return False
+    try:
+        con.sql(f"SELECT rowid FROM {source.relation_sql} LIMIT 0")
+    except duckdb.Error:
+        return False  # a view, a CTE or a registered DataFrame/Arrow table
+    return True
+
+
+def scan_sql(graph: JoinGraph, source: Source, keys: list[str], parts: dict[str, str], native: bool = False) -> str:
+    """``SELECT <keys>, CAST(<part> AS DOUBLE) ... FROM <source> WHERE <pushed filters>``."""
+    alias = quote(source.alias)
+    items = [f"{alias}.rowid AS {ROWID}"] if native else [f"{alias}.{quote(c)} AS {quote(c)}" for c in keys]
+    items += [f"CAST(({sql}) AS DOUBLE) AS {quote(name)}" for name, sql in parts.items()]
+    if not items:
+        items = ["NULL AS __ilargi_empty"]
+    pushed = [f"({p.sql})" for p in graph.filters if p.pushed and p.sources == (source.alias,)]
+    where = f" WHERE {' AND '.join(pushed)}" if pushed else ""
+    return f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql}{where}"
+
+
+def null_row_values(con: duckdb.DuckDBPyConnection, source: Source, parts: dict[str, str]) -> dict[str, float]:
+    """Each feature expression evaluated on the all-NULL row an outer join adds.
+
+    ``COALESCE(d.x, 5)`` is 5 on a row a LEFT JOIN left empty, not NULL. A NULL
+    result reads as 0: an empty row contributes nothing (the DI formula).
+    """
+    if not parts:
+        return {}
+    nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in zip(source.columns, source.types))
+    items = ", ".join(f"CAST(({sql}) AS DOUBLE) AS {quote(name)}" for name, sql in parts.items())
+    row = con.sql(f"SELECT {items} FROM (SELECT {nulls}) AS {quote(source.alias)}").fetchall()[0]
+    return {name: (0.0 if value is None else float(value)) for name, value in zip(parts, row)}
+
+
+def scan_source(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    source: Source,
+    keys: list[str],
+    parts: dict[str, str],
+    parts_in_join: list[str] = (),
+) -> SourceScan:
+    """Scan one source once; split the result into key columns and feature values.
+
+    A base table joins natively (the join reads the table and its ``rowid``);
+    any other source joins through its scan, registered as an Arrow table with
+    a row number. ``parts_in_join`` are feature columns the join must see too
+    (the parts of a coalesced feature: the join decides which source wins).
+    """
+    native = not parts_in_join and supports_rowid(con, source)
+    sql = scan_sql(graph, source, keys, parts, native)
+    table = fetch_arrow(con, sql, what=f"the scan of source {source.alias!r}")
+    fill = null_row_values(con, source, parts) if source.nullable else {name: 0.0 for name in parts}
+    values = table.select(list(parts))
+    if native:
+        rowids = table.column(ROWID).to_numpy()
+        return SourceScan(source=source, keys=None, values=values, fill=fill, rowids=rowids)
+    scan = SourceScan(source=source, keys=None, values=values, fill=fill)
+    row = pa.array(np.arange(table.num_rows, dtype=scan.index_type))
+    scan.keys = table.select([*keys, *parts_in_join]).append_column(ROW, row)
+    return scan

@@ -1,0 +1,127 @@
+"""``normalize``: a training query in, a normalized matrix (and target) out."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import duckdb
+import numpy as np
+import scipy.sparse as sp
+
+from ilargi_db.backend import Backend, get_backend
+from ilargi_db.errors import NotFactorizableError, PlanError
+from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.metadata import DIMetadata, extract_metadata
+from ilargi_db.plan import JoinGraph, build_join_graph
+
+_NUMERIC = re.compile(
+    r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|"
+    r"FLOAT|DOUBLE|REAL|BOOLEAN|DECIMAL(\(\d+,\s*\d+\))?|\"NULL\"|NULL)$"
+)
+SPARSE_DENSITY = 0.1  # sparse="auto" keeps a block sparse below this share of non-zeros
+
+
+def is_numeric(duckdb_type: str) -> bool:
+    return bool(_NUMERIC.match(duckdb_type.upper()))
+
+
+def check_factorizable(graph: JoinGraph) -> JoinGraph:
+    """Refuse features that mix sources, naming each expression and its sources."""
+    mixed = graph.cross_source_features
+    if mixed:
+        described = "; ".join(
+            f"{f.name!r} = {f.sql} reads {' and '.join(f.sources) or 'the joined row'}" for f in mixed
+        )
+        raise NotFactorizableError(
+            f"cannot factorize: {described}. A feature must be computable inside one source. "
+            "Split it into one feature per source, or train on the materialized join.",
+            tuple((f.name, f.sql, f.sources) for f in mixed),
+        )
+    for feature in graph.features:
+        if not is_numeric(feature.duckdb_type):
+            raise PlanError(
+                f"feature {feature.name!r} ({feature.sql}) has type {feature.duckdb_type}; the "
+                "normalized matrix holds numbers. Cast it (CAST(... AS DOUBLE)) or leave it out."
+            )
+    if graph.target is not None and not is_numeric(graph.target.duckdb_type):
+        raise PlanError(
+            f"target {graph.target.name!r} has type {graph.target.duckdb_type}; it must be numeric "
+            "or BOOLEAN. Cast it, or encode the labels as numbers."
+        )
+    return graph
+
+
+def to_normalized_matrix(
+    meta: DIMetadata, backend: str | Backend = "auto", sparse: bool | str = "auto"
+) -> NormalizedMatrix:
+    """Build the :class:`NormalizedMatrix` of the metadata on ``backend``."""
+    blocks = []
+    for b in meta.blocks:
+        data = b.data
+        if sparse is True or (sparse == "auto" and data.size and np.count_nonzero(data) < SPARSE_DENSITY * data.size):
+            data = sp.csr_matrix(data)
+        blocks.append(Block(data=data, columns=b.columns, index=b.indicator, fill=b.fill))
+    return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=meta.feature_names, backend=backend)
+
+
+def normalize(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    backend: str = "auto",
+    *,
+    sparse: bool | str = "auto",
+    dtype: Any = np.float64,
+) -> tuple[NormalizedMatrix, Any]:
+    """Turn a training query into a normalized matrix of its features and its target.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        The connection holding the tables.
+    query : str
+        A single SELECT over joined tables (DuckDB SQL).
+    target : str or None
+        Name of the SELECT column to return as ``y``; ``None`` for unsupervised work.
+    backend : {"auto", "numpy", "cupy"}
+        Where the blocks live; ``"auto"`` picks CuPy when a GPU is usable.
+    sparse : bool or "auto"
+        Store blocks as CSR: always, never, or when under 10% of entries are non-zero.
+    dtype : NumPy dtype
+        Floating type of the blocks (float64 by default).
+
+    Returns
+    -------
+    X : NormalizedMatrix
+        The features, in SELECT order, target excluded.
+    y : array or None
+        The target (NULL as NaN), on the same backend, or ``None``.
+
+    Notes
+    -----
+    A row that an outer join left empty contributes 0 to a source's columns (or
+    the column's expression evaluated on NULLs, e.g. ``COALESCE(d.x, 5)`` gives
+    5); a NULL stored in a source is NaN.
+
+    Examples
+    --------
+    >>> import duckdb, ilargi_db
+    >>> con = duckdb.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 2 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(4)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, 10.0 + range AS z FROM range(2)")
+    >>> X, y = ilargi_db.normalize(con, "SELECT x, z, y FROM f JOIN d ON f.k = d.k ORDER BY x",
+    ...                            target="y", backend="numpy")
+    >>> X.shape, X.feature_names
+    ((4, 2), ['x', 'z'])
+    >>> X @ [1.0, 1.0]
+    array([10., 12., 12., 14.])
+    >>> y
+    array([0., 2., 4., 6.])
+    """
+    be = get_backend(backend)
+    graph = check_factorizable(build_join_graph(con, query, target))
+    meta = extract_metadata(con, graph, dtype=dtype)
+    X = to_normalized_matrix(meta, be, sparse)
+    y = None if meta.target is None else be.asarray(meta.target)
+    return X, y

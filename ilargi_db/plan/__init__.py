@@ -1,0 +1,13 @@
+"""The planner: a training query in, a join graph out (sqlglot, DuckDB dialect).
+
+Small passes, each in its own module, run in order by :func:`build_join_graph`:
+``statement`` (parse, refuse what is not a training set), ``sources`` (FROM
+items and their schemas), ``joins`` (join types, USING/NATURAL, equality keys),
+``columns`` (stars, ORDER BY, qualification), ``features`` (filters, features,
+target).
+"""
+
+from ilargi_db.plan.builder import build_join_graph
+from ilargi_db.plan.join_graph import Feature, FeaturePart, JoinEdge, JoinGraph, Predicate, Source
+
+__all__ = ["build_join_graph", "Feature", "FeaturePart", "JoinEdge", "JoinGraph", "Predicate", "Source"]

@@ -1,0 +1,75 @@
+"""Run the planner passes in order: training query in, :class:`JoinGraph` out."""
+
+from __future__ import annotations
+
+import duckdb
+
+from ilargi_db.errors import PlanError
+from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_by
+from ilargi_db.plan.features import classify_item, pick_target, split_filters
+from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.plan.joins import join_edges, resolve_using
+from ilargi_db.plan.sources import collect_sources
+from ilargi_db.plan.statement import parse_training_query
+
+
+def output_schema(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], list[str]]:
+    """Output names and types as DuckDB binds them (binding only, nothing runs)."""
+    try:
+        relation = con.sql(query)
+    except duckdb.Error as err:
+        raise PlanError(f"DuckDB cannot bind the training query: {str(err).strip()}") from None
+    if relation is None:  # pragma: no cover - parse_training_query only lets SELECTs through
+        raise PlanError("the training query returned no result set; pass a SELECT.")
+    return list(relation.columns), [str(t) for t in relation.dtypes]
+
+
+def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None = None) -> JoinGraph:
+    """Plan a training query against the catalog of ``con``.
+
+    >>> import duckdb
+    >>> con = duckdb.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range AS k, range * 1.0 AS x, range % 2 AS y FROM range(4)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(2)")
+    >>> print(build_join_graph(con, "SELECT x, z, y FROM f LEFT JOIN d ON f.k = d.k", target="y").describe())
+    source f (table)
+    source d (table, nullable)
+    join left d on f.k = d.k
+    feature x <- source f: f.x
+    feature z <- source d: d.z
+    target y <- f: f.y
+    """
+    select = parse_training_query(query)
+    sources = collect_sources(select, con)
+    sources, using = resolve_using(select, sources)
+    expand_stars(select, sources, using)
+    resolve_order_by(select)
+    qualify_columns(select, sources, using)
+    joins = join_edges(select, sources)
+    filters = split_filters(select, sources)
+
+    names, types = output_schema(con, query)
+    if len(names) != len(select.expressions):  # pragma: no cover - a star form we did not expand
+        raise PlanError(
+            f"could not match the {len(names)} output columns to the SELECT list; list the "
+            "columns explicitly instead of using star expressions."
+        )
+    items = [
+        classify_item(item, name, type_, select, sources) for item, name, type_ in zip(select.expressions, names, types)
+    ]
+    features, target_feature = pick_target(items, target)
+    order = select.args.get("order")
+    order_by = tuple(o.sql("duckdb") for o in order.expressions) if order else ()
+    return JoinGraph(
+        query=query,
+        sources=tuple(sources),
+        joins=tuple(joins),
+        filters=tuple(filters),
+        features=tuple(features),
+        target=target_feature,
+        order_by=order_by,
+        select=select,
+    )
+
+
+__all__ = ["build_join_graph", "output_schema"]

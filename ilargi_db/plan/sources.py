@@ -1,0 +1,79 @@
+"""Pass 2: find the sources in FROM and read their schemas from DuckDB."""
+
+from __future__ import annotations
+
+import duckdb
+from sqlglot import exp
+
+from ilargi_db.errors import PlanError
+from ilargi_db.plan.join_graph import Source
+
+
+def from_items(select: exp.Select) -> list[exp.Expression]:
+    """The FROM item and the item of every JOIN, in query order."""
+    items = [select.args["from_"].this]
+    items += [join.this for join in select.args.get("joins") or []]
+    return items
+
+
+def with_prefix(select: exp.Select) -> str:
+    """``WITH ...`` of the query, so scans of CTE sources still resolve."""
+    with_ = select.args.get("with_")
+    return with_.sql("duckdb") + " " if with_ else ""
+
+
+def _kind_and_name(item: exp.Expression) -> tuple[str, str | None]:
+    if isinstance(item, exp.Subquery):
+        if isinstance(item.this, exp.Query):
+            return "subquery", None
+        raise PlanError(
+            f"parenthesized join trees such as {item.sql('duckdb')!r} are not supported: "
+            "write the joins one after another."
+        )
+    if isinstance(item, exp.Table):
+        if isinstance(item.this, exp.Identifier):
+            return "table", item.name
+        return "function", None
+    raise PlanError(
+        f"unsupported FROM item {item.sql('duckdb')!r}: use tables, views, table functions "
+        "such as read_parquet(...), registered DataFrames/Arrow tables or subqueries."
+    )
+
+
+def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[Source]:
+    """Give every FROM item an alias and read its columns and types.
+
+    Mutates ``select``: unaliased table functions and subqueries get an alias
+    (``src1``, ``src2``...) so that scans and the key-only join can name them.
+    """
+    sources: list[Source] = []
+    prefix = with_prefix(select)
+    for position, item in enumerate(from_items(select)):
+        kind, name = _kind_and_name(item)
+        alias = item.alias or name
+        if not alias:
+            alias = f"src{position + 1}"
+            item.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        if any(s.alias.lower() == alias.lower() for s in sources):
+            raise PlanError(
+                f"the source name {alias!r} is used twice in FROM: give each occurrence its "
+                f"own alias (e.g. {alias} AS {alias}_a, {alias} AS {alias}_b)."
+            )
+        relation_sql = item.sql("duckdb")
+        try:
+            relation = con.sql(f"{prefix}SELECT * FROM {relation_sql}")
+            columns, types = tuple(relation.columns), tuple(str(t) for t in relation.dtypes)
+        except duckdb.CatalogException as err:
+            what = f"table {name!r}" if name else f"source {relation_sql!r}"
+            raise PlanError(
+                f"unknown {what} in FROM ({_first_line(err)}). Create it, fix the name, or "
+                "register a DataFrame/Arrow table with con.register(name, data)."
+            ) from None
+        except duckdb.Error as err:
+            raise PlanError(f"DuckDB cannot read the source {relation_sql!r}: {_first_line(err)}") from None
+        sources.append(Source(alias=alias, relation_sql=relation_sql, kind=kind, columns=columns, types=types))
+    return sources
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0]
