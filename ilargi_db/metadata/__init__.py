@@ -79,6 +79,7 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
         joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
     n_rows = len(joined[graph.sources[0].alias])
 
+    sources_with_nulls = {a for a, scan in scans.items() if any(c.null_count for c in scan.values.columns)}
     blocks: list[BlockMetadata] = []
     for source in graph.sources:
         scan = scans[source.alias]
@@ -115,7 +116,8 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
                 )
             )
     for block in blocks:
-        clear_unused_missing(block)
+        if block.source in sources_with_nulls:
+            clear_unused_missing(block)
     return DIMetadata(
         n_rows=n_rows,
         feature_names=graph.feature_names,
