@@ -1,0 +1,63 @@
+"""Backends: NumPy always, CuPy when a GPU is usable, one code path for both."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ilargi_db
+from ilargi_db.backend import get_backend
+from ilargi_db.errors import BackendUnavailableError
+from tests.oracle import assert_close, materialized
+
+
+def test_import_does_not_import_cupy():
+    code = "import sys, ilargi_db; ilargi_db.normalize; print('cupy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_auto_falls_back_to_numpy_without_a_gpu():
+    try:
+        get_backend("cupy")
+    except BackendUnavailableError:
+        assert get_backend("auto").name == "numpy"
+    else:
+        assert get_backend("auto").name == "cupy"
+
+
+def test_cupy_without_a_gpu_is_a_clear_error(con):
+    try:
+        get_backend("cupy")
+        pytest.skip("a GPU is usable here")
+    except BackendUnavailableError:
+        pass
+    with pytest.raises(BackendUnavailableError, match="backend='numpy'"):
+        ilargi_db.normalize(con, "SELECT dep_delay FROM flights", backend="cupy")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sparse", [False, True])
+def test_cupy_matches_numpy(con, sparse):
+    import cupy
+
+    query = (
+        "SELECT f.dep_delay, o.lat, d.lat AS dlat, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa "
+        "LEFT JOIN airports d ON f.dest = d.faa ORDER BY ALL"
+    )
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="cupy", sparse=sparse)
+    T, y_expected = materialized(con, query, "arr_delay")
+    assert X.backend.name == "cupy" and isinstance(y, cupy.ndarray)
+    w = np.array([0.5, -1.0, 2.0])
+    for got, expected in [
+        (X.materialize(), T),
+        (X @ w, T @ w),
+        (X.T @ y_expected, T.T @ y_expected),
+        (X.crossprod(), T.T @ T),
+        ((X + 1).exp().colsums(), np.exp(T + 1).sum(axis=0)),
+    ]:
+        assert isinstance(got, cupy.ndarray)
+        assert_close(cupy.asnumpy(got), expected)

@@ -1,0 +1,164 @@
+"""normalize() on the shapes training queries take, each checked against the materialized join."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ilargi_db
+from ilargi_db import NotFactorizableError, PlanError
+from tests.oracle import assert_close, materialized
+
+SHAPES = {
+    "two roles of one dimension, LEFT join with gaps and NULL keys": (
+        "SELECT f.dep_delay, o.lat AS olat, d.lat AS dlat, d.alt, f.arr_delay FROM flights f "
+        "LEFT JOIN airports o ON f.origin = o.faa LEFT JOIN airports d ON f.dest = d.faa"
+    ),
+    "composite key, snowflake with a LEFT hop": (
+        "SELECT f.dep_delay, w.temp, c.gdp, f.arr_delay FROM flights f "
+        "JOIN weather w ON f.origin = w.origin AND f.hour = w.hour "
+        "JOIN airports a ON f.origin = a.faa LEFT JOIN countries c ON a.country_id = c.id"
+    ),
+    "M:N join (a tail number twice in planes)": (
+        "SELECT f.dep_delay, p.year, p.seats, f.arr_delay FROM flights f JOIN planes p USING (tailnum)"
+    ),
+    "filters on one source and across sources": (
+        "SELECT f.dep_delay, o.lat, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa "
+        "WHERE f.hour < 3 AND o.lat + f.dep_delay > 40"
+    ),
+    "filter that is not null-rejecting on a LEFT-joined source": (
+        "SELECT f.dep_delay, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d ON f.dest = d.faa "
+        "WHERE d.lat IS NULL OR d.lat > 35"
+    ),
+    "comma join with the key in WHERE": (
+        "SELECT f.dep_delay, p.seats, f.arr_delay FROM flights f, planes p WHERE f.tailnum = p.tailnum"
+    ),
+    "NATURAL join and RIGHT join": (
+        "SELECT p.seats, f.dep_delay, w.temp, f.arr_delay FROM planes p NATURAL RIGHT JOIN flights f "
+        "LEFT JOIN weather w ON f.origin = w.origin AND f.hour = w.hour"
+    ),
+    "FULL join: a column fed by two sources": (
+        "SELECT COALESCE(f.hour, w.hour) AS hour, f.dep_delay, w.temp, f.arr_delay FROM flights f "
+        "FULL JOIN weather w ON f.origin = w.origin AND f.hour = w.hour"
+    ),
+    "expressions, casts, DECIMAL, BOOLEAN, a constant and a NULL-aware expression": (
+        "SELECT f.dep_delay * 2 + 1 AS e, f.distance, f.late, CAST(f.late AS INTEGER) AS li, 1 AS bias, "
+        "COALESCE(d.lat, 5) AS dl5, d.lat IS NULL AS no_dest, f.arr_delay FROM flights f "
+        "LEFT JOIN airports d ON f.dest = d.faa"
+    ),
+    "subquery, view and CTE sources": (
+        "WITH big AS (SELECT * FROM planes WHERE seats > 100) "
+        "SELECT f.dep_delay, b.seats, s.lat, v.alt, f.arr_delay FROM flights f JOIN big b USING (tailnum) "
+        "JOIN (SELECT faa, lat FROM airports) s ON f.origin = s.faa LEFT JOIN high_airports v ON f.dest = v.faa"
+    ),
+}
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("query", SHAPES.values(), ids=SHAPES.keys())
+def test_shapes_match_materialized_join(con, query, sparse):
+    con.sql("CREATE VIEW high_airports AS SELECT * FROM airports WHERE alt > 15")
+    query += " ORDER BY ALL"
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", sparse=sparse)
+    T, y_expected = materialized(con, query, "arr_delay")
+    assert X.feature_names == [c for c in con.sql(query).columns if c != "arr_delay"]
+    assert_close(X.materialize(), T)
+    assert_close(y, y_expected)
+    w = np.linspace(-1, 1, T.shape[1])
+    assert_close(X @ w, T @ w)
+    assert_close(X.T @ y_expected, T.T @ y_expected)
+    assert_close(X.crossprod(), T.T @ T)
+    assert_close((X + 1).crossprod(), (T + 1).T @ (T + 1))
+
+
+def test_registered_arrow_pandas_and_parquet_sources(con, tmp_path):
+    pd = pytest.importorskip("pandas")
+    path = tmp_path / "planes.parquet"
+    con.sql(f"COPY planes TO '{path}' (FORMAT parquet)")
+    con.register("owners", pa.table({"tailnum": ["N1", "N2", "N3"], "fleet": [3.0, 1.0, 7.0]}))
+    con.register("makers", pd.DataFrame({"year": [1999, 2004, 2015], "reliability": [0.5, 0.9, 0.7]}))
+    query = (
+        f"SELECT f.dep_delay, p.seats, o.fleet, m.reliability, f.arr_delay FROM flights f "
+        f"JOIN read_parquet('{path}') p USING (tailnum) JOIN owners o ON f.tailnum = o.tailnum "
+        f"LEFT JOIN makers m ON p.year = m.year ORDER BY ALL"
+    )
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
+    T, y_expected = materialized(con, query, "arr_delay")
+    assert_close(X.materialize(), T)
+    assert_close(y, y_expected)
+    # The key-only join registers temporary scans; none is left behind.
+    leftovers = [n for n in con.sql("SELECT view_name FROM duckdb_views()").fetchnumpy()["view_name"]]
+    assert not [n for n in leftovers if str(n).startswith("__ilargi")]
+
+
+def test_deleted_rows_and_filters_keep_row_identity(con):
+    con.sql("DELETE FROM airports WHERE faa = 'LGA'")
+    query = (
+        "SELECT f.dep_delay, o.lat, o.alt, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa "
+        "WHERE o.alt < 100 ORDER BY ALL"
+    )
+    X, _ = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
+    T, _ = materialized(con, query, "arr_delay")
+    assert_close(X.materialize(), T)
+
+
+def test_null_values_are_nan_but_empty_rows_are_zero(con):
+    query = (
+        "SELECT f.id, w.wind FROM flights f LEFT JOIN weather w ON f.origin = w.origin AND f.hour = w.hour "
+        "ORDER BY f.id"
+    )
+    X, y = ilargi_db.normalize(con, query, backend="numpy")
+    assert y is None
+    np.testing.assert_array_equal(X.materialize()[:, 1], [3.0, np.nan, 5.5, 6.0, 0.0, 3.0])
+
+
+def test_unordered_query_matches_as_a_set_of_rows(con):
+    query = "SELECT f.dep_delay, o.lat, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa"
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
+    T, y_expected = materialized(con, query, "arr_delay")
+    ours = np.column_stack([X.materialize(), y])
+    theirs = np.column_stack([T, y_expected])
+    np.testing.assert_allclose(ours[np.lexsort(ours.T)], theirs[np.lexsort(theirs.T)])
+
+
+def test_cross_source_feature_is_not_factorizable(con):
+    query = "SELECT f.dep_delay * p.seats AS load, o.lat, f.arr_delay FROM flights f JOIN planes p USING (tailnum) "
+    query += "JOIN airports o ON f.origin = o.faa"
+    with pytest.raises(NotFactorizableError) as err:
+        ilargi_db.normalize(con, query, target="arr_delay")
+    assert "'load' = f.dep_delay * p.seats reads f and p" in str(err.value)
+    assert err.value.features == (("load", "f.dep_delay * p.seats", ("f", "p")),)
+
+
+@pytest.mark.parametrize(
+    "query, target, message",
+    [
+        ("SELECT f.origin, f.arr_delay FROM flights f", "arr_delay", "feature 'origin' .* has type VARCHAR"),
+        ("SELECT f.dep_delay, f.origin FROM flights f", "origin", "target 'origin' has type VARCHAR"),
+    ],
+)
+def test_non_numeric_columns_are_refused(con, query, target, message):
+    with pytest.raises(PlanError, match=message):
+        ilargi_db.normalize(con, query, target=target, backend="numpy")
+
+
+def test_bad_backend_name(con):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ilargi_db.normalize(con, "SELECT dep_delay FROM flights", backend="tpu")
+
+
+def test_normalize_changes_nothing_in_the_database(con):
+    before = con.sql("SELECT table_name FROM duckdb_tables() ORDER BY ALL").fetchall()
+    ilargi_db.normalize(con, "SELECT f.dep_delay, o.lat FROM flights f JOIN airports o ON f.origin = o.faa")
+    with pytest.raises(PlanError):
+        ilargi_db.normalize(con, "SELECT nothing FROM flights")
+    assert con.sql("SELECT table_name FROM duckdb_tables() ORDER BY ALL").fetchall() == before
+    assert con.sql("SELECT count(*) FROM flights").fetchall() == [(6,)]
+
+
+def test_connect_and_install():
+    con = ilargi_db.connect()
+    assert ilargi_db.install(con) is con
+    with pytest.raises(ilargi_db.IlargiError, match="needs a duckdb connection"):
+        ilargi_db.install("not a connection")

@@ -1,0 +1,169 @@
+"""The planner: join graphs of the shapes a training query takes, and every refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from ilargi_db import PlanError, build_join_graph
+
+JOIN_GRAPHS = [
+    (
+        "two roles of one dimension, LEFT join, filter on one source",
+        "SELECT f.dep_delay, o.lat AS olat, d.lat AS dlat, f.arr_delay FROM flights f "
+        "JOIN airports o ON f.origin = o.faa LEFT JOIN airports d ON f.dest = d.faa WHERE f.hour < 3",
+        "arr_delay",
+        """source f (table)
+source o (table)
+source d (table, nullable)
+join inner o on f.origin = o.faa
+join left d on f.dest = d.faa
+filter f.hour < 3 [scan of f]
+feature dep_delay <- source f: f.dep_delay
+feature olat <- source o: o.lat
+feature dlat <- source d: d.lat
+target arr_delay <- f: f.arr_delay""",
+    ),
+    (
+        "snowflake, composite key, filter across sources stays in the join",
+        "SELECT dep_delay, temp, gdp, arr_delay FROM flights f JOIN weather w "
+        "ON f.origin = w.origin AND f.hour = w.hour JOIN airports a ON f.origin = a.faa "
+        "JOIN countries c ON a.country_id = c.id WHERE temp + dep_delay > 0",
+        "arr_delay",
+        """source f (table)
+source w (table)
+source a (table)
+source c (table)
+join inner w on f.origin = w.origin, f.hour = w.hour
+join inner a on f.origin = a.faa
+join inner c on a.country_id = c.id
+filter w.temp + f.dep_delay > 0 [join]
+feature dep_delay <- source f: f.dep_delay
+feature temp <- source w: w.temp
+feature gdp <- source c: c.gdp
+target arr_delay <- f: f.arr_delay""",
+    ),
+    (
+        "comma join with the key in WHERE, USING, ORDER BY an alias",
+        "SELECT p.seats AS s, w.temp FROM flights JOIN weather w USING (origin), planes p "
+        "WHERE flights.tailnum = p.tailnum ORDER BY s DESC",
+        None,
+        """source flights (table)
+source w (table)
+source p (table)
+join inner w on flights.origin = w.origin
+join inner p on flights.tailnum = p.tailnum
+filter flights.tailnum = p.tailnum [join]
+feature s <- source p: p.seats
+feature temp <- source w: w.temp
+order p.seats DESC""",
+    ),
+    (
+        "FULL join on USING: the key is fed by two sources",
+        "SELECT origin, temp, lat FROM weather FULL JOIN airports a ON weather.origin = a.faa "
+        "FULL JOIN (SELECT faa AS origin FROM airports) s USING (origin)",
+        None,
+        """source weather (table, nullable)
+source a (table, nullable)
+source s (subquery, nullable)
+join full a on weather.origin = a.faa
+join full s on weather.origin = s.origin
+feature origin <- coalesce weather,s: COALESCE(weather.origin, s.origin)
+feature temp <- source weather: weather.temp
+feature lat <- source a: a.lat""",
+    ),
+    (
+        "an expression mixing sources is recorded, not refused, by the planner",
+        "SELECT f.dep_delay * p.seats AS load, 1 AS bias, f.arr_delay FROM flights f JOIN planes p USING (tailnum)",
+        "arr_delay",
+        """source f (table)
+source p (table)
+join inner p on f.tailnum = p.tailnum
+feature load <- cross_source f,p: f.dep_delay * p.seats
+feature bias <- source f: 1
+target arr_delay <- f: f.arr_delay""",
+    ),
+]
+
+
+@pytest.mark.parametrize("title, query, target, expected", JOIN_GRAPHS, ids=[c[0] for c in JOIN_GRAPHS])
+def test_join_graph(con, title, query, target, expected):
+    assert build_join_graph(con, query, target).describe() == expected
+
+
+def test_star_expansion_matches_duckdb(con):
+    graph = build_join_graph(con, "SELECT * FROM flights f JOIN planes p USING (tailnum)")
+    assert graph.feature_names == con.sql("SELECT * FROM flights f JOIN planes p USING (tailnum)").columns
+    graph = build_join_graph(con, "SELECT p.*, f.arr_delay FROM flights f NATURAL JOIN planes p", "arr_delay")
+    assert graph.feature_names == ["tailnum", "year", "seats"]
+    assert graph.joins[0].keys == (("f.tailnum", "p.tailnum"),)
+
+
+def test_sources_of_every_kind(con, tmp_path):
+    import pyarrow as pa
+
+    path = tmp_path / "planes.parquet"
+    con.sql(f"COPY planes TO '{path}' (FORMAT parquet)")
+    con.register("extra", pa.table({"tailnum": ["N1"], "owner": [3.0]}))
+    con.sql("CREATE VIEW late_flights AS SELECT * FROM flights WHERE late")
+    graph = build_join_graph(
+        con,
+        f"WITH w AS (SELECT origin, avg(temp) AS t FROM weather GROUP BY origin) "
+        f"SELECT seats, owner, t, dep_delay FROM late_flights f JOIN read_parquet('{path}') p USING (tailnum) "
+        f"JOIN extra e ON f.tailnum = e.tailnum JOIN w ON w.origin = f.origin",
+    )
+    assert [(s.alias, s.kind) for s in graph.sources] == [
+        ("f", "table"),
+        ("p", "function"),
+        ("e", "table"),
+        ("w", "table"),
+    ]
+
+
+REFUSALS = [
+    ("INSERT INTO flights SELECT * FROM flights", "INSERT statement"),
+    ("DROP TABLE flights", "DROP statement"),
+    ("SELECT 1; SELECT 2", "2 statements"),
+    ("SELECT origin, count(*) FROM flights GROUP BY origin", "GROUP BY"),
+    ("SELECT max(dep_delay) FROM flights", "aggregate MAX(dep_delay)"),
+    ("SELECT dep_delay, avg(dep_delay) OVER () FROM flights", "window function"),
+    ("SELECT DISTINCT origin FROM flights", "DISTINCT"),
+    ("SELECT dep_delay FROM flights LIMIT 3", "LIMIT"),
+    ("SELECT dep_delay FROM flights UNION ALL SELECT temp FROM weather", "set operation (UNION)"),
+    ("SELECT dep_delay FROM nowhere", "unknown table 'nowhere'"),
+    ("SELECT f.nothing FROM flights f", "column 'nothing' in SELECT (f.nothing) is not a column of source 'f'"),
+    ("SELECT nothing FROM flights", "unknown column 'nothing' in SELECT"),
+    ("SELECT z.dep_delay FROM flights f", "names 'z', which is not a source"),
+    ("SELECT tailnum FROM flights f JOIN planes p ON f.tailnum = p.tailnum", "column 'tailnum' in SELECT is ambiguous"),
+    ("SELECT dep_delay, seats FROM flights CROSS JOIN planes", "has no equality key"),
+    ("SELECT dep_delay, seats FROM flights f JOIN planes p ON f.dep_delay > p.seats", "has no equality key"),
+    ("SELECT dep_delay, seats FROM flights, planes", "has no equality key"),
+    ("SELECT dep_delay FROM flights f SEMI JOIN planes p ON f.tailnum = p.tailnum", "SEMI JOIN is not supported"),
+    ("SELECT dep_delay FROM flights f, flights f", "used twice"),
+    ("SELECT dep_delay FROM", "could not parse"),
+    ("", "empty"),
+]
+
+
+@pytest.mark.parametrize("query, message", REFUSALS, ids=[m for _, m in REFUSALS])
+def test_refusals_name_the_problem(con, query, message):
+    with pytest.raises(PlanError) as err:
+        build_join_graph(con, query)
+    assert message in str(err.value)
+
+
+def test_not_a_training_set_says_what_to_do(con):
+    with pytest.raises(PlanError, match="does not describe a training set over joins.*materialize"):
+        build_join_graph(con, "SELECT origin FROM flights GROUP BY origin")
+
+
+@pytest.mark.parametrize(
+    "query, target, message",
+    [
+        ("SELECT dep_delay FROM flights", "arr_delay", "target 'arr_delay' is not a column"),
+        ("SELECT dep_delay AS y, arr_delay AS y FROM flights", "y", "appears 2 times"),
+        ("SELECT dep_delay FROM flights", 3, "must be the name"),
+    ],
+)
+def test_target_refusals(con, query, target, message):
+    with pytest.raises(PlanError, match=message):
+        build_join_graph(con, query, target)
