@@ -18,6 +18,9 @@ import numpy as np
 from ilargi_db.backend import Backend, get_backend
 
 
+_BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
+
+
 @dataclass
 class Block:
     """One block of a normalized matrix, as a user (or the metadata stage) gives it.
@@ -87,8 +90,17 @@ class _Part:
         """I_k^T v: sum output-row values into block rows."""
         if self.index is None:
             return v
+        xp = self.backend.xp
+        if self.backend.is_sparse(v):
+            return self.indicator_t() @ v
         if v.ndim == 1:
-            return self.backend.xp.bincount(self.index, weights=v, minlength=self.n_block_rows)
+            return xp.bincount(self.index, weights=v, minlength=self.n_block_rows)
+        if v.shape[1] <= _BINCOUNT_MAX_COLUMNS:
+            # One pass per column beats a sparse product here (and needs no C-order copy of v).
+            out = xp.empty((self.n_block_rows, v.shape[1]), dtype=v.dtype, order="F")
+            for j in range(v.shape[1]):
+                out[:, j] = xp.bincount(self.index, weights=v[:, j], minlength=self.n_block_rows)
+            return out
         return self.indicator_t() @ v
 
     def dense_data(self) -> Any:
