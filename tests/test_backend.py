@@ -61,3 +61,9 @@ def test_cupy_matches_numpy(con, sparse):
     ]:
         assert isinstance(got, cupy.ndarray)
         assert_close(cupy.asnumpy(got), expected)
+
+
+def test_numpy_backend_round_trip():
+    backend = get_backend("numpy")
+    a = np.arange(3.0)
+    assert backend.to_host(backend.asarray(a)) is a

@@ -162,3 +162,36 @@ def test_connect_and_install():
     assert ilargi_db.install(con) is con
     with pytest.raises(ilargi_db.IlargiError, match="needs a duckdb connection"):
         ilargi_db.install("not a connection")
+
+
+def test_unordered_scans_keep_row_identity():
+    import duckdb
+
+    con = duckdb.connect()
+    con.sql("SET preserve_insertion_order = false")
+    con.sql("CREATE TABLE f AS SELECT range AS id, range % 7 AS k, range * 1.0 AS x FROM range(300000)")
+    con.sql("CREATE TABLE d AS SELECT range AS k, range * 10.0 AS z FROM range(7)")
+    X, _ = ilargi_db.normalize(con, "SELECT f.x, d.z FROM f JOIN d ON f.k = d.k ORDER BY f.id", backend="numpy")
+    T = X.materialize()
+    np.testing.assert_array_equal(T[:, 0], np.arange(300000.0))
+    np.testing.assert_array_equal(T[:, 1], (np.arange(300000) % 7) * 10.0)
+
+
+def test_nonfinite_values_in_unused_rows_do_not_leak(con):
+    values = "('JFK', 1.0), ('ZZZ', 'NaN'::DOUBLE), ('YYY', 'inf'::DOUBLE)"
+    con.sql(f"CREATE TABLE odd AS SELECT * FROM (VALUES {values}) t(faa, v)")
+    query = "SELECT f.dep_delay, o.v FROM flights f JOIN odd o ON f.origin = o.faa ORDER BY ALL"
+    X, _ = ilargi_db.normalize(con, query, backend="numpy")
+    T, _ = materialized(con, query)
+    assert_close(X.T @ np.ones(X.shape[0]), T.sum(axis=0))
+    assert_close(X.crossprod(), T.T @ T)
+
+
+def test_cte_shadowing_a_table(con):
+    query = (
+        "WITH planes AS (SELECT * FROM planes WHERE seats > 100) "
+        "SELECT f.dep_delay, planes.seats FROM flights f JOIN planes USING (tailnum) ORDER BY ALL"
+    )
+    X, _ = ilargi_db.normalize(con, query, backend="numpy")
+    T, _ = materialized(con, query)
+    assert_close(X.materialize(), T)

@@ -17,7 +17,6 @@ import numpy as np
 
 from ilargi_db.backend import Backend, get_backend
 
-
 _BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
 
 

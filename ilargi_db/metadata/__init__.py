@@ -22,7 +22,7 @@ from ilargi_db.plan.join_graph import JoinGraph
 def in_anchor_order(
     joined: dict[str, np.ndarray], graph: JoinGraph, widths: dict[str, int], heights: dict[str, int]
 ) -> dict:
-    """Put output rows in the row order of the widest non-nullable source (the fact table).
+    """Put output rows in the row order of the largest non-nullable source (the fact table).
 
     Without ORDER BY any row order is the query's answer; this one makes the
     fact's indicator the identity in a star join (no gather in X @ W) and
@@ -44,13 +44,13 @@ def in_anchor_order(
     return {name: values[order] for name, values in joined.items()}
 
 
-def clear_unused_missing(block: BlockMetadata) -> None:
-    """Zero the NULLs (NaN) of block rows no output row takes.
+def clear_unused_nonfinite(block: BlockMetadata) -> None:
+    """Zero NaN and +-inf (NULLs included) in block rows no output row takes.
 
-    Such rows never appear in T, but NaN * 0 = NaN would still leak into
-    T^T V and T^T T through them.
+    Such rows never appear in T, but NaN * 0 and inf * 0 = NaN would still leak
+    into T^T V and T^T T through them.
     """
-    missing = np.isnan(block.data)
+    missing = ~np.isfinite(block.data)
     if not missing.any():
         return
     used = np.bincount(block.indicator[block.indicator >= 0], minlength=block.n_source_rows) > 0
@@ -79,7 +79,6 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
         joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
     n_rows = len(joined[graph.sources[0].alias])
 
-    sources_with_nulls = {a for a, scan in scans.items() if any(c.null_count for c in scan.values.columns)}
     blocks: list[BlockMetadata] = []
     for source in graph.sources:
         scan = scans[source.alias]
@@ -116,8 +115,7 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
                 )
             )
     for block in blocks:
-        if block.source in sources_with_nulls:
-            clear_unused_missing(block)
+        clear_unused_nonfinite(block)
     return DIMetadata(
         n_rows=n_rows,
         feature_names=graph.feature_names,

@@ -10,6 +10,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.joins import conjuncts
@@ -50,14 +51,21 @@ class SourceScan:
     def positions(self, rowids: np.ndarray) -> np.ndarray:
         """Scan positions of the rows the join names by rowid (-1 stays -1)."""
         scanned = self.rowids
-        if len(scanned) == 0 or (scanned[0] == 0 and scanned[-1] == len(scanned) - 1):
+        increasing = bool(np.all(scanned[1:] > scanned[:-1]))
+        if len(scanned) == 0 or (increasing and scanned[0] == 0 and scanned[-1] == len(scanned) - 1):
             return rowids.astype(self.index_type, copy=False)  # no deletes, no filter: rowid = position
-        order = None if bool(np.all(scanned[1:] > scanned[:-1])) else np.argsort(scanned)
+        order = None if increasing else np.argsort(scanned)
         ordered = scanned if order is None else scanned[order]
-        found = np.searchsorted(ordered, rowids)
+        found = np.minimum(np.searchsorted(ordered, rowids), len(ordered) - 1)
+        present = rowids >= 0
+        if not np.array_equal(ordered[found[present]], rowids[present]):
+            raise IlargiError(
+                f"the join and the scan of {self.source.alias!r} saw different rows (was the table changed "
+                "while training data was read?). Run the query again."
+            )
         if order is not None:
-            found = order[np.minimum(found, len(order) - 1)]
-        return np.where(rowids < 0, -1, found).astype(self.index_type, copy=False)
+            found = order[found]
+        return np.where(present, found, -1).astype(self.index_type, copy=False)
 
     @property
     def index_type(self) -> type:
@@ -67,7 +75,7 @@ class SourceScan:
 def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
     """Raw columns each source must give the key-only join (keys, filters, target, order)."""
     select = graph.select
-    aliases = {s.alias for s in graph.sources}
+    aliases = {s.alias.lower(): s.alias for s in graph.sources}
     needed: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
     nodes: list[exp.Expression] = []
     for join in select.args.get("joins") or []:
@@ -88,17 +96,18 @@ def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
     for node in nodes:
         # All columns, nested subqueries included: a correlated reference needs its column too.
         for column in node.find_all(exp.Column):
-            if column.table in aliases and graph.source(column.table).has_column(column.name):
-                needed[column.table].setdefault(column.name.lower(), column.name)
+            alias = aliases.get(column.table.lower())
+            if alias and graph.source(alias).has_column(column.name):
+                needed[alias].setdefault(column.name.lower(), column.name)
     return {alias: list(cols.values()) for alias, cols in needed.items()}
 
 
-def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source) -> bool:
+def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str = "") -> bool:
     """Whether ``source`` is a base table whose rows DuckDB names by ``rowid``."""
     if source.kind != "table" or source.has_column("rowid"):
         return False
     try:
-        con.sql(f"SELECT rowid FROM {source.relation_sql} LIMIT 0")
+        con.sql(f"{prefix}SELECT rowid FROM {source.relation_sql} LIMIT 0")
     except duckdb.Error:
         return False  # a view, a CTE or a registered DataFrame/Arrow table
     return True
@@ -145,7 +154,7 @@ def scan_source(
     a row number. ``parts_in_join`` are feature columns the join must see too
     (the parts of a coalesced feature: the join decides which source wins).
     """
-    native = not parts_in_join and supports_rowid(con, source)
+    native = not parts_in_join and supports_rowid(con, source, with_prefix(graph.select))
     sql = scan_sql(graph, source, keys, parts, native)
     table = fetch_arrow(con, sql, what=f"the scan of source {source.alias!r}")
     fill = null_row_values(con, source, parts) if source.nullable else {name: 0.0 for name in parts}

@@ -23,7 +23,7 @@ def expand_stars(select: exp.Select, sources: list[Source], using: UsingGroups) 
     expanded: list[exp.Expression] = []
     for item in select.expressions:
         if isinstance(item, exp.Star):
-            if any(item.args.get(k) for k in ("except", "replace", "rename")):
+            if any(item.args.get(k) for k in ("except", "except_", "replace", "rename")):
                 raise PlanError(f"{item.sql('duckdb')} is not supported: list the feature columns explicitly.")
             for source in sources:
                 for name in source.columns:
@@ -32,6 +32,8 @@ def expand_stars(select: exp.Select, sources: list[Source], using: UsingGroups) 
                         continue
                     expanded.append(_column(name, None if chain else source.alias))
         elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+            if any(item.this.args.get(k) for k in ("except", "except_", "replace", "rename")):
+                raise PlanError(f"{item.sql('duckdb')} is not supported: list the feature columns explicitly.")
             source = _find_source(sources, item.table, item)
             expanded += [_column(name, source.alias) for name in source.columns]
         else:
@@ -65,10 +67,15 @@ def resolve_order_by(select: exp.Select) -> exp.Select:
         else:
             targets = [key]
         for target in targets:
+            if isinstance(target, exp.Literal) or isinstance(target, exp.Null):
+                continue  # ordering by a constant orders nothing (and would read as a position)
             new = ordered.copy()
             new.set("this", target.copy())
             resolved.append(new)
-    order.set("expressions", resolved)
+    if resolved:
+        order.set("expressions", resolved)
+    else:
+        select.set("order", None)
     return select
 
 

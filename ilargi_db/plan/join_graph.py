@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-JOIN_KINDS = ("inner", "left", "right", "full")
-
 
 @dataclass(frozen=True)
 class Source:
@@ -33,21 +31,14 @@ class Source:
     def has_column(self, name: str) -> bool:
         return name.lower() in {c.lower() for c in self.columns}
 
-    def column_type(self, name: str) -> str:
-        for column, type_ in zip(self.columns, self.types):
-            if column.lower() == name.lower():
-                return type_
-        raise KeyError(name)
-
 
 @dataclass(frozen=True)
 class JoinEdge:
     """A join of ``right`` onto the sources before it, with its equality keys."""
 
     right: str
-    how: str  # one of JOIN_KINDS
+    how: str  # "inner", "left", "right" or "full"
     keys: tuple[tuple[str, str], ...]  # (left expression SQL, right expression SQL)
-    left_sources: tuple[str, ...]
 
 
 @dataclass(frozen=True)

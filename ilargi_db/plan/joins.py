@@ -20,7 +20,12 @@ def join_kind(join: exp.Join) -> str:
         what = kind or method
         raise PlanError(
             f"{what} JOIN is not supported in a training query: use an INNER or OUTER join "
-            "with equality keys (or express a semi join as WHERE ... IN (SELECT ...))."
+            "with equality keys"
+            + (
+                " (a semi or anti join can be written as WHERE [NOT] EXISTS (...))."
+                if kind in {"SEMI", "ANTI"}
+                else "."
+            )
         )
     if join.args.get("lateral") or isinstance(join.this, exp.Lateral):
         raise PlanError("LATERAL joins are not supported: join on equality keys instead.")
@@ -140,5 +145,5 @@ def join_edges(select: exp.Select, sources: list[Source]) -> list[JoinEdge]:
                 f"product: join with ON {right}.<key> = <other source>.<key> (or USING), "
                 "or for a comma join put the key equality in WHERE."
             )
-        edges.append(JoinEdge(right=right, how=how, keys=tuple(keys), left_sources=tuple(sorted(earlier))))
+        edges.append(JoinEdge(right=right, how=how, keys=tuple(keys)))
     return edges

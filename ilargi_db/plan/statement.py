@@ -14,6 +14,9 @@ _NOT_A_TRAINING_SET = (
 )
 
 
+_SET_RETURNING = {"unnest", "generate_series", "range", "explode", "json_each"}
+
+
 def outer_scope(node: exp.Expression, root: exp.Select):
     """Yield the nodes of ``node`` that belong to ``root``'s scope (not nested subqueries)."""
     for sub in node.walk(prune=lambda n: n is not node and isinstance(n, (exp.Query, exp.Subquery))):
@@ -69,14 +72,25 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
         "limit": "LIMIT",
         "offset": "OFFSET",
         "windows": "a WINDOW clause",
-        "sample": "TABLESAMPLE/USING SAMPLE",
     }
     for arg, what in clauses.items():
         if select.args.get(arg):
             raise PlanError(_NOT_A_TRAINING_SET.format(what=what))
     if select.args.get("into"):
         raise PlanError("SELECT ... INTO writes a table; ilargi_db only reads. Remove INTO.")
+    for sample in select.find_all(exp.TableSample):
+        raise PlanError(
+            f"{sample.sql('duckdb')} samples rows at random: the scans and the join would draw different "
+            "samples. Sample into a table first (CREATE TABLE s AS SELECT ... USING SAMPLE ...) and train on it."
+        )
     for node in outer_scope(select, select):
+        if isinstance(node, (exp.Unnest, exp.Explode)) or (
+            isinstance(node, exp.Anonymous) and node.name.lower() in _SET_RETURNING
+        ):
+            raise PlanError(
+                f"{node.sql('duckdb')} returns several rows per input row; a training query's rows must come "
+                "from its joins. Unnest in a subquery in FROM instead."
+            )
         if isinstance(node, exp.Window):
             raise PlanError(_NOT_A_TRAINING_SET.format(what=f"the window function {node.sql('duckdb')}"))
         if isinstance(node, exp.AggFunc):

@@ -1,0 +1,710 @@
+#!/usr/bin/env python
+"""Factorized (normalized matrix) vs materialized join: build time, linear algebra, peak memory.
+
+Run from the repository root::
+
+    python benchmarks/bench_normalized_matrix.py                 # full run (a few minutes at most)
+    python benchmarks/bench_normalized_matrix.py --quick         # smoke run, smaller sizes
+    python benchmarks/bench_normalized_matrix.py --output docs/benchmarks.md
+
+What it measures, all in one run so that the ratios compare timings taken side by side:
+
+1. Main case: a star schema (fact 1,000,000 x 5 floats, two foreign keys into two
+   dimensions of 50,000 x 20 floats; tuple ratio 20, feature ratio 4). Building the
+   normalized matrix (``ilargi_db.normalize``) vs DuckDB materializing the join into a
+   NumPy matrix (``to_arrow_table`` + ``arrow_to_block``), then X @ w, X @ W, X.T @ v,
+   X.T @ V, crossprod and colsums on both. Factorized and materialized repeats are
+   interleaved (A B A B ...) so that both see the same machine noise; medians are reported.
+2. Peak memory of each build, each in a fresh subprocess reading the same DuckDB file.
+3. Targets: LMM >= 3x faster, build >= 3x faster, factorized peak memory <= 1/3.
+4. A sweep over tuple ratio x feature ratio of X @ w, built without DuckDB.
+
+Speed-up = materialized time / factorized time (> 1: the normalized matrix wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+import ilargi_db
+from ilargi_db import Block, NormalizedMatrix
+from ilargi_db.datasets import StarSchema, make_star_schema
+from ilargi_db.metadata.arrow_blocks import arrow_to_block
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK_START = "<!-- bench_normalized_matrix:start -->"
+MARK_END = "<!-- bench_normalized_matrix:end -->"
+
+TARGET_SPEEDUP = 3.0
+TARGET_MEMORY = 1 / 3
+
+SWEEP_TUPLE_RATIOS = (1, 2, 5, 10, 20, 50, 100)
+SWEEP_FEATURE_RATIOS = (0.25, 0.5, 1, 2, 4, 8)
+SWEEP_FACT_FEATURES = 4
+
+
+@dataclass(frozen=True)
+class Config:
+    fact_rows: int = 1_000_000
+    fact_features: int = 5
+    n_dims: int = 2
+    dim_rows: int = 50_000
+    dim_features: int = 20
+    lmm_width: int = 8  # columns of the matrix operand in X @ W and X.T @ V
+    build_repeats: int = 5
+    op_repeats: int = 9
+    sweep_fact_rows: int = 200_000
+    sweep_min_repeats: int = 15
+    sweep_min_seconds: float = 0.15  # per side and point: short ops repeat more often
+
+    def schema_kwargs(self) -> dict:
+        return dict(
+            fact_rows=self.fact_rows,
+            fact_features=self.fact_features,
+            n_dims=self.n_dims,
+            dim_rows=self.dim_rows,
+            dim_features=self.dim_features,
+        )
+
+
+FULL = Config()
+QUICK = Config(
+    fact_rows=100_000,
+    dim_rows=5_000,
+    build_repeats=3,
+    op_repeats=5,
+    sweep_fact_rows=20_000,
+    sweep_min_repeats=5,
+    sweep_min_seconds=0.02,
+)
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def interleaved(
+    fact: Callable[[], object], mat: Callable[[], object], repeats: int, min_seconds: float = 0.0
+) -> tuple[float, float, float, float]:
+    """Median seconds of ``fact`` and ``mat``, timed alternately; also each one's first (cold) call.
+
+    Repeats at least ``repeats`` times and until each side has run ``min_seconds`` in total
+    (at most 10x ``repeats``). Results are dropped before the next call.
+    """
+    cold = []
+    for f in (fact, mat):
+        gc.collect()
+        t0 = time.perf_counter()
+        result = f()
+        cold.append(time.perf_counter() - t0)
+        del result
+    times: tuple[list[float], list[float]] = ([], [])
+    while True:
+        for f, sink in ((fact, times[0]), (mat, times[1])):
+            t0 = time.perf_counter()
+            result = f()
+            sink.append(time.perf_counter() - t0)
+            del result
+        done = len(times[0])
+        if done >= 10 * repeats or (done >= repeats and min(sum(times[0]), sum(times[1])) >= min_seconds):
+            break
+    return float(np.median(times[0])), float(np.median(times[1])), cold[0], cold[1]
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_times() -> tuple[int, int]:
+    """(steal, total) jiffies of all CPUs, from /proc/stat (0, 1 where unavailable)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+    except OSError:  # pragma: no cover - not Linux
+        return 0, 1
+
+
+def materialize_join(con: duckdb.DuckDBPyConnection, query: str, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The baseline: DuckDB joins, returns Arrow; one copy per column into a Fortran-order matrix."""
+    table = con.sql(query).to_arrow_table()
+    return arrow_to_block(table, names), table.column("y").to_numpy()
+
+
+def factorize(con: duckdb.DuckDBPyConnection, query: str) -> tuple[NormalizedMatrix, np.ndarray]:
+    return ilargi_db.normalize(con, query, target="y", backend="numpy")
+
+
+# -- 2. peak memory, in a fresh process -----------------------------------------------------
+
+
+def vm_hwm_bytes() -> int | None:
+    """Peak RSS of this process's address space (VmHWM), or None where /proc has none."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:"))
+    except (OSError, StopIteration):  # pragma: no cover - not Linux
+        return None
+
+
+def reset_hwm() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:  # pragma: no cover
+        return False
+
+
+def peak_child(kind: str, db: str, sizes: dict) -> None:
+    """Open the database read-only, build once, print one JSON line (bytes).
+
+    ``ru_maxrss`` of a process started by ``subprocess`` also holds its parent's RSS at the
+    time of the spawn (Linux keeps the high-water mark across fork/vfork + exec), so this
+    also resets and reads VmHWM, the peak of this process's own address space, which is
+    exact whatever the parent held. Both are reported.
+    """
+    con = ilargi_db.connect(db, read_only=True)
+    query = StarSchema(**sizes).query()
+    names = [c for c in con.sql(query).columns if c != "y"]
+    con.sql("SELECT count(*) FROM fact").fetchall()  # DuckDB started; the data is not read yet
+    gc.collect()
+    before = rss_bytes()
+    ru_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    hwm_reset = reset_hwm()
+    t0 = time.perf_counter()
+    if kind == "factorized":
+        X, y = factorize(con, query)
+        result = sum(p.data.nbytes + (0 if p.index is None else p.index.nbytes) for p in X._parts) + y.nbytes
+    elif kind == "materialized":
+        T, y = materialize_join(con, query, names)
+        result = T.nbytes + y.nbytes
+    else:
+        raise SystemExit(f"unknown --peak kind {kind!r}")
+    seconds = time.perf_counter() - t0
+    after = rss_bytes()
+    ru_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    hwm = vm_hwm_bytes() if hwm_reset else None
+    out = dict(kind=kind, before=before, after=after, ru_before=ru_before, ru_peak=ru_peak, hwm=hwm)
+    print(json.dumps(dict(out, result=result, seconds=seconds)))
+
+
+def measure_peak(kind: str, db: str, config: Config) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--peak", kind, "--db", db]
+    cmd += ["--sizes", json.dumps(config.schema_kwargs())]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"peak-memory subprocess ({kind}) failed:\n{done.stdout}\n{done.stderr}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["ru_delta"] = max(0, out["ru_peak"] - out["before"])
+    # The ratio uses VmHWM where it could be reset, else ru_maxrss.
+    out["delta"] = max(0, out["hwm"] - out["before"]) if out["hwm"] is not None else out["ru_delta"]
+    out["source"] = "VmHWM" if out["hwm"] is not None else "ru_maxrss"
+    out["retained"] = max(0, out["after"] - out["before"])
+    return out
+
+
+# -- 1. the main case -----------------------------------------------------------------------
+
+
+def check_same_matrix(X: NormalizedMatrix, y: np.ndarray, T: np.ndarray, y_t: np.ndarray) -> list[str]:
+    """Row orders differ (the normalized matrix keeps the fact's order): compare order-free results."""
+    problems = []
+    if X.shape != T.shape:
+        problems.append(f"shape {X.shape} vs {T.shape}")
+        return problems
+    w = np.random.default_rng(1).standard_normal(X.shape[1])
+    checks = {
+        "crossprod": (X.crossprod(), T.T @ T),
+        "colsums": (X.colsums(), T.sum(axis=0)),
+        "sorted X @ w": (np.sort(X @ w), np.sort(T @ w)),
+        "X.T @ y": (X.T @ y, T.T @ y_t),
+    }
+    for name, (a, b) in checks.items():
+        if not np.allclose(a, b, rtol=1e-9, atol=1e-6 * max(1.0, float(np.abs(b).max()))):
+            problems.append(f"{name} differs (max abs diff {float(np.abs(a - b).max()):.3g})")
+    return problems
+
+
+def run_main(con: duckdb.DuckDBPyConnection, schema: StarSchema, config: Config, log: Callable) -> dict:
+    query = schema.query()
+    names = [c for c in con.sql(query).columns if c != "y"]
+    n, d, p = schema.fact_rows, len(names), config.lmm_width
+
+    log(f"building: normalize() vs DuckDB join -> Arrow -> NumPy, {config.build_repeats} interleaved repeats")
+    fact_build, mat_build, fact_cold, mat_cold = interleaved(
+        lambda: factorize(con, query), lambda: materialize_join(con, query, names), config.build_repeats
+    )
+    # The two steps of the baseline, for the record (not used in the ratios).
+    arrow_s, numpy_s = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        table = con.sql(query).to_arrow_table()
+        t1 = time.perf_counter()
+        block = arrow_to_block(table, names)
+        numpy_s.append(time.perf_counter() - t1)
+        arrow_s.append(t1 - t0)
+        del table, block
+    X, y = factorize(con, query)
+    T, y_t = materialize_join(con, query, names)
+    log(f"  normalize {fact_build * 1e3:.0f} ms, materialize {mat_build * 1e3:.0f} ms ({X!r})")
+    if X.feature_names != names:
+        raise RuntimeError(f"feature names differ: {X.feature_names} vs {names}")
+    problems = check_same_matrix(X, y, T, y_t)
+    if problems:
+        raise RuntimeError("factorized and materialized results differ: " + "; ".join(problems))
+    log("  results agree (crossprod, colsums, sorted X @ w, X.T @ y)")
+
+    rng = np.random.default_rng(0)
+    w, W = rng.standard_normal(d), rng.standard_normal((d, p))
+    v, V = rng.standard_normal(n), rng.standard_normal((n, p))
+    ops = [
+        ("lmm", f"LMM `X @ w`, w ({d},)", lambda: X @ w, lambda: T @ w),
+        ("lmm_matrix", f"LMM `X @ W`, W ({d}, {p})", lambda: X @ W, lambda: T @ W),
+        ("tlmm", f"transposed LMM `X.T @ v`, v ({n},)", lambda: X.T @ v, lambda: T.T @ v),
+        ("tlmm_matrix", f"transposed LMM `X.T @ V`, V ({n}, {p})", lambda: X.T @ V, lambda: T.T @ V),
+        ("crossprod", "crossprod `X.T @ X`", lambda: X.crossprod(), lambda: T.T @ T),
+        ("colsums", "colsums", lambda: X.colsums(), lambda: T.sum(axis=0)),
+    ]
+    rows = [
+        dict(
+            key="build",
+            label="build (normalize vs join -> NumPy)",
+            fact=fact_build,
+            mat=mat_build,
+            fact_cold=fact_cold,
+            mat_cold=mat_cold,
+        )
+    ]
+    for key, label, f, g in ops:
+        log(f"timing {label} ...")
+        ft, mt, fc, mc = interleaved(f, g, config.op_repeats)
+        rows.append(dict(key=key, label=label, fact=ft, mat=mt, fact_cold=fc, mat_cold=mc))
+        log(f"  factorized {ft * 1e3:.1f} ms, materialized {mt * 1e3:.1f} ms, speed-up {mt / ft:.2f}x")
+    return dict(
+        rows=rows,
+        arrow_s=float(np.median(arrow_s)),
+        numpy_s=float(np.median(numpy_s)),
+        shape=list(X.shape),
+        blocks=repr(X),
+        t_bytes=int(T.nbytes),
+        x_bytes=int(sum(p.data.nbytes + (0 if p.index is None else p.index.nbytes) for p in X._parts)),
+    )
+
+
+# -- 4. the sweep ---------------------------------------------------------------------------
+
+
+def run_sweep(config: Config, log: Callable) -> dict:
+    n = config.sweep_fact_rows
+    rng = np.random.default_rng(42)
+    fact = np.asfortranarray(rng.random((n, SWEEP_FACT_FEATURES)))
+    grid: dict[str, dict[str, float]] = {}
+    points = []
+    for tr in SWEEP_TUPLE_RATIOS:
+        dim_rows = max(1, round(n / tr))
+        index = rng.integers(0, dim_rows, size=n).astype(np.int32)
+        for fr in SWEEP_FEATURE_RATIOS:
+            dim_features = max(1, round(SWEEP_FACT_FEATURES * fr))
+            dim = np.asfortranarray(rng.random((dim_rows, dim_features)))
+            d = SWEEP_FACT_FEATURES + dim_features
+            X = NormalizedMatrix(
+                [
+                    Block(fact, columns=range(SWEEP_FACT_FEATURES)),
+                    Block(dim, columns=range(SWEEP_FACT_FEATURES, d), index=index),
+                ],
+                n_rows=n,
+                backend="numpy",
+            )
+            T = np.asfortranarray(X.materialize())  # same layout as the DuckDB-materialized matrix
+            w = rng.standard_normal(d)
+            if not np.allclose(X @ w, T @ w):
+                raise RuntimeError(f"sweep TR={tr} FR={fr}: X @ w differs from the materialized product")
+            ft, mt, _, _ = interleaved(
+                lambda X=X, w=w: X @ w, lambda T=T, w=w: T @ w, config.sweep_min_repeats, config.sweep_min_seconds
+            )
+            grid.setdefault(str(tr), {})[str(fr)] = mt / ft
+            points.append(dict(tr=tr, fr=fr, dim_rows=dim_rows, dim_features=dim_features, fact=ft, mat=mt))
+            del X, T
+        log(f"  TR={tr:>3}: " + "  ".join(f"FR {fr:g}: {grid[str(tr)][str(fr)]:.2f}x" for fr in SWEEP_FEATURE_RATIOS))
+    return dict(grid=grid, points=points, fact_rows=n)
+
+
+def sweep_summary(sweep: dict) -> list[str]:
+    """Where the factorized LMM stops winning, per feature ratio."""
+    grid, lines = sweep["grid"], []
+    for fr in SWEEP_FEATURE_RATIOS:
+        speed = [grid[str(tr)][str(fr)] for tr in SWEEP_TUPLE_RATIOS]
+        losing = [tr for tr, s in zip(SWEEP_TUPLE_RATIOS, speed) if s < 1]
+        if not losing:
+            lines.append(f"FR {fr:g}: factorized wins at every tuple ratio tested (>= {min(speed):.2f}x)")
+            continue
+        wins_from = next(
+            (tr for i, tr in enumerate(SWEEP_TUPLE_RATIOS) if all(s >= 1 for s in speed[i:])),
+            None,
+        )
+        lost = ", ".join(f"TR {tr} ({grid[str(tr)][str(fr)]:.2f}x)" for tr in losing)
+        if wins_from is None:
+            lines.append(f"FR {fr:g}: factorized never wins; loses at {lost}")
+        else:
+            lines.append(f"FR {fr:g}: factorized stops winning below TR {wins_from}; loses at {lost}")
+    return lines
+
+
+# -- targets and reporting ------------------------------------------------------------------
+
+
+def targets(main: dict, memory: dict) -> list[dict]:
+    by_key = {r["key"]: r for r in main["rows"]}
+    out = []
+    for key, label in (("lmm", "LMM `X @ w` >= 3x faster"), ("lmm_matrix", "LMM `X @ W` (matrix) >= 3x faster")):
+        s = by_key[key]["mat"] / by_key[key]["fact"]
+        out.append(dict(label=label, value=f"{s:.2f}x", ok=s >= TARGET_SPEEDUP, miss=_speed_miss(s)))
+    s = by_key["build"]["mat"] / by_key["build"]["fact"]
+    out.append(dict(label="building >= 3x faster", value=f"{s:.2f}x", ok=s >= TARGET_SPEEDUP, miss=_speed_miss(s)))
+    ratio = memory["ratio"]
+    miss = (
+        f"{ratio:.3f} vs <= {TARGET_MEMORY:.3f}: {ratio / TARGET_MEMORY:.2f}x over the limit, "
+        f"{(ratio - TARGET_MEMORY) * memory['materialized']['delta'] / 2**20:.0f} MiB too much"
+    )
+    out.append(
+        dict(
+            label="peak memory factorized <= 1/3 of materialized",
+            value=f"{ratio:.3f}",
+            ok=ratio <= TARGET_MEMORY,
+            miss=miss,
+        )
+    )
+    return out
+
+
+def _speed_miss(s: float) -> str:
+    return f"{s:.2f}x vs 3x: reaches {s / TARGET_SPEEDUP:.0%} of the target; needs {TARGET_SPEEDUP / s:.2f}x more"
+
+
+def machine_facts(con: duckdb.DuckDBPyConnection) -> dict:
+    facts = dict(
+        python=platform.python_version(),
+        numpy=np.__version__,
+        duckdb=duckdb.__version__,
+        ilargi_db=ilargi_db.__version__,
+        platform=platform.platform(),
+        cpus=os.cpu_count(),
+        usable_cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        duckdb_threads=con.sql("SELECT current_setting('threads')").fetchall()[0][0],
+    )
+    try:
+        import pyarrow
+        import scipy
+
+        facts.update(pyarrow=pyarrow.__version__, scipy=scipy.__version__)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            facts["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+        with open("/proc/meminfo") as f:
+            kib = int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1])
+            facts["memory"] = f"{kib / 2**20:.1f} GiB"
+    except (OSError, StopIteration):  # pragma: no cover
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        facts["blas_build"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:  # pragma: no cover - older NumPy
+        facts["blas_build"] = "?"
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        facts["blas_runtime"] = ", ".join(
+            f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads, {i.get('architecture')})"
+            for i in blas
+        )
+    except ImportError:  # pragma: no cover
+        facts["blas_runtime"] = "?"
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "ilargi_db"], cwd=ROOT, capture_output=True, text=True)
+        facts["git"] = rev.stdout.strip() + (" (ilargi_db/ has uncommitted changes)" if dirty.stdout.strip() else "")
+    except OSError:  # pragma: no cover
+        facts["git"] = "?"
+    return facts
+
+
+def ms(s: float) -> str:
+    return f"{s * 1e3:.1f}" if s < 10 else f"{s:.1f} s"
+
+
+def mib(b: float) -> str:
+    return f"{b / 2**20:.0f}"
+
+
+def render_markdown(res: dict) -> str:
+    cfg, main, mem, sweep, facts = res["config"], res["main"], res["memory"], res["sweep"], res["facts"]
+    L = []
+    L.append("## Normalized matrix vs materialized join (`benchmarks/bench_normalized_matrix.py`)")
+    L.append("")
+    L.append(f"Generated by the script on {res['date']} ({res['seconds']:.0f} s wall time). Command:")
+    L.append("")
+    L.append("```")
+    L.append(res["command"])
+    L.append("```")
+    L.append("")
+    L.append(
+        "**Machine.** " + f"{facts.get('cpu', '?')}, {facts['cpus']} cores ({facts['usable_cpus']} usable), "
+        f"{facts.get('memory', '?')} RAM, {facts['platform']}. Python {facts['python']}, "
+        f"NumPy {facts['numpy']} (BLAS: {facts['blas_build']}; at run time {facts['blas_runtime']}), "
+        f"DuckDB {facts['duckdb']} ({facts['duckdb_threads']} threads), PyArrow {facts.get('pyarrow', '?')}, "
+        f"SciPy {facts.get('scipy', '?')}, ilargi_db {facts['ilargi_db']} at git {facts['git']}. "
+        f"CPU steal time during the run: {res['steal']:.1%} (a shared VM: timings are noisy, so "
+        "factorized and materialized repeats are interleaved and ratios come from the same run)."
+    )
+    L.append("")
+    L.append(f"### Main case: tuple ratio {res['tuple_ratio']:g}, feature ratio {res['feature_ratio']:g}")
+    L.append("")
+    L.append(
+        f"Fact {cfg['fact_rows']:,} rows x {cfg['fact_features']} floats with {cfg['n_dims']} foreign keys; "
+        f"{cfg['n_dims']} dimensions of {cfg['dim_rows']:,} rows x {cfg['dim_features']} floats; "
+        f"X is {main['shape'][0]:,} x {main['shape'][1]} ({main['blocks']}). Data generated once into a DuckDB "
+        "file, read through a read-only connection. Materialized = `con.sql(query).to_arrow_table()` + "
+        "`arrow_to_block` (Fortran-order float64), timed together; factorized = "
+        "`ilargi_db.normalize(con, query, target='y', backend='numpy')`. One untimed warm-up each "
+        f"(its time is the 'first call' column), then the median of {cfg['build_repeats']} (build) or "
+        f"{cfg['op_repeats']} (operators) interleaved repeats. Results were checked to agree "
+        "(crossprod, colsums, sorted `X @ w`, `X.T @ y`)."
+    )
+    L.append("")
+    L.append(
+        "| operation | factorized (ms) | materialized (ms) | speed-up | first call: factorized / materialized (ms) |"
+    )
+    L.append("|---|---:|---:|---:|---:|")
+    for r in main["rows"]:
+        L.append(
+            f"| {r['label']} | {ms(r['fact'])} | {ms(r['mat'])} | **{r['mat'] / r['fact']:.2f}x** "
+            f"| {ms(r['fact_cold'])} / {ms(r['mat_cold'])} |"
+        )
+    L.append("")
+    L.append(
+        f"The materialized build splits into DuckDB join -> Arrow {ms(main['arrow_s'])} ms and Arrow -> NumPy "
+        f"{ms(main['numpy_s'])} ms (medians of 3, separate from the table). Result sizes: X's blocks and "
+        f"indices {mib(main['x_bytes'])} MiB, T {mib(main['t_bytes'])} MiB."
+    )
+    L.append("")
+    L.append("### Peak memory of the build")
+    L.append("")
+    L.append(
+        "Each build runs once in a fresh subprocess that opens the DuckDB file read-only. "
+        "Peak = high-water RSS during the build minus RSS (`/proc/self/statm`) just before it. The high-water "
+        "mark is VmHWM (`/proc/self/status`), reset right before the build through `/proc/self/clear_refs`; "
+        "`ru_maxrss` is shown too, but a child started by `subprocess` inherits its parent's RSS as a floor "
+        "of `ru_maxrss` (Linux keeps the mark across vfork + exec), so it can over-state small builds. "
+        "'Retained' = RSS after minus before; 'result' = bytes of the arrays returned."
+    )
+    L.append("")
+    L.append(
+        "| build | peak over pre-build RSS (MiB) | `ru_maxrss` - pre-build RSS (MiB) | retained (MiB) "
+        "| result arrays (MiB) | build time (ms) |"
+    )
+    L.append("|---|---:|---:|---:|---:|---:|")
+    for kind in ("factorized", "materialized"):
+        m = mem[kind]
+        L.append(
+            f"| {kind} | {mib(m['delta'])} | {mib(m['ru_delta'])} | {mib(m['retained'])} | {mib(m['result'])} "
+            f"| {ms(m['seconds'])} |"
+        )
+    L.append("")
+    L.append(
+        f"Ratio factorized / materialized peak: **{mem['ratio']:.3f}** "
+        f"(materialized needs {1 / mem['ratio']:.1f}x the memory; from `ru_maxrss`: {mem['ru_ratio']:.3f})."
+    )
+    L.append("")
+    L.append("### Targets")
+    L.append("")
+    L.append("| target | measured | result |")
+    L.append("|---|---:|---|")
+    for t in res["targets"]:
+        L.append(f"| {t['label']} | {t['value']} | {'PASS' if t['ok'] else 'MISS: ' + t['miss']} |")
+    L.append("")
+    L.append("### Sweep: LMM `X @ w` speed-up by tuple ratio (rows) and feature ratio (columns)")
+    L.append("")
+    L.append(
+        f"Fact {sweep['fact_rows']:,} rows x {SWEEP_FACT_FEATURES} floats, one dimension of fact rows / TR rows "
+        f"x round({SWEEP_FACT_FEATURES} * FR) floats, random foreign keys; built directly with "
+        "`Block`/`NormalizedMatrix` (no DuckDB); baseline `T = np.asfortranarray(X.materialize())` "
+        "(the layout of the DuckDB-materialized matrix, faster than C order for `T @ w` here). "
+        f"Median of >= {cfg['sweep_min_repeats']} interleaved repeats. Cells: materialized / factorized time; "
+        "< 1 (in italics) means the normalized matrix loses."
+    )
+    L.append("")
+    L.append("| TR \\ FR | " + " | ".join(f"{fr:g}" for fr in SWEEP_FEATURE_RATIOS) + " |")
+    L.append("|---:|" + "---:|" * len(SWEEP_FEATURE_RATIOS))
+    for tr in SWEEP_TUPLE_RATIOS:
+        cells = []
+        for fr in SWEEP_FEATURE_RATIOS:
+            s = sweep["grid"][str(tr)][str(fr)]
+            cells.append(f"*{s:.2f}*" if s < 1 else f"{s:.2f}")
+        L.append(f"| {tr} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("Where factorized stops winning (speed-up < 1):")
+    L.append("")
+    L += [f"- {line}" for line in sweep_summary(sweep)]
+    return "\n".join(L) + "\n"
+
+
+def write_markdown(path: Path, section: str) -> None:
+    """Replace this benchmark's marked section in ``path`` (or add it); leave the rest of the file alone."""
+    block = f"{MARK_START}\n{section}{MARK_END}\n"
+    if path.exists():
+        text = path.read_text()
+        if MARK_START in text and MARK_END in text:
+            head, rest = text.split(MARK_START, 1)
+            tail = rest.split(MARK_END, 1)[1].lstrip("\n")
+            text = head + block + ("\n" + tail if tail else "")
+        else:
+            text = text.rstrip("\n") + "\n\n" + block
+    else:
+        text = "# Benchmarks\n\n" + block
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def print_report(res: dict, log: Callable) -> None:
+    main, mem = res["main"], res["memory"]
+    log("")
+    log(f"== main case (TR {res['tuple_ratio']:g}, FR {res['feature_ratio']:g}), medians ==")
+    log(f"{'operation':<52} {'factorized':>12} {'materialized':>13} {'speed-up':>9}")
+    for r in main["rows"]:
+        label = r["label"].replace("`", "")
+        log(f"{label:<52} {r['fact'] * 1e3:>9.1f} ms {r['mat'] * 1e3:>10.1f} ms {r['mat'] / r['fact']:>8.2f}x")
+    log(
+        f"materialized build = join->Arrow {main['arrow_s'] * 1e3:.0f} ms + Arrow->NumPy {main['numpy_s'] * 1e3:.0f} ms"
+    )
+    log("")
+    log("== peak memory of the build (fresh subprocesses) ==")
+    for kind in ("factorized", "materialized"):
+        m = mem[kind]
+        log(
+            f"{kind:<13} peak +{m['delta'] / 2**20:7.0f} MiB ({m['source']})"
+            f"  ru_maxrss +{m['ru_delta'] / 2**20:6.0f} MiB"
+            f"  retained +{m['retained'] / 2**20:6.0f} MiB  result {m['result'] / 2**20:6.0f} MiB"
+        )
+    log(f"ratio factorized/materialized: {mem['ratio']:.3f} (ru_maxrss: {mem['ru_ratio']:.3f})")
+    log("")
+    log("== targets ==")
+    for t in res["targets"]:
+        log(
+            f"{'PASS' if t['ok'] else 'MISS'}  {t['label'].replace('`', '')}: {t['value']}"
+            + ("" if t["ok"] else f"  ({t['miss']})")
+        )
+    log("")
+    log("== sweep: LMM X @ w speed-up (rows: tuple ratio, columns: feature ratio) ==")
+    log("TR\\FR " + "".join(f"{fr:>8g}" for fr in SWEEP_FEATURE_RATIOS))
+    for tr in SWEEP_TUPLE_RATIOS:
+        log(f"{tr:>5} " + "".join(f"{res['sweep']['grid'][str(tr)][str(fr)]:>8.2f}" for fr in SWEEP_FEATURE_RATIOS))
+    for line in sweep_summary(res["sweep"]):
+        log("  " + line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (fact 100k rows, dims 5k): a smoke run")
+    parser.add_argument("--output", type=Path, help="write (or replace) this benchmark's section in a markdown file")
+    parser.add_argument("--json", type=Path, help="also dump all measurements as JSON")
+    parser.add_argument("--peak", choices=("factorized", "materialized"), help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peak:
+        peak_child(args.peak, args.db, json.loads(args.sizes))
+        return 0
+
+    config = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    steal0, total0 = cpu_times()
+
+    def log(msg: str = "") -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}" if msg else "", flush=True)
+
+    tmp = tempfile.mkdtemp(prefix="ilargi_bench_")
+    try:
+        db = os.path.join(tmp, "star.duckdb")
+        log(f"generating the star schema into {db}: {config.schema_kwargs()}")
+        writer = ilargi_db.connect(db)
+        schema = make_star_schema(writer, seed=0, **config.schema_kwargs())
+        writer.close()
+        log(f"tuple ratio {schema.tuple_ratio:g}, feature ratio {schema.feature_ratio:g}")
+
+        # First, while this process is still small (a child's ru_maxrss includes it).
+        log("peak memory: one fresh subprocess per build")
+        memory = {kind: measure_peak(kind, db, config) for kind in ("factorized", "materialized")}
+        memory["ratio"] = memory["factorized"]["delta"] / memory["materialized"]["delta"]
+        memory["ru_ratio"] = memory["factorized"]["ru_delta"] / max(1, memory["materialized"]["ru_delta"])
+        for kind in ("factorized", "materialized"):
+            m = memory[kind]
+            log(f"  {kind}: +{m['delta'] / 2**20:.0f} MiB ({m['source']}), ru_maxrss +{m['ru_delta'] / 2**20:.0f} MiB")
+
+        con = ilargi_db.connect(db, read_only=True)
+        main_res = run_main(con, schema, config, log)
+        facts = machine_facts(con)
+        con.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    log(
+        f"sweep: {len(SWEEP_TUPLE_RATIOS)} tuple ratios x {len(SWEEP_FEATURE_RATIOS)} feature ratios, "
+        f"fact {config.sweep_fact_rows:,} rows"
+    )
+    sweep = run_sweep(config, log)
+
+    steal1, total1 = cpu_times()
+    res = dict(
+        config=asdict(config),
+        tuple_ratio=schema.tuple_ratio,
+        feature_ratio=schema.feature_ratio,
+        main=main_res,
+        memory=memory,
+        sweep=sweep,
+        facts=facts,
+        steal=(steal1 - steal0) / max(1, total1 - total0),
+        seconds=time.perf_counter() - started,
+        date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        command=" ".join(
+            [
+                "python",
+                *([os.path.relpath(sys.argv[0], Path.cwd())] if sys.argv else []),
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
+    )
+    res["targets"] = targets(main_res, memory)
+    print_report(res, log)
+    if args.output:
+        write_markdown(args.output, render_markdown(res))
+        log(f"wrote {args.output}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
