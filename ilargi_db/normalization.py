@@ -61,7 +61,8 @@ def to_normalized_matrix(
         data = b.data
         if sparse is True or (sparse == "auto" and data.size and np.count_nonzero(data) < SPARSE_DENSITY * data.size):
             data = sp.csr_matrix(data)
-        blocks.append(Block(data=data, columns=b.columns, index=b.indicator, fill=b.fill))
+        # An empty row whose expression is NULL contributes nothing (the DI formula): fill 0.
+        blocks.append(Block(data=data, columns=b.columns, index=b.indicator, fill=np.nan_to_num(b.fill, nan=0.0)))
     return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=meta.feature_names, backend=backend)
 
 

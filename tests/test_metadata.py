@@ -16,7 +16,7 @@ def _rebuild(meta):
     T = np.zeros((meta.n_rows, meta.n_features))
     for k, block in enumerate(meta.blocks):
         T += meta.indicator_matrix(k) @ block.data @ meta.mapping_matrix(k).T
-        T[np.ix_(meta.empty_rows(k), block.columns)] += block.fill
+        T[np.ix_(meta.empty_rows(k), block.columns)] += np.nan_to_num(block.fill)  # NULL on an empty row: 0
     return T
 
 

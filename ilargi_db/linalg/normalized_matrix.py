@@ -31,8 +31,10 @@ class Block:
     columns : sequence of int, length c
         Output column of each block column (the mapping matrix M_k).
     index : int array of length n_rows, optional
-        Block row taken by each output row, -1 where the block leaves the row
-        empty (the indicator I_k). ``None`` means row i takes block row i.
+        Block row taken by each output row (the indicator I_k); -1 where the
+        block leaves the row empty (it takes ``fill``); -2 where the block does
+        not contribute at all (another block owns the cell). ``None`` means row
+        i takes block row i.
     fill : array of length c, optional
         Value of an empty row in each column (default 0: an empty row adds nothing).
     """
@@ -186,17 +188,23 @@ class NormalizedMatrix:
         if index.shape != (self._n_rows,):
             raise ValueError(f"block index has shape {index.shape}, expected ({self._n_rows},).")
         r = data.shape[0]
-        if len(index) and (int(index.max()) >= r or int(index.min()) < -1):
-            raise ValueError(f"block index values must lie in [-1, {r}).")
-        empty = index < 0
+        if len(index) and (int(index.max()) >= r or int(index.min()) < -2):
+            raise ValueError(f"block index values must lie in [-2, {r}).")
+        empty, absent = index == -1, index == -2
+        extra = []  # a fill row for empty rows, a zero row for rows the block does not own
         if bool(empty.any()):
             fill = np.zeros(len(columns)) if block.fill is None else np.asarray(block.fill, dtype=float)
-            fill_row = xp.asarray(fill.reshape(1, -1), dtype=dtype)
+            index = xp.where(empty, r + len(extra), index)
+            extra.append(fill)
+        if bool(absent.any()):
+            index = xp.where(absent, r + len(extra), index)
+            extra.append(np.zeros(len(columns)))
+        if extra:
+            rows = xp.asarray(np.vstack(extra), dtype=dtype)
             if be.is_sparse(data):
-                data = be.sparse.vstack([data, be.sparse.csr_matrix(fill_row)]).tocsr()
+                data = be.sparse.vstack([data, be.sparse.csr_matrix(rows)]).tocsr()
             else:
-                data = xp.concatenate([data, fill_row], axis=0)
-            index = xp.where(empty, r, index)
+                data = xp.concatenate([data, rows], axis=0)
         elif len(index) == r and bool((index == xp.arange(r)).all()):
             index = None  # row i takes block row i: no gather needed
         return _Part(data, columns, index, be)

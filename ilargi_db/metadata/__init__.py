@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
-from ilargi_db.metadata.di_metadata import BlockMetadata, DIMetadata
+from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.indicator import TARGET, compute_indicators, winner_column
 from ilargi_db.metadata.scans import join_columns, part_column, scan_source
 from ilargi_db.plan.join_graph import JoinGraph
@@ -57,20 +57,32 @@ def clear_unused_nonfinite(block: BlockMetadata) -> None:
     block.data[missing & ~used[:, None]] = 0.0
 
 
-def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np.dtype = np.float64) -> DIMetadata:
-    """Scan every source and compute all indicators with one DuckDB query."""
+def extract_metadata(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    dtype: np.dtype = np.float64,
+    categorical: frozenset[int] = frozenset(),
+) -> DIMetadata:
+    """Scan every source and compute all indicators with one DuckDB query.
+
+    Features whose index is in ``categorical`` are read as text, one value per
+    source row, for an encoder to expand (see :mod:`ilargi_db.preprocess`).
+    """
     if not graph.factorizable:
         raise ValueError("extract_metadata needs a factorizable join graph")  # normalize() checks first
+    if any(graph.features[j].kind == "coalesce" for j in categorical):
+        raise ValueError("a categorical feature must read one source")  # classified as cross-source upstream
     keys = join_columns(graph)
     parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
     parts_in_join: dict[str, list[str]] = {s.alias: [] for s in graph.sources}
+    text_parts = frozenset(part_column(j, 0) for j in categorical)
     for j, feature in enumerate(graph.features):
         for k, part in enumerate(feature.parts):
             parts[part.source][part_column(j, k)] = part.sql
             if feature.kind == "coalesce":
                 parts_in_join[part.source].append(part_column(j, k))
     scans = {
-        s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], parts_in_join[s.alias])
+        s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], parts_in_join[s.alias], text_parts)
         for s in graph.sources
     }
     joined = compute_indicators(con, graph, scans, uuid.uuid4().hex)
@@ -80,12 +92,13 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
     n_rows = len(joined[graph.sources[0].alias])
 
     blocks: list[BlockMetadata] = []
+    categoricals: list[CategoricalMetadata] = []
     for source in graph.sources:
         scan = scans[source.alias]
         plain = [
             (j, part_column(j, 0))
             for j, f in enumerate(graph.features)
-            if f.kind == "source" and f.parts[0].source == source.alias
+            if f.kind == "source" and f.parts[0].source == source.alias and j not in categorical
         ]
         if plain:
             names = [name for _, name in plain]
@@ -98,20 +111,26 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
                     fill=np.array([scan.fill[name] for name in names], dtype=dtype),
                 )
             )
+    for j in sorted(categorical):
+        source = graph.features[j].parts[0].source
+        name = part_column(j, 0)
+        values = scans[source].values.column(name).combine_chunks()
+        categoricals.append(CategoricalMetadata(source, j, values, joined[source], scans[source].fill[name]))
     for j, feature in enumerate(graph.features):
         if feature.kind != "coalesce":
             continue
         winner = joined[winner_column(j)]
         for k, part in enumerate(feature.parts):
             rows = joined[part.source]
+            # The winning source gives the cell; a row no source fills is empty (-1) in the first part only.
+            other = np.where(winner == -1, -1, -2) if k == 0 else -2
             blocks.append(
                 BlockMetadata(
                     source=part.source,
                     data=arrow_to_block(scans[part.source].values, [part_column(j, k)], dtype),
-                    indicator=np.where(winner == k, rows, -1).astype(rows.dtype, copy=False),
+                    indicator=np.where(winner == k, rows, other).astype(rows.dtype, copy=False),
                     columns=np.array([j], dtype=np.int64),
-                    fill=np.zeros(1, dtype=dtype),
-                    masked=True,
+                    fill=np.full(1, np.nan, dtype=dtype),
                 )
             )
     for block in blocks:
@@ -123,7 +142,8 @@ def extract_metadata(con: duckdb.DuckDBPyConnection, graph: JoinGraph, dtype: np
         indicators={s.alias: joined[s.alias] for s in graph.sources},
         source_rows={alias: scan.n_rows for alias, scan in scans.items()},
         target=joined.get(TARGET),
+        categoricals=categoricals,
     )
 
 
-__all__ = ["BlockMetadata", "DIMetadata", "extract_metadata"]
+__all__ = ["BlockMetadata", "CategoricalMetadata", "DIMetadata", "extract_metadata"]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse as sp
 
 
@@ -12,13 +13,13 @@ import scipy.sparse as sp
 class BlockMetadata:
     """One feature block S_k with its indicator I_k and mapping M_k.
 
-    ``indicator[i]`` is the block row that output row ``i`` takes, or -1 where
-    the block contributes nothing to that row (an outer join left the source's
-    side empty, or another source won a coalesced column). ``columns[j]`` is
-    the output column that block column ``j`` feeds (the mapping matrix).
-    ``fill[j]`` is the value a row left empty by an outer join has in column
-    ``j`` (the feature expression evaluated on a NULL row, NULL read as 0);
-    rows masked by a coalesce always take 0.
+    ``indicator[i]`` is the block row that output row ``i`` takes; -1 where an
+    outer join left the source's side empty (the row takes ``fill``); -2 where
+    another source won a coalesced column (the block contributes nothing).
+    ``columns[j]`` is the output column that block column ``j`` feeds (the
+    mapping matrix). ``fill[j]`` is the feature expression evaluated on an
+    all-NULL row, NaN where that is NULL. A NULL stored in a source is NaN in
+    ``data``.
     """
 
     source: str
@@ -26,7 +27,25 @@ class BlockMetadata:
     indicator: np.ndarray
     columns: np.ndarray
     fill: np.ndarray
-    masked: bool = False  # True for a coalesce part: -1 rows contribute 0, not ``fill``
+
+    @property
+    def n_source_rows(self) -> int:
+        return self.data.shape[0]
+
+
+@dataclass(frozen=True)
+class CategoricalMetadata:
+    """A categorical feature read from one source, before encoding.
+
+    ``values`` holds the value (as text, NULL as null) of every source row;
+    ``indicator`` and ``fill`` are as in :class:`BlockMetadata`.
+    """
+
+    source: str
+    feature: int
+    values: pa.Array
+    indicator: np.ndarray
+    fill: str | None
 
     @property
     def n_source_rows(self) -> int:
@@ -43,6 +62,7 @@ class DIMetadata:
     indicators: dict[str, np.ndarray]  # per source alias, -1 where the row is empty
     source_rows: dict[str, int]
     target: np.ndarray | None
+    categoricals: list[CategoricalMetadata] = field(default_factory=list)
 
     @property
     def n_features(self) -> int:
@@ -63,7 +83,4 @@ class DIMetadata:
 
     def empty_rows(self, block: int) -> np.ndarray:
         """Boolean mask of output rows the block leaves empty (its ``fill`` applies)."""
-        b = self.blocks[block]
-        if b.masked:
-            return np.zeros(self.n_rows, dtype=bool)
-        return b.indicator < 0
+        return self.blocks[block].indicator == -1

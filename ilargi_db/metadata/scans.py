@@ -36,7 +36,7 @@ class SourceScan:
     source: Source
     keys: pa.Table | None  # columns the join needs + the row number, registered for the join
     values: pa.Table  # feature expressions, one float64 column each
-    fill: dict[str, float]  # feature column -> value on a NULL-extended (empty) row
+    fill: dict[str, float | str | None]  # feature column -> value on a NULL-extended (empty) row
     rowids: np.ndarray | None = None  # native: DuckDB rowid of each scanned row
 
     @property
@@ -113,11 +113,23 @@ def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str =
     return True
 
 
-def scan_sql(graph: JoinGraph, source: Source, keys: list[str], parts: dict[str, str], native: bool = False) -> str:
+def cast_part(name: str, sql: str, categorical: frozenset[str]) -> str:
+    """A feature part as DuckDB should return it: DOUBLE, or VARCHAR for a categorical one."""
+    return f"CAST(({sql}) AS {'VARCHAR' if name in categorical else 'DOUBLE'}) AS {quote(name)}"
+
+
+def scan_sql(
+    graph: JoinGraph,
+    source: Source,
+    keys: list[str],
+    parts: dict[str, str],
+    native: bool = False,
+    categorical: frozenset[str] = frozenset(),
+) -> str:
     """``SELECT <keys>, CAST(<part> AS DOUBLE) ... FROM <source> WHERE <pushed filters>``."""
     alias = quote(source.alias)
     items = [f"{alias}.rowid AS {ROWID}"] if native else [f"{alias}.{quote(c)} AS {quote(c)}" for c in keys]
-    items += [f"CAST(({sql}) AS DOUBLE) AS {quote(name)}" for name, sql in parts.items()]
+    items += [cast_part(name, sql, categorical) for name, sql in parts.items()]
     if not items:
         items = ["NULL AS __ilargi_empty"]
     pushed = [f"({p.sql})" for p in graph.filters if p.pushed and p.sources == (source.alias,)]
@@ -125,18 +137,24 @@ def scan_sql(graph: JoinGraph, source: Source, keys: list[str], parts: dict[str,
     return f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql}{where}"
 
 
-def null_row_values(con: duckdb.DuckDBPyConnection, source: Source, parts: dict[str, str]) -> dict[str, float]:
+def null_row_values(
+    con: duckdb.DuckDBPyConnection, source: Source, parts: dict[str, str], categorical: frozenset[str] = frozenset()
+) -> dict[str, float | str | None]:
     """Each feature expression evaluated on the all-NULL row an outer join adds.
 
     ``COALESCE(d.x, 5)`` is 5 on a row a LEFT JOIN left empty, not NULL. A NULL
-    result reads as 0: an empty row contributes nothing (the DI formula).
+    result is NaN for a numeric part (``normalize`` reads it as 0: an empty row
+    contributes nothing; training imputes it) and None for a categorical one.
     """
     if not parts:
         return {}
     nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in zip(source.columns, source.types))
-    items = ", ".join(f"CAST(({sql}) AS DOUBLE) AS {quote(name)}" for name, sql in parts.items())
+    items = ", ".join(cast_part(name, sql, categorical) for name, sql in parts.items())
     row = con.sql(f"SELECT {items} FROM (SELECT {nulls}) AS {quote(source.alias)}").fetchall()[0]
-    return {name: (0.0 if value is None else float(value)) for name, value in zip(parts, row)}
+    values: dict[str, float | str | None] = {}
+    for name, value in zip(parts, row):
+        values[name] = value if name in categorical else (np.nan if value is None else float(value))
+    return values
 
 
 def scan_source(
@@ -146,6 +164,7 @@ def scan_source(
     keys: list[str],
     parts: dict[str, str],
     parts_in_join: list[str] = (),
+    categorical: frozenset[str] = frozenset(),
 ) -> SourceScan:
     """Scan one source once; split the result into key columns and feature values.
 
@@ -153,11 +172,13 @@ def scan_source(
     any other source joins through its scan, registered as an Arrow table with
     a row number. ``parts_in_join`` are feature columns the join must see too
     (the parts of a coalesced feature: the join decides which source wins).
+    ``categorical`` parts come back as VARCHAR instead of DOUBLE.
     """
     native = not parts_in_join and supports_rowid(con, source, with_prefix(graph.select))
-    sql = scan_sql(graph, source, keys, parts, native)
+    sql = scan_sql(graph, source, keys, parts, native, categorical)
     table = fetch_arrow(con, sql, what=f"the scan of source {source.alias!r}")
-    fill = null_row_values(con, source, parts) if source.nullable else {name: 0.0 for name in parts}
+    # A source no outer join can empty never uses its fill values.
+    fill = null_row_values(con, source, parts, categorical) if source.nullable else dict.fromkeys(parts, np.nan)
     values = table.select(list(parts))
     if native:
         rowids = table.column(ROWID).to_numpy()
