@@ -1,5 +1,6 @@
 """Linear algebra over the normalized matrix, without materializing the join."""
 
 from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
+from ilargi_db.linalg.scaled_matrix import ScaledMatrix
 
-__all__ = ["Block", "NormalizedMatrix"]
+__all__ = ["Block", "NormalizedMatrix", "ScaledMatrix"]

@@ -275,32 +275,40 @@ class NormalizedMatrix:
             out[part.columns] += _matmul(part.data.T, part.segment_sum(v), self.backend)
         return out
 
-    def _cooccurrence_product(self, a: _Part, b: _Part) -> Any:
-        """S_a^T (I_a^T I_b) S_b, multiplying on the side with fewer block rows."""
+    def _cooccurrence_product(self, a: _Part, b: _Part, weights: Any = None) -> Any:
+        """S_a^T (I_a^T D I_b) S_b (D = diag(weights), or I), multiplying on the side with fewer rows."""
         be = self.backend
+
+        def scale_rows(data: Any, d: Any) -> Any:
+            return data.multiply(d[:, None]).tocsr() if be.is_sparse(data) else data * d[:, None]
+
         if a is b:
-            weighted = a.data.multiply(a.counts()[:, None]) if a.sparse else a.data * a.counts()[:, None]
-            return _matmul(a.data.T, weighted, be)
+            counts = a.counts() if weights is None else a.segment_sum(weights)
+            return _matmul(a.data.T, scale_rows(a.data, counts), be)
         if a.index is None and b.index is None:
-            return _matmul(a.data.T, b.data, be)
-        if a.index is None:  # I_a = identity: I_a^T I_b = I_b
-            return _matmul(b.segment_sum(a.dense_data()).T, b.data, be)
+            return _matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
+        if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b
+            left = a.dense_data() if weights is None else scale_rows(a.dense_data(), weights)
+            return _matmul(b.segment_sum(left).T, b.data, be)
         if b.index is None:
-            return _matmul(a.data.T, a.segment_sum(b.dense_data()), be)
+            right = b.dense_data() if weights is None else scale_rows(b.dense_data(), weights)
+            return _matmul(a.data.T, a.segment_sum(right), be)
         xp = be.xp
-        ones = xp.ones(self._n_rows, dtype=self.dtype)
-        c = be.sparse.coo_matrix((ones, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
+        values = xp.ones(self._n_rows, dtype=self.dtype) if weights is None else weights
+        c = be.sparse.coo_matrix((values, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
         if a.n_block_rows <= b.n_block_rows:
             return _matmul(a.data.T, _matmul(c, b.data, be), be)
         return _matmul(_matmul(c.T, a.data, be).T, b.data, be)
 
-    def _crossprod(self) -> Any:
-        """T^T T block-wise: diagonal blocks S^T diag(counts) S, off-diagonal via co-occurrence."""
+    def _crossprod(self, weights: Any = None) -> Any:
+        """T^T D T block-wise: diagonal blocks S^T diag(counts) S, off-diagonal via co-occurrence."""
         xp = self.backend.xp
+        if weights is not None:
+            weights = self._vector(weights, self._n_rows, "crossprod weights")
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
-                r = self._cooccurrence_product(a, b)
+                r = self._cooccurrence_product(a, b, weights)
                 out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += r
                 if b is not a:
                     out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += r.T
@@ -329,11 +337,42 @@ class NormalizedMatrix:
             return self._tmm(w)
         return self._tmm(w.T).T
 
-    def crossprod(self) -> Any:
-        """X^T X (for X.T: X X^T, which is n x n and computed as an LMM)."""
+    def crossprod(self, weights: Any = None) -> Any:
+        """X^T X, or X^T diag(weights) X (for X.T: X X^T, n x n, computed as an LMM)."""
         if self._transposed:
+            if weights is not None:
+                raise ValueError("weighted crossprod is defined for the untransposed matrix.")
             return self._lmm(self._materialize().T)
-        return self._crossprod()
+        return self._crossprod(weights)
+
+    def rows(self, indices: Any) -> Any:
+        """Selected rows of T as a dense array (len(indices) x d), without building T."""
+        if self._transposed:
+            raise ValueError("rows() is defined for the untransposed matrix.")
+        xp = self.backend.xp
+        indices = xp.asarray(indices)
+        out = xp.zeros((len(indices), self._n_cols), dtype=self.dtype)
+        for part in self._parts:
+            taken = part.data[indices if part.index is None else part.index[indices]]
+            out[:, xp.asarray(part.columns)] += taken.toarray() if self.backend.is_sparse(taken) else taken
+        return out
+
+    def row_norms_squared(self) -> Any:
+        """||t_i||^2 for every row (rowSums(T * T)), factorized."""
+        return (self**2).rowsums() if not self._transposed else (self**2).T.rowsums()
+
+    def min(self) -> float:
+        """The smallest entry of any block (an upper bound of work: unused block rows count too)."""
+        values = []
+        for part in self._parts:
+            if part.sparse:
+                stored = part.data.data
+                values.append(float(stored.min()) if stored.size else 0.0)
+                if stored.size < part.data.shape[0] * part.data.shape[1]:
+                    values.append(0.0)
+            elif part.data.size:
+                values.append(float(part.data.min()))
+        return min(values) if values else 0.0
 
     def rowsums(self) -> Any:
         """Row sums: sum_k I_k rowSums(S_k) (column sums of the base on a transposed view)."""

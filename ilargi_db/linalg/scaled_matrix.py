@@ -1,0 +1,111 @@
+"""A standardized view (X - 1 mu^T) diag(1/sigma) of a normalized matrix, never built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
+
+
+class ScaledMatrix:
+    """Z = (X - 1 mu^T) diag(1/sigma): the operators models need, rewritten onto X.
+
+    Z w = X (w/sigma) - 1 (mu . w/sigma); Z^T v = (X^T v - mu sum(v)) / sigma.
+    Centering would make every sparse or empty cell non-zero; this view keeps
+    X factorized and sparse.
+    """
+
+    __array_ufunc__ = None
+
+    def __init__(self, base: NormalizedMatrix, mean: Any, scale: Any):
+        self.base = base
+        xp = base.backend.xp
+        self.mean = xp.asarray(mean, dtype=base.dtype)
+        self.scale = xp.asarray(scale, dtype=base.dtype)
+        self._transposed = False
+
+    @classmethod
+    def standardize(cls, X: NormalizedMatrix) -> ScaledMatrix:
+        """Scale every column to mean 0 and variance 1 (constant columns keep scale 1)."""
+        n = X.shape[0]
+        mean = X.colsums() / n
+        var = (X**2).colsums() / n - mean**2
+        xp = X.backend.xp
+        scale = xp.sqrt(xp.maximum(var, 0))
+        scale = xp.where(scale > 1e-12 * xp.maximum(xp.abs(mean), 1), scale, 1.0)
+        return cls(X, mean, scale)
+
+    @property
+    def backend(self):
+        return self.base.backend
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.base.feature_names
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, d = self.base.shape
+        return (d, n) if self._transposed else (n, d)
+
+    @property
+    def T(self) -> ScaledMatrix:
+        new = ScaledMatrix(self.base, self.mean, self.scale)
+        new._transposed = not self._transposed
+        return new
+
+    def _lmm(self, w: Any) -> Any:
+        w = self.backend.asarray(w, dtype=self.dtype)
+        ws = w / (self.scale if w.ndim == 1 else self.scale[:, None])
+        return self.base @ ws - (self.mean @ ws)
+
+    def _tmm(self, v: Any) -> Any:
+        v = self.backend.asarray(v, dtype=self.dtype)
+        raw = self.base.T @ v
+        if v.ndim == 1:
+            return (raw - self.mean * v.sum()) / self.scale
+        return (raw - self.mean[:, None] * v.sum(axis=0)[None, :]) / self.scale[:, None]
+
+    def __matmul__(self, w: Any) -> Any:
+        return self._tmm(w) if self._transposed else self._lmm(w)
+
+    def __rmatmul__(self, w: Any) -> Any:
+        w = self.backend.asarray(w, dtype=self.dtype)
+        if self._transposed:
+            return self._lmm(w) if w.ndim == 1 else self._lmm(w.T).T
+        return self._tmm(w) if w.ndim == 1 else self._tmm(w.T).T
+
+    def crossprod(self, weights: Any = None) -> Any:
+        """Z^T D Z from X^T D X, X^T d and sum(d)."""
+        xp = self.backend.xp
+        n = self.base.shape[0]
+        d = xp.ones(n, dtype=self.dtype) if weights is None else self.backend.asarray(weights, dtype=self.dtype)
+        g = self.base.crossprod(weights)
+        s = self.base.T @ d
+        g = g - xp.outer(s, self.mean) - xp.outer(self.mean, s) + d.sum() * xp.outer(self.mean, self.mean)
+        return g / xp.outer(self.scale, self.scale)
+
+    def colsums(self) -> Any:
+        return self._tmm(self.backend.xp.ones(self.base.shape[0], dtype=self.dtype))
+
+    def rowsums(self) -> Any:
+        return self._lmm(self.backend.xp.ones(self.base.shape[1], dtype=self.dtype))
+
+    def rows(self, indices: Any) -> Any:
+        return (self.base.rows(indices) - self.mean) / self.scale
+
+    def row_norms_squared(self) -> Any:
+        """||z_i||^2 = sum_j (x_ij^2 - 2 x_ij mu_j + mu_j^2) / sigma_j^2."""
+        inv2 = 1.0 / self.scale**2
+        return (self.base**2) @ inv2 - 2 * (self.base @ (self.mean * inv2)) + float((self.mean**2 * inv2).sum())
+
+    def min(self) -> float:
+        return float(self.materialize().min())
+
+    def materialize(self) -> Any:
+        out = (self.base.materialize() - self.mean) / self.scale
+        return out.T if self._transposed else out

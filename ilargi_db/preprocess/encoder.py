@@ -1,0 +1,195 @@
+"""What users of SQL ML expect done for them: one-hot categories, impute NULLs.
+
+The encoder is fitted once, on the training rows, and records its state
+(means, category lists) so predictions encode new rows the same way. It works
+on the factorized metadata (a dimension's categories are encoded once per
+dimension row, as sparse columns inside that source's block) and on a
+materialized Arrow table, and both give the same columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import scipy.sparse as sp
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg import Block
+from ilargi_db.metadata import DIMetadata
+
+NULL_CATEGORY = "NULL"
+CATEGORICAL_TYPES = ("VARCHAR", "ENUM", "BOOLEAN")
+
+
+def is_categorical(duckdb_type: str) -> bool:
+    """VARCHAR, ENUM and BOOLEAN features are one-hot encoded."""
+    return duckdb_type.upper().startswith(CATEGORICAL_TYPES)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How one SELECT feature becomes model columns."""
+
+    name: str
+    kind: str  # "numeric" | "categorical"
+    mean: float = 0.0  # numeric: the training mean, imputed for NULLs
+    categories: tuple[str, ...] = ()  # categorical: sorted training categories
+    null_category: bool = False  # categorical: NULL was seen in training (its own column)
+
+    @property
+    def width(self) -> int:
+        return 1 if self.kind == "numeric" else len(self.categories) + self.null_category
+
+    @property
+    def output_names(self) -> list[str]:
+        if self.kind == "numeric":
+            return [self.name]
+        names = [f"{self.name}={c}" for c in self.categories]
+        return names + ([f"{self.name}={NULL_CATEGORY}"] if self.null_category else [])
+
+
+def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
+    """Rows of ``values`` as one-hot rows; unseen categories (and unseen NULL) are all-zero rows."""
+    codes = pc.index_in(values, value_set=pa.array(spec.categories, type=pa.string()))
+    codes = codes.to_numpy(zero_copy_only=False)  # float with NaN for no match
+    rows = np.arange(len(values))
+    if spec.null_category:
+        codes = np.where(pc.is_null(values).to_numpy(zero_copy_only=False), len(spec.categories), codes)
+    hit = ~np.isnan(codes)
+    return sp.csr_matrix(
+        (np.ones(int(hit.sum())), (rows[hit], codes[hit].astype(np.int64))), shape=(len(values), spec.width)
+    )
+
+
+class FeatureEncoder:
+    """One-hot encode categorical features and impute numeric NULLs with the training mean.
+
+    Parameters
+    ----------
+    categorical : sequence of bool
+        For each SELECT feature, whether it is categorical.
+    impute : bool
+        Replace NULLs of numeric features (stored NULLs, and rows an outer join
+        left empty) by the training mean. Without it NULLs stay NaN.
+    """
+
+    def __init__(self, categorical: list[bool], impute: bool = True):
+        self.categorical = list(categorical)
+        self.impute = impute
+
+    # -- fitting ------------------------------------------------------------------------
+
+    def fit_metadata(self, meta: DIMetadata) -> FeatureEncoder:
+        """Learn means and categories from the factorized training data."""
+        sums = np.zeros(meta.n_features)
+        counts = np.zeros(meta.n_features)
+        for block in meta.blocks:
+            rows = block.indicator[block.indicator >= 0]
+            used = np.bincount(rows, minlength=block.n_source_rows).astype(float)
+            present = ~np.isnan(block.data)
+            sums[block.columns] += used @ np.where(present, block.data, 0.0)
+            counts[block.columns] += used @ present
+            empty = float(np.count_nonzero(block.indicator == -1))
+            fill_present = ~np.isnan(block.fill)
+            sums[block.columns] += empty * np.where(fill_present, block.fill, 0.0)
+            counts[block.columns] += empty * fill_present
+        categories: dict[int, tuple[list[str], bool]] = {}
+        for cat in meta.categoricals:
+            rows = cat.indicator[cat.indicator >= 0]
+            used = np.bincount(rows, minlength=len(cat.values)) > 0
+            seen = cat.values.filter(pa.array(used))
+            has_null = seen.null_count > 0
+            labels = set(pc.unique(seen.drop_null()).to_pylist())
+            if bool((cat.indicator == -1).any()):
+                if cat.fill is None:
+                    has_null = True
+                else:
+                    labels.add(cat.fill)
+            categories[cat.feature] = (sorted(labels), has_null)
+        self._fit(meta.feature_names, sums, counts, categories)
+        return self
+
+    def fit_table(self, table: pa.Table, feature_names: list[str]) -> FeatureEncoder:
+        """Learn means and categories from a materialized training table (columns in feature order)."""
+        sums, counts, categories = np.zeros(len(feature_names)), np.zeros(len(feature_names)), {}
+        for j, column in enumerate(table.columns[: len(feature_names)]):
+            if self.categorical[j]:
+                labels = sorted(pc.unique(column.drop_null()).to_pylist())
+                categories[j] = (labels, column.null_count > 0)
+            else:
+                values = column.to_numpy(zero_copy_only=False).astype(float)
+                present = ~np.isnan(values)
+                sums[j], counts[j] = values[present].sum(), present.sum()
+        self._fit(feature_names, sums, counts, categories)
+        return self
+
+    def _fit(self, names, sums, counts, categories) -> None:
+        specs = []
+        for j, name in enumerate(names):
+            if self.categorical[j]:
+                labels, has_null = categories[j]
+                specs.append(ColumnSpec(name, "categorical", categories=tuple(labels), null_category=has_null))
+            else:
+                mean = sums[j] / counts[j] if counts[j] else 0.0
+                specs.append(ColumnSpec(name, "numeric", mean=float(mean)))
+        self.specs_ = specs
+        widths = np.array([s.width for s in specs], dtype=np.int64)
+        self.offsets_ = np.concatenate([[0], np.cumsum(widths)])
+        self.feature_names_out_ = [n for s in specs for n in s.output_names]
+
+    # -- transforming -------------------------------------------------------------------
+
+    def _check(self, feature_names: list[str]) -> None:
+        expected = [s.name for s in self.specs_]
+        if list(feature_names) != expected:
+            raise IlargiError(
+                f"the query's feature columns {list(feature_names)} do not match the model's features "
+                f"{expected}: select the same columns, in the same order, with the same names."
+            )
+
+    def _impute(self, data: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        if not self.impute:
+            return data
+        missing = np.isnan(data)
+        if not missing.any():
+            return data
+        means = np.array([self.specs_[j].mean for j in columns])
+        return np.where(missing, means, data)
+
+    def transform_metadata(self, meta: DIMetadata) -> list[Block]:
+        """Blocks of the encoded normalized matrix (numeric blocks imputed, one-hot blocks sparse)."""
+        self._check(meta.feature_names)
+        blocks = []
+        for block in meta.blocks:
+            out_columns = self.offsets_[block.columns]
+            data = self._impute(block.data, block.columns)
+            fill = self._impute(block.fill.reshape(1, -1), block.columns).ravel()
+            blocks.append(Block(data, columns=out_columns, index=block.indicator, fill=np.nan_to_num(fill)))
+        for cat in meta.categoricals:
+            spec = self.specs_[cat.feature]
+            if spec.width == 0:
+                continue
+            fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
+            columns = self.offsets_[cat.feature] + np.arange(spec.width)
+            blocks.append(Block(_one_hot(cat.values, spec), columns=columns, index=cat.indicator, fill=fill))
+        return blocks
+
+    def transform_table(self, table: pa.Table, feature_names: list[str]) -> list[Block]:
+        """Blocks (each covering every row) of a materialized table."""
+        self._check(feature_names)
+        numeric = [j for j, s in enumerate(self.specs_) if s.kind == "numeric"]
+        blocks = []
+        if numeric:
+            from ilargi_db.metadata.arrow_blocks import arrow_to_block
+
+            data = arrow_to_block(table, [table.column_names[j] for j in numeric])
+            blocks.append(Block(self._impute(data, np.array(numeric)), columns=self.offsets_[numeric]))
+        for j, spec in enumerate(self.specs_):
+            if spec.kind == "categorical" and spec.width:
+                values = pc.cast(table.column(j), pa.string()).combine_chunks()
+                columns = self.offsets_[j] + np.arange(spec.width)
+                blocks.append(Block(_one_hot(values, spec), columns=columns))
+        return blocks
