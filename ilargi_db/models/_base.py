@@ -1,0 +1,82 @@
+"""What every ilargi_db estimator shares: inputs as normalized matrices, divergence, progress."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import validate_data
+
+from ilargi_db.backend import backend_of
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
+
+MatrixLike = NormalizedMatrix | ScaledMatrix
+
+
+class DivergenceError(IlargiError, FloatingPointError):
+    """Training produced NaN or inf."""
+
+
+def is_normalized(X: Any) -> bool:
+    return isinstance(X, (NormalizedMatrix, ScaledMatrix))
+
+
+def as_matrix(X: Any) -> MatrixLike:
+    """A normalized matrix as given, or a plain array/sparse matrix as a one-block normalized matrix.
+
+    Every algorithm then runs one code path, factorized or not.
+    """
+    if is_normalized(X):
+        return X
+    n, d = X.shape
+    data = X if sp.issparse(X) else X
+    return NormalizedMatrix([Block(data, columns=np.arange(d))], n_rows=n, backend=backend_of(X))
+
+
+def check_input(estimator: Any, X: Any, y: Any = None, *, reset: bool, y_numeric: bool = False) -> tuple:
+    """Validate X (and y) once in ``fit``/``predict``; record ``n_features_in_``/``feature_names_in_``."""
+    if is_normalized(X):
+        if y is not None:
+            y = X.backend.asarray(y, dtype=X.dtype).ravel()
+            if y.shape[0] != X.shape[0]:
+                raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}.")
+            if not bool(X.backend.xp.isfinite(y).all()):
+                raise ValueError("y contains NaN or inf: filter those rows in the query (WHERE y IS NOT NULL).")
+        if reset:
+            estimator.n_features_in_ = X.shape[1]
+            estimator.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+        elif X.shape[1] != estimator.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(estimator).__name__} expects {estimator.n_features_in_}."
+            )
+        return (X, y) if y is not None else (X,)
+    if y is None:
+        return (validate_data(estimator, X, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32]),)
+    X, y = validate_data(
+        estimator, X, y, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32], y_numeric=y_numeric
+    )
+    return X, y
+
+
+def check_finite(value: Any, what: str) -> None:
+    """Stop with a helpful error when training diverged."""
+    if not bool(np.all(np.isfinite(np.asarray(value if np.ndim(value) else [value], dtype=float)))):
+        raise DivergenceError(
+            f"training diverged: {what} became NaN or inf. Standardize the features (standardize=True, or "
+            "scale the columns in the query), lower the learning rate, or raise the regularization."
+        )
+
+
+def progress(total: int, desc: str):
+    """A progress bar in a terminal, nothing otherwise."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False, disable=not sys.stderr.isatty())
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy copy of a backend array (a no-op on NumPy)."""
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)

@@ -1,0 +1,187 @@
+"""k-means (Lloyd) with k-means++ seeding; distances from factorized products, T never built."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
+
+
+def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
+    """||x_i - c_j||^2 = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2 (one LMM with C^T)."""
+    xp = M.backend.xp
+    centers = M.backend.asarray(centers, dtype=M.dtype)
+    d2 = row_norms[:, None] - 2 * (M @ centers.T) + (centers**2).sum(axis=1)[None, :]
+    return xp.maximum(d2, 0)
+
+
+class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+    """k-means clustering over joined tables, without materializing the join.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : {"k-means++", "random"} or array of shape (n_clusters, n_features), default="k-means++"
+    n_init : int, default=1
+        Runs from different seeds; the one with the lowest inertia is kept.
+    max_iter : int, default=300
+    tol : float, default=1e-4
+        Stop when the centers move less than ``tol`` times the mean feature variance.
+    random_state : int, RandomState or None
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    labels_ : ndarray of shape (n_samples,)
+    inertia_ : float
+    n_iter_ : int
+    loss_curve_ : list of float
+        Inertia after each iteration of the kept run.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    >>> km = KMeans(n_clusters=2, random_state=0).fit(X)
+    >>> sorted(km.cluster_centers_[:, 0].round(2).tolist())
+    [0.05, 5.05]
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"k-means++", "random"}), "array-like"],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_clusters: int = 8,
+        init: Any = "k-means++",
+        n_init: int = 1,
+        max_iter: int = 300,
+        tol: float = 1e-4,
+        random_state: Any = None,
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> KMeans:
+        """Cluster the rows of a NormalizedMatrix (factorized) or an array/sparse matrix."""
+        self._validate_params()
+        (X,) = check_input(self, X, reset=True)
+        M = as_matrix(X)
+        n, d = M.shape
+        if n < self.n_clusters:
+            raise ValueError(f"n_samples={n} should be >= n_clusters={self.n_clusters}.")
+        rng = check_random_state(self.random_state)
+        row_norms = M.row_norms_squared()
+        # Mean feature variance (as scikit-learn scales tol): from colsums and row norms, factorized.
+        mean = to_host(M.colsums()) / n
+        variance = max(float(to_host(row_norms.sum())) / n - float(mean @ mean), 0.0) / d if d else 0.0
+        threshold = self.tol * variance
+        explicit = not isinstance(self.init, str)
+        best = None
+        for _ in range(1 if explicit else self.n_init):
+            centers = self._initial_centers(M, row_norms, rng)
+            run = self._lloyd(M, row_norms, centers, threshold)
+            if best is None or run[2] < best[2]:
+                best = run
+        self.cluster_centers_, self.labels_, self.inertia_, self.n_iter_, self.loss_curve_ = best
+        return self
+
+    def _initial_centers(self, M: Any, row_norms: Any, rng: np.random.RandomState) -> np.ndarray:
+        n, d = M.shape
+        k = self.n_clusters
+        if not isinstance(self.init, str):
+            centers = np.asarray(self.init, dtype=float)
+            if centers.shape != (k, d):
+                raise ValueError(f"init has shape {centers.shape}, expected ({k}, {d}).")
+            return centers.copy()
+        if self.init == "random":
+            return to_host(M.rows(rng.choice(n, k, replace=False)))
+        # Greedy k-means++: each new center is the best of a few D^2-weighted candidates.
+        trials = 2 + int(np.log(k))
+        centers = np.empty((k, d))
+        centers[0] = to_host(M.rows([rng.randint(n)]))[0]
+        closest = to_host(_squared_distances(M, row_norms, centers[:1]))[:, 0]
+        for c in range(1, k):
+            total = closest.sum()
+            if total <= 0:
+                centers[c:] = to_host(M.rows(rng.choice(n, k - c, replace=False)))
+                break
+            candidates = np.searchsorted(np.cumsum(closest), rng.uniform(size=trials) * total)
+            candidates = np.minimum(candidates, n - 1)
+            rows = to_host(M.rows(candidates))
+            d2 = to_host(_squared_distances(M, row_norms, rows))
+            options = np.minimum(closest[:, None], d2)
+            pick = int(np.argmin(options.sum(axis=0)))
+            centers[c], closest = rows[pick], options[:, pick]
+        return centers
+
+    def _lloyd(self, M: Any, row_norms: Any, centers: np.ndarray, threshold: float) -> tuple:
+        xp = M.backend.xp
+        n, _ = M.shape
+        k = self.n_clusters
+        losses: list[float] = []
+        with progress(self.max_iter, "k-means") as bar:
+            for _ in range(self.max_iter):
+                d2 = _squared_distances(M, row_norms, centers)
+                labels = xp.argmin(d2, axis=1)
+                closest = d2[xp.arange(n), labels]
+                losses.append(float(to_host(closest.sum())))
+                check_finite(losses[-1], "the inertia")
+                counts = to_host(xp.bincount(labels, minlength=k))
+                # New centers: X^T (one-hot labels) / counts, one factorized X^T v per cluster.
+                sums = np.stack([to_host(M.T @ (labels == j).astype(M.dtype)) for j in range(k)])
+                new = centers.copy()
+                filled = counts > 0
+                new[filled] = sums[filled] / counts[filled, None]
+                if (~filled).any():  # an empty cluster takes the points farthest from their centers
+                    far = np.argsort(-to_host(closest))[: int((~filled).sum())]
+                    new[~filled] = to_host(M.rows(far))
+                shift = float(((new - centers) ** 2).sum())
+                centers = new
+                bar.update()
+                if shift <= threshold:
+                    break
+        d2 = _squared_distances(M, row_norms, centers)  # labels consistent with the final centers
+        labels = xp.argmin(d2, axis=1)
+        inertia = float(to_host(d2[xp.arange(n), labels].sum()))
+        return centers, to_host(labels), inertia, len(losses), losses
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Index of the nearest center for every row."""
+        check_is_fitted(self)
+        (X,) = check_input(self, X, reset=False)
+        M = as_matrix(X)
+        return to_host(M.backend.xp.argmin(_squared_distances(M, M.row_norms_squared(), self.cluster_centers_), 1))
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Euclidean distances of every row to every center."""
+        check_is_fitted(self)
+        (X,) = check_input(self, X, reset=False)
+        M = as_matrix(X)
+        return np.sqrt(to_host(_squared_distances(M, M.row_norms_squared(), self.cluster_centers_)))
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Opposite of the inertia of ``X`` against the centers (higher is better)."""
+        return -float((self.transform(X).min(axis=1) ** 2).sum())
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags

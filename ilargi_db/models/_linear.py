@@ -1,0 +1,364 @@
+"""Linear and logistic regression over a normalized matrix (or any array)."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from ilargi_db.models._base import as_matrix, check_finite, check_input, is_normalized, progress, to_host
+
+
+class _LinearModel(BaseEstimator):
+    """Shared prediction: X @ coef_ + intercept_, factorized when X is a normalized matrix."""
+
+    def _decision(self, X: Any) -> Any:
+        check_is_fitted(self)
+        (X,) = check_input(self, X, reset=False)
+        M = as_matrix(X)
+        return M @ M.backend.asarray(self.coef_) + self.intercept_
+
+
+class LinearRegression(RegressorMixin, _LinearModel):
+    """Least squares (optionally ridge) over joined tables, without materializing the join.
+
+    Parameters
+    ----------
+    fit_intercept : bool, default=True
+        Fit an intercept; no column of ones is ever built.
+    alpha : float, default=0.0
+        L2 penalty on ``coef_`` (ridge); the intercept is not penalized.
+    solver : {"normal", "gd"}, default="normal"
+        ``"normal"``: normal equations through the factorized ``X^T X`` (Cholesky,
+        falling back to least squares when ill-conditioned). ``"gd"``: accelerated
+        gradient descent through ``X @ w`` and ``X.T @ r`` only, for wide data.
+    max_iter : int, default=1000
+        Iterations of ``"gd"``.
+    tol : float, default=1e-8
+        ``"gd"`` stops when the relative decrease of the loss falls below it.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_iter_ : int
+    loss_curve_ : list of float
+        Mean squared error (plus penalty) after each iteration.
+    feature_names_in_ : ndarray of str
+        Column names, when fitted on a normalized matrix or a DataFrame.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 1.0], [3.0, 5.0]])
+    >>> model = LinearRegression().fit(X, X @ [2.0, -1.0] + 0.5)
+    >>> np.round(model.coef_, 6), round(model.intercept_, 6)
+    (array([ 2., -1.]), 0.5)
+    """
+
+    _parameter_constraints: dict = {
+        "fit_intercept": ["boolean"],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "solver": [StrOptions({"normal", "gd"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        fit_intercept: bool = True,
+        alpha: float = 0.0,
+        solver: str = "normal",
+        max_iter: int = 1000,
+        tol: float = 1e-8,
+    ):
+        self.fit_intercept = fit_intercept
+        self.alpha = alpha
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def fit(self, X: Any, y: Any) -> LinearRegression:
+        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
+        self._validate_params()
+        X, y = check_input(self, X, y, reset=True, y_numeric=True)
+        M = as_matrix(X)
+        y = M.backend.asarray(y, dtype=M.dtype)
+        if self.solver == "normal":
+            self._fit_normal(M, y)
+        else:
+            self._fit_gd(M, y)
+        return self
+
+    def _fit_normal(self, M: Any, y: Any) -> None:
+        n, d = M.shape
+        gram = to_host(M.crossprod())
+        xty = to_host(M.T @ y)
+        if self.fit_intercept:  # center in the Gram matrix instead of in X
+            means, y_mean = to_host(M.colsums()) / n, float(y.sum()) / n
+            gram = gram - n * np.outer(means, means)
+            xty = xty - n * means * y_mean
+        gram[np.diag_indices(d)] += self.alpha  # ridge: ||y - Xw - b||^2 + alpha ||w||^2
+        check_finite(gram, "X^T X")
+        try:
+            factor = scipy.linalg.cho_factor(gram, check_finite=False)
+            coef = scipy.linalg.cho_solve(factor, xty, check_finite=False)
+            if np.linalg.cond(gram) > 1e12:
+                raise np.linalg.LinAlgError("ill-conditioned")
+        except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+            coef = scipy.linalg.lstsq(gram, xty, cond=None, lapack_driver="gelsd")[0]  # minimum-norm
+        self.coef_ = coef
+        self.intercept_ = float(y_mean - means @ coef) if self.fit_intercept else 0.0
+        self.n_iter_ = 1
+        residual = M @ M.backend.asarray(coef) + self.intercept_ - y
+        self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
+
+    def _fit_gd(self, M: Any, y: Any) -> None:
+        xp = M.backend.xp
+        n, d = M.shape
+        lipschitz = _largest_eigenvalue(M, self.fit_intercept) / n + self.alpha / n
+        step = 1.0 / lipschitz
+        w, c = xp.zeros(d, dtype=M.dtype), 0.0
+        w_prev, c_prev, momentum = w, c, 1.0
+        losses: list[float] = []
+        with progress(self.max_iter, "linear regression (gd)") as bar:
+            for it in range(1, self.max_iter + 1):
+                # Nesterov's accelerated gradient on 1/2n ||Xw + c - y||^2 + alpha/2n ||w||^2.
+                next_momentum = (1 + np.sqrt(1 + 4 * momentum**2)) / 2
+                beta = (momentum - 1) / next_momentum
+                vw, vc = w + beta * (w - w_prev), c + beta * (c - c_prev)
+                residual = M @ vw + vc - y
+                grad_w = (M.T @ residual + self.alpha * vw) / n
+                grad_c = float(residual.sum()) / n if self.fit_intercept else 0.0
+                w_prev, c_prev, momentum = w, c, next_momentum
+                w, c = vw - step * grad_w, vc - step * grad_c
+                r = M @ w + c - y
+                loss = float(to_host(r @ r)) / (2 * n) + self.alpha * float(to_host(w @ w)) / (2 * n)
+                check_finite(loss, "the loss")
+                if losses and loss > losses[-1]:
+                    momentum = 1.0  # restart when the momentum overshoots
+                losses.append(loss)
+                bar.update()
+                if it > 1 and abs(losses[-2] - loss) <= self.tol * max(abs(loss), 1e-300):
+                    break
+        self.coef_, self.intercept_ = to_host(w), float(c)
+        self.n_iter_, self.loss_curve_ = it, losses
+
+    def predict(self, X: Any) -> np.ndarray:
+        """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
+        return to_host(self._decision(X))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
+    """Largest eigenvalue of [X 1]^T [X 1] by power iteration on factorized products."""
+    xp = M.backend.xp
+    d = M.shape[1]
+    v = xp.ones(d + intercept, dtype=M.dtype) / np.sqrt(d + intercept)
+    value = 1.0
+    for _ in range(iterations):
+        z = M @ v[:d] + (v[d] if intercept else 0.0)
+        u = M.T @ z
+        if intercept:
+            u = xp.concatenate([u, xp.asarray([z.sum()], dtype=M.dtype)])
+        value = float(xp.linalg.norm(u))
+        if value == 0:
+            return 1.0
+        v = u / value
+    return value * 1.01
+
+
+class LogisticRegression(ClassifierMixin, _LinearModel):
+    """Binary logistic regression with L2 penalty, scikit-learn's objective, factorized.
+
+    Minimizes ``0.5 ||w||^2 + C sum_i log(1 + exp(-s_i (x_i w + b)))`` with
+    s_i = +-1 (no penalty with ``penalty=None``), as scikit-learn does.
+
+    Parameters
+    ----------
+    C : float, default=1.0
+        Inverse regularization strength.
+    penalty : {"l2", None}, default="l2"
+    fit_intercept : bool, default=True
+    solver : {"lbfgs", "newton"}, default="lbfgs"
+        ``"lbfgs"``: scipy's L-BFGS over factorized gradients ``X.T @ r``.
+        ``"newton"``: Newton steps with the factorized Hessian ``X^T D X``.
+    max_iter : int, default=100
+    tol : float, default=1e-6
+        Stop when the projected gradient (relative to the objective's scale) is below it.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    coef_ : ndarray of shape (n_features,)
+    intercept_ : float
+    n_iter_ : int
+    loss_curve_ : list of float
+        Mean log-loss after each iteration.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> LogisticRegression().fit(X, [0, 0, 1, 1]).predict([[0.5], [2.5]])
+    array([0, 1])
+    """
+
+    _parameter_constraints: dict = {
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "penalty": [StrOptions({"l2"}), None],
+        "fit_intercept": ["boolean"],
+        "solver": [StrOptions({"lbfgs", "newton"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+    }
+
+    def __init__(
+        self,
+        C: float = 1.0,
+        penalty: str | None = "l2",
+        fit_intercept: bool = True,
+        solver: str = "lbfgs",
+        max_iter: int = 100,
+        tol: float = 1e-6,
+    ):
+        self.C = C
+        self.penalty = penalty
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
+
+    def fit(self, X: Any, y: Any) -> LogisticRegression:
+        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
+        self._validate_params()
+        if is_normalized(X):
+            (X,) = check_input(self, X, reset=True)
+            y_host = to_host(y) if hasattr(y, "get") else np.asarray(y)
+            if y_host.shape != (X.shape[0],):
+                raise ValueError(f"X has {X.shape[0]} rows but y has shape {y_host.shape}.")
+        else:
+            X, y_host = check_input(self, X, y, reset=True)
+        check_classification_targets(y_host)
+        self.classes_ = np.unique(y_host)
+        if len(self.classes_) != 2:
+            raise ValueError(
+                f"LogisticRegression is binary: y has {len(self.classes_)} classes "
+                f"({self.classes_[:5].tolist()}...). Encode the target as two classes."
+            )
+        M = as_matrix(X)
+        y01 = M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype)
+        if self.solver == "lbfgs":
+            self._fit_lbfgs(M, y01)
+        else:
+            self._fit_newton(M, y01)
+        return self
+
+    def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, Any]:
+        """Objective / n, its gradient, and the probabilities."""
+        xp = M.backend.xp
+        n, d = M.shape
+        w = M.backend.asarray(params[:d])
+        b = float(params[d]) if self.fit_intercept else 0.0
+        z = M @ w + b
+        # log(1 + e^z) - y z, stably.
+        loss = float(to_host((xp.logaddexp(0, z) - y01 * z).sum()))
+        p = 1.0 / (1.0 + xp.exp(-z))
+        c = self.C if self.penalty == "l2" else 1.0
+        reg = 0.5 * float(params[:d] @ params[:d]) if self.penalty == "l2" else 0.0
+        grad = np.empty_like(params)
+        grad[:d] = c * to_host(M.T @ (p - y01)) + (params[:d] if self.penalty == "l2" else 0.0)
+        if self.fit_intercept:
+            grad[d] = c * float(to_host((p - y01).sum()))
+        return (c * loss + reg) / n, grad / n, (p, loss / n)
+
+    def _fit_lbfgs(self, M: Any, y01: Any) -> None:
+        n, d = M.shape
+        losses: list[float] = []
+        bar = progress(self.max_iter, "logistic regression (lbfgs)")
+
+        def fun(params):
+            value, grad, (_, mean_loss) = self._objective(M, y01, params)
+            check_finite(value, "the log-loss")
+            return value, grad
+
+        def callback(params):
+            losses.append(self._objective(M, y01, params)[2][1])
+            bar.update()
+
+        x0 = np.zeros(d + self.fit_intercept)
+        result = scipy.optimize.minimize(
+            fun,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            callback=callback,
+            options={"maxiter": self.max_iter, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
+        )
+        bar.close()
+        self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2][1]])
+
+    def _fit_newton(self, M: Any, y01: Any) -> None:
+        n, d = M.shape
+        params = np.zeros(d + self.fit_intercept)
+        c = self.C if self.penalty == "l2" else 1.0
+        losses: list[float] = []
+        with progress(self.max_iter, "logistic regression (newton)") as bar:
+            for _ in range(self.max_iter):
+                value, grad, (p, mean_loss) = self._objective(M, y01, params)
+                check_finite(value, "the log-loss")
+                losses.append(mean_loss)
+                bar.update()
+                if np.max(np.abs(grad)) <= self.tol:
+                    break
+                weights = p * (1 - p)
+                hessian = np.empty((d + self.fit_intercept,) * 2)
+                hessian[:d, :d] = c * to_host(M.crossprod(weights))
+                if self.penalty == "l2":
+                    hessian[np.diag_indices(d)] += 1.0
+                if self.fit_intercept:
+                    col = c * to_host(M.T @ weights)
+                    hessian[:d, d] = hessian[d, :d] = col
+                    hessian[d, d] = c * float(to_host(weights.sum()))
+                step = scipy.linalg.lstsq(hessian / n, grad, lapack_driver="gelsd")[0]
+                # Backtracking keeps Newton safe far from the optimum.
+                t = 1.0
+                while t > 1e-8 and self._objective(M, y01, params - t * step)[0] > value - 1e-4 * t * grad @ step:
+                    t /= 2
+                params = params - t * step
+        self._set(params, d, len(losses), losses)
+
+    def _set(self, params: np.ndarray, d: int, n_iter: int, losses: list[float]) -> None:
+        self.coef_ = params[:d].copy()
+        self.intercept_ = float(params[d]) if self.fit_intercept else 0.0
+        self.n_iter_ = n_iter
+        self.loss_curve_ = losses
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        return to_host(self._decision(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Probabilities of ``classes_[0]`` and ``classes_[1]``."""
+        p = 1.0 / (1.0 + np.exp(-to_host(self._decision(X))))
+        return np.stack([1 - p, p], axis=1)
+
+    def predict(self, X: Any) -> np.ndarray:
+        z = to_host(self._decision(X))
+        return self.classes_[(z > 0).astype(int)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.classifier_tags.multi_class = False
+        return tags
