@@ -69,10 +69,12 @@ class Config:
     dim_features: int = 20
     lmm_width: int = 8  # columns of the matrix operand in X @ W and X.T @ V
     build_repeats: int = 5
-    op_repeats: int = 9
+    op_repeats: int = 11
+    op_min_seconds: float = 0.5  # per side: fast operators repeat more often
     sweep_fact_rows: int = 200_000
-    sweep_min_repeats: int = 15
-    sweep_min_seconds: float = 0.15  # per side and point: short ops repeat more often
+    sweep_rounds: int = 3  # passes over the whole grid; a point's time is the median over passes
+    sweep_min_repeats: int = 11
+    sweep_min_seconds: float = 0.15  # per side, point and pass, as above
 
     def schema_kwargs(self) -> dict:
         return dict(
@@ -90,7 +92,9 @@ QUICK = Config(
     dim_rows=5_000,
     build_repeats=3,
     op_repeats=5,
+    op_min_seconds=0.0,
     sweep_fact_rows=20_000,
+    sweep_rounds=2,
     sweep_min_repeats=5,
     sweep_min_seconds=0.02,
 )
@@ -297,7 +301,7 @@ def run_main(con: duckdb.DuckDBPyConnection, schema: StarSchema, config: Config,
     ]
     for key, label, f, g in ops:
         log(f"timing {label} ...")
-        ft, mt, fc, mc = interleaved(f, g, config.op_repeats)
+        ft, mt, fc, mc = interleaved(f, g, config.op_repeats, config.op_min_seconds)
         rows.append(dict(key=key, label=label, fact=ft, mat=mt, fact_cold=fc, mat_cold=mc))
         log(f"  factorized {ft * 1e3:.1f} ms, materialized {mt * 1e3:.1f} ms, speed-up {mt / ft:.2f}x")
     return dict(
@@ -314,59 +318,84 @@ def run_main(con: duckdb.DuckDBPyConnection, schema: StarSchema, config: Config,
 # -- 4. the sweep ---------------------------------------------------------------------------
 
 
+def sweep_point(n: int, tr: int, fr: float, rng: np.random.Generator) -> tuple[NormalizedMatrix, np.ndarray, dict]:
+    """One grid point: the normalized matrix, its materialized twin and its sizes."""
+    dim_rows = max(1, round(n / tr))
+    dim_features = max(1, round(SWEEP_FACT_FEATURES * fr))
+    d = SWEEP_FACT_FEATURES + dim_features
+    fact = np.asfortranarray(rng.random((n, SWEEP_FACT_FEATURES)))
+    dim = np.asfortranarray(rng.random((dim_rows, dim_features)))
+    index = rng.integers(0, dim_rows, size=n).astype(np.int32)  # normalize() gives int32 indices too
+    X = NormalizedMatrix(
+        [
+            Block(fact, columns=range(SWEEP_FACT_FEATURES)),
+            Block(dim, columns=range(SWEEP_FACT_FEATURES, d), index=index),
+        ],
+        n_rows=n,
+        backend="numpy",
+    )
+    T = np.asfortranarray(X.materialize())  # same layout as the DuckDB-materialized matrix
+    return X, T, dict(tr=tr, fr=fr, dim_rows=dim_rows, dim_features=dim_features)
+
+
 def run_sweep(config: Config, log: Callable) -> dict:
+    """Time X @ w over the grid, in ``sweep_rounds`` passes over the whole grid.
+
+    Each pass times every point (interleaved repeats); a point's time is the median over
+    passes, so that a burst of machine noise lands on one pass of many points rather
+    than on all repeats of one point.
+    """
     n = config.sweep_fact_rows
     rng = np.random.default_rng(42)
-    fact = np.asfortranarray(rng.random((n, SWEEP_FACT_FEATURES)))
-    grid: dict[str, dict[str, float]] = {}
-    points = []
+    points = {}
     for tr in SWEEP_TUPLE_RATIOS:
-        dim_rows = max(1, round(n / tr))
-        index = rng.integers(0, dim_rows, size=n).astype(np.int32)
         for fr in SWEEP_FEATURE_RATIOS:
-            dim_features = max(1, round(SWEEP_FACT_FEATURES * fr))
-            dim = np.asfortranarray(rng.random((dim_rows, dim_features)))
-            d = SWEEP_FACT_FEATURES + dim_features
-            X = NormalizedMatrix(
-                [
-                    Block(fact, columns=range(SWEEP_FACT_FEATURES)),
-                    Block(dim, columns=range(SWEEP_FACT_FEATURES, d), index=index),
-                ],
-                n_rows=n,
-                backend="numpy",
-            )
-            T = np.asfortranarray(X.materialize())  # same layout as the DuckDB-materialized matrix
-            w = rng.standard_normal(d)
+            X, T, info = sweep_point(n, tr, fr, rng)
+            w = rng.standard_normal(X.shape[1])
             if not np.allclose(X @ w, T @ w):
                 raise RuntimeError(f"sweep TR={tr} FR={fr}: X @ w differs from the materialized product")
+            points[(tr, fr)] = dict(info, X=X, T=T, w=w, fact=[], mat=[])
+    for r in range(config.sweep_rounds):
+        for p in points.values():
             ft, mt, _, _ = interleaved(
-                lambda X=X, w=w: X @ w, lambda T=T, w=w: T @ w, config.sweep_min_repeats, config.sweep_min_seconds
+                lambda p=p: p["X"] @ p["w"],
+                lambda p=p: p["T"] @ p["w"],
+                config.sweep_min_repeats,
+                config.sweep_min_seconds,
             )
-            grid.setdefault(str(tr), {})[str(fr)] = mt / ft
-            points.append(dict(tr=tr, fr=fr, dim_rows=dim_rows, dim_features=dim_features, fact=ft, mat=mt))
-            del X, T
+            p["fact"].append(ft)
+            p["mat"].append(mt)
+        log(f"  pass {r + 1} of {config.sweep_rounds} done")
+    grid: dict[str, dict[str, float]] = {}
+    rows = []
+    for (tr, fr), p in points.items():
+        ft, mt = float(np.median(p["fact"])), float(np.median(p["mat"]))
+        grid.setdefault(str(tr), {})[str(fr)] = mt / ft
+        rows.append({k: v for k, v in p.items() if k not in ("X", "T", "w")} | dict(fact_median=ft, mat_median=mt))
+    for tr in SWEEP_TUPLE_RATIOS:
         log(f"  TR={tr:>3}: " + "  ".join(f"FR {fr:g}: {grid[str(tr)][str(fr)]:.2f}x" for fr in SWEEP_FEATURE_RATIOS))
-    return dict(grid=grid, points=points, fact_rows=n)
+    return dict(grid=grid, points=rows, fact_rows=n)
 
 
 def sweep_summary(sweep: dict) -> list[str]:
     """Where the factorized LMM stops winning, per feature ratio."""
     grid, lines = sweep["grid"], []
     for fr in SWEEP_FEATURE_RATIOS:
-        speed = [grid[str(tr)][str(fr)] for tr in SWEEP_TUPLE_RATIOS]
-        losing = [tr for tr, s in zip(SWEEP_TUPLE_RATIOS, speed) if s < 1]
+        speed = {tr: grid[str(tr)][str(fr)] for tr in SWEEP_TUPLE_RATIOS}
+        losing = [tr for tr, s in speed.items() if s < 1]
+        winning = [tr for tr, s in speed.items() if s >= 1]
+        lost = ", ".join(f"TR {tr} ({speed[tr]:.2f}x)" for tr in losing)
+        won = ", ".join(f"TR {tr} ({speed[tr]:.2f}x)" for tr in winning)
         if not losing:
-            lines.append(f"FR {fr:g}: factorized wins at every tuple ratio tested (>= {min(speed):.2f}x)")
-            continue
-        wins_from = next(
-            (tr for i, tr in enumerate(SWEEP_TUPLE_RATIOS) if all(s >= 1 for s in speed[i:])),
-            None,
-        )
-        lost = ", ".join(f"TR {tr} ({grid[str(tr)][str(fr)]:.2f}x)" for tr in losing)
-        if wins_from is None:
-            lines.append(f"FR {fr:g}: factorized never wins; loses at {lost}")
+            lines.append(f"FR {fr:g}: factorized wins at every tuple ratio tested (>= {min(speed.values()):.2f}x)")
+        elif not winning:
+            lines.append(f"FR {fr:g}: factorized never wins (best {max(speed.values()):.2f}x); loses at {lost}")
+        elif all(tr > max(losing) for tr in winning):
+            lines.append(
+                f"FR {fr:g}: factorized wins from TR {min(winning)} up ({won}); stops winning below, at {lost}"
+            )
         else:
-            lines.append(f"FR {fr:g}: factorized stops winning below TR {wins_from}; loses at {lost}")
+            lines.append(f"FR {fr:g}: no clean threshold; wins at {won}; loses at {lost}")
     return lines
 
 
@@ -476,7 +505,9 @@ def render_markdown(res: dict) -> str:
         f"NumPy {facts['numpy']} (BLAS: {facts['blas_build']}; at run time {facts['blas_runtime']}), "
         f"DuckDB {facts['duckdb']} ({facts['duckdb_threads']} threads), PyArrow {facts.get('pyarrow', '?')}, "
         f"SciPy {facts.get('scipy', '?')}, ilargi_db {facts['ilargi_db']} at git {facts['git']}. "
-        f"CPU steal time during the run: {res['steal']:.1%} (a shared VM: timings are noisy, so "
+        f"1-minute load average {res['load'][0]:.2f} before and {res['load'][1]:.2f} after the run (2 would mean "
+        f"both cores busy; the run itself adds about 1); CPU steal time during the run: {res['steal']:.1%} "
+        "(a shared VM: timings are noisy, so "
         "factorized and materialized repeats are interleaved and ratios come from the same run)."
     )
     L.append("")
@@ -490,7 +521,8 @@ def render_markdown(res: dict) -> str:
         "`arrow_to_block` (Fortran-order float64), timed together; factorized = "
         "`ilargi_db.normalize(con, query, target='y', backend='numpy')`. One untimed warm-up each "
         f"(its time is the 'first call' column), then the median of {cfg['build_repeats']} (build) or "
-        f"{cfg['op_repeats']} (operators) interleaved repeats. Results were checked to agree "
+        f"at least {cfg['op_repeats']} (operators; more until each side has run {cfg['op_min_seconds']:g} s) "
+        "interleaved repeats. Results were checked to agree "
         "(crossprod, colsums, sorted `X @ w`, `X.T @ y`)."
     )
     L.append("")
@@ -552,7 +584,9 @@ def render_markdown(res: dict) -> str:
         f"x round({SWEEP_FACT_FEATURES} * FR) floats, random foreign keys; built directly with "
         "`Block`/`NormalizedMatrix` (no DuckDB); baseline `T = np.asfortranarray(X.materialize())` "
         "(the layout of the DuckDB-materialized matrix, faster than C order for `T @ w` here). "
-        f"Median of >= {cfg['sweep_min_repeats']} interleaved repeats. Cells: materialized / factorized time; "
+        f"{cfg['sweep_rounds']} passes over the whole grid; in each, the median of >= {cfg['sweep_min_repeats']} "
+        f"interleaved repeats (more until each side has run {cfg['sweep_min_seconds']:g} s); a point's time is the "
+        "median over passes. Cells: materialized / factorized time; "
         "< 1 (in italics) means the normalized matrix loses."
     )
     L.append("")
@@ -641,9 +675,13 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK if args.quick else FULL
     started = time.perf_counter()
     steal0, total0 = cpu_times()
+    load0 = os.getloadavg()[0]
 
     def log(msg: str = "") -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}" if msg else "", flush=True)
+
+    if load0 > 0.5:
+        log(f"warning: load average {load0:.2f} before the run; other work on this machine skews the timings")
 
     tmp = tempfile.mkdtemp(prefix="ilargi_bench_")
     try:
@@ -686,11 +724,12 @@ def main(argv: list[str] | None = None) -> int:
         sweep=sweep,
         facts=facts,
         steal=(steal1 - steal0) / max(1, total1 - total0),
+        load=(load0, os.getloadavg()[0]),
         seconds=time.perf_counter() - started,
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         command=" ".join(
             [
-                "python",
+                sys.executable or "python",
                 *([os.path.relpath(sys.argv[0], Path.cwd())] if sys.argv else []),
                 *(argv if argv is not None else sys.argv[1:]),
             ]

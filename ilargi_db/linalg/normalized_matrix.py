@@ -357,6 +357,20 @@ class NormalizedMatrix:
             out[:, xp.asarray(part.columns)] += taken.toarray() if self.backend.is_sparse(taken) else taken
         return out
 
+    def take_rows(self, indices: Any) -> NormalizedMatrix:
+        """The normalized matrix of the selected output rows (only the indicators are sliced)."""
+        if self._transposed:
+            raise ValueError("take_rows() is defined for the untransposed matrix.")
+        xp = self.backend.xp
+        indices = xp.asarray(indices)
+        parts = [
+            _Part(p.data, p.columns, indices if p.index is None else p.index[indices], self.backend)
+            for p in self._parts
+        ]
+        new = self._from_parts(parts, self)
+        new._n_rows = len(indices)
+        return new
+
     def row_norms_squared(self) -> Any:
         """||t_i||^2 for every row (rowSums(T * T)), factorized."""
         return (self**2).rowsums() if not self._transposed else (self**2).T.rowsums()

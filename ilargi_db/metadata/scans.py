@@ -178,7 +178,11 @@ def scan_source(
     sql = scan_sql(graph, source, keys, parts, native, categorical)
     table = fetch_arrow(con, sql, what=f"the scan of source {source.alias!r}")
     # A source no outer join can empty never uses its fill values.
-    fill = null_row_values(con, source, parts, categorical) if source.nullable else dict.fromkeys(parts, np.nan)
+    fill = (
+        null_row_values(con, source, parts, categorical)
+        if source.nullable
+        else {name: None if name in categorical else np.nan for name in parts}
+    )
     values = table.select(list(parts))
     if native:
         rowids = table.column(ROWID).to_numpy()

@@ -69,6 +69,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
         target=target_feature,
         order_by=order_by,
         select=select,
+        target_index=None if target_feature is None else items.index(target_feature),
     )
 
 

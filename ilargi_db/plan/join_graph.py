@@ -88,6 +88,7 @@ class JoinGraph:
     order_by: tuple[str, ...]
     # The qualified statement the metadata stage rewrites into the key-only join.
     select: exp.Select = field(repr=False, compare=False)
+    target_index: int | None = None  # position of the target in the SELECT list
 
     @property
     def feature_names(self) -> list[str]:

