@@ -36,28 +36,40 @@ def as_matrix(X: Any) -> MatrixLike:
     return NormalizedMatrix([Block(data, columns=np.arange(d))], n_rows=n, backend=backend_of(X))
 
 
-def check_input(estimator: Any, X: Any, y: Any = None, *, reset: bool, y_numeric: bool = False) -> tuple:
-    """Validate X (and y) once in ``fit``/``predict``; record ``n_features_in_``/``feature_names_in_``."""
-    if is_normalized(X):
-        if y is not None:
-            y = X.backend.asarray(y, dtype=X.dtype).ravel()
-            if y.shape[0] != X.shape[0]:
-                raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}.")
-            if not bool(X.backend.xp.isfinite(y).all()):
-                raise ValueError("y contains NaN or inf: filter those rows in the query (WHERE y IS NOT NULL).")
-        if reset:
-            estimator.n_features_in_ = X.shape[1]
-            estimator.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
-        elif X.shape[1] != estimator.n_features_in_:
-            raise ValueError(
-                f"X has {X.shape[1]} features, but {type(estimator).__name__} expects {estimator.n_features_in_}."
-            )
-        return (X, y) if y is not None else (X,)
+_NO_Y = object()
+
+
+def check_input(estimator: Any, X: Any, y: Any = _NO_Y, *, reset: bool, y_numeric: bool = False) -> tuple:
+    """Validate X (and y, when given, even as None) once; record ``n_features_in_``/``feature_names_in_``.
+
+    A normalized matrix is trusted as built (its columns and names come from
+    the planner); anything else goes through scikit-learn's ``validate_data``.
+    """
+    if not is_normalized(X):
+        if y is _NO_Y:
+            return (validate_data(estimator, X, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32]),)
+        return validate_data(
+            estimator, X, y, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32], y_numeric=y_numeric
+        )
+    if reset:
+        estimator.n_features_in_ = X.shape[1]
+        estimator.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+    elif X.shape[1] != estimator.n_features_in_:
+        raise ValueError(
+            f"X has {X.shape[1]} features, but {type(estimator).__name__} is expecting "
+            f"{estimator.n_features_in_} features as input."
+        )
+    if y is _NO_Y:
+        return (X,)
     if y is None:
-        return (validate_data(estimator, X, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32]),)
-    X, y = validate_data(
-        estimator, X, y, accept_sparse="csr", reset=reset, dtype=[np.float64, np.float32], y_numeric=y_numeric
-    )
+        raise ValueError(f"{type(estimator).__name__} requires y to be passed, but the target y is None.")
+    y = to_host(y) if hasattr(y, "get") else np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"X has {X.shape[0]} rows but y has shape {y.shape}.")
+    if y_numeric:
+        y = y.astype(float)
+        if not np.isfinite(y).all():
+            raise ValueError("y contains NaN or inf: filter those rows in the query (WHERE y IS NOT NULL).")
     return X, y
 
 

@@ -10,10 +10,10 @@ import scipy.linalg
 import scipy.optimize
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_db.models._base import as_matrix, check_finite, check_input, is_normalized, progress, to_host
+from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
 
 
 class _LinearModel(BaseEstimator):
@@ -243,19 +243,13 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def fit(self, X: Any, y: Any) -> LogisticRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
         self._validate_params()
-        if is_normalized(X):
-            (X,) = check_input(self, X, reset=True)
-            y_host = to_host(y) if hasattr(y, "get") else np.asarray(y)
-            if y_host.shape != (X.shape[0],):
-                raise ValueError(f"X has {X.shape[0]} rows but y has shape {y_host.shape}.")
-        else:
-            X, y_host = check_input(self, X, y, reset=True)
+        X, y_host = check_input(self, X, y, reset=True)
         check_classification_targets(y_host)
         self.classes_ = np.unique(y_host)
         if len(self.classes_) != 2:
             raise ValueError(
-                f"LogisticRegression is binary: y has {len(self.classes_)} classes "
-                f"({self.classes_[:5].tolist()}...). Encode the target as two classes."
+                f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
+                f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes."
             )
         M = as_matrix(X)
         y01 = M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype)

@@ -76,8 +76,8 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
     def _check_non_negative(self, M: Any) -> None:
         if M.min() < 0:
             raise ValueError(
-                "GaussianNMF needs non-negative data, but X has negative entries: shift or clip those "
-                "columns in the query (e.g. GREATEST(x, 0)), or leave them out."
+                "Negative values in data passed to GaussianNMF: it factorizes non-negative data. Shift or clip "
+                "those columns in the query (e.g. GREATEST(x, 0)), or leave them out."
             )
 
     def _loss(self, M: Any, norm_x: float, W: Any, H: Any) -> float:
@@ -142,10 +142,14 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
         n = M.shape[0]
         W = xp.full((n, self.n_components_), np.sqrt(max(float(to_host(M.colsums().sum())), 0) / (n * M.shape[1])))
         gram = H @ H.T
-        numerator = M @ H.T
-        for _ in range(self.max_iter):
+        numerator = M @ H.T  # the only product with X: every iteration below is n x r
+        for _ in range(max(10 * self.max_iter, 1000)):
             denominator = W @ gram
-            W = W * numerator / xp.where(denominator == 0, EPSILON, denominator)
+            new = W * numerator / xp.where(denominator == 0, EPSILON, denominator)
+            change = float(to_host(xp.abs(new - W).max()))
+            W = new
+            if change <= 1e-10 * max(float(to_host(xp.abs(W).max())), EPSILON):
+                break
         return to_host(W)
 
     def __sklearn_tags__(self):
