@@ -137,14 +137,21 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def cpu_times() -> tuple[int, int]:
-    """(steal, total) jiffies of all CPUs, from /proc/stat (0, 1 where unavailable)."""
+def cpu_times() -> tuple[int, int, int]:
+    """(steal, busy, total) jiffies of all CPUs, from /proc/stat (0, 0, 1 where unavailable)."""
     try:
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]
-        return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+        user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+        return steal, user + nice + system + irq + softirq, sum(fields[:8])
     except OSError:  # pragma: no cover - not Linux
-        return 0, 1
+        return 0, 0, 1
+
+
+def own_cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the peak-memory subprocesses)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def materialize_join(con: duckdb.DuckDBPyConnection, query: str, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -506,8 +513,8 @@ def render_markdown(res: dict) -> str:
         f"NumPy {facts['numpy']} (BLAS: {facts['blas_build']}; at run time {facts['blas_runtime']}), "
         f"DuckDB {facts['duckdb']} ({facts['duckdb_threads']} threads), PyArrow {facts.get('pyarrow', '?')}, "
         f"SciPy {facts.get('scipy', '?')}, ilargi_db {facts['ilargi_db']} at git {facts['git']}. "
-        f"1-minute load average {res['load'][0]:.2f} before and {res['load'][1]:.2f} after the run (2 would mean "
-        f"both cores busy; the run itself adds about 1); CPU steal time during the run: {res['steal']:.1%} "
+        f"Other processes used {res['others']:.1%} of the machine's CPU time during the run "
+        f"(1-minute load average {res['load'][0]:.2f} before it); CPU steal time: {res['steal']:.1%} "
         "(a shared VM: timings are noisy, so "
         "factorized and materialized repeats are interleaved and ratios come from the same run)."
     )
@@ -666,6 +673,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (fact 100k rows, dims 5k): a smoke run")
     parser.add_argument("--output", type=Path, help="write (or replace) this benchmark's section in a markdown file")
     parser.add_argument("--json", type=Path, help="also dump all measurements as JSON")
+    parser.add_argument(
+        "--blas-threads",
+        type=int,
+        help="limit BLAS to this many threads (threadpoolctl); default: BLAS's own choice, as users get it",
+    )
     parser.add_argument("--peak", choices=("factorized", "materialized"), help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
@@ -675,9 +687,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     config = QUICK if args.quick else FULL
+    limiter = None
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        limiter = threadpool_limits(args.blas_threads, user_api="blas")  # noqa: F841 - held for the whole run
     started = time.perf_counter()
-    steal0, total0 = cpu_times()
-    load0 = os.getloadavg()[0]
+    steal0, busy0, total0 = cpu_times()
+    own0, load0 = own_cpu_seconds(), os.getloadavg()[0]
 
     def log(msg: str = "") -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}" if msg else "", flush=True)
@@ -716,7 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     sweep = run_sweep(config, log)
 
-    steal1, total1 = cpu_times()
+    steal1, busy1, total1 = cpu_times()
+    wall = time.perf_counter() - started
+    others = max(0.0, (busy1 - busy0) / os.sysconf("SC_CLK_TCK") - (own_cpu_seconds() - own0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     res = dict(
         config=asdict(config),
         tuple_ratio=schema.tuple_ratio,
@@ -727,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         facts=facts,
         steal=(steal1 - steal0) / max(1, total1 - total0),
         load=(load0, os.getloadavg()[0]),
+        others=others / (wall * cores),  # share of the machine's CPU time used by other processes
         seconds=time.perf_counter() - started,
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         command=" ".join(
@@ -739,6 +760,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     res["targets"] = targets(main_res, memory)
     print_report(res, log)
+    log(f"other processes used {res['others']:.1%} of the CPU time during the run; steal {res['steal']:.1%}")
+    if res["others"] > 0.05:
+        log("warning: other processes competed for the CPU during this run; its timings are suspect")
     if args.output:
         write_markdown(args.output, render_markdown(res))
         log(f"wrote {args.output}")

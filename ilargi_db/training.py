@@ -114,6 +114,8 @@ def _categorical_flags(graph: JoinGraph) -> list[bool]:
 def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
     meta = extract_metadata(con, graph, categorical=categorical)
+    if meta.target is not None and np.isnan(meta.target).any():
+        meta = meta.take_rows(np.flatnonzero(~np.isnan(meta.target)))  # unlabelled rows teach nothing
     if fit:
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
@@ -123,6 +125,10 @@ def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backe
 
 def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
     table = fetch_arrow(con, graph.query, what="the materialized join")
+    if graph.target is not None:
+        labels = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
+        if np.isnan(labels).any():
+            table = table.filter(pa.array(~np.isnan(labels)))  # unlabelled rows teach nothing
     names = graph.feature_names
     positions = [i for i in range(table.num_columns) if i != graph.target_index]
     columns = []
@@ -211,15 +217,8 @@ def train(
     data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
     X, y = data.X, data.y
     if data.X.shape[0] == 0:
-        raise IlargiError("the training query returned no rows: check its joins and WHERE clause.")
-    if supervised:
-        y = np.asarray(y, dtype=float)
-        labelled = ~np.isnan(y)
-        if not labelled.any():
-            raise IlargiError(f"every row has a NULL target {target!r}: nothing to learn from.")
-        if not labelled.all():
-            keep = np.flatnonzero(labelled)
-            X, y = X.take_rows(keep), y[keep]
+        what = "rows with a non-NULL target" if supervised else "rows"
+        raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
     loaded = time.perf_counter()
     M = ScaledMatrix.standardize(X) if standardize else X
     if supervised:

