@@ -84,8 +84,8 @@ class _Part:
         return self._cache["indicator_t"]
 
     def gather(self, z: Any) -> Any:
-        """I_k z: block-row values to output rows."""
-        return z if self.index is None else z[self.index]
+        """I_k z: block-row values to output rows (``take`` is several times faster than ``z[index]``)."""
+        return z if self.index is None else self.backend.xp.take(z, self.index, axis=0)
 
     def segment_sum(self, v: Any) -> Any:
         """I_k^T v: sum output-row values into block rows."""
@@ -261,15 +261,25 @@ class NormalizedMatrix:
         """T @ W = sum_k I_k (S_k (M_k^T W))."""
         w = self._vector(w, self._n_cols, "T @ W")
         xp = self.backend.xp
-        out = xp.zeros((self._n_rows, *w.shape[1:]), dtype=self.dtype)
+        if w.ndim == 1:
+            out = xp.zeros(self._n_rows, dtype=self.dtype)
+            for part in self._parts:
+                out += part.gather(_matmul(part.data, w[part.columns], self.backend))
+            return out
+        # Accumulate (T W)^T = sum_k (W_k^T S_k^T) I_k^T: wide products and row-wise gathers are
+        # several times faster than tall-skinny ones (multi-threaded OpenBLAS especially).
+        out_t = xp.zeros((w.shape[1], self._n_rows), dtype=self.dtype)
         for part in self._parts:
-            out += part.gather(_matmul(part.data, w[part.columns], self.backend))
-        return out
+            z_t = xp.ascontiguousarray(_matmul(w[part.columns].T, part.data.T, self.backend))
+            out_t += z_t if part.index is None else xp.take(z_t, part.index, axis=1)
+        return out_t.T
 
     def _tmm(self, v: Any) -> Any:
         """T^T @ V = sum_k M_k (S_k^T (I_k^T V))."""
         v = self._vector(v, self._n_rows, "T.T @ V")
         xp = self.backend.xp
+        if v.ndim == 2 and any(p.index is not None for p in self._parts):
+            v = xp.asfortranarray(v)  # segment sums read one column at a time
         out = xp.zeros((self._n_cols, *v.shape[1:]), dtype=self.dtype)
         for part in self._parts:
             out[part.columns] += _matmul(part.data.T, part.segment_sum(v), self.backend)
