@@ -95,9 +95,12 @@ def test_logistic_and_kmeans_on_random_schemas(schema):
     assert_close(fact.coef_, reference.coef_.ravel(), rtol=1e-4)
     # k-means clusters every column, the label included.
     T_all, _ = oracle_matrix(con, schema.query, None)
-    assume(len(T_all) >= 3)
-    reference = sklearn.cluster.KMeans(3, init=T_all[:3], n_init=1, max_iter=50, tol=0.0).fit(T_all)
-    fact, mat = both(con, schema.query, None, "kmeans", n_clusters=3, init=T_all[:3], max_iter=50, tol=0.0)
+    distinct = np.unique(T_all, axis=0)
+    assume(len(distinct) >= 3)
+    # Distinct, slightly perturbed initial centers: no exact distance ties for rounding to break differently.
+    init = distinct[:3] + 1e-3 * np.random.default_rng(0).normal(size=(3, T_all.shape[1]))
+    reference = sklearn.cluster.KMeans(3, init=init, n_init=1, max_iter=50, tol=0.0).fit(T_all)
+    fact, mat = both(con, schema.query, None, "kmeans", n_clusters=3, init=init, max_iter=50, tol=0.0)
     assert_close(np.array(fact.inertia_), np.array(mat.inertia_), rtol=1e-6)
     assert_close(np.array(fact.inertia_), np.array(reference.inertia_), rtol=1e-6)
 

@@ -108,6 +108,33 @@ class _Part:
         return self.data.toarray() if self.sparse else self.data
 
 
+_DENSE_MERGE_CELLS = 1 << 22  # merged blocks up to 4M cells (32 MiB) are stored dense
+
+
+def _merge_blocks_sharing_an_index(blocks: list[Block], backend: Backend) -> list[Block]:
+    """One block per indicator: a source's numeric and one-hot blocks then cost one gather, not several."""
+    groups: dict[int, list[Block]] = {}
+    for block in blocks:
+        key = id(block) if block.index is None else id(block.index)
+        groups.setdefault(key, []).append(block)
+    merged = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        rows = group[0].data.shape[0]
+        cells = rows * sum(len(b.columns) for b in group)
+        sparse = any(backend.is_sparse(b.data) for b in group) and cells > _DENSE_MERGE_CELLS
+        if sparse:
+            data = backend.sparse.hstack([backend.sparse.csr_matrix(b.data) for b in group]).tocsr()
+        else:
+            data = np.hstack([b.data.toarray() if backend.is_sparse(b.data) else np.asarray(b.data) for b in group])
+        fill = np.concatenate([np.zeros(len(b.columns)) if b.fill is None else np.asarray(b.fill) for b in group])
+        columns = np.concatenate([np.asarray(b.columns, dtype=np.int64) for b in group])
+        merged.append(Block(data, columns=columns, index=group[0].index, fill=fill))
+    return merged
+
+
 def _matmul(a: Any, b: Any, backend: Backend) -> Any:
     """``a @ b`` for any mix of dense and sparse operands; the result is dense."""
     if backend.is_sparse(b) and not backend.is_sparse(a):
@@ -162,7 +189,8 @@ class NormalizedMatrix:
             self._feature_names = list(feature_names)
         else:
             self._feature_names = [f"x{j}" for j in range(self._n_cols)]
-        self._parts = [self._make_part(b, dtype) for b, w in zip(blocks, widths) if w]
+        blocks = _merge_blocks_sharing_an_index([b for b, w in zip(blocks, widths) if w], self.backend)
+        self._parts = [self._make_part(b, dtype) for b in blocks]
         fed = np.zeros(self._n_cols, dtype=int)
         for part in self._parts:
             fed[part.columns] += 1

@@ -280,15 +280,20 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def _fit_lbfgs(self, M: Any, y01: Any) -> None:
         n, d = M.shape
         losses: list[float] = []
+        last: dict[bytes, float] = {}  # mean log-loss of the parameters fun() saw, for the loss curve
         bar = progress(self.max_iter, "logistic regression (lbfgs)")
 
         def fun(params):
             value, grad, (_, mean_loss) = self._objective(M, y01, params)
             check_finite(value, "the log-loss")
+            last.clear()
+            last[params.tobytes()] = mean_loss
             return value, grad
 
         def callback(params):
-            losses.append(self._objective(M, y01, params)[2][1])
+            # L-BFGS accepts the point its last line search evaluated: no extra pass over X.
+            known = last.get(params.tobytes())
+            losses.append(known if known is not None else self._objective(M, y01, params)[2][1])
             bar.update()
 
         x0 = np.zeros(d + self.fit_intercept)
