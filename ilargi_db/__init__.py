@@ -10,7 +10,7 @@ from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegr
 from ilargi_db.normalization import normalize
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions import connect, install
-from ilargi_db.training import predict, train
+from ilargi_db.training import evaluate, predict, train
 
 __version__ = "0.1.0"
 
@@ -20,6 +20,7 @@ __all__ = [
     "KMeans",
     "LinearRegression",
     "LogisticRegression",
+    "evaluate",
     "predict",
     "train",
     "Block",

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ilargi_db.backend import get_backend
-from ilargi_db.errors import IlargiError, NotFactorizableError, PlanError
+from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import extract_metadata
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
@@ -256,24 +256,71 @@ def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph
     return dataclasses.replace(graph, features=features)
 
 
+def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str) -> TrainingData:
+    """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows)."""
+    encoder = getattr(model, "encoder_", None)
+    if encoder is None:
+        raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
+    columns = build_join_graph(con, query).feature_names
+    target = model.target_ if model.target_ in columns else None
+    graph = _mark_categorical_coalesce(build_join_graph(con, query, target), encoder.categorical)
+    encoder.check_features(graph.feature_names)
+    build = _factorized if graph.factorizable else _materialized
+    return build(con, graph, encoder, False, get_backend(backend))
+
+
 def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
     """Score the rows of another query with the same feature columns as ``model``'s training query.
 
     The features are encoded as in training (training means, training
     categories; unseen categories weigh zero) and the prediction runs
-    factorized when the query allows it. Predictions come in the query's row
-    order: add ORDER BY to line them up with rows.
+    factorized when the query allows it (a prediction is an LMM). Predictions
+    come in the query's row order: add ORDER BY to line them up with rows.
+    Rows whose target is NULL, if the query selects the target, are left out.
     """
-    encoder = getattr(model, "encoder_", None)
-    if encoder is None:
-        raise IlargiError("predict() takes a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
-    columns = build_join_graph(con, query).feature_names
-    target = model.target_ if model.target_ in columns else None
-    graph = _mark_categorical_coalesce(build_join_graph(con, query, target), encoder.categorical)
-    encoder._check(graph.feature_names)
-    be = get_backend(backend)
-    build = _factorized if graph.factorizable else _materialized
-    return np.asarray(model.predict(build(con, graph, encoder, False, be).X))
+    return np.asarray(model.predict(_encoded(con, model, query, backend).X))
 
 
-__all__ = ["ALGORITHMS", "decide_strategy", "predict", "train", "NotFactorizableError"]
+def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
+    """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
+
+    Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
+    roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error.
+    """
+    from sklearn import metrics
+
+    data = _encoded(con, model, query, backend)
+    X, y = data.X, data.y
+    if model.algorithm_ in SUPERVISED:
+        if y is None:
+            raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
+        y = np.asarray(y, dtype=float)
+    if model.algorithm_ == "linear_regression":
+        p = model.predict(X)
+        return {
+            "r2": float(metrics.r2_score(y, p)),
+            "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
+            "mae": float(metrics.mean_absolute_error(y, p)),
+        }
+    if model.algorithm_ == "logistic_regression":
+        proba = model.predict_proba(X)[:, 1]
+        truth = y == model.classes_[1]
+        guess = proba > 0.5
+        both = len(np.unique(truth)) == 2
+        return {
+            "accuracy": float(metrics.accuracy_score(truth, guess)),
+            "precision": float(metrics.precision_score(truth, guess, zero_division=0)),
+            "recall": float(metrics.recall_score(truth, guess, zero_division=0)),
+            "f1": float(metrics.f1_score(truth, guess, zero_division=0)),
+            "log_loss": float(metrics.log_loss(truth, proba, labels=[False, True])),
+            "roc_auc": float(metrics.roc_auc_score(truth, proba)) if both else float("nan"),
+        }
+    if model.algorithm_ == "kmeans":
+        return {"inertia": -float(model.score(X))}
+    W = model.transform(X)
+    reconstruction = X.row_norms_squared().sum() - 2 * float(((X.T @ W).T * model.components_).sum())
+    reconstruction += float(((W.T @ W) * (model.components_ @ model.components_.T)).sum())
+    return {"reconstruction_error": float(np.sqrt(max(reconstruction, 0.0)))}
+
+
+__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "predict", "train"]

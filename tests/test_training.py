@@ -237,6 +237,7 @@ def test_empty_training_set_and_nmf_on_negative_data(con):
         ilargi_db.train(con, "SELECT dep_delay FROM flights", algorithm="gnmf", backend="numpy")
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_divergence_is_a_clear_error():
     from ilargi_db import Block, NormalizedMatrix
     from ilargi_db.models import DivergenceError

@@ -268,7 +268,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         z = M @ w + b
         # log(1 + e^z) - y z, stably.
         loss = float(to_host((xp.logaddexp(0, z) - y01 * z).sum()))
-        p = 1.0 / (1.0 + xp.exp(-z))
+        p = 0.5 * (1.0 + xp.tanh(0.5 * z))  # the logistic function, without overflow
         c = self.C if self.penalty == "l2" else 1.0
         reg = 0.5 * float(params[:d] @ params[:d]) if self.penalty == "l2" else 0.0
         grad = np.empty_like(params)
@@ -349,7 +349,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Probabilities of ``classes_[0]`` and ``classes_[1]``."""
-        p = 1.0 / (1.0 + np.exp(-to_host(self._decision(X))))
+        p = 0.5 * (1.0 + np.tanh(0.5 * to_host(self._decision(X))))
         return np.stack([1 - p, p], axis=1)
 
     def predict(self, X: Any) -> np.ndarray:

@@ -80,13 +80,6 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
                 "those columns in the query (e.g. GREATEST(x, 0)), or leave them out."
             )
 
-    def _loss(self, M: Any, norm_x: float, W: Any, H: Any) -> float:
-        """0.5 ||X - WH||^2 = 0.5 (||X||^2 - 2 tr(H X^T W) + tr(W^T W H H^T)), factorized."""
-        xtw = M.T @ W
-        cross = float(to_host((H.T * xtw).sum()))
-        quad = float(to_host(((W.T @ W) * (H @ H.T)).sum()))
-        return 0.5 * max(norm_x - 2 * cross + quad, 0.0)
-
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
         """Learn H and return W for the training rows."""
         self._validate_params()
@@ -114,9 +107,13 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
                 denominator = W @ (H @ H.T)
                 W = W * numerator / xp.where(denominator == 0, EPSILON, denominator)
                 numerator = (M.T @ W).T
-                denominator = (W.T @ W) @ H
+                gram = W.T @ W
+                denominator = gram @ H
                 H = H * numerator / xp.where(denominator == 0, EPSILON, denominator)
-                losses.append(self._loss(M, norm_x, W, H))
+                # 0.5 ||X - WH||^2 from products already at hand: W^T X and W^T W.
+                cross = float(to_host((H * numerator).sum()))
+                quad = float(to_host((gram * (H @ H.T)).sum()))
+                losses.append(0.5 * max(norm_x - 2 * cross + quad, 0.0))
                 check_finite(losses[-1], "the reconstruction loss")
                 bar.update()
                 if len(losses) > 1 and (losses[-2] - losses[-1]) <= self.tol * max(losses[0], EPSILON):

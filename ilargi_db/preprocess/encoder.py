@@ -142,7 +142,8 @@ class FeatureEncoder:
 
     # -- transforming -------------------------------------------------------------------
 
-    def _check(self, feature_names: list[str]) -> None:
+    def check_features(self, feature_names: list[str]) -> None:
+        """Refuse rows whose feature columns are not the ones the encoder was fitted on."""
         expected = [s.name for s in self.specs_]
         if list(feature_names) != expected:
             raise IlargiError(
@@ -161,7 +162,7 @@ class FeatureEncoder:
 
     def transform_metadata(self, meta: DIMetadata) -> list[Block]:
         """Blocks of the encoded normalized matrix (numeric blocks imputed, one-hot blocks sparse)."""
-        self._check(meta.feature_names)
+        self.check_features(meta.feature_names)
         blocks = []
         for block in meta.blocks:
             out_columns = self.offsets_[block.columns]
@@ -179,7 +180,7 @@ class FeatureEncoder:
 
     def transform_table(self, table: pa.Table, feature_names: list[str]) -> list[Block]:
         """Blocks (each covering every row) of a materialized table."""
-        self._check(feature_names)
+        self.check_features(feature_names)
         numeric = [j for j, s in enumerate(self.specs_) if s.kind == "numeric"]
         blocks = []
         if numeric:
