@@ -245,3 +245,26 @@ def test_divergence_is_a_clear_error():
     X = NormalizedMatrix([Block(np.array([[1e200], [2e200], [3e200]]), columns=[0])], n_rows=3, backend="numpy")
     with pytest.raises(DivergenceError, match="Standardize"):
         ilargi_db.LinearRegression().fit(X, np.array([1.0, 2.0, 3.0]))
+
+
+def test_evaluate_matches_scikit_learn_metrics(flights):
+    from sklearn import metrics
+
+    model = ilargi_db.train(flights, FLIGHTS, target="arr_delay", alpha=1.0, backend="numpy")
+    got = ilargi_db.evaluate(flights, model, FLIGHTS)
+    T, y = oracle_matrix(flights, FLIGHTS, "arr_delay")
+    p = model.predict(T)
+    assert got["r2"] == pytest.approx(metrics.r2_score(y, p), rel=1e-9)
+    assert got["rmse"] == pytest.approx(np.sqrt(metrics.mean_squared_error(y, p)), rel=1e-9)
+    assert got["mae"] == pytest.approx(metrics.mean_absolute_error(y, p), rel=1e-9)
+
+    query = FLIGHTS.replace("f.arr_delay\nFROM", "f.arr_delay > 15 AS late\nFROM")
+    model = ilargi_db.train(flights, query, "late", "logistic_regression", standardize=True, backend="numpy")
+    got = ilargi_db.evaluate(flights, model, query)
+    T, y = oracle_matrix(flights, query, "late")
+    proba = model.predict_proba(T)[:, 1]
+    assert got["roc_auc"] == pytest.approx(metrics.roc_auc_score(y, proba), rel=1e-9)
+    assert got["accuracy"] == pytest.approx(metrics.accuracy_score(y, proba > 0.5), rel=1e-9)
+    assert got["log_loss"] == pytest.approx(metrics.log_loss(y, proba), rel=1e-9)
+    with pytest.raises(IlargiError, match="do not match the model's features"):
+        ilargi_db.evaluate(flights, model, "SELECT f.distance, f.arr_delay > 15 AS late FROM flights f")
