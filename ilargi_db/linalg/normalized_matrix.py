@@ -234,8 +234,9 @@ class NormalizedMatrix:
             else:
                 data = xp.concatenate([data, rows], axis=0)
         elif len(index) == r and bool((index == xp.arange(r)).all()):
-            index = None  # row i takes block row i: no gather needed
-        return _Part(data, columns, index, be)
+            return _Part(data, columns, None, be)  # row i takes block row i: no gather needed
+        # Pointer-sized indices: gathers and bincounts with int32 ones convert them on every call.
+        return _Part(data, columns, index.astype(xp.int64, copy=False), be)
 
     @classmethod
     def _from_parts(cls, parts: list[_Part], like: NormalizedMatrix) -> NormalizedMatrix:
@@ -290,10 +291,11 @@ class NormalizedMatrix:
         w = self._vector(w, self._n_cols, "T @ W")
         xp = self.backend.xp
         if w.ndim == 1:
-            out = xp.zeros(self._n_rows, dtype=self.dtype)
+            out = None
             for part in self._parts:
-                out += part.gather(_matmul(part.data, w[part.columns], self.backend))
-            return out
+                z = part.gather(_matmul(part.data, w[part.columns], self.backend))
+                out = z if out is None else out.__iadd__(z)
+            return xp.zeros(self._n_rows, dtype=self.dtype) if out is None else out
         # Accumulate (T W)^T = sum_k (W_k^T S_k^T) I_k^T: wide products and row-wise gathers are
         # several times faster than tall-skinny ones (multi-threaded OpenBLAS especially).
         out_t = xp.zeros((w.shape[1], self._n_rows), dtype=self.dtype)
