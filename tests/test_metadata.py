@@ -41,7 +41,7 @@ def test_indicators_are_compressed_row_indexes(con):
     query = "SELECT f.dep_delay, d.lat FROM flights f LEFT JOIN airports d ON f.dest = d.faa ORDER BY f.id"
     meta = extract_metadata(con, build_join_graph(con, query))
     dims = meta.indicators["d"]
-    assert dims.dtype == np.int32
+    assert dims.dtype in (np.int32, np.int64)  # compressed row indexes, -1 where empty
     # XXX (no such airport) and NULL dest are empty rows; the rest point into the airports scan.
     np.testing.assert_array_equal(dims < 0, [False, False, False, True, False, True])
     assert meta.source_rows == {"f": 6, "d": 5}

@@ -50,9 +50,9 @@ def clear_unused_nonfinite(block: BlockMetadata) -> None:
     Such rows never appear in T, but NaN * 0 and inf * 0 = NaN would still leak
     into T^T V and T^T T through them.
     """
+    if np.isfinite(block.data.sum()):
+        return  # no NaN or inf anywhere (one pass, no mask)
     missing = ~np.isfinite(block.data)
-    if not missing.any():
-        return
     used = np.bincount(block.indicator[block.indicator >= 0], minlength=block.n_source_rows) > 0
     block.data[missing & ~used[:, None]] = 0.0
 

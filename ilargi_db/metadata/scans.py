@@ -53,7 +53,7 @@ class SourceScan:
         scanned = self.rowids
         increasing = bool(np.all(scanned[1:] > scanned[:-1]))
         if len(scanned) == 0 or (increasing and scanned[0] == 0 and scanned[-1] == len(scanned) - 1):
-            return rowids.astype(self.index_type, copy=False)  # no deletes, no filter: rowid = position
+            return rowids  # no deletes, no filter: rowid = position (DuckDB's BIGINT, kept without a copy)
         order = None if increasing else np.argsort(scanned)
         ordered = scanned if order is None else scanned[order]
         found = np.minimum(np.searchsorted(ordered, rowids), len(ordered) - 1)
