@@ -48,6 +48,16 @@ def test_linear_operators_match_materialized_join(schema, seed):
     assert_close(np.array(X.sum()), np.array(T.sum()))
     assert X.T.shape == (d, n) and X.T.T.shape == (n, d)
     assert_close(X.T.materialize(), T.T)
+    # What the models use beyond the rewrite rules.
+    weights = rng.random(n)
+    assert_close(X.crossprod(weights), T.T @ (weights[:, None] * T))
+    labels = rng.integers(0, 3, n)
+    assert_close(X.group_sums(labels, 3), T.T @ np.eye(3)[labels])
+    picked = rng.integers(0, max(n, 1), 4 if n else 0)
+    assert_close(X.rows(picked), T[picked])
+    assert_close(X.take_rows(picked).materialize(), T[picked])
+    assert_close(X.take_rows(picked) @ w, T[picked] @ w)
+    assert_close(X.row_norms_squared(), (T**2).sum(axis=1))
 
 
 @SETTINGS

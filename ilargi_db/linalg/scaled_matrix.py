@@ -95,6 +95,12 @@ class ScaledMatrix:
     def rowsums(self) -> Any:
         return self._lmm(self.backend.xp.ones(self.base.shape[1], dtype=self.dtype))
 
+    def group_sums(self, labels: Any, n_groups: int) -> Any:
+        """Z^T L = (X^T L - mu counts^T) / sigma."""
+        xp = self.backend.xp
+        counts = xp.bincount(xp.asarray(labels), minlength=n_groups).astype(self.dtype)
+        return (self.base.group_sums(labels, n_groups) - xp.outer(self.mean, counts)) / self.scale[:, None]
+
     def rows(self, indices: Any) -> Any:
         return (self.base.rows(indices) - self.mean) / self.scale
 

@@ -14,6 +14,20 @@ from sklearn.utils.validation import check_is_fitted
 from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
 
 
+def _assign(M: Any, centers: np.ndarray) -> tuple[Any, Any]:
+    """Nearest center of every row, and ||c||^2 - 2 x.c for it (the squared distance less ||x||^2).
+
+    The row norms do not change which center is nearest, so they stay out of the n x k pass.
+    """
+    xp = M.backend.xp
+    scores = M @ M.backend.asarray(-2 * centers.T, dtype=M.dtype)
+    scores += M.backend.asarray((centers**2).sum(axis=1), dtype=M.dtype)
+    labels = xp.argmin(scores, axis=1)
+    k = scores.shape[1]
+    picked = xp.ascontiguousarray(scores).ravel()[xp.arange(scores.shape[0]) * k + labels]
+    return labels, picked
+
+
 def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     """||x_i - c_j||^2 = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2 (one LMM with C^T)."""
     xp = M.backend.xp
@@ -134,33 +148,30 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _lloyd(self, M: Any, row_norms: Any, centers: np.ndarray, threshold: float) -> tuple:
         xp = M.backend.xp
-        n, _ = M.shape
         k = self.n_clusters
+        total_norm = float(to_host(row_norms.sum()))
         losses: list[float] = []
         with progress(self.max_iter, "k-means") as bar:
             for _ in range(self.max_iter):
-                d2 = _squared_distances(M, row_norms, centers)
-                labels = xp.argmin(d2, axis=1)
-                closest = d2[xp.arange(n), labels]
-                losses.append(float(to_host(closest.sum())))
+                labels, closest = _assign(M, centers)
+                losses.append(max(total_norm + float(to_host(closest.sum())), 0.0))
                 check_finite(losses[-1], "the inertia")
                 counts = to_host(xp.bincount(labels, minlength=k))
-                # New centers: X^T (one-hot labels) / counts, one factorized X^T v per cluster.
-                sums = np.stack([to_host(M.T @ (labels == j).astype(M.dtype)) for j in range(k)])
+                # New centers: X^T (one-hot labels) / counts, in one factorized pass.
+                sums = to_host(M.group_sums(labels, k)).T
                 new = centers.copy()
                 filled = counts > 0
                 new[filled] = sums[filled] / counts[filled, None]
                 if (~filled).any():  # an empty cluster takes the points farthest from their centers
-                    far = np.argsort(-to_host(closest))[: int((~filled).sum())]
+                    far = np.argsort(-(to_host(closest) + to_host(row_norms)))[: int((~filled).sum())]
                     new[~filled] = to_host(M.rows(far))
                 shift = float(((new - centers) ** 2).sum())
                 centers = new
                 bar.update()
                 if shift <= threshold:
                     break
-        d2 = _squared_distances(M, row_norms, centers)  # labels consistent with the final centers
-        labels = xp.argmin(d2, axis=1)
-        inertia = float(to_host(d2[xp.arange(n), labels].sum()))
+        labels, closest = _assign(M, centers)  # labels consistent with the final centers
+        inertia = float(to_host(xp.maximum(row_norms + closest, 0).sum()))
         return centers, to_host(labels), inertia, len(losses), losses
 
     def predict(self, X: Any) -> np.ndarray:
