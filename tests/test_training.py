@@ -268,3 +268,27 @@ def test_evaluate_matches_scikit_learn_metrics(flights):
     assert got["log_loss"] == pytest.approx(metrics.log_loss(y, proba), rel=1e-9)
     with pytest.raises(IlargiError, match="do not match the model's features"):
         ilargi_db.evaluate(flights, model, "SELECT f.distance, f.arr_delay > 15 AS late FROM flights f")
+
+
+def test_synthetic_star_schema_options():
+    from ilargi_db.datasets import make_star_schema
+
+    con = duckdb.connect()
+    schema = make_star_schema(
+        con,
+        fact_rows=2000,
+        fact_features=2,
+        n_dims=2,
+        dim_rows=100,
+        dim_features=4,
+        sparsity=0.8,
+        join="left",
+        dangling=0.1,
+    )
+    assert (schema.tuple_ratio, schema.feature_ratio) == (20.0, 2.0)
+    X, y = ilargi_db.normalize(con, schema.query(), target="y", backend="numpy", sparse=True)
+    assert X.shape == (2000, 10)
+    T = X.materialize()
+    assert 0.6 < (T[:, 2:] == 0).mean() < 0.95  # sparse dimensions, plus the empty rows of dangling keys
+    with pytest.raises(ValueError, match="join must be"):
+        make_star_schema(con, fact_rows=10, dim_rows=2, join="full")

@@ -21,6 +21,7 @@ class StarSchema:
     n_dims: int
     dim_rows: int
     dim_features: int
+    join: str = "inner"  # "inner" or "left" (then ``dangling`` of the foreign keys match no row)
 
     @property
     def tuple_ratio(self) -> float:
@@ -36,7 +37,8 @@ class StarSchema:
         joins = []
         for d in range(self.n_dims):
             items += [f"d{d}.z{j} AS d{d}_z{j}" for j in range(self.dim_features)]
-            joins.append(f"JOIN dim{d} AS d{d} ON f.fk{d} = d{d}.id")
+            keyword = "LEFT JOIN" if self.join == "left" else "JOIN"
+            joins.append(f"{keyword} dim{d} AS d{d} ON f.fk{d} = d{d}.id")
         if target:
             items.append("f.y")
         return f"SELECT {', '.join(items)} FROM fact AS f {' '.join(joins)}"
@@ -50,8 +52,16 @@ def make_star_schema(
     dim_rows: int = 50_000,
     dim_features: int = 20,
     seed: int = 0,
+    *,
+    sparsity: float = 0.0,
+    join: str = "inner",
+    dangling: float = 0.0,
 ) -> StarSchema:
     """Create ``fact`` and ``dim0..dim{n_dims-1}`` in ``con`` (replacing them) and describe them.
+
+    ``sparsity`` is the share of zeros in the dimensions' features; ``join="left"``
+    makes the query LEFT JOIN the dimensions, and ``dangling`` is the share of
+    foreign keys that match no dimension row (NULL in the materialized join).
 
     >>> import duckdb
     >>> con = duckdb.connect()
@@ -61,11 +71,18 @@ def make_star_schema(
     >>> con.sql(schema.query()).shape
     (100, 9)
     """
+    if join not in ("inner", "left"):
+        raise ValueError(f"join must be 'inner' or 'left', got {join!r}.")
+    if not (0 <= sparsity <= 1 and 0 <= dangling <= 1):
+        raise ValueError("sparsity and dangling are shares between 0 and 1.")
     con.execute(f"SELECT setseed({(seed % 1000) / 1000})")
+    value = f"CASE WHEN random() < {sparsity} THEN 0.0 ELSE random() END" if sparsity else "random()"
     for d in range(n_dims):
-        columns = ", ".join(f"random() AS z{j}" for j in range(dim_features))
+        columns = ", ".join(f"{value} AS z{j}" for j in range(dim_features))
         con.execute(f"CREATE OR REPLACE TABLE dim{d} AS SELECT range AS id, {columns} FROM range({dim_rows})")
-    keys = ", ".join(f"CAST(floor(random() * {dim_rows}) AS BIGINT) AS fk{d}" for d in range(n_dims))
+    # A dangling key points past the last dimension row.
+    key = f"CASE WHEN random() < {dangling} THEN {dim_rows} ELSE CAST(floor(random() * {dim_rows}) AS BIGINT) END"
+    keys = ", ".join(f"{key} AS fk{d}" for d in range(n_dims))
     features = ", ".join(f"random() AS x{j}" for j in range(fact_features))
     con.execute(f"CREATE OR REPLACE TABLE fact AS SELECT {features}, {keys}, random() AS y FROM range({fact_rows})")
-    return StarSchema(fact_rows, fact_features, n_dims, dim_rows, dim_features)
+    return StarSchema(fact_rows, fact_features, n_dims, dim_rows, dim_features, join)

@@ -89,9 +89,13 @@ class FeatureEncoder:
         for block in meta.blocks:
             rows = block.indicator[block.indicator >= 0]
             used = np.bincount(rows, minlength=block.n_source_rows).astype(float)
-            present = ~np.isnan(block.data)
-            sums[block.columns] += used @ np.where(present, block.data, 0.0)
-            counts[block.columns] += used @ present
+            if np.isnan(block.data.sum()):  # some NULLs: count only the present cells
+                present = ~np.isnan(block.data)
+                sums[block.columns] += used @ np.where(present, block.data, 0.0)
+                counts[block.columns] += used @ present
+            else:
+                sums[block.columns] += used @ block.data
+                counts[block.columns] += used.sum()
             empty = float(np.count_nonzero(block.indicator == -1))
             fill_present = ~np.isnan(block.fill)
             sums[block.columns] += empty * np.where(fill_present, block.fill, 0.0)
