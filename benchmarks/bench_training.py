@@ -159,15 +159,18 @@ def plots(results: dict, folder: Path) -> list[str]:
     for dataset in ("star", "flights"):
         fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
         for ax, algorithm in zip(axes, ALGORITHMS):
-            for method, style in (("factorized", "-"), ("materialized", "--")):
+            for method, style in (("factorized", "-o"), ("materialized", "--x")):
                 curve = results[(dataset, algorithm, method)]["curve"]
                 if curve:
-                    ax.plot(range(1, len(curve) + 1), curve, style, label=method)
+                    ax.plot(range(1, len(curve) + 1), curve, style, label=method, markersize=3)
             ax.set_title(algorithm.replace("_", " "))
             ax.set_xlabel("iteration")
             ax.set_yscale("log")
             ax.legend()
-        fig.suptitle(f"loss curves, {dataset} (the two strategies overlap: same model)")
+        fig.suptitle(
+            f"loss curves, {dataset}: the strategies overlap (same model); k-means++ and NMF's random start "
+            "differ by row order"
+        )
         fig.tight_layout()
         path = folder / f"loss_curves_{dataset}.png"
         fig.savefig(path, dpi=90)
