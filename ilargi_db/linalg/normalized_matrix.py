@@ -189,7 +189,6 @@ class NormalizedMatrix:
             self._feature_names = list(feature_names)
         else:
             self._feature_names = [f"x{j}" for j in range(self._n_cols)]
-        self._gather_cache = None
         blocks = _merge_blocks_sharing_an_index([b for b, w in zip(blocks, widths) if w], self.backend)
         self._parts = [self._make_part(b, dtype) for b in blocks]
         fed = np.zeros(self._n_cols, dtype=int)
@@ -244,9 +243,6 @@ class NormalizedMatrix:
         new = cls.__new__(cls)
         new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
         new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
-        # The fused gather depends on the indicators only: element-wise results share it.
-        same = len(parts) == len(like._parts) and all(a.index is b.index for a, b in zip(parts, like._parts))
-        new._gather_cache = like._gather_cache if same else None
         return new
 
     # -- shape and views ---------------------------------------------------------------
@@ -294,34 +290,19 @@ class NormalizedMatrix:
         """T @ W = sum_k I_k (S_k (M_k^T W))."""
         w = self._vector(w, self._n_cols, "T @ W")
         xp = self.backend.xp
-        indexed = [p for p in self._parts if p.index is not None]
-        out = None
-        if indexed:
-            # All gathers and their sum in one sparse product: one pass over the output, no temporaries.
-            z = xp.concatenate([_matmul(p.data, w[p.columns], self.backend) for p in indexed])
-            out = self._fused_gather() @ z
+        if w.ndim == 1:
+            out = None
+            for part in self._parts:
+                z = part.gather(_matmul(part.data, w[part.columns], self.backend))
+                out = z if out is None else out.__iadd__(z)
+            return xp.zeros(self._n_rows, dtype=self.dtype) if out is None else out
+        # Accumulate (T W)^T = sum_k (W_k^T S_k^T) I_k^T: wide products and row-wise gathers are
+        # several times faster than tall-skinny ones (multi-threaded OpenBLAS especially).
+        out_t = xp.zeros((w.shape[1], self._n_rows), dtype=self.dtype)
         for part in self._parts:
-            if part.index is not None:
-                continue
-            if w.ndim == 1:
-                z = _matmul(part.data, w[part.columns], self.backend)
-            else:  # (W^T S^T)^T: a wide product, several times faster than a tall-skinny one in OpenBLAS
-                z = _matmul(w[part.columns].T, part.data.T, self.backend).T
-            out = z if out is None else out.__iadd__(z)
-        return xp.zeros((self._n_rows, *w.shape[1:]), dtype=self.dtype) if out is None else out
-
-    def _fused_gather(self) -> Any:
-        """[I_1 I_2 ...] as one sparse (n x sum of block rows) matrix, built once."""
-        if self._gather_cache is None:
-            xp, be = self.backend.xp, self.backend
-            indexed = [p for p in self._parts if p.index is not None]
-            offsets = np.cumsum([0] + [p.n_block_rows for p in indexed])
-            columns = xp.stack([p.index + int(o) for p, o in zip(indexed, offsets)], axis=1).ravel()
-            m = len(indexed)
-            indptr = xp.arange(0, m * self._n_rows + 1, m)
-            ones = xp.ones(m * self._n_rows, dtype=self.dtype)
-            self._gather_cache = be.sparse.csr_matrix((ones, columns, indptr), shape=(self._n_rows, int(offsets[-1])))
-        return self._gather_cache
+            z_t = xp.ascontiguousarray(_matmul(w[part.columns].T, part.data.T, self.backend))
+            out_t += z_t if part.index is None else xp.take(z_t, part.index, axis=1)
+        return out_t.T
 
     def _tmm(self, v: Any) -> Any:
         """T^T @ V = sum_k M_k (S_k^T (I_k^T V))."""
