@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
-from ilargi_db.metadata import extract_metadata
+from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.normalization import check_factorizable, is_numeric
@@ -83,8 +83,8 @@ def decide_strategy(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: 
     for f in graph.features:
         for part in f.parts:
             widths[part.source] += 1
-    anchor = max((s for s in graph.sources if widths[s.alias]), key=lambda s: rows[s.alias] * widths[s.alias])
-    n = rows[anchor.alias]
+    # The join has (about) as many rows as its largest source, the fact table of a star or snowflake.
+    n = max(rows.values())
     materialized = n * sum(widths.values())
     factorized = sum(rows[a] * w for a, w in widths.items() if w) + n * sum(1 for w in widths.values() if w)
     ratio = materialized / factorized
@@ -116,6 +116,8 @@ def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backe
     meta = extract_metadata(con, graph, categorical=categorical)
     if meta.target is not None and np.isnan(meta.target).any():
         meta = meta.take_rows(np.flatnonzero(~np.isnan(meta.target)))  # unlabelled rows teach nothing
+        for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
+            clear_unused_nonfinite(block)
     if fit:
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
@@ -204,6 +206,8 @@ def train(
         raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
     be = get_backend(backend)
     graph = build_join_graph(con, query, target)
+    if not graph.features:
+        raise IlargiError("the training query selects no feature column: add the columns to learn from.")
     flags = _categorical_flags(graph)
     if graph.target is not None and not is_numeric(graph.target.duckdb_type):
         raise PlanError(
@@ -220,7 +224,7 @@ def train(
         what = "rows with a non-NULL target" if supervised else "rows"
         raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
     loaded = time.perf_counter()
-    M = ScaledMatrix.standardize(X) if standardize else X
+    M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if standardize else X
     if supervised:
         estimator.fit(M, y)
     else:
@@ -228,7 +232,7 @@ def train(
     if standardize:
         scale, mean = _host(M.scale), _host(M.mean)
         estimator.coef_ = estimator.coef_ / scale
-        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)
+        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
     done = time.perf_counter()
     estimator.strategy_ = chosen
     estimator.decision_ = why
@@ -251,7 +255,7 @@ def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph
 
     features = tuple(
         dataclasses.replace(f, kind="cross_source", parts=()) if flag and f.kind == "coalesce" else f
-        for f, flag in zip(graph.features, flags)
+        for f, flag in zip(graph.features, flags, strict=True)
     )
     return dataclasses.replace(graph, features=features)
 
@@ -261,10 +265,11 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     encoder = getattr(model, "encoder_", None)
     if encoder is None:
         raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
-    columns = build_join_graph(con, query).feature_names
-    target = model.target_ if model.target_ in columns else None
-    graph = _mark_categorical_coalesce(build_join_graph(con, query, target), encoder.categorical)
+    columns = [c.lower() for c in build_join_graph(con, query).feature_names]
+    target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
+    graph = build_join_graph(con, query, target)
     encoder.check_features(graph.feature_names)
+    graph = _mark_categorical_coalesce(graph, encoder.categorical)
     build = _factorized if graph.factorizable else _materialized
     return build(con, graph, encoder, False, get_backend(backend))
 

@@ -292,3 +292,61 @@ def test_synthetic_star_schema_options():
     assert 0.6 < (T[:, 2:] == 0).mean() < 0.95  # sparse dimensions, plus the empty rows of dangling keys
     with pytest.raises(ValueError, match="join must be"):
         make_star_schema(con, fact_rows=10, dim_rows=2, join="full")
+
+
+def test_review_findings_on_training(con):
+    """Regressions found in review: each line failed before its fix."""
+    query = "SELECT f.dep_delay, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="ARR_DELAY", backend="numpy")
+    # Extra or missing columns in predict/evaluate are refused, not silently dropped.
+    with pytest.raises(IlargiError, match="do not match the model's features"):
+        ilargi_db.predict(con, model, "SELECT f.dep_delay, f.hour FROM flights f")
+    with pytest.raises(IlargiError, match="do not match the model's features"):
+        ilargi_db.predict(
+            con, model, "SELECT f.dep_delay * p.seats AS x, f.hour FROM flights f JOIN planes p USING (tailnum)"
+        )
+    # The target's capitalisation does not matter.
+    assert "r2" in ilargi_db.evaluate(con, model, query)
+    # A non-finite value only in an unlabelled row: both strategies train.
+    con.sql("UPDATE flights SET dep_delay = 'inf'::DOUBLE, arr_delay = NULL WHERE id = 2")
+    for strategy in ("factorized", "materialized"):
+        ilargi_db.train(con, query, target="arr_delay", strategy=strategy, backend="numpy")
+    # Without imputation, NULLs (here a LEFT-join gap) are a clear error on both paths.
+    gap = "SELECT f.dep_delay, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d ON f.dest = d.faa"
+    for strategy in ("factorized", "materialized"):
+        with pytest.raises(IlargiError, match="hold NULLs"):
+            ilargi_db.train(con, gap, target="arr_delay", impute=False, strategy=strategy, backend="numpy")
+    with pytest.raises(IlargiError, match="selects no feature"):
+        ilargi_db.train(con, "SELECT f.arr_delay FROM flights f", target="arr_delay", backend="numpy")
+
+
+def test_standardize_keeps_constant_columns_at_zero(con):
+    query = "SELECT f.dep_delay, 1000.1 AS c, f.distance, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="arr_delay", standardize=True, backend="numpy")
+    T, y = oracle_matrix(con, query, "arr_delay")
+    reference = sklearn.linear_model.LinearRegression().fit(T, y)
+    assert abs(model.coef_[1]) < 1e-6
+    assert_close(model.predict(T), reference.predict(T), rtol=1e-6)
+
+
+def test_sparse_identity_blocks_stay_sparse_in_crossprod():
+    import scipy.sparse as sp
+
+    from ilargi_db import Block, NormalizedMatrix
+
+    n, categories = 2000, 300
+    rng = np.random.default_rng(0)
+    onehot = sp.csr_matrix((np.ones(n), (np.arange(n), rng.integers(0, categories, n))), shape=(n, categories))
+    dim = rng.normal(size=(10, 2))
+    X = NormalizedMatrix(
+        [
+            Block(onehot, columns=np.arange(categories)),
+            Block(dim, columns=[categories, categories + 1], index=rng.integers(0, 10, n)),
+        ],
+        n_rows=n,
+        backend="numpy",
+    )
+    T = X.materialize()
+    weights = rng.random(n)
+    assert_close(X.crossprod(), T.T @ T)
+    assert_close(X.crossprod(weights), T.T @ (weights[:, None] * T))

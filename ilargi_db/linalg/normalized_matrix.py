@@ -327,11 +327,11 @@ class NormalizedMatrix:
             return _matmul(a.data.T, scale_rows(a.data, counts), be)
         if a.index is None and b.index is None:
             return _matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
-        if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b
-            left = a.dense_data() if weights is None else scale_rows(a.dense_data(), weights)
+        if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b (sparse blocks stay sparse)
+            left = a.data if weights is None else scale_rows(a.data, weights)
             return _matmul(b.segment_sum(left).T, b.data, be)
         if b.index is None:
-            right = b.dense_data() if weights is None else scale_rows(b.dense_data(), weights)
+            right = b.data if weights is None else scale_rows(b.data, weights)
             return _matmul(a.data.T, a.segment_sum(right), be)
         xp = be.xp
         values = xp.ones(self._n_rows, dtype=self.dtype) if weights is None else weights

@@ -25,15 +25,20 @@ class ScaledMatrix:
         self._transposed = False
 
     @classmethod
-    def standardize(cls, X: NormalizedMatrix) -> ScaledMatrix:
-        """Scale every column to mean 0 and variance 1 (constant columns keep scale 1)."""
+    def standardize(cls, X: NormalizedMatrix, center: bool = True) -> ScaledMatrix:
+        """Scale every column to mean 0 and variance 1; without ``center``, to mean square 1.
+
+        E[x^2] - E[x]^2 loses about sqrt(eps) * |mean| to rounding, so a column whose
+        spread is below that is treated as constant (scale 1), not blown up.
+        """
+        xp = X.backend.xp
         n = X.shape[0]
         mean = X.colsums() / n
-        var = (X**2).colsums() / n - mean**2
-        xp = X.backend.xp
-        scale = xp.sqrt(xp.maximum(var, 0))
-        scale = xp.where(scale > 1e-12 * xp.maximum(xp.abs(mean), 1), scale, 1.0)
-        return cls(X, mean, scale)
+        second = (X**2).colsums() / n
+        spread = xp.sqrt(xp.maximum(second - mean**2, 0)) if center else xp.sqrt(second)
+        floor = 1e-7 * xp.maximum(xp.abs(mean), 1)
+        scale = xp.where(spread > floor, spread, 1.0)
+        return cls(X, mean if center else xp.zeros_like(mean), scale)
 
     @property
     def backend(self):

@@ -146,4 +146,4 @@ def extract_metadata(
     )
 
 
-__all__ = ["BlockMetadata", "CategoricalMetadata", "DIMetadata", "extract_metadata"]
+__all__ = ["BlockMetadata", "CategoricalMetadata", "DIMetadata", "clear_unused_nonfinite", "extract_metadata"]

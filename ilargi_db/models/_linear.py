@@ -109,9 +109,11 @@ class LinearRegression(RegressorMixin, _LinearModel):
         check_finite(gram, "X^T X")
         try:
             factor = scipy.linalg.cho_factor(gram, check_finite=False)
-            coef = scipy.linalg.cho_solve(factor, xty, check_finite=False)
-            if np.linalg.cond(gram) > 1e12:
+            diagonal = np.abs(np.diag(factor[0]))
+            # cond(gram) ~ (max/min diagonal of its Cholesky factor)^2, without an SVD.
+            if diagonal.min() <= 1e-6 * diagonal.max():
                 raise np.linalg.LinAlgError("ill-conditioned")
+            coef = scipy.linalg.cho_solve(factor, xty, check_finite=False)
         except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
             coef = scipy.linalg.lstsq(gram, xty, cond=None, lapack_driver="gelsd")[0]  # minimum-norm
         self.coef_ = coef

@@ -156,11 +156,15 @@ class FeatureEncoder:
             )
 
     def _impute(self, data: np.ndarray, columns: np.ndarray) -> np.ndarray:
-        if not self.impute:
-            return data
         missing = np.isnan(data)
         if not missing.any():
             return data
+        if not self.impute:
+            names = sorted({self.specs_[j].name for j in np.asarray(columns)[missing.any(axis=0)]})
+            raise IlargiError(
+                f"feature(s) {', '.join(map(repr, names))} hold NULLs (or rows an outer join left empty): pass "
+                "impute=True (the default) to use the training mean, or filter or COALESCE them in the query."
+            )
         means = np.array([self.specs_[j].mean for j in columns])
         return np.where(missing, means, data)
 
@@ -171,7 +175,8 @@ class FeatureEncoder:
         for block in meta.blocks:
             out_columns = self.offsets_[block.columns]
             data = self._impute(block.data, block.columns)
-            fill = self._impute(block.fill.reshape(1, -1), block.columns).ravel()
+            empty = bool((block.indicator == -1).any())
+            fill = self._impute(block.fill.reshape(1, -1), block.columns).ravel() if empty else block.fill
             blocks.append(Block(data, columns=out_columns, index=block.indicator, fill=np.nan_to_num(fill)))
         for cat in meta.categoricals:
             spec = self.specs_[cat.feature]
