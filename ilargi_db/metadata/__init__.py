@@ -15,8 +15,9 @@ import numpy as np
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.indicator import TARGET, compute_indicators, winner_column
-from ilargi_db.metadata.scans import join_columns, part_column, scan_source
+from ilargi_db.metadata.scans import cast_part, join_columns, part_column, scan_source, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.plan.sources import with_prefix
 
 
 def in_anchor_order(
@@ -42,6 +43,23 @@ def in_anchor_order(
     else:
         order = np.argsort(rows, kind="stable")
     return {name: values[order] for name, values in joined.items()}
+
+
+def streamable_source(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, parts: dict[str, dict], parts_in_join: dict[str, list]
+) -> str | None:
+    """The FROM source whose features can come straight out of the key-only join, if any.
+
+    The first source of a star or snowflake (the fact table) is read by the join
+    anyway; selecting its feature expressions there saves its own scan and puts
+    its block in output order (identity indicator), with no reordering. Only a
+    base table no outer join can empty qualifies: its rows flow through the join
+    one per output row.
+    """
+    first = graph.sources[0]
+    if first.nullable or not parts[first.alias] or parts_in_join[first.alias]:
+        return None
+    return first.alias if supports_rowid(con, first, with_prefix(graph.select)) else None
 
 
 def clear_unused_nonfinite(block: BlockMetadata) -> None:
@@ -81,20 +99,32 @@ def extract_metadata(
             parts[part.source][part_column(j, k)] = part.sql
             if feature.kind == "coalesce":
                 parts_in_join[part.source].append(part_column(j, k))
+    anchor = streamable_source(con, graph, parts, parts_in_join)
     scans = {
         s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], parts_in_join[s.alias], text_parts)
         for s in graph.sources
+        if s.alias != anchor
     }
-    joined = compute_indicators(con, graph, scans, uuid.uuid4().hex)
-    if not graph.order_by:
+    streamed = None
+    if anchor is not None:
+        streamed = (anchor, {name: cast_part(name, sql, text_parts) for name, sql in parts[anchor].items()})
+    joined, join_table = compute_indicators(con, graph, scans, uuid.uuid4().hex, streamed)
+    if not graph.order_by and anchor is None:
         widths = {alias: len(p) for alias, p in parts.items()}
         joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
-    n_rows = len(joined[graph.sources[0].alias])
+    n_rows = join_table.num_rows
+
+    def values_of(alias: str):
+        return join_table if alias == anchor else scans[alias].values
+
+    def fill_of(alias: str, name: str):
+        return (
+            None if alias == anchor and name in text_parts else np.nan if alias == anchor else scans[alias].fill[name]
+        )
 
     blocks: list[BlockMetadata] = []
     categoricals: list[CategoricalMetadata] = []
     for source in graph.sources:
-        scan = scans[source.alias]
         plain = [
             (j, part_column(j, 0))
             for j, f in enumerate(graph.features)
@@ -105,17 +135,17 @@ def extract_metadata(
             blocks.append(
                 BlockMetadata(
                     source=source.alias,
-                    data=arrow_to_block(scan.values, names, dtype),
+                    data=arrow_to_block(values_of(source.alias), names, dtype),
                     indicator=joined[source.alias],
                     columns=np.array([j for j, _ in plain], dtype=np.int64),
-                    fill=np.array([scan.fill[name] for name in names], dtype=dtype),
+                    fill=np.array([fill_of(source.alias, name) for name in names], dtype=dtype),
                 )
             )
     for j in sorted(categorical):
         source = graph.features[j].parts[0].source
         name = part_column(j, 0)
-        values = scans[source].values.column(name).combine_chunks()
-        categoricals.append(CategoricalMetadata(source, j, values, joined[source], scans[source].fill[name]))
+        values = values_of(source).column(name).combine_chunks()
+        categoricals.append(CategoricalMetadata(source, j, values, joined[source], fill_of(source, name)))
     for j, feature in enumerate(graph.features):
         if feature.kind != "coalesce":
             continue
@@ -140,7 +170,7 @@ def extract_metadata(
         feature_names=graph.feature_names,
         blocks=blocks,
         indicators={s.alias: joined[s.alias] for s in graph.sources},
-        source_rows={alias: scan.n_rows for alias, scan in scans.items()},
+        source_rows={s.alias: n_rows if s.alias == anchor else scans[s.alias].n_rows for s in graph.sources},
         target=joined.get(TARGET),
         categoricals=categoricals,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
@@ -23,7 +24,9 @@ def winner_column(feature_index: int) -> str:
     return f"__ilargi_w{feature_index}"
 
 
-def indicator_sql(graph: JoinGraph, registered: dict[str, str]) -> str:
+def indicator_sql(
+    graph: JoinGraph, registered: dict[str, str], streamed: str | None = None, streamed_items: tuple[str, ...] = ()
+) -> str:
     """The user's FROM/WHERE/ORDER BY with the projection replaced by row numbers.
 
     Base tables stay as they are and give their ``rowid``; every other source
@@ -40,8 +43,10 @@ def indicator_sql(graph: JoinGraph, registered: dict[str, str]) -> str:
                 alias=exp.TableAlias(this=exp.to_identifier(source.alias)),
             )
         )
-    items = []
+    items = list(streamed_items)  # the streamed source's feature columns, already in output order
     for position, source in enumerate(graph.sources):
+        if source.alias == streamed:
+            continue
         row = f"{quote(source.alias)}.{ROW if source.alias in registered else 'rowid'}"
         value = f"COALESCE({row}, -1)" if source.nullable else row
         items.append(f"{value} AS {row_column(position)}")
@@ -63,12 +68,19 @@ def indicator_sql(graph: JoinGraph, registered: dict[str, str]) -> str:
 
 
 def compute_indicators(
-    con: duckdb.DuckDBPyConnection, graph: JoinGraph, scans: dict[str, SourceScan], token: str
-) -> dict[str, np.ndarray]:
-    """Run the key-only join; return every column of its result as a NumPy array.
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    scans: dict[str, SourceScan],
+    token: str,
+    streamed: tuple[str, dict[str, str]] | None = None,
+) -> tuple[dict[str, np.ndarray], pa.Table]:
+    """Run the key-only join; return its columns as NumPy arrays, and the Arrow result.
 
     Keys: each source alias (its row per output row, -1 where empty), the target
     column name :data:`TARGET` and one winner column per coalesced feature.
+    ``streamed`` = (alias, {column: select item}): that source has no scan; its
+    feature columns come out of the join itself, one row per output row, and
+    its indicator is the identity.
     """
     registered = {
         alias: f"__ilargi_{token}_{position}" for position, (alias, scan) in enumerate(scans.items()) if not scan.native
@@ -76,7 +88,9 @@ def compute_indicators(
     try:
         for alias, name in registered.items():
             con.register(name, scans[alias].keys)
-        table = fetch_arrow(con, indicator_sql(graph, registered), what="the key-only join")
+        alias, columns = streamed if streamed else (None, {})
+        sql = indicator_sql(graph, registered, alias, tuple(columns.values()))
+        table = fetch_arrow(con, sql, what="the key-only join")
     finally:
         for name in registered.values():
             try:
@@ -85,10 +99,13 @@ def compute_indicators(
                 pass
     result = {}
     for position, source in enumerate(graph.sources):
+        if streamed and source.alias == streamed[0]:
+            result[source.alias] = np.arange(table.num_rows)
+            continue
         rows = column_to_numpy(table.column(row_column(position)))
         scan = scans[source.alias]
         result[source.alias] = scan.positions(rows) if scan.native else rows
-    for name in table.column_names:
-        if not name.startswith("__ilargi_i"):
+    for name in (TARGET, *(winner_column(j) for j in range(len(graph.features)))):
+        if name in table.column_names:
             result[name] = column_to_numpy(table.column(name))
-    return result
+    return result, table
