@@ -18,6 +18,7 @@ from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
+from ilargi_db.models._base import to_host
 from ilargi_db.normalization import check_factorizable, is_numeric
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
@@ -230,7 +231,7 @@ def train(
     else:
         estimator.fit(M)
     if standardize:
-        scale, mean = _host(M.scale), _host(M.mean)
+        scale, mean = to_host(M.scale), to_host(M.mean)
         estimator.coef_ = estimator.coef_ / scale
         estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
     done = time.perf_counter()
@@ -243,10 +244,6 @@ def train(
     estimator.target_ = target
     estimator.n_rows_ = int(X.shape[0])
     return estimator
-
-
-def _host(a: Any) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph:

@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import backend_of
@@ -32,8 +31,7 @@ def as_matrix(X: Any) -> MatrixLike:
     if is_normalized(X):
         return X
     n, d = X.shape
-    data = X if sp.issparse(X) else X
-    return NormalizedMatrix([Block(data, columns=np.arange(d))], n_rows=n, backend=backend_of(X))
+    return NormalizedMatrix([Block(X, columns=np.arange(d))], n_rows=n, backend=backend_of(X))
 
 
 _NO_Y = object()
