@@ -118,9 +118,9 @@ def extract_metadata(
         return join_table if alias == anchor else scans[alias].values
 
     def fill_of(alias: str, name: str):
-        return (
-            None if alias == anchor and name in text_parts else np.nan if alias == anchor else scans[alias].fill[name]
-        )
+        if alias != anchor:
+            return scans[alias].fill[name]
+        return None if name in text_parts else np.nan  # the streamed fact never has empty rows
 
     blocks: list[BlockMetadata] = []
     categoricals: list[CategoricalMetadata] = []
