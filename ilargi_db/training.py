@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from dataclasses import dataclass
@@ -248,8 +249,6 @@ def train(
 
 def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph:
     """A categorical COALESCE across sources is trained materialized (its categories span sources)."""
-    import dataclasses
-
     features = tuple(
         dataclasses.replace(f, kind="cross_source", parts=()) if flag and f.kind == "coalesce" else f
         for f, flag in zip(graph.features, flags, strict=True)

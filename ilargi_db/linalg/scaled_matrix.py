@@ -114,9 +114,6 @@ class ScaledMatrix:
         inv2 = 1.0 / self.scale**2
         return (self.base**2) @ inv2 - 2 * (self.base @ (self.mean * inv2)) + float((self.mean**2 * inv2).sum())
 
-    def min(self) -> float:
-        return float(self.materialize().min())
-
     def materialize(self) -> Any:
         out = (self.base.materialize() - self.mean) / self.scale
         return out.T if self._transposed else out

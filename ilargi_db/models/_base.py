@@ -19,6 +19,15 @@ class DivergenceError(IlargiError, FloatingPointError):
     """Training produced NaN or inf."""
 
 
+class SparseInputMixin:
+    """Tells scikit-learn's checks that the estimator takes sparse matrices (as normalized matrices hold)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
 def is_normalized(X: Any) -> bool:
     return isinstance(X, (NormalizedMatrix, ScaledMatrix))
 
@@ -88,5 +97,5 @@ def progress(total: int, desc: str):
 
 
 def to_host(a: Any) -> np.ndarray:
-    """A NumPy copy of a backend array (a no-op on NumPy)."""
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+    """A NumPy array of a backend array or scalar (no copy on NumPy)."""
+    return np.asarray(backend_of(a).to_host(a))

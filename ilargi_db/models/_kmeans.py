@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
+from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, progress, to_host
 
 
 def _assign(M: Any, centers: np.ndarray) -> tuple[Any, Any]:
@@ -36,7 +36,7 @@ def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     return xp.maximum(d2, 0)
 
 
-class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
+class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     """k-means clustering over joined tables, without materializing the join.
 
     Parameters
@@ -191,8 +191,3 @@ class KMeans(ClusterMixin, TransformerMixin, BaseEstimator):
     def score(self, X: Any, y: Any = None) -> float:
         """Opposite of the inertia of ``X`` against the centers (higher is better)."""
         return -float((self.transform(X).min(axis=1) ** 2).sum())
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags

@@ -13,10 +13,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
+from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, progress, to_host
 
 
-class _LinearModel(BaseEstimator):
+class _LinearModel(SparseInputMixin, BaseEstimator):
     """Shared prediction: X @ coef_ + intercept_, factorized when X is a normalized matrix."""
 
     def _decision(self, X: Any) -> Any:
@@ -156,11 +156,6 @@ class LinearRegression(RegressorMixin, _LinearModel):
     def predict(self, X: Any) -> np.ndarray:
         """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
         return to_host(self._decision(X))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
 
 
 def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
@@ -360,6 +355,5 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
         tags.classifier_tags.multi_class = False
         return tags

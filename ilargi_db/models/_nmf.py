@@ -11,12 +11,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_db.models._base import as_matrix, check_finite, check_input, progress, to_host
+from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, progress, to_host
 
 EPSILON = np.finfo(np.float64).eps
 
 
-class GaussianNMF(TransformerMixin, BaseEstimator):
+class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
     """Non-negative matrix factorization X ~ W H (Frobenius loss), multiplicative updates.
 
     Each iteration needs ``X @ H^T`` (an LMM) and ``X^T W`` (a transposed LMM)
@@ -74,7 +74,8 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
         self.random_state = random_state
 
     def _check_non_negative(self, M: Any) -> None:
-        if M.min() < 0:
+        # A standardized (centered) matrix has negative entries by construction.
+        if not hasattr(M, "min") or M.min() < 0:
             raise ValueError(
                 "Negative values in data passed to GaussianNMF: it factorizes non-negative data. Shift or clip "
                 "those columns in the query (e.g. GREATEST(x, 0)), or leave them out."
@@ -151,6 +152,5 @@ class GaussianNMF(TransformerMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
         tags.input_tags.positive_only = True
         return tags

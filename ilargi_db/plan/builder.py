@@ -54,9 +54,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
             f"could not match the {len(names)} output columns to the SELECT list; list the "
             "columns explicitly instead of using star expressions."
         )
-    items = [
-        classify_item(item, name, type_, select, sources) for item, name, type_ in zip(select.expressions, names, types)
-    ]
+    items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_target(items, target)
     order = select.args.get("order")
     order_by = tuple(o.sql("duckdb") for o in order.expressions) if order else ()

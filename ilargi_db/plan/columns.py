@@ -90,7 +90,7 @@ def qualify_columns(select: exp.Select, sources: list[Source], using: UsingGroup
     if select.args.get("order"):
         parts.append(("ORDER BY", select.args["order"]))
     for clause, part in parts:
-        for column in [c for c in outer_scope(part, select) if isinstance(c, exp.Column)]:
+        for column in [c for c in outer_scope(part) if isinstance(c, exp.Column)]:
             if isinstance(column.this, exp.Star):
                 raise PlanError(f"{column.sql('duckdb')} is only allowed in the SELECT list.")
             if column.table:

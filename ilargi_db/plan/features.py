@@ -33,13 +33,13 @@ def split_filters(select: exp.Select, sources: list[Source]) -> list[Predicate]:
     nullable = {s.alias: s.nullable for s in sources}
     predicates = []
     for part in conjuncts(where.this if where else None):
-        used = referenced_sources(part, select)
+        used = referenced_sources(part)
         pushed = len(used) == 1 and not nullable[next(iter(used))] and not _has_subquery_or_volatile(part)
         predicates.append(Predicate(sql=part.sql("duckdb"), sources=tuple(sorted(used)), pushed=pushed))
     return predicates
 
 
-def _coalesce_parts(node: exp.Expression, root: exp.Select) -> tuple[FeaturePart, ...] | None:
+def _coalesce_parts(node: exp.Expression) -> tuple[FeaturePart, ...] | None:
     """Parts of ``COALESCE(a.x, b.y, ...)`` over plain columns of several sources."""
     if not isinstance(node, exp.Coalesce):
         return None
@@ -53,13 +53,11 @@ def _coalesce_parts(node: exp.Expression, root: exp.Select) -> tuple[FeaturePart
     return tuple(parts) if len({p.source for p in parts}) > 1 else None
 
 
-def classify_item(
-    item: exp.Expression, name: str, duckdb_type: str, select: exp.Select, sources: list[Source]
-) -> Feature:
+def classify_item(item: exp.Expression, name: str, duckdb_type: str, sources: list[Source]) -> Feature:
     """Which source(s) one SELECT item reads, and whether a scan can evaluate it."""
     node = item.unalias()
     sql = node.sql("duckdb")
-    used = sorted(referenced_sources(node, select), key=[s.alias for s in sources].index)
+    used = sorted(referenced_sources(node), key=[s.alias for s in sources].index)
     if _has_subquery_or_volatile(node):
         return Feature(name, sql, "cross_source", tuple(used), (), duckdb_type)
     if not used:
@@ -70,7 +68,7 @@ def classify_item(
         return Feature(name, sql, "cross_source", (), (), duckdb_type)
     if len(used) == 1:
         return Feature(name, sql, "source", tuple(used), (FeaturePart(used[0], sql),), duckdb_type)
-    parts = _coalesce_parts(node, select)
+    parts = _coalesce_parts(node)
     if parts:
         return Feature(name, sql, "coalesce", tuple(used), parts, duckdb_type)
     return Feature(name, sql, "cross_source", tuple(used), (), duckdb_type)

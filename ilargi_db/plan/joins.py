@@ -8,6 +8,7 @@ from sqlglot import exp
 
 from ilargi_db.errors import PlanError
 from ilargi_db.plan.join_graph import JoinEdge, Source
+from ilargi_db.plan.statement import outer_scope
 
 UsingGroups = dict[str, list[str]]  # lower-cased key name -> aliases joined on it, in order
 
@@ -91,19 +92,17 @@ def conjuncts(condition: exp.Expression | None) -> list[exp.Expression]:
     return [condition]
 
 
-def referenced_sources(node: exp.Expression, root: exp.Select) -> set[str]:
+def referenced_sources(node: exp.Expression) -> set[str]:
     """Aliases of the sources whose columns ``node`` reads (qualified columns only)."""
-    from ilargi_db.plan.statement import outer_scope
-
-    return {c.table for c in outer_scope(node, root) if isinstance(c, exp.Column) and c.table}
+    return {c.table for c in outer_scope(node) if isinstance(c, exp.Column) and c.table}
 
 
-def equality_key(condition: exp.Expression, right: str, earlier: set[str], root: exp.Select) -> tuple[str, str] | None:
+def equality_key(condition: exp.Expression, right: str, earlier: set[str]) -> tuple[str, str] | None:
     """``(left_sql, right_sql)`` if ``condition`` equates ``right`` with earlier sources."""
     if not isinstance(condition, (exp.EQ, exp.NullSafeEQ)):
         return None
     a, b = condition.this, condition.expression
-    sa, sb = referenced_sources(a, root), referenced_sources(b, root)
+    sa, sb = referenced_sources(a), referenced_sources(b)
     if sb == {right} and sa and sa <= earlier:
         return a.sql("duckdb"), b.sql("duckdb")
     if sa == {right} and sb and sb <= earlier:
@@ -129,12 +128,12 @@ def join_edges(select: exp.Select, sources: list[Source]) -> list[JoinEdge]:
             owner = next(s.alias for s in sources[:position] if s.has_column(name.name))
             keys.append((f"{owner}.{name.sql('duckdb')}", f"{right}.{name.sql('duckdb')}"))
         for part in conjuncts(join.args.get("on")):
-            key = equality_key(part, right, earlier, select)
+            key = equality_key(part, right, earlier)
             if key:
                 keys.append(key)
         if not keys and how == "inner":
             for part in where_parts:
-                key = equality_key(part, right, earlier, select)
+                key = equality_key(part, right, earlier)
                 if key:
                     keys.append(key)
         if not keys:

@@ -17,11 +17,14 @@ _NOT_A_TRAINING_SET = (
 _SET_RETURNING = {"unnest", "generate_series", "range", "explode", "json_each"}
 
 
-def outer_scope(node: exp.Expression, root: exp.Select):
-    """Yield the nodes of ``node`` that belong to ``root``'s scope (not nested subqueries)."""
-    for sub in node.walk(prune=lambda n: n is not node and isinstance(n, (exp.Query, exp.Subquery))):
-        if not (sub is not node and isinstance(sub, (exp.Query, exp.Subquery))):
-            yield sub
+def outer_scope(node: exp.Expression):
+    """Yield the nodes of ``node`` in its own scope: nested subqueries are skipped."""
+
+    def nested(n: exp.Expression) -> bool:
+        return n is not node and isinstance(n, (exp.Query, exp.Subquery))
+
+    # walk() still yields the pruned nodes themselves; skip them too.
+    yield from (n for n in node.walk(prune=nested) if not nested(n))
 
 
 def parse_training_query(query: str) -> exp.Select:
@@ -83,7 +86,7 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
             f"{sample.sql('duckdb')} samples rows at random: the scans and the join would draw different "
             "samples. Sample into a table first (CREATE TABLE s AS SELECT ... USING SAMPLE ...) and train on it."
         )
-    for node in outer_scope(select, select):
+    for node in outer_scope(select):
         if isinstance(node, (exp.Unnest, exp.Explode)) or (
             isinstance(node, exp.Anonymous) and node.name.lower() in _SET_RETURNING
         ):

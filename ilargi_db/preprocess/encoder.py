@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import DIMetadata
+from ilargi_db.metadata.arrow_blocks import arrow_to_block
 
 NULL_CATEGORY = "NULL"
 CATEGORICAL_TYPES = ("VARCHAR", "ENUM", "BOOLEAN")
@@ -193,8 +194,6 @@ class FeatureEncoder:
         numeric = [j for j, s in enumerate(self.specs_) if s.kind == "numeric"]
         blocks = []
         if numeric:
-            from ilargi_db.metadata.arrow_blocks import arrow_to_block
-
             data = arrow_to_block(table, [table.column_names[j] for j in numeric])
             blocks.append(Block(self._impute(data, np.array(numeric)), columns=self.offsets_[numeric]))
         for j, spec in enumerate(self.specs_):
