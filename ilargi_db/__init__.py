@@ -9,7 +9,15 @@ from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.normalization import normalize
 from ilargi_db.plan import build_join_graph
-from ilargi_db.sql_functions import connect, install
+from ilargi_db.sql_functions import (
+    ModelNotFoundError,
+    connect,
+    drop_model,
+    install,
+    load_model,
+    prediction_sql,
+    save_model,
+)
 from ilargi_db.training import evaluate, predict, train
 
 __version__ = "0.1.0"
@@ -30,6 +38,11 @@ __all__ = [
     "PlanError",
     "build_join_graph",
     "connect",
+    "drop_model",
+    "load_model",
+    "ModelNotFoundError",
+    "prediction_sql",
+    "save_model",
     "install",
     "normalize",
 ]

@@ -244,6 +244,13 @@ def train(
     estimator.query_ = query
     estimator.target_ = target
     estimator.n_rows_ = int(X.shape[0])
+    estimator.standardize_ = standardize
+    if algorithm == "kmeans":  # the fit already knows; no second pass over the data
+        estimator.training_metrics_ = {"inertia": float(estimator.inertia_)}
+    elif algorithm == "gnmf":
+        estimator.training_metrics_ = {"reconstruction_error": float(estimator.reconstruction_err_)}
+    else:
+        estimator.training_metrics_ = metrics_of(estimator, X, y)
     return estimator
 
 
@@ -288,18 +295,22 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
     roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error.
     """
+    data = _encoded(con, model, query, backend)
+    if model.algorithm_ in SUPERVISED and data.y is None:
+        raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
+    return metrics_of(model, data.X, data.y)
+
+
+def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
+    """The metrics ``evaluate`` reports, of a fitted ``model`` on encoded rows ``X`` (and labels ``y``)."""
     from sklearn import metrics
 
-    data = _encoded(con, model, query, backend)
-    X, y = data.X, data.y
     if model.algorithm_ in SUPERVISED:
-        if y is None:
-            raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
-        y = np.asarray(y, dtype=float)
+        y = np.asarray(to_host(y), dtype=float)
     if model.algorithm_ == "linear_regression":
         p = model.predict(X)
         return {
-            "r2": float(metrics.r2_score(y, p)),
+            "r2": float(metrics.r2_score(y, p)) if len(y) > 1 else float("nan"),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
             "mae": float(metrics.mean_absolute_error(y, p)),
         }
@@ -321,7 +332,7 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     W = model.transform(X)
     reconstruction = X.row_norms_squared().sum() - 2 * float(((X.T @ W).T * model.components_).sum())
     reconstruction += float(((W.T @ W) * (model.components_ @ model.components_.T)).sum())
-    return {"reconstruction_error": float(np.sqrt(max(reconstruction, 0.0)))}
+    return {"reconstruction_error": float(np.sqrt(max(float(to_host(reconstruction)), 0.0)))}
 
 
-__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "predict", "train"]
+__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "metrics_of", "predict", "train"]

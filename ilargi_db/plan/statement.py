@@ -58,7 +58,8 @@ def parse_training_query(query: str) -> exp.Select:
     if not isinstance(statement, exp.Select):
         kind = statement.key.upper()
         raise PlanError(
-            f"ilargi_db only reads training data, but the query is a {kind} statement. "
+            f"ilargi_db only reads training data, but the query is {'an' if kind[0] in 'AEIOU' else 'a'} {kind} "
+            "statement. "
             "Write the training set as a single SELECT over joined tables."
         )
     refuse_non_training_clauses(statement)

@@ -140,6 +140,9 @@ class FeatureEncoder:
             else:
                 mean = sums[j] / counts[j] if counts[j] else 0.0
                 specs.append(ColumnSpec(name, "numeric", mean=float(mean)))
+        self._set_specs(specs)
+
+    def _set_specs(self, specs: list[ColumnSpec]) -> None:
         self.specs_ = specs
         widths = np.array([s.width for s in specs], dtype=np.int64)
         self.offsets_ = np.concatenate([[0], np.cumsum(widths)])
@@ -202,3 +205,30 @@ class FeatureEncoder:
                 columns = self.offsets_[j] + np.arange(spec.width)
                 blocks.append(Block(_one_hot(values, spec), columns=columns))
         return blocks
+
+    # -- persisting ---------------------------------------------------------------------
+
+    def to_state(self) -> dict:
+        """The fitted state as plain JSON-serialisable data (for the model registry)."""
+        columns = [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "mean": s.mean,
+                "categories": list(s.categories),
+                "null_category": s.null_category,
+            }
+            for s in self.specs_
+        ]
+        return {"impute": self.impute, "columns": columns}
+
+    @classmethod
+    def from_state(cls, state: dict) -> FeatureEncoder:
+        """The encoder ``to_state`` described, fitted."""
+        specs = [
+            ColumnSpec(c["name"], c["kind"], float(c["mean"]), tuple(c["categories"]), bool(c["null_category"]))
+            for c in state["columns"]
+        ]
+        encoder = cls([s.kind == "categorical" for s in specs], impute=bool(state["impute"]))
+        encoder._set_specs(specs)
+        return encoder

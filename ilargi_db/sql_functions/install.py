@@ -1,26 +1,52 @@
-"""Ready a DuckDB connection for ilargi_db."""
+"""Ready a DuckDB connection for ilargi_db: the SQL functions and the model registry."""
 
 from __future__ import annotations
+
+import atexit
+import weakref
 
 import duckdb
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.sql_functions.functions import register_functions
+from ilargi_db.sql_functions.registry import ensure_registry
 
 MIN_DUCKDB = (1, 4)
+_INSTALLED: weakref.WeakSet = weakref.WeakSet()
 
 
 def _duckdb_version() -> tuple[int, ...]:
     return tuple(int(p) for p in duckdb.__version__.split(".")[:2] if p.isdigit())
 
 
-def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Ready an existing connection for ilargi_db and return it.
+@atexit.register
+def _close_installed() -> None:
+    # A connection holding Python UDFs that is still open when the interpreter exits makes
+    # DuckDB's bindings print a page of "leaked instance" warnings; closing it first keeps exit quiet.
+    for con in list(_INSTALLED):
+        try:
+            con.close()
+        except duckdb.Error:
+            pass
 
-    Checks that ``con`` is an open DuckDB connection of a supported version and
-    that DuckDB answers on it. Idempotent.
+
+def _read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
+    return bool(found.fetchall()[0][0])
+
+
+def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Register ilargi_db's SQL functions on ``con``, create the registry if missing, and return ``con``.
+
+    Adds ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate`` and
+    ``ilargi_drop_model`` (see ``ilargi_db.sql_functions.functions``) and schema
+    ``ilargi`` (``sql/registry.sql``; skipped on a read-only database).
+    Idempotent.
 
     >>> import duckdb
     >>> con = install(duckdb.connect())
+    >>> con.sql("SELECT count(*) FROM ilargi.models").fetchall()
+    [(0,)]
     """
     if not isinstance(con, duckdb.DuckDBPyConnection):
         raise IlargiError(f"install() needs a duckdb connection (duckdb.connect(...)), got {type(con).__name__}.")
@@ -30,12 +56,16 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
             "pip install -U duckdb."
         )
     try:
-        con.sql("SELECT 1").fetchall()
+        read_only = _read_only(con)
     except duckdb.ConnectionException as err:
         raise IlargiError(f"the DuckDB connection is not usable ({err}); open a new one.") from None
+    if not read_only:
+        ensure_registry(con)
+    register_functions(con)
+    _INSTALLED.add(con)
     return con
 
 
 def connect(path: str = ":memory:", **kwargs) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB database (``:memory:`` by default) ready for ilargi_db."""
+    """Open a DuckDB database (``:memory:`` by default) with ilargi_db's SQL functions installed."""
     return install(duckdb.connect(path, **kwargs))

@@ -1,0 +1,181 @@
+"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``.
+
+Each is a scalar Python UDF registered with ``side_effects=True`` (DuckDB would
+otherwise fold a call with constant arguments at plan time, so EXPLAIN would
+train) and ``null_handling="special"`` (a NULL target means "unsupervised",
+not "return NULL"). A UDF may not query the connection running it, so the work
+runs on ``con.cursor()``, a second connection to the same database: it sees
+committed tables and views, not TEMP tables or registered DataFrames. The
+optional ``options`` argument comes from a TEMP macro with a default, since
+Python UDFs cannot be overloaded. Every function returns JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+
+from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.sql_functions.registry import check_model_name, drop_model, load_model, save_model
+from ilargi_db.training import ALGORITHMS, evaluate, train
+
+TRAIN_OPTIONS = {
+    "strategy": "'auto', 'factorized' or 'materialized'",
+    "backend": "'auto', 'numpy' or 'cupy'",
+    "standardize": "true to train linear models on standardized columns",
+    "impute": "false to refuse NULL numerics instead of imputing the training mean",
+}
+
+
+def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, str] = TRAIN_OPTIONS) -> dict:
+    """The options JSON object as a dict, refusing malformed JSON and keys the algorithm does not know."""
+    if algorithm not in ALGORITHMS:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    if options is None or not options.strip():
+        return {}
+    try:
+        parsed = json.loads(options)
+    except json.JSONDecodeError as err:
+        raise IlargiError(
+            f"options are not valid JSON ({err.msg} at character {err.pos}): pass an object such as "
+            """'{"alpha": 1.0, "strategy": "auto"}'."""
+        ) from None
+    if not isinstance(parsed, dict):
+        raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
+    allowed = list(inspect.signature(ALGORITHMS[algorithm]).parameters) + list(allowed_extra)
+    unknown = sorted(set(parsed) - set(allowed))
+    if unknown:
+        raise IlargiError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are {', '.join(allowed)}."
+        )
+    return parsed
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: metrics that are undefined (e.g. ROC AUC with one class) become null."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _required(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise IlargiError(f"{what} is missing: pass it as a string.")
+    return value
+
+
+def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+    """Run ``work`` on a second connection to ``con()``; explain a table only the outer connection can see."""
+    outer = con()
+    if outer is None:
+        raise IlargiError("the connection these functions were installed on is closed: install them on a new one.")
+    cursor = outer.cursor()
+    try:
+        return work(cursor)
+    except (duckdb.CatalogException, PlanError) as err:
+        if isinstance(err, PlanError) and "unknown table" not in str(err):
+            raise
+        raise type(err)(
+            f"{err} Note: ilargi_db's SQL functions read the database through a second connection, which does "
+            "not see TEMP tables or registered DataFrames: store them with CREATE TABLE, or use the Python API."
+        ) from None
+    finally:
+        cursor.close()
+
+
+def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+    """``ilargi_train``: train, store as the next version of ``name``, create the macros; a JSON summary."""
+    start = time.perf_counter()
+    name = check_model_name(name)
+    kwargs = parse_options(_required(algorithm, "the algorithm"), options)
+    query = _required(query, "the training query")
+
+    def work(cursor):
+        model = train(cursor, query, target, algorithm, **kwargs)
+        save_model(cursor, name, model)
+        return model
+
+    model = _on_cursor(con, work)
+    summary = {
+        "name": model.name_,
+        "version": model.version_,
+        "algorithm": algorithm,
+        "strategy": model.strategy_,
+        "why": model.decision_,
+        "rows": model.n_rows_,
+        "features": list(model.encoder_.feature_names_out_),
+        "metrics": model.training_metrics_,
+        "seconds": {**model.timings_, "total": time.perf_counter() - start},
+        "macros": model.macros_,
+    }
+    return json.dumps(_finite(summary))
+
+
+def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+    """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
+    from ilargi_db.estimator import explain
+
+    kwargs = parse_options(_required(algorithm, "the algorithm"), options)
+    query = _required(query, "the training query")
+    for key in ("strategy", "standardize", "impute"):  # they do not change the choice
+        kwargs.pop(key, None)
+    explanation = _on_cursor(con, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs))
+    return json.dumps(_finite(explanation.to_dict()))
+
+
+def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
+    """``ilargi_evaluate``: the current version of ``name`` scored on the rows of ``query``."""
+
+    query = _required(query, "the query to evaluate on")
+
+    def work(cursor):
+        model = load_model(cursor, name)
+        return model, evaluate(cursor, model, query)
+
+    model, metrics = _on_cursor(con, work)
+    return json.dumps(_finite({"name": model.name_, "version": model.version_, "metrics": metrics}))
+
+
+def sql_drop_model(con: weakref.ref, name: str) -> str:
+    """``ilargi_drop_model``: every version of ``name`` and its macros, gone."""
+    versions = _on_cursor(con, lambda cursor: drop_model(cursor, name))
+    return json.dumps({"dropped": check_model_name(name), "versions": versions})
+
+
+# SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
+FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
+    "ilargi_train": (sql_train, ["name", "algorithm", "training_query", "target"]),
+    "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
+    "ilargi_drop_model": (sql_drop_model, ["name"]),
+}
+WITH_OPTIONS = {"ilargi_train", "ilargi_explain"}
+
+
+def register_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """Register the SQL functions on ``con`` (again, if they are there: idempotent)."""
+    ref = weakref.ref(con)  # the UDF must not keep its own connection alive
+
+    for sql_name, (impl, params) in FUNCTIONS.items():
+        udf = f"__{sql_name}"
+        arity = len(params) + (sql_name in WITH_OPTIONS)
+
+        try:
+            con.remove_function(udf)
+        except duckdb.InvalidInputException:
+            pass  # not registered yet
+        con.create_function(
+            udf, functools.partial(impl, ref), ["VARCHAR"] * arity, "JSON", side_effects=True, null_handling="special"
+        )
+        signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
+        arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {udf}({arguments})")

@@ -1,0 +1,229 @@
+"""The model registry: schema ``ilargi`` inside the user's database (DDL in ``sql/registry.sql``).
+
+Saving a model writes its registry row, its category weights and its
+``N_predict`` macros in one transaction: a failure anywhere leaves the
+registry (and the macros) exactly as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
+from ilargi_db.training import ALGORITHMS
+
+MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# Learned state each algorithm needs to predict (besides n_features_in_ / feature_names_in_).
+FITTED = {
+    "linear_regression": ("coef_", "intercept_"),
+    "logistic_regression": ("coef_", "intercept_", "classes_"),
+    "kmeans": ("cluster_centers_", "inertia_", "n_iter_"),
+    "gnmf": ("components_", "n_components_", "reconstruction_err_", "n_iter_"),
+}
+
+
+class ModelNotFoundError(IlargiError):
+    """No model of that name in the registry."""
+
+
+def registry_ddl() -> str:
+    """The registry's DDL, as shipped (``sql/registry.sql``)."""
+    return resources.files("ilargi_db.sql_functions").joinpath("registry.sql").read_text()
+
+
+def ensure_registry(con: duckdb.DuckDBPyConnection) -> None:
+    """Create schema ``ilargi`` and its tables unless they exist (idempotent)."""
+    for statement in con.extract_statements(registry_ddl()):
+        con.execute(statement.query)
+
+
+def check_model_name(name: Any) -> str:
+    """The model name, lower-cased, if it is a plain SQL identifier (it names macros)."""
+    if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
+        raise IlargiError(
+            f"model name {name!r} is not a plain identifier: use letters, digits and underscores, "
+            "starting with a letter or underscore, at most 63 characters (e.g. 'delay_model')."
+        )
+    return name.lower()
+
+
+def _json(value: Any) -> str:
+    def default(o: Any) -> Any:
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        return repr(o)
+
+    return json.dumps(value, default=default, allow_nan=True)
+
+
+def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = 'models' "
+        "AND database_name = current_database()"
+    ).fetchall()[0][0]
+    return bool(found)
+
+
+def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
+    """Every macro some version of model ``name`` created."""
+    listed = con.execute("SELECT macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
+    return {m for (macros,) in listed for m in macros}
+
+
+def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[str]) -> list[str]:
+    """Functions with a macro's name that no version of model ``name`` created (never overwrite them)."""
+    ours = _macros_of(con, name)
+    taken = con.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE lower(function_name) IN "
+        "(SELECT lower(unnest(?::VARCHAR[])))",
+        [macros],
+    ).fetchall()
+    return sorted(f for (f,) in taken if f.lower() not in ours)
+
+
+def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
+    """Store a model from :func:`ilargi_db.train` as the next version of ``name`` and create its macros.
+
+    Returns the new version number. The macros (``name_predict``, and
+    ``name_predict_class`` for logistic regression) take the model's features in
+    training order and work from any DuckDB client.
+    """
+    name = check_model_name(name)
+    if getattr(model, "encoder_", None) is None:
+        raise IlargiError("save_model needs a model returned by ilargi_db.train().")
+    ensure_registry(con)
+    version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
+    version = int(version[0][0])
+    writer = MacroWriter(name, version, model)
+    statements = writer.statements()
+    foreign = _foreign_functions(con, name, list(statements))
+    if foreign:
+        raise IlargiError(
+            f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s: "
+            "choose another model name."
+        )
+    features = [{"name": s.name, "kind": s.kind} for s in model.encoder_.specs_]
+    preprocessing = {**model.encoder_.to_state(), "standardize": bool(getattr(model, "standardize_", False))}
+    fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
+    fitted["feature_names_out"] = list(model.feature_names_in_)
+    timings = dict(model.timings_)
+    con.begin()
+    try:
+        con.execute(
+            "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
+            "parameters, model, metrics, strategy, decision, timings, n_rows, macros) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                name,
+                version,
+                model.algorithm_,
+                model.query_,
+                model.target_,
+                _json(features),
+                _json(preprocessing),
+                _json(model.get_params()),
+                _json(fitted),
+                _json(model.training_metrics_),
+                model.strategy_,
+                model.decision_,
+                _json(timings),
+                model.n_rows_,
+                list(statements),
+            ],
+        )
+        weights = writer.weights_table()
+        if weights.num_rows:
+            con.register("__ilargi_category_weights", weights)
+            try:
+                con.execute("INSERT INTO ilargi.category_weights SELECT * FROM __ilargi_category_weights")
+            finally:
+                con.unregister("__ilargi_category_weights")
+        for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
+            con.execute(f"DROP MACRO IF EXISTS {quote_identifier(stale)}")
+        for statement in statements.values():
+            con.execute(statement)
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    model.name_, model.version_, model.macros_ = name, version, list(statements)
+    return version
+
+
+def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None) -> Any:
+    """The model ``name`` (its newest version unless ``version`` is given), ready for predict/evaluate."""
+    name = check_model_name(name)
+    row = None
+    if _has_registry(con):
+        sql = "SELECT * FROM ilargi.models WHERE name = ?"
+        args: list[Any] = [name]
+        if version is not None:
+            sql += " AND version = ?"
+            args.append(int(version))
+        found = con.execute(sql + " ORDER BY version DESC LIMIT 1", args)
+        columns = [d[0] for d in found.description]
+        rows = found.fetchall()
+        row = dict(zip(columns, rows[0])) if rows else None
+    if row is None:
+        which = f"model {name!r}" + (f" version {version}" if version is not None else "")
+        raise ModelNotFoundError(
+            f"{which} does not exist: train it with ilargi_train(...) first, or list the models with "
+            "SELECT name, version FROM ilargi.models."
+        )
+    return _rebuild(row)
+
+
+def _rebuild(row: dict) -> Any:
+    algorithm = row["algorithm"]
+    params = json.loads(row["parameters"])
+    model = ALGORITHMS[algorithm]()
+    known = model.get_params()
+    model.set_params(**{k: v for k, v in params.items() if k in known})  # for display; the model is not refitted
+    fitted = json.loads(row["model"])
+    for attr in FITTED[algorithm]:
+        value = fitted[attr]
+        setattr(model, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
+    names = fitted["feature_names_out"]
+    model.n_features_in_ = len(names)
+    model.feature_names_in_ = np.asarray(names, dtype=object)
+    preprocessing = json.loads(row["preprocessing"])
+    model.encoder_ = FeatureEncoder.from_state(preprocessing)
+    model.standardize_ = preprocessing["standardize"]
+    model.algorithm_, model.query_, model.target_ = algorithm, row["training_query"], row["target"]
+    model.strategy_, model.decision_ = row["strategy"], row["decision"]
+    model.timings_, model.training_metrics_ = json.loads(row["timings"]), json.loads(row["metrics"])
+    model.n_rows_ = int(row["n_rows"])
+    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
+    return model
+
+
+def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
+    """Delete every version of model ``name`` and its macros; return how many versions there were."""
+    name = check_model_name(name)
+    versions = 0
+    if _has_registry(con):
+        versions = con.execute("SELECT count(*) FROM ilargi.models WHERE name = ?", [name]).fetchall()[0][0]
+    if not versions:
+        raise ModelNotFoundError(
+            f"model {name!r} does not exist, so there is nothing to drop: "
+            "SELECT name, version FROM ilargi.models lists the models."
+        )
+    con.begin()
+    try:
+        for macro in sorted(_macros_of(con, name)):
+            con.execute(f"DROP MACRO IF EXISTS {quote_identifier(macro)}")
+        con.execute("DELETE FROM ilargi.category_weights WHERE model = ?", [name])
+        con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return int(versions)

@@ -1,0 +1,185 @@
+"""The SQL surface from Python: macros equal model.predict, the registry round-trips and never half-writes."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+import ilargi_db
+from ilargi_db.datasets import load_nycflights13
+from ilargi_db.sql_functions import macros
+from tests.strategies import schemas
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def macro_scores(con, model, query: str) -> np.ndarray:
+    """The macro's predictions for the rows ``ilargi_db.predict`` scores (those with a label, if selected)."""
+    table = con.sql(ilargi_db.prediction_sql(con, model, query)).to_arrow_table()
+    scores = table.column("prediction").to_numpy(zero_copy_only=False).astype(float)
+    if model.target_ is not None and model.target_ in table.column_names:
+        labels = table.column(model.target_).to_numpy(zero_copy_only=False).astype(float)
+        scores = scores[~np.isnan(labels)]
+    return scores
+
+
+def assert_same_scores(macro: np.ndarray, python: np.ndarray, rtol: float = 1e-9) -> None:
+    """Equal up to row order (sorting keeps matched pairs within the tolerance)."""
+    assert macro.shape == python.shape
+    macro, python = np.sort(macro), np.sort(python)
+    np.testing.assert_allclose(macro, python, rtol=rtol, atol=rtol * max(1.0, np.abs(python).max(initial=0.0)))
+
+
+@SETTINGS
+@given(schema=schemas())
+def test_macros_equal_predict_on_random_schemas(schema):
+    con = ilargi_db.connect()
+    schema.load(con)
+    labelled = con.sql(f"SELECT count(y) FROM ({schema.query})").fetchall()[0][0]
+    assume(labelled >= 2)
+    model = ilargi_db.train(con, schema.query, target="y", algorithm="linear_regression", alpha=0.5)
+    ilargi_db.save_model(con, "lin", model)
+    assert_same_scores(macro_scores(con, model, schema.query), ilargi_db.predict(con, model, schema.query))
+    # k-means over every column: the nearest centroid's id.
+    model = ilargi_db.train(con, schema.query, algorithm="kmeans", n_clusters=2, random_state=0)
+    ilargi_db.save_model(con, "km", model)
+    predicted = ilargi_db.predict(con, model, schema.query)
+    centers_apart = np.linalg.norm(model.cluster_centers_[0] - model.cluster_centers_[1]) > 1e-6
+    assume(centers_apart)
+    assert_same_scores(macro_scores(con, model, schema.query), predicted.astype(float), rtol=0)
+
+
+@pytest.fixture(scope="module")
+def flights():
+    con = ilargi_db.connect()
+    load_nycflights13(con)
+    yield con
+    con.close()
+
+
+FLIGHTS = """
+SELECT f.dep_delay, f.distance, f.carrier, p.seats, p.engine, w.temp, o.alt AS origin_alt, d.tzone AS dest_tz,
+       f.arr_delay
+FROM flights f
+LEFT JOIN planes p ON f.tailnum = p.tailnum
+LEFT JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
+JOIN airports o ON f.origin = o.faa
+LEFT JOIN airports d ON f.dest = d.faa
+WHERE f.month = 3
+"""
+
+
+@pytest.mark.parametrize(
+    "algorithm, target, params",
+    [
+        ("linear_regression", "arr_delay", {"alpha": 1.0}),
+        ("logistic_regression", "late", {"standardize": True}),
+        ("kmeans", None, {"n_clusters": 4, "random_state": 0}),
+    ],
+)
+def test_macros_equal_predict_on_flights(flights, algorithm, target, params):
+    query = FLIGHTS.replace("f.arr_delay\n", "f.arr_delay > 15 AS late\n") if target == "late" else FLIGHTS
+    if target is None:
+        query = query.replace(",\n       f.arr_delay\n", "\n")
+    model = ilargi_db.train(flights, query, target=target, algorithm=algorithm, **params)
+    ilargi_db.save_model(flights, f"flights_{algorithm}", model)
+    if algorithm == "logistic_regression":
+        expected = ilargi_db.load_model(flights, f"flights_{algorithm}")
+        data = ilargi_db.training._encoded(flights, expected, query, "numpy")
+        python = expected.predict_proba(data.X)[:, 1]
+    else:
+        python = ilargi_db.predict(flights, model, query).astype(float)
+    assert_same_scores(macro_scores(flights, model, query), python, rtol=0 if algorithm == "kmeans" else 1e-9)
+
+
+def test_load_model_round_trips(flights):
+    query = FLIGHTS.replace("WHERE f.month = 3", "WHERE f.month = 4")
+    model = ilargi_db.train(flights, query, target="arr_delay", alpha=1.0)
+    version = ilargi_db.save_model(flights, "round_trip", model)
+    loaded = ilargi_db.load_model(flights, "round_trip")
+    assert loaded.version_ == version and loaded.strategy_ == model.strategy_
+    np.testing.assert_array_equal(loaded.coef_, model.coef_)
+    assert loaded.get_params() == model.get_params()
+    np.testing.assert_array_equal(ilargi_db.predict(flights, loaded, query), ilargi_db.predict(flights, model, query))
+    assert ilargi_db.evaluate(flights, loaded, query) == ilargi_db.evaluate(flights, model, query)
+    assert loaded.training_metrics_ == model.training_metrics_
+
+
+def _registry_state(con):
+    return (
+        con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall(),
+        con.sql("SELECT * FROM ilargi.category_weights ORDER BY ALL").fetchall(),
+        con.sql(
+            "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE '%predict%' ORDER BY 1"
+        ).fetchall(),
+    )
+
+
+def test_a_failure_while_saving_changes_nothing(monkeypatch):
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 AS y FROM range(50)"
+    )
+    query = "SELECT x, c, y FROM t"
+    con.execute(f"SELECT ilargi_train('m', 'linear_regression', '{query}', 'y')").fetchall()
+    before = _registry_state(con)
+    real = macros.MacroWriter.statements
+
+    def broken(self):  # the category weights and the model row are written before the macros fail
+        return {**real(self), "m_broken": "CREATE MACRO m_broken() AS (SELECT * FROM no_such_table)"}
+
+    monkeypatch.setattr(macros.MacroWriter, "statements", broken)
+    with pytest.raises(duckdb.Error, match="no_such_table"):
+        con.execute(f"SELECT ilargi_train('m', 'linear_regression', '{query}', 'y')").fetchall()
+    with pytest.raises(duckdb.Error, match="no_such_table"):
+        ilargi_db.save_model(con, "m", ilargi_db.train(con, query, target="y"))
+    assert _registry_state(con) == before
+    monkeypatch.undo()
+    summary = json.loads(con.execute(f"SELECT ilargi_train('m', 'linear_regression', '{query}', 'y')").fetchall()[0][0])
+    assert summary["version"] == 2
+
+
+def test_registry_in_a_file_and_read_only(tmp_path):
+    path = str(tmp_path / "models.db")
+    con = ilargi_db.connect(path)
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 3.0 + 1 AS y FROM range(20)")
+    con.execute("SELECT ilargi_train('line', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
+    con.close()
+    con = ilargi_db.connect(path, read_only=True)  # install must not write
+    model = ilargi_db.load_model(con, "line")
+    assert model.coef_ == pytest.approx([3.0])
+    assert con.sql("SELECT line_predict(2.0)").fetchall()[0][0] == pytest.approx(7.0)
+    with pytest.raises(duckdb.Error, match="read-only"):
+        con.execute("SELECT ilargi_train('line', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
+    con.close()
+
+
+def test_install_is_idempotent_and_checks_its_argument():
+    con = ilargi_db.connect()
+    ilargi_db.install(con)
+    assert con.sql("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'ilargi_train'").fetchall() == [(1,)]
+    with pytest.raises(ilargi_db.IlargiError, match="needs a duckdb connection"):
+        ilargi_db.install("db.duckdb")
+
+
+def test_model_names_are_identifiers_only():
+    from ilargi_db.sql_functions.registry import check_model_name
+
+    assert check_model_name("Delay_Model2") == "delay_model2"
+    for bad in ["x; DROP TABLE t", "", "a b", "1x", "x" * 64, "naïve", None, 3]:
+        with pytest.raises(ilargi_db.IlargiError, match="not a plain identifier"):
+            check_model_name(bad)
+
+
+def test_double_literals_read_back_exactly():
+    con = duckdb.connect()
+    values = [0.1, -1 / 3, 1e-300, 123456789.123456789, 2.0**60, -0.0]
+    found = con.sql("SELECT [" + ", ".join(macros.double(v) for v in values) + "]").fetchall()[0][0]
+    assert found == values
+    assert con.sql(f"SELECT typeof({macros.double(0.1)})").fetchall() == [("DOUBLE",)]
+    with pytest.raises(ValueError, match="not finite"):
+        macros.double(float("nan"))
