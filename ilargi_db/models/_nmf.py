@@ -11,7 +11,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, progress, to_host
+from ilargi_db._terminal import progress
+from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
 
 EPSILON = np.finfo(np.float64).eps
 

@@ -64,11 +64,20 @@ def double(value: float) -> str:
     return f"{value:.16e}"
 
 
-class MacroWriter:
-    """Writes the SQL of one model version: macro bodies and the category-weight rows they read."""
+INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
 
-    def __init__(self, name: str, version: int, model: Any):
+
+class MacroWriter:
+    """Writes the SQL of one model version: macro bodies and the category-weight rows they read.
+
+    A feature with at most ``inline_categories`` categories is scored by a CASE
+    inside the macro; a wider one by a lookup in ``ilargi.category_weights``.
+    The weights of every category are stored either way (the registry shows them).
+    """
+
+    def __init__(self, name: str, version: int, model: Any, inline_categories: int | None = None):
         self.name, self.version, self.model = name, version, model
+        self.inline_categories = INLINE_CATEGORIES if inline_categories is None else inline_categories
         self.specs: list[ColumnSpec] = model.encoder_.specs_
         self.offsets = model.encoder_.offsets_
         self.weight_rows: list[tuple] = []
@@ -79,8 +88,24 @@ class MacroWriter:
         value = f"CAST({quote_identifier(spec.name)} AS DOUBLE)"
         return f"coalesce({value}, {double(spec.mean)})" if self.model.encoder_.impute else value
 
+    def _category_weight(self, spec: ColumnSpec, weights: np.ndarray, output: int) -> str:
+        """The weight of the row's category for ``output`` (1-based), 0 for a category training never saw.
+
+        ``weights`` holds one row per category (then NULL, if training saw it) and one column per output.
+        """
+        if spec.width > self.inline_categories:
+            return self._category_lookup(spec, output)
+        column = quote_identifier(spec.name)
+        cases = [
+            f"WHEN {quote_string(c)} THEN {double(w)}"
+            for c, w in zip(spec.categories, weights[: len(spec.categories), output - 1])
+        ]
+        otherwise = "0.0"  # unseen categories weigh zero
+        if spec.null_category:  # NULL matches no WHEN, so it reaches ELSE
+            otherwise = f"CASE WHEN {column} IS NULL THEN {double(weights[-1, output - 1])} ELSE 0.0 END"
+        return f"(CASE CAST({column} AS VARCHAR) {' '.join(cases)} ELSE {otherwise} END)"
+
     def _category_lookup(self, spec: ColumnSpec, output: int) -> str:
-        """The weight of the row's category for ``output`` (1-based), 0 for a category training never saw."""
         return (
             f"coalesce((SELECT w.weights[{output}] FROM ilargi.category_weights w "
             f"WHERE w.model = {quote_string(self.name)} AND w.version = {self.version} "
@@ -105,8 +130,9 @@ class MacroWriter:
             if spec.kind == "numeric":
                 terms.append(f"{double(coef[self.offsets[j]])} * {self._numeric(spec)}")
             elif spec.width:
-                self._add_weights(spec, coef[self._columns(spec, j)].reshape(-1, 1))
-                terms.append(self._category_lookup(spec, 1))
+                weights = coef[self._columns(spec, j)].reshape(-1, 1)
+                self._add_weights(spec, weights)
+                terms.append(self._category_weight(spec, weights, 1))
         return " + ".join(terms)
 
     def nearest_centroid(self) -> str:
@@ -121,12 +147,14 @@ class MacroWriter:
                 elif spec.width:
                     # (one_hot - c)^2 summed = sum(c^2) + (1 - 2 c_v) for the row's category v, if known.
                     c = center[self._columns(spec, j)]
+                    weights = (1.0 - 2.0 * centers[:, self._columns(spec, j)]).T
                     if k == 0:
-                        self._add_weights(spec, (1.0 - 2.0 * centers[:, self._columns(spec, j)]).T)
-                    terms.append(f"{double(float(c @ c))} + {self._category_lookup(spec, k + 1)}")
+                        self._add_weights(spec, weights)
+                    terms.append(f"{double(float(c @ c))} + {self._category_weight(spec, weights, k + 1)}")
             distances.append(" + ".join(terms) or "0.0")
         listed = ", ".join(f"({d})" for d in distances)
-        return f"list_position([{listed}], list_min([{listed}])) - 1"
+        # The comprehension binds the distance list once (written twice, DuckDB would compute it twice).
+        return f"[list_position(d, list_min(d)) - 1 FOR d IN [[{listed}]]][1]"
 
     # -- whole macros -------------------------------------------------------------------
 
