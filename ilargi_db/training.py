@@ -244,6 +244,7 @@ def train(
     estimator.query_ = query
     estimator.target_ = target
     estimator.n_rows_ = int(X.shape[0])
+    estimator.feature_types_ = [f.duckdb_type for f in graph.features]
     estimator.standardize_ = standardize
     if algorithm == "kmeans":  # the fit already knows; no second pass over the data
         estimator.training_metrics_ = {"inertia": float(estimator.inertia_)}

@@ -13,7 +13,7 @@ CREATE TABLE IF NOT EXISTS ilargi.models (
     algorithm      VARCHAR   NOT NULL,  -- linear_regression | logistic_regression | kmeans | gnmf
     training_query VARCHAR   NOT NULL,
     target         VARCHAR,             -- NULL for unsupervised models
-    features       JSON      NOT NULL,  -- [{"name", "type"}] in training (macro parameter) order
+    features       JSON      NOT NULL,  -- [{"name", "type", "kind"}] in training (macro parameter) order
     preprocessing  JSON      NOT NULL,  -- {"impute", "standardize", "columns": [{"name", "kind", "mean", "categories", "null_category"}]}
     parameters     JSON      NOT NULL,  -- the estimator's parameters (get_params())
     model          JSON      NOT NULL,  -- coef/intercept/classes, cluster_centers or components, in original units

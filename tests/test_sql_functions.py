@@ -119,6 +119,9 @@ def test_load_model_round_trips(flights):
     np.testing.assert_array_equal(ilargi_db.predict(flights, loaded, query), ilargi_db.predict(flights, model, query))
     assert ilargi_db.evaluate(flights, loaded, query) == ilargi_db.evaluate(flights, model, query)
     assert loaded.training_metrics_ == model.training_metrics_
+    assert loaded.feature_types_[:3] == ["DOUBLE", "BIGINT", "VARCHAR"]  # as DuckDB types them
+    features = flights.sql("SELECT features FROM ilargi.models WHERE name = 'round_trip'").fetchall()[0][0]
+    assert json.loads(features)[2] == {"name": "carrier", "type": "VARCHAR", "kind": "categorical"}
 
 
 def _registry_state(con):

@@ -110,7 +110,8 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s: "
             "choose another model name."
         )
-    features = [{"name": s.name, "kind": s.kind} for s in model.encoder_.specs_]
+    types = getattr(model, "feature_types_", [None] * len(model.encoder_.specs_))
+    features = [{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(model.encoder_.specs_, types)]
     preprocessing = {**model.encoder_.to_state(), "standardize": bool(getattr(model, "standardize_", False))}
     fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
     fitted["feature_names_out"] = list(model.feature_names_in_)
@@ -201,6 +202,7 @@ def _rebuild(row: dict) -> Any:
     model.strategy_, model.decision_ = row["strategy"], row["decision"]
     model.timings_, model.training_metrics_ = json.loads(row["timings"]), json.loads(row["metrics"])
     model.n_rows_ = int(row["n_rows"])
+    model.feature_types_ = [f["type"] for f in json.loads(row["features"])]
     model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
     return model
 
