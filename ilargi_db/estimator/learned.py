@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ilargi_db.estimator.analytical import STRATEGIES, log_seconds
+from ilargi_db.estimator.analytical import STRATEGIES, breakdown
 from ilargi_db.estimator.features import ALGORITHMS
 from ilargi_db.estimator.hardware import Hardware
 
@@ -62,13 +62,20 @@ def hardware_of(row: dict) -> Hardware:
     )
 
 
-def design_row(features: dict, prior: dict[str, float]) -> list[float]:
-    """The regressor's input for one job: log features, plain shares, algorithm one-hot, the prior."""
+def design_row(features: dict, hardware: Hardware, backend: str = "numpy") -> tuple[list[float], dict[str, float]]:
+    """The regressor's input for one job, and the analytical log-seconds of each strategy (the prior).
+
+    Log features, plain shares, the algorithm one-hot, then the prior: the log-seconds
+    of both strategies, their difference and each strategy's data and iteration phases.
+    """
     x = [math.log1p(max(float(features[name]), 0.0)) for name in LOG_FEATURES]
     x += [float(features[name]) for name in PLAIN_FEATURES]
     x += [1.0 if features["algorithm"] == a else 0.0 for a in ALGORITHMS]
+    phases = {s: breakdown(features, s, hardware, backend) for s in STRATEGIES}
+    prior = {s: math.log(max(sum(phases[s].values()), 1e-6)) for s in STRATEGIES}
     x += [prior["factorized"], prior["materialized"], prior["materialized"] - prior["factorized"]]
-    return x
+    x += [math.log(phases[s][phase] + 1e-6) for s in STRATEGIES for phase in ("data", "iterations")]
+    return x, prior
 
 
 def _regressor():
@@ -96,8 +103,8 @@ class CostModel:
     def fit(cls, rows: list[dict], description: str) -> CostModel:
         X, level, ratio = [], [], []
         for row in rows:
-            prior = {s: log_seconds(row, s, hardware_of(row), str(row.get("backend", "numpy"))) for s in STRATEGIES}
-            X.append(design_row(row, prior))
+            x, prior = design_row(row, hardware_of(row), str(row.get("backend", "numpy")))
+            X.append(x)
             f = math.log(max(float(row["seconds_factorized"]), 1e-6)) - prior["factorized"]
             m = math.log(max(float(row["seconds_materialized"]), 1e-6)) - prior["materialized"]
             level.append((f + m) / 2)
@@ -108,10 +115,10 @@ class CostModel:
 
     def predict(self, features: dict, hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
         """Per strategy: ``seconds`` (the prediction), ``analytical`` seconds and the learned ``correction`` factor."""
-        prior = {s: log_seconds(features, s, hardware, backend) for s in STRATEGIES}
+        x, prior = design_row(features, hardware, backend)
         level = ratio = 0.0
         if self.regressors:
-            x = np.asarray([design_row(features, prior)])
+            x = np.asarray([x])
             level = float(self.regressors["level"].predict(x)[0])
             ratio = float(self.regressors["ratio"].predict(x)[0])
         correction = {"factorized": level - ratio / 2, "materialized": level + ratio / 2}
