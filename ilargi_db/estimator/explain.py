@@ -1,0 +1,245 @@
+"""``explain``: which strategy ``train(strategy="auto")`` picks for a query, the predicted times, and why."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import duckdb
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.estimator import analytical, learned
+from ilargi_db.estimator.analytical import STRATEGIES
+from ilargi_db.estimator.calibration import calibration_path
+from ilargi_db.estimator.features import ALGORITHMS, job_features, job_stats
+from ilargi_db.estimator.hardware import Hardware, detect_hardware
+from ilargi_db.plan import JoinGraph, build_join_graph
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The cost estimator's decision for one training job.
+
+    Attributes
+    ----------
+    strategy : {"factorized", "materialized"}
+    predicted_seconds : dict
+        Predicted end-to-end ``train`` seconds per strategy. A job that cannot
+        be factorized (a feature mixes sources) has only ``"materialized"``.
+    features : dict
+        The job's features (JSON-serialisable scalars).
+    reasons : list of str
+        The top reasons, in plain words, most important first.
+    model : str
+        Which model decided.
+    """
+
+    strategy: str
+    predicted_seconds: dict[str, float]
+    features: dict[str, float | int | str]
+    reasons: list[str]
+    model: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        times = ", ".join(f"{s} {t:.3g} s" for s, t in self.predicted_seconds.items())
+        lines = [f"strategy: {self.strategy} (predicted {times})", f"model: {self.model}", "why:"]
+        lines += [f"  - {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+
+def prepare_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
+    """The join graph ``train`` would plan (a categorical COALESCE across sources counts as cross-source)."""
+    from ilargi_db.training import _categorical_flags, _mark_categorical_coalesce
+
+    graph = build_join_graph(con, query, target)
+    if not graph.features:
+        raise IlargiError("the training query selects no feature column: add the columns to learn from.")
+    return _mark_categorical_coalesce(graph, _categorical_flags(graph))
+
+
+def _check(algorithm: str, params: dict) -> None:
+    from ilargi_db.training import _estimator
+
+    if algorithm not in ALGORITHMS:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    _estimator(algorithm, params)  # names the allowed parameters on a typo; builds, never fits
+
+
+def job_features_for(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, algorithm: str, params: dict
+) -> dict[str, float | int | str]:
+    """The shape features of a job (no hardware), as calibration stores them."""
+    return job_features(job_stats(con, prepare_graph(con, query, target)), algorithm, params)
+
+
+def select_model(backend: str, cache: str | os.PathLike | None = None) -> learned.CostModel:
+    """This machine's calibration of ``backend`` if there is one; else the shipped model (CPU) or the roofline."""
+    path = calibration_path(backend, cache)
+    if path.exists():
+        return learned.load_model(path)
+    if backend == "numpy":
+        return learned.load_model()
+    return learned.analytical_model()  # a GPU never calibrated: CPU timings would mislead
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
+
+
+def _reasons(f: dict, phases: dict, predicted: dict, hardware: Hardware, backend: str) -> list[str]:
+    """Plain-words reasons, weighted by how much each moves the log-ratio of the two predictions."""
+    weighted: list[tuple[float, str]] = []
+    comp = float(f["comp_ratio"])
+    if f["n_dimensions"]:
+        low, high = _fmt(f["tuple_ratio_min"]), _fmt(f["tuple_ratio_max"])
+        times = low if low == high else f"{low} to {high}"
+        where = (
+            f"the join repeats each dimension row {times} times (tuple ratio) and the dimensions bring "
+            f"{_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
+        )
+        if comp > 1.5:
+            text = (
+                f"{where}: the joined matrix would hold {_fmt(f['cells_materialized'])} cells, "
+                f"{comp:.1f}x the {_fmt(f['cells_factorized'])} of the sources plus their row indices"
+            )
+        else:
+            text = (
+                f"{where}: the joined matrix ({_fmt(f['cells_materialized'])} cells) is no bigger than the sources "
+                f"plus their row indices ({_fmt(f['cells_factorized'])}), so factorizing saves little work"
+            )
+        weighted.append((abs(math.log(max(comp, 1e-9))), text))
+    for phase, words in (("data", "joins and data transfers out of DuckDB"), ("iterations", "the training iterations")):
+        fa, ma = phases["factorized"][phase], phases["materialized"][phase]
+        if fa + ma <= 0:
+            continue
+        faster = "factorized" if fa < ma else "materialized"
+        weight = abs(fa - ma) / max(predicted["factorized"]["analytical"], predicted["materialized"]["analytical"])
+        text = f"{words} take about {_fmt(fa * 1e3)} ms factorized vs {_fmt(ma * 1e3)} ms materialized (roofline)"
+        if phase == "iterations":
+            n_iter = f["iterations"]
+            text += f" over {n_iter:g} expected {'pass' if n_iter == 1 else 'iterations'} of {f['algorithm']}"
+        weighted.append((weight * 2, f"{text}: {faster} wins there"))
+    if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
+        fanout = _fmt(f["fact_fanout"])
+        weighted.append((0.5, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources"))
+    if f["categorical_features"]:
+        weighted.append(
+            (
+                0.3,
+                f"{f['categorical_features']} categorical feature(s) one-hot encoded into {f['columns_onehot']} "
+                "columns: materializing encodes one value per joined row, factorizing one per source row",
+            )
+        )
+    cf, cm = predicted["factorized"]["correction"], predicted["materialized"]["correction"]
+    if abs(math.log(cf / cm)) > 0.05:
+        who = "factorized" if cf < cm else "materialized"
+        weighted.append(
+            (
+                abs(math.log(cf / cm)),
+                f"measured jobs like this one ran {who} {max(cf / cm, cm / cf):.1f}x better than the roofline "
+                "alone predicts (the calibration's correction)",
+            )
+        )
+    weighted.sort(key=lambda wr: -wr[0])
+    reasons = [r for _, r in weighted[:4]]
+    gpu = f", GPU {hardware.gpu_name}" if backend == "cupy" and hardware.gpu_name else ""
+    reasons.append(
+        f"hardware: {hardware.cores} cores, {hardware.memory_bandwidth_gbs:.0f} GB/s memory, "
+        f"{hardware.gflops:.0f} GFLOP/s{gpu}; backend {backend}"
+    )
+    return reasons
+
+
+def explain_graph(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    algorithm: str = "linear_regression",
+    backend: str = "auto",
+    params: dict[str, Any] | None = None,
+    cache: str | os.PathLike | None = None,
+) -> Explanation:
+    """:func:`explain` for a planned join graph (what ``train`` calls)."""
+    from ilargi_db.backend import get_backend
+
+    params = dict(params or {})
+    _check(algorithm, params)
+    name = get_backend(backend).name
+    hardware = detect_hardware(cache)
+    f = job_features(job_stats(con, graph), algorithm, params)
+    f.update(backend=name, **hardware.as_features())
+    model = select_model(name, cache)
+    predicted = model.predict(f, hardware, name)
+    phases = {s: analytical.breakdown(f, s, hardware, name) for s in STRATEGIES}
+    for s in STRATEGIES:
+        w = analytical.work(f, s)
+        f[f"flops_per_iteration_{s}"] = w["flops_per_iteration"]
+        f[f"bytes_per_iteration_{s}"] = w["bytes_per_iteration"]
+        f[f"data_bytes_{s}"] = w["data_bytes"]
+        f[f"analytical_seconds_{s}"] = predicted[s]["analytical"]
+    seconds = {s: float(predicted[s]["seconds"]) for s in STRATEGIES}
+    reasons = _reasons(f, phases, predicted, hardware, name)
+    mixed = graph.cross_source_features
+    if mixed:
+        why = "; ".join(
+            f"feature {m.name!r} = {m.sql} reads {' and '.join(m.sources) or 'the joined row'}" for m in mixed
+        )
+        reasons = [f"{why}, so it cannot be computed inside one source: only the materialized join can train it"]
+        reasons += [r for r in reasons if r.startswith("hardware")]
+        return Explanation("materialized", {"materialized": seconds["materialized"]}, f, reasons, model.description)
+    chosen = min(STRATEGIES, key=lambda s: seconds[s])
+    other = "materialized" if chosen == "factorized" else "factorized"
+    lead = f"{chosen} is predicted {seconds[other] / seconds[chosen]:.1f}x faster"
+    json.dumps(f)  # the features must stay JSON scalars
+    return Explanation(chosen, seconds, f, [f"{lead}: {reasons[0]}", *reasons[1:]], model.description)
+
+
+def explain(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    algorithm: str = "linear_regression",
+    backend: str = "auto",
+    **params: Any,
+) -> Explanation:
+    """Which strategy ``train(..., strategy="auto")`` would pick, the predicted seconds of both, and why.
+
+    Runs two aggregate queries (row counts, and the join's size and fan-outs);
+    never reads a feature block, never trains, never writes to the database.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+    query : str
+        The training query, as for :func:`ilargi_db.train`.
+    target : str or None
+        The label column for supervised algorithms.
+    algorithm : {"linear_regression", "logistic_regression", "kmeans", "gnmf"}
+    backend : {"auto", "numpy", "cupy"}
+    **params
+        The algorithm's parameters (``max_iter``, ``n_clusters``, ...): they set the expected iterations.
+
+    Returns
+    -------
+    Explanation
+
+    Examples
+    --------
+    >>> import duckdb, ilargi_db
+    >>> con = duckdb.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 100 AS k, random() AS x, random() AS y FROM range(20000)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, " + ", ".join(f"random() AS z{j}" for j in range(20))
+    ...             + " FROM range(100)")
+    >>> e = ilargi_db.explain(con, "SELECT f.x, d.*, f.y FROM f JOIN d USING (k)", target="y", backend="numpy")
+    >>> e.strategy, sorted(e.predicted_seconds), e.features["tuple_ratio"]
+    ('factorized', ['factorized', 'materialized'], 200.0)
+    """
+    if algorithm not in ALGORITHMS:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    graph = prepare_graph(con, query, target)
+    return explain_graph(con, graph, algorithm, backend, params)

@@ -1,0 +1,259 @@
+"""Features of a training job, computed before any feature block is read.
+
+Two cheap DuckDB queries: one counts every source's rows (with an approximate
+distinct count of each categorical feature and the share of zeros in a small
+prefix of each numeric one), one runs the user's joins and filters with the
+projection replaced by aggregates: the join's rows and, per source, how many
+distinct source rows it references (HyperLogLog's approximate count: fan-out,
+the M:N redundancy) and how many output rows it fills (LEFT-join gaps). No
+feature column is joined or fetched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import sqlglot
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
+from ilargi_db.plan import JoinGraph
+from ilargi_db.plan.sources import with_prefix
+from ilargi_db.preprocess import is_categorical
+
+ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
+SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """One source as the cost model sees it."""
+
+    alias: str
+    rows: int  # rows of the source (after nothing: a catalog-style count)
+    referenced: int  # distinct source rows the join uses (approximate, HyperLogLog)
+    filled: int  # output rows this source fills (the rest are LEFT-join gaps)
+    width: int  # encoded feature columns (a categorical counts its categories)
+    categorical_width: int  # of which one-hot columns
+    categorical_features: int = 0  # categorical features read from this source (each encodes its rows' text)
+
+
+@dataclass(frozen=True)
+class JobStats:
+    """The join as the cost model sees it."""
+
+    n_rows: int  # rows of the join
+    sources: tuple[SourceStats, ...]
+    fact: str  # the largest source with features (the fact table of a star)
+    cross_width: int  # columns computed across sources (only the materialized join has them)
+    numeric_zero_share: float  # share of zeros in the numeric feature cells (sampled)
+
+    @property
+    def width(self) -> int:
+        return sum(s.width for s in self.sources) + self.cross_width
+
+    def source(self, alias: str) -> SourceStats:
+        return next(s for s in self.sources if s.alias == alias)
+
+
+def _parts_by_source(graph: JoinGraph, flags: list[bool]) -> dict[str, list[tuple[str, bool]]]:
+    parts: dict[str, list[tuple[str, bool]]] = {s.alias: [] for s in graph.sources}
+    for feature, flag in zip(graph.features, flags):
+        if feature.kind == "cross_source":
+            continue
+        for part in feature.parts:
+            parts[part.source].append((part.sql, flag))
+    return parts
+
+
+def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) -> tuple[str, list[tuple]]:
+    """One query: rows per source, approximate categories per categorical part, sampled zero shares."""
+    items, layout = [], []
+    for s in graph.sources:
+        items.append(f"(SELECT count(*) FROM {s.relation_sql})")
+        layout.append(("rows", s.alias))
+        numeric = [sql for sql, flag in parts[s.alias] if not flag]
+        for sql, flag in parts[s.alias]:
+            if flag:
+                items.append(f"(SELECT approx_count_distinct({sql}) FROM {s.relation_sql})")
+                layout.append(("categories", s.alias))
+        if numeric:
+            cells = ", ".join(f"CAST(({sql}) AS DOUBLE) AS c{j}" for j, sql in enumerate(numeric))
+            zeros = " + ".join(f"count(*) FILTER (WHERE c{j} = 0)" for j in range(len(numeric)))
+            sample = f"(SELECT {cells} FROM {s.relation_sql} LIMIT {SAMPLE_ROWS})"
+            items.append(f"(SELECT ({zeros}) / greatest(count(*) * {len(numeric)}, 1) FROM {sample})")
+            layout.append(("zeros", s.alias))
+    return f"{with_prefix(graph.select)}SELECT {', '.join(items)}", layout
+
+
+def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> str:
+    """The user's FROM/WHERE with aggregates as projection: join rows, referenced and filled rows per source."""
+    keys = join_columns(graph)
+    prefix = with_prefix(graph.select)
+    items = ["count(*)"]
+    for s in graph.sources:
+        if supports_rowid(con, s, prefix):
+            row = f"{quote(s.alias)}.rowid"
+            items += [f"approx_count_distinct({row})", f"count({row})"]
+        elif keys[s.alias]:
+            cols = [f"{quote(s.alias)}.{quote(c)}" for c in keys[s.alias]]
+            # A view or subquery has no rowid: its distinct join keys stand for its rows.
+            items += [f"approx_count_distinct(({', '.join(cols)}))", f"count({cols[0]})"]
+        else:
+            items += ["count(*)", "count(*)"]
+    select = graph.select.copy()
+    select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
+    for arg in ("order", "limit", "offset"):
+        select.set(arg, None)
+    return select.sql("duckdb")
+
+
+def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
+    """Rows, widths, fan-outs and gaps of ``graph``'s join, from two aggregate queries.
+
+    Examples
+    --------
+    >>> import duckdb
+    >>> from ilargi_db.plan import build_join_graph
+    >>> con = duckdb.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 4 AS k, range * 1.0 AS x FROM range(100)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z, range * 3.0 AS w FROM range(10)")
+    >>> stats = job_stats(con, build_join_graph(con, "SELECT f.x, d.z, d.w FROM f JOIN d ON f.k = d.k"))
+    >>> stats.n_rows, stats.fact, stats.source("d").rows, stats.source("d").referenced, stats.source("d").width
+    (100, 'f', 10, 4, 2)
+    """
+    flags = [is_categorical(f.duckdb_type) for f in graph.features]
+    parts = _parts_by_source(graph, flags)
+    sql, layout = _source_query(graph, parts)
+    try:
+        found = con.sql(sql).fetchall()[0]
+        joined = con.sql(_join_query(con, graph)).fetchall()[0]
+    except duckdb.Error as err:
+        raise IlargiError(f"could not count the rows of the training query's sources: {err}") from err
+    rows = {s.alias: 0 for s in graph.sources}
+    categories: dict[str, list[int]] = {s.alias: [] for s in graph.sources}
+    zeros: dict[str, float] = {}
+    for (what, alias), value in zip(layout, found):
+        if what == "rows":
+            rows[alias] = int(value)
+        elif what == "categories":
+            categories[alias].append(int(value or 0) + 1)  # NULL is a category of its own
+        else:
+            zeros[alias] = float(value or 0.0)
+    n_rows = int(joined[0])
+    sources = []
+    numeric_cells = zero_cells = 0.0
+    for i, s in enumerate(graph.sources):
+        n_numeric = sum(1 for _, flag in parts[s.alias] if not flag)
+        onehot = sum(categories[s.alias])
+        sources.append(
+            SourceStats(
+                alias=s.alias,
+                rows=rows[s.alias],
+                referenced=min(int(joined[1 + 2 * i]), rows[s.alias]),  # HyperLogLog may overshoot
+                filled=int(joined[2 + 2 * i]),
+                width=n_numeric + onehot,
+                categorical_width=onehot,
+                categorical_features=len(categories[s.alias]),
+            )
+        )
+        numeric_cells += n_numeric
+        zero_cells += n_numeric * zeros.get(s.alias, 0.0)
+    with_features = [s for s in sources if s.width] or sources
+    fact = max(with_features, key=lambda s: (s.rows, s.width)).alias
+    cross = sum(1 for f in graph.features if f.kind == "cross_source")
+    return JobStats(n_rows, tuple(sources), fact, cross, zero_cells / numeric_cells if numeric_cells else 0.0)
+
+
+def expected_iterations(algorithm: str, params: dict[str, Any]) -> float:
+    """Passes over the data an algorithm is expected to make, from its parameters.
+
+    Tolerance 0 runs ``max_iter`` iterations; otherwise iterative solvers stop
+    early, typically after a few dozen. Linear regression's normal equations
+    make one pass (one crossprod).
+
+    >>> expected_iterations("kmeans", {"max_iter": 20, "tol": 0.0, "n_init": 2})
+    40.0
+    """
+    if algorithm not in ALGORITHMS:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    defaults = {
+        "linear_regression": (1000, 1e-8),
+        "logistic_regression": (100, 1e-6),
+        "kmeans": (300, 1e-4),
+        "gnmf": (200, 1e-4),
+    }[algorithm]
+    max_iter = float(params.get("max_iter", defaults[0]))
+    tol = float(params.get("tol", defaults[1]))
+    if algorithm == "linear_regression" and params.get("solver", "normal") == "normal":
+        return 1.0
+    typical = {"linear_regression": 100.0, "logistic_regression": 25.0, "kmeans": 30.0, "gnmf": 60.0}[algorithm]
+    iters = max_iter if tol <= 0 else min(max_iter, typical)
+    if algorithm == "kmeans":
+        iters *= max(1, int(params.get("n_init", 1)))
+    return float(iters)
+
+
+def rank(algorithm: str, params: dict[str, Any]) -> int:
+    """Columns of the iterate: clusters for k-means, components for NMF, 1 for linear models."""
+    if algorithm == "kmeans":
+        return int(params.get("n_clusters", 8))
+    if algorithm == "gnmf":
+        return int(params.get("n_components", 2))
+    return 1
+
+
+def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dict[str, float | int | str]:
+    """The job's shape features (no hardware, no costs): rows, ratios, redundancy, sparsity.
+
+    Tuple ratio of a dimension = join rows / its rows; feature ratio = its
+    width / the fact's width; redundancy = join rows / distinct rows it uses.
+    """
+    fact = stats.source(stats.fact)
+    dims = [s for s in stats.sources if s.alias != stats.fact and s.width]
+    n = max(stats.n_rows, 1)
+    fact_width = max(fact.width, 1)
+    tr = [n / max(s.rows, 1) for s in dims] or [1.0]
+    fr = [s.width / fact_width for s in dims] or [0.0]
+    redundancy = [n / max(s.referenced, 1) for s in stats.sources if s.width] or [1.0]
+    gaps = [1 - s.filled / n for s in dims] or [0.0]
+    d = stats.width
+    onehot = sum(s.categorical_width for s in stats.sources)
+    numeric = max(d - onehot, 0)
+    # A one-hot column of c categories is (c-1)/c zeros; numeric zeros are sampled.
+    onehot_zero = sum(s.categorical_width - 1 for s in stats.sources if s.categorical_width)
+    zero_cells = numeric * stats.numeric_zero_share + max(onehot_zero, 0)
+    cells_materialized = float(n) * d
+    blocks = [s for s in stats.sources if s.width]
+    cells_factorized = sum(float(s.rows) * s.width for s in blocks) + float(n) * len(blocks)
+    return {
+        "algorithm": algorithm,
+        "rows": int(stats.n_rows),
+        "rows_fact": int(fact.rows),
+        "rows_dimensions": int(sum(s.rows for s in dims)),
+        "n_sources": len(stats.sources),
+        "n_dimensions": len(dims),
+        "columns": int(d),
+        "columns_fact": int(fact.width),
+        "columns_dimensions": int(sum(s.width for s in dims)),
+        "columns_onehot": int(onehot),
+        "columns_cross_source": int(stats.cross_width),
+        "categorical_features": int(sum(s.categorical_features for s in stats.sources)),
+        "categorical_source_rows": int(sum(s.categorical_features * s.rows for s in stats.sources)),
+        "tuple_ratio_min": float(min(tr)),
+        "tuple_ratio_max": float(max(tr)),
+        "tuple_ratio": float(n / max(sum(s.rows for s in dims), 1)) if dims else 1.0,
+        "feature_ratio": float(sum(s.width for s in dims) / fact_width),
+        "feature_ratio_max": float(max(fr)),
+        "redundancy_max": float(max(redundancy)),
+        "fact_fanout": float(n / max(fact.referenced, 1)),
+        "empty_share_max": float(max(gaps)),
+        "sparsity": float(zero_cells / d) if d else 0.0,
+        "cells_materialized": cells_materialized,
+        "cells_factorized": float(cells_factorized),
+        "comp_ratio": float(cells_materialized / max(cells_factorized, 1.0)),
+        "iterations": expected_iterations(algorithm, params),
+        "rank": rank(algorithm, params),
+    }

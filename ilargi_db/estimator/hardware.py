@@ -1,0 +1,144 @@
+"""Hardware facts the cost model needs: cores, measured memory bandwidth and FLOP rate, the GPU.
+
+Measured once per process (about 50 ms) and kept on disk in the cache
+directory, so that a later process reads them instead of measuring again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+_CACHED: dict[str, Hardware] = {}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What one machine does per second, as the cost model sees it."""
+
+    cores: int
+    memory_bandwidth_gbs: float  # streaming copy, GB/s (read + write)
+    gflops: float  # dense float64 matrix product, all cores
+    gpu_name: str = ""
+    gpu_memory_gb: float = 0.0
+    gpu_bandwidth_gbs: float = 0.0
+    gpu_gflops: float = 0.0
+
+    def as_features(self) -> dict[str, float | int | str]:
+        return {
+            "cores": self.cores,
+            "memory_bandwidth_gbs": round(self.memory_bandwidth_gbs, 2),
+            "gflops": round(self.gflops, 2),
+            "gpu_name": self.gpu_name,
+            "gpu_memory_gb": round(self.gpu_memory_gb, 2),
+            "gpu_bandwidth_gbs": round(self.gpu_bandwidth_gbs, 2),
+        }
+
+
+def cache_dir(path: str | os.PathLike | None = None) -> Path:
+    """The user's cache directory: ``path``, else ``$ILARGI_CACHE_DIR``, else the platform's cache.
+
+    >>> cache_dir("/tmp/somewhere").name
+    'somewhere'
+    """
+    if path is not None:
+        return Path(path)
+    if os.environ.get("ILARGI_CACHE_DIR"):
+        return Path(os.environ["ILARGI_CACHE_DIR"])
+    if os.name == "nt":  # pragma: no cover - not tested on Windows
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "ilargi_db" / "cache"
+    if platform.system() == "Darwin":  # pragma: no cover
+        return Path.home() / "Library" / "Caches" / "ilargi_db"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ilargi_db"
+
+
+def _measure_bandwidth() -> float:
+    a = np.ones(4_000_000)  # 32 MB: larger than the caches of a laptop or a server core
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(4):
+        start = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - start)
+    return 2 * a.nbytes / best / 1e9
+
+
+def _measure_gflops() -> float:
+    rng = np.random.default_rng(0)
+    a = rng.random((384, 384))
+    a @ a  # warm the BLAS threads
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * 384**3 / best / 1e9
+
+
+def _gpu() -> tuple[str, float, float, float]:
+    """Name, memory (GB), measured copy bandwidth (GB/s) and FLOP rate of the first GPU, if CuPy sees one."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "", 0.0, 0.0, 0.0
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        a = cupy.ones(32_000_000)
+        b = cupy.empty_like(a)
+        m = cupy.ones((2048, 2048))
+        timings = []
+        for op, work in ((lambda: cupy.copyto(b, a), 2 * a.nbytes), (lambda: m @ m, 2 * 2048**3)):
+            op()
+            cupy.cuda.Device().synchronize()
+            start = time.perf_counter()
+            for _ in range(5):
+                op()
+            cupy.cuda.Device().synchronize()
+            timings.append(work * 5 / (time.perf_counter() - start) / 1e9)
+        return name, props["totalGlobalMem"] / 1e9, timings[0], timings[1]
+    except Exception:  # no CuPy, no driver, no device: a CPU machine
+        return "", 0.0, 0.0, 0.0
+
+
+def _key() -> str:
+    return f"{platform.node()}-{platform.machine()}-{os.cpu_count()}"
+
+
+def detect_hardware(cache: str | os.PathLike | None = None, refresh: bool = False) -> Hardware:
+    """This machine's :class:`Hardware`, measured once and cached (in memory and in ``cache``/hardware.json).
+
+    >>> detect_hardware().cores >= 1
+    True
+    """
+    key = _key()
+    if not refresh and key in _CACHED:
+        return _CACHED[key]
+    path = cache_dir(cache) / "hardware.json"
+    hw = None
+    if not refresh:
+        try:
+            stored = json.loads(path.read_text())
+            hw = Hardware(**stored[key])
+        except (OSError, ValueError, KeyError, TypeError):
+            hw = None
+    if hw is None:
+        name, memory, gpu_bandwidth, gpu_gflops = _gpu()
+        hw = Hardware(
+            os.cpu_count() or 1, _measure_bandwidth(), _measure_gflops(), name, memory, gpu_bandwidth, gpu_gflops
+        )
+        try:
+            stored = json.loads(path.read_text()) if path.exists() else {}
+            stored[key] = asdict(hw)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(stored, indent=1))
+        except (OSError, ValueError):
+            pass  # a read-only home: measure again next process
+    _CACHED[key] = hw
+    return hw

@@ -1,0 +1,177 @@
+"""The learned model: gradient boosting on the log-residual of the analytical model, per strategy.
+
+For each strategy a :class:`~sklearn.ensemble.GradientBoostingRegressor`
+predicts log(measured seconds) - log(analytical seconds) from log-scaled job
+features. Far from the calibration grid the trees predict a constant
+correction, so extrapolation follows the roofline's physics.
+
+The package ships measurements (a CSV of the default grid), not a pickle: a
+pickled scikit-learn model breaks across scikit-learn versions, while fitting
+200-300 rows takes a fraction of a second, once per process, deterministically
+(fixed random_state).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ilargi_db.estimator.analytical import STRATEGIES, breakdown
+from ilargi_db.estimator.features import ALGORITHMS
+from ilargi_db.estimator.hardware import Hardware
+
+SHIPPED = "data/default_calibration.csv"
+# Job features the regressor reads, log-scaled (all are positive counts or ratios).
+LOG_FEATURES = (
+    "rows",
+    "rows_fact",
+    "columns",
+    "columns_fact",
+    "columns_dimensions",
+    "columns_onehot",
+    "n_sources",
+    "tuple_ratio",
+    "tuple_ratio_min",
+    "feature_ratio",
+    "redundancy_max",
+    "fact_fanout",
+    "cells_materialized",
+    "cells_factorized",
+    "comp_ratio",
+    "iterations",
+    "rank",
+)
+PLAIN_FEATURES = ("sparsity", "empty_share_max")
+_MODELS: dict[tuple, CostModel] = {}
+
+
+def hardware_of(row: dict) -> Hardware:
+    """The machine a calibration row was measured on."""
+    return Hardware(
+        cores=int(row["cores"]),
+        memory_bandwidth_gbs=float(row["memory_bandwidth_gbs"]),
+        gflops=float(row["gflops"]),
+        gpu_name=str(row.get("gpu_name", "") or ""),
+        gpu_memory_gb=float(row.get("gpu_memory_gb", 0) or 0),
+        gpu_bandwidth_gbs=float(row.get("gpu_bandwidth_gbs", 0) or 0),
+    )
+
+
+def design_row(features: dict, hardware: Hardware, backend: str = "numpy") -> tuple[list[float], dict[str, float]]:
+    """The regressor's input for one job, and the analytical log-seconds of each strategy (the prior).
+
+    Log features, plain shares, the algorithm one-hot, then the prior: the log-seconds
+    of both strategies, their difference and each strategy's data and iteration phases.
+    """
+    x = [math.log1p(max(float(features[name]), 0.0)) for name in LOG_FEATURES]
+    x += [float(features[name]) for name in PLAIN_FEATURES]
+    x += [1.0 if features["algorithm"] == a else 0.0 for a in ALGORITHMS]
+    phases = {s: breakdown(features, s, hardware, backend) for s in STRATEGIES}
+    prior = {s: math.log(max(sum(phases[s].values()), 1e-6)) for s in STRATEGIES}
+    x += [prior["factorized"], prior["materialized"], prior["materialized"] - prior["factorized"]]
+    x += [math.log(phases[s][phase] + 1e-6) for s in STRATEGIES for phase in ("data", "iterations")]
+    return x, prior
+
+
+def _regressor():
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(n_estimators=150, max_depth=3, learning_rate=0.05, random_state=0)
+
+
+@dataclass
+class CostModel:
+    """Predicts the seconds of both strategies: the analytical prior times a learned correction.
+
+    Two regressors share the design matrix: one for the log-residual of the
+    geometric mean of both times (how long the job takes) and one for the
+    log-residual of the ratio materialized / factorized (which one wins).
+    Fitting the ratio directly makes the decision as accurate as the model can
+    be: errors of two separate per-strategy fits would add up in it.
+    """
+
+    description: str
+    regressors: dict | None = None  # "level" and "ratio" regressors; None: analytical only
+    n_jobs: int = 0
+
+    @classmethod
+    def fit(cls, rows: list[dict], description: str) -> CostModel:
+        X, level, ratio = [], [], []
+        for row in rows:
+            x, prior = design_row(row, hardware_of(row), str(row.get("backend", "numpy")))
+            X.append(x)
+            f = math.log(max(float(row["seconds_factorized"]), 1e-6)) - prior["factorized"]
+            m = math.log(max(float(row["seconds_materialized"]), 1e-6)) - prior["materialized"]
+            level.append((f + m) / 2)
+            ratio.append(m - f)
+        X = np.asarray(X)
+        regressors = {"level": _regressor().fit(X, level), "ratio": _regressor().fit(X, ratio)}
+        return cls(description, regressors, len(rows))
+
+    def predict(self, features: dict, hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
+        """Per strategy: ``seconds`` (the prediction), ``analytical`` seconds and the learned ``correction`` factor."""
+        x, prior = design_row(features, hardware, backend)
+        level = ratio = 0.0
+        if self.regressors:
+            x = np.asarray([x])
+            level = float(self.regressors["level"].predict(x)[0])
+            ratio = float(self.regressors["ratio"].predict(x)[0])
+        correction = {"factorized": level - ratio / 2, "materialized": level + ratio / 2}
+        return {
+            s: {
+                "seconds": math.exp(prior[s] + correction[s]),
+                "analytical": math.exp(prior[s]),
+                "correction": math.exp(correction[s]),
+            }
+            for s in STRATEGIES
+        }
+
+    def decide(self, features: dict, hardware: Hardware, backend: str = "numpy") -> str:
+        p = self.predict(features, hardware, backend)
+        return "factorized" if p["factorized"]["seconds"] < p["materialized"]["seconds"] else "materialized"
+
+    def accuracy(self, rows: list[dict]) -> float:
+        """Share of measured jobs on which the model picks the faster strategy."""
+        if not rows:
+            return float("nan")
+        right = 0
+        for row in rows:
+            truth = "factorized" if row["seconds_factorized"] < row["seconds_materialized"] else "materialized"
+            right += self.decide(row, hardware_of(row), str(row.get("backend", "numpy"))) == truth
+        return right / len(rows)
+
+
+def shipped_path() -> Path:
+    """The default calibration shipped with the package (measured on the development machine)."""
+    return Path(str(resources.files("ilargi_db.estimator").joinpath(SHIPPED)))
+
+
+def load_model(path: str | os.PathLike | None = None, refresh: bool = False) -> CostModel:
+    """The model fitted on the calibration CSV at ``path`` (None: the shipped one), cached per file version."""
+    from ilargi_db.estimator.calibration import read_rows
+
+    shipped = path is None
+    path = Path(shipped_path() if shipped else path)
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if refresh or key not in _MODELS:
+        rows = read_rows(path)
+        if not rows:
+            return analytical_model()
+        described = (
+            f"shipped default (fitted on {len(rows)} jobs measured on a {int(rows[0]['cores'])}-core machine)"
+            if shipped
+            else f"calibrated on this machine ({path}, {len(rows)} jobs)"
+        )
+        _MODELS[key] = CostModel.fit(rows, described)
+    return _MODELS[key]
+
+
+def analytical_model() -> CostModel:
+    """The roofline model alone: for a backend with no calibration (e.g. a GPU never calibrated)."""
+    return CostModel("analytical (roofline: FLOPs and bytes over measured throughput; no calibration yet)")

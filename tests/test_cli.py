@@ -1,0 +1,127 @@
+"""The ``ilargi`` command: every subcommand, its output, and errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from ilargi_db import cli
+
+TABLE = "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 + 1 AS y FROM range(60)"
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = str(tmp_path / "cli.duckdb")
+    con = duckdb.connect(path)
+    con.execute(TABLE)
+    con.close()
+    return path
+
+
+def test_help_everywhere(capsys):
+    for argv in (["--help"], *[[c, "--help"] for c in ("demo", "sql", "train", "explain", "models", "calibrate")]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 0
+        assert "usage: ilargi" in capsys.readouterr().out
+
+
+def test_sql_batch_train_models_and_errors(db, capsys):
+    assert cli.main(["sql", db, "-c", "SELECT count(*) AS n, sum(x) AS total FROM t"]) == 0
+    out = capsys.readouterr().out
+    assert "n" in out.splitlines()[0] and "1770.0" in out
+    assert cli.main(["train", "line", "linear_regression", "SELECT x, c, y FROM t", "--target", "y", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "linear_regression" in out and "line_predict" in out
+    assert (
+        cli.main(
+            [
+                "train",
+                "line",
+                "linear_regression",
+                "SELECT x, c, y FROM t",
+                "--target",
+                "y",
+                "--db",
+                db,
+                "--options",
+                '{"alpha": 1.0}',
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["version"] == 2
+    assert cli.main(["models", "--db", db]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split()[:3] == ["name", "version", "algorithm"] and listed[2].split()[:2] == ["line", "2"]
+    assert cli.main(["models", "--db", db, "--all"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 4
+
+    # Errors: one line on stderr, status 1, nothing changed.
+    assert (
+        cli.main(["train", "x; DROP TABLE t", "linear_regression", "SELECT x, y FROM t", "--target", "y", "--db", db])
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("ilargi train: error: model name 'x; DROP TABLE t' is not a plain identifier")
+    assert "Traceback" not in err and "Python exception occurred" not in err
+    assert cli.main(["sql", db, "-c", "SELECT * FROM nope"]) == 1
+    assert "Table with name nope does not exist" in capsys.readouterr().err
+    assert cli.main(["sql", db, "-c", "SELECT count(*) FROM t; SELECT count(*) FROM ilargi.models"]) == 0
+    assert capsys.readouterr().out.split() == ["60", "2"]
+
+
+def test_sql_file_and_stdin(db, tmp_path, capsys):
+    script = tmp_path / "s.sql"
+    script.write_text("CREATE TABLE u AS SELECT 1 AS one;\nSELECT one + 1 AS two FROM u;\n")
+    assert cli.main(["sql", db, "-f", str(script)]) == 0
+    assert capsys.readouterr().out.strip() == "2"  # CREATE's row count is not printed
+    done = subprocess.run(
+        [sys.executable, "-m", "ilargi_db.cli", "sql", db],
+        input="SELECT 40 + 2 AS answer;\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "42" and "leaked" not in done.stderr
+
+
+def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
+    lines = iter(["SELECT", "  count(*)", "FROM t;", "SELECT * FROM nope;", ".quit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    con = cli._connect(db)
+    cli.shell(con)
+    con.close()
+    captured = capsys.readouterr()
+    assert "60" in captured.out and "Error: Catalog Error" in captured.err
+
+
+def test_format_table_truncates_long_cells():
+    text = cli.format_table(["a", "b"], [("x" * 100, 1), (None, 2)], max_cell=10)
+    assert "xxxxxxxxx…" in text and "NULL" in text
+
+
+def test_explain_and_demo(tmp_path, capsys):
+    db = str(tmp_path / "demo.duckdb")
+    result = cli.demo(db)
+    out = capsys.readouterr().out
+    for step in ("== Explain", "== Train", "== Evaluate", "== Predict", "== Summary"):
+        assert step in out
+    assert result["summary"]["strategy"] in ("factorized", "materialized")
+    assert result["held_out"]["r2"] > 0.5 and result["scored_rows"] > 300_000
+    # The demo's database keeps the model, and its macro works without ilargi_db.
+    con = duckdb.connect(db)
+    assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(1,)]
+    con.close()
+    query = "SELECT f.distance, f.dep_delay, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa"
+    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "factorized" in out and "materialized" in out
+    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] in ("factorized", "materialized")
