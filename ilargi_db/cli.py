@@ -16,6 +16,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -241,9 +242,17 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
     print("   " + ", ".join(f"{name} {rows:,} rows" for name, rows in counts.items()), file=out)
     train_query = DEMO_QUERY + "\nWHERE f.month <= 10"
     test_query = DEMO_QUERY + "\nWHERE f.month > 10"
+    _step(
+        "The training query: a plain SELECT over the joins (below, <query>: months 1-10, <held-out>: 11-12)",
+        train_query,
+        out=out,
+    )
+
+    def shown(sql: str) -> str:
+        return sql.replace(train_query, "<query>").replace(test_query, "<held-out>")
 
     explain_sql = f"SELECT ilargi_explain('linear_regression', $${train_query}$$, 'arr_delay')"
-    _step("Explain: which strategy would train it, and why", explain_sql, out=out)
+    _step("Explain: which strategy would train it, and why", shown(explain_sql), out=out)
     explanation = json.loads(con.execute(explain_sql).fetchall()[0][0])
     seconds = explanation["predicted_seconds"]
     print(
@@ -259,11 +268,11 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
         f"SELECT ilargi_train('{DEMO_MODEL}', 'linear_regression', $${train_query}$$, 'arr_delay', "
         """'{"alpha": 1.0}')"""
     )
-    _step("Train, inside DuckDB (months 1-10)", train_sql, out=out)
+    _step("Train, inside DuckDB (months 1-10)", shown(train_sql), out=out)
     summary = json.loads(con.execute(train_sql).fetchall()[0][0])
 
     evaluate_sql = f"SELECT ilargi_evaluate('{DEMO_MODEL}', $${test_query}$$)"
-    _step("Evaluate on held-out rows (months 11-12)", evaluate_sql, out=out)
+    _step("Evaluate on held-out rows (months 11-12)", shown(evaluate_sql), out=out)
     held_out = json.loads(con.execute(evaluate_sql).fetchall()[0][0])["metrics"]
 
     features = "f.dep_delay, f.distance, f.carrier, p.seats, p.engine, w.temp, w.wind_speed, o.alt, d.alt"
@@ -294,7 +303,10 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
         ("macro scoring", f"{scored:,} rows in {scoring:.2f} s"),
         ("demo total", f"{time.perf_counter() - start:.1f} s"),
     ]
-    print(format_table(["", ""], rows, max_cell=200).split("\n", 2)[2], file=out)
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        lines = textwrap.wrap(value, 100 - width) or [""]
+        print(label.ljust(width) + ("\n" + " " * width).join(lines), file=out)
     return {"summary": summary, "held_out": held_out, "explain": explanation, "scored_rows": scored}
 
 
