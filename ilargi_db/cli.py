@@ -77,8 +77,8 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
         print(format_table(columns, rows), file=out)
 
 
-def _connect(db: str) -> duckdb.DuckDBPyConnection:
-    return ilargi_db.connect(db)
+def _connect(db: str, **kwargs: Any) -> duckdb.DuckDBPyConnection:
+    return ilargi_db.connect(db, **kwargs)
 
 
 # -- ilargi sql ----------------------------------------------------------------------------
@@ -182,7 +182,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    con = _connect(args.db)
+    if not Path(args.db).exists():
+        raise IlargiError(f"there is no database at {args.db}: pass the file the models were trained in.")
+    con = _connect(args.db, read_only=True)
     try:
         table = "ilargi.models" if args.all else "ilargi.current_models"
         run_sql(
@@ -353,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(run=cmd_train if name == "train" else cmd_explain)
 
     p = commands.add_parser("models", help="list the models in a database's registry")
-    p.add_argument("--db", default=":memory:", help="the DuckDB database file")
+    p.add_argument("--db", required=True, help="the DuckDB database file")
     p.add_argument("--all", action="store_true", help="every version, not only the current ones")
     p.set_defaults(run=cmd_models)
 
@@ -370,7 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (duckdb.Error, IlargiError, OSError) as err:
+    except (
+        duckdb.Error,
+        ValueError,
+        OSError,
+    ) as err:  # IlargiError and scikit-learn's parameter errors are ValueErrors
         print(f"ilargi {args.cmd}: error: {clean_error(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

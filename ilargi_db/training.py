@@ -55,7 +55,9 @@ def _estimator(algorithm: str, params: dict) -> Any:
         raise IlargiError(
             f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}."
         )
-    return cls(**params)
+    estimator = cls(**params)
+    estimator._validate_params()  # bad values fail here, before the data is read, with scikit-learn's message
+    return estimator
 
 
 def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
@@ -239,6 +241,11 @@ def train(
     supervised = algorithm in SUPERVISED
     if supervised and target is None:
         raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
+    if not supervised and target is not None:
+        raise IlargiError(
+            f"{algorithm} is unsupervised and learns from every selected column: pass no target (NULL in SQL), "
+            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+        )
     if standardize and not supervised:
         raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
     be = get_backend(backend)
@@ -335,6 +342,8 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error.
     """
     data = _encoded(con, model, query, backend)
+    if data.X.shape[0] == 0:
+        raise IlargiError("the query to evaluate on returned no rows (with a non-NULL target): check its WHERE clause.")
     if model.algorithm_ in SUPERVISED and data.y is None:
         raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
     return metrics_of(model, data.X, data.y)

@@ -198,3 +198,66 @@ def test_double_literals_read_back_exactly():
     assert con.sql(f"SELECT typeof({macros.double(0.1)})").fetchall() == [("DOUBLE",)]
     with pytest.raises(ValueError, match="not finite"):
         macros.double(float("nan"))
+
+
+def test_a_function_smuggled_through_a_view_is_refused():
+    """The planner refuses ilargi_* calls in a query; a view hides them from it, the one-call-at-a-time guard not."""
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(20)")
+    con.execute("SELECT ilargi_train('keep', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
+    (udf,) = con.sql(
+        "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE '__ilargi_drop_model%'"
+    ).fetchall()[0]
+    con.execute(f"CREATE VIEW sneaky AS SELECT x, y FROM t WHERE {udf}('keep') IS NOT NULL")
+    with pytest.raises(duckdb.Error, match="another ilargi_db SQL function is running"):
+        con.execute("SELECT ilargi_train('other', 'linear_regression', 'SELECT x, y FROM sneaky', 'y')").fetchall()
+    assert con.sql("SELECT name FROM ilargi.models").fetchall() == [("keep",)]
+
+
+def test_two_connections_to_one_file(tmp_path):
+    path = str(tmp_path / "shared.duckdb")
+    first = ilargi_db.connect(path)
+    first.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(20)")
+    second = ilargi_db.connect(path)  # e.g. a notebook cell run twice
+    ilargi_db.install(second.cursor())
+    for i, con in enumerate((first, second)):
+        con.execute(f"SELECT ilargi_train('m{i}', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
+    assert second.sql("SELECT name FROM ilargi.models ORDER BY name").fetchall() == [("m0",), ("m1",)]
+    first.close()
+    second.close()
+
+
+def test_without_imputation_a_null_feature_scores_null():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range % 2 AS y FROM range(40)"
+    )
+    for name, algorithm, target in (
+        ("lin", "linear_regression", "'y'"),
+        ("logit", "logistic_regression", "'y'"),
+        ("km", "kmeans", "NULL"),
+    ):
+        columns = "x, c, y" if target != "NULL" else "x, c"
+        options = '{"impute": false}'
+        con.execute(
+            f"SELECT ilargi_train('{name}', '{algorithm}', 'SELECT {columns} FROM t', {target}, '{options}')"
+        ).fetchall()
+    found = con.sql(
+        "SELECT lin_predict(NULL, 'a'), logit_predict(NULL, 'a'), logit_predict_class(NULL, 'a'), km_predict(NULL, 'a')"
+    ).fetchall()
+    assert found == [(None, None, None, None)]
+    assert None not in con.sql("SELECT km_predict(1.0, NULL), logit_predict_class(1.0, 'z')").fetchall()[0]
+
+
+def test_features_named_like_the_registry_columns(monkeypatch):
+    """A one-hot feature called category/model/... scored through the lookup table (not only the CASE)."""
+    monkeypatch.setattr(macros, "INLINE_CATEGORIES", 0)
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS version, ['a', 'b', NULL][range % 3 + 1] AS category, "
+        "['x', 'y'][range % 2 + 1] AS model, (range % 7) * 1.0 + range % 3 AS y FROM range(60)"
+    )
+    query = "SELECT version, category, model, y FROM t"
+    model = ilargi_db.train(con, query, target="y", alpha=0.1)
+    ilargi_db.save_model(con, "clash", model)
+    assert_same_scores(macro_scores(con, model, query), ilargi_db.predict(con, model, query))

@@ -80,6 +80,12 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
     for arg, what in clauses.items():
         if select.args.get(arg):
             raise PlanError(_NOT_A_TRAINING_SET.format(what=what))
+    for call in select.find_all(exp.Anonymous):  # anywhere, subqueries included
+        if call.name.lower().lstrip("_").startswith("ilargi_"):
+            raise PlanError(
+                f"the training query calls {call.name}: ilargi_db's SQL functions train and write models, and "
+                "cannot run inside a query that only reads training data. Call them on their own."
+            )
     if select.args.get("into"):
         raise PlanError("SELECT ... INTO writes a table; ilargi_db only reads. Remove INTO.")
     for sample in select.find_all(exp.TableSample):

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import json
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -25,18 +27,26 @@ import duckdb
 
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.estimator import explain
-from ilargi_db.sql_functions.registry import check_model_name, drop_model, load_model, save_model
+from ilargi_db.plan import build_join_graph
+from ilargi_db.sql_functions.registry import (
+    check_macro_parameters,
+    check_model_name,
+    check_writable,
+    drop_model,
+    load_model,
+    save_model,
+)
 from ilargi_db.training import ALGORITHMS, evaluate, train
 
-TRAIN_OPTIONS = {
-    "strategy": "'auto', 'factorized' or 'materialized'",
-    "backend": "'auto', 'numpy' or 'cupy'",
-    "standardize": "true to train linear models on standardized columns",
-    "impute": "false to refuse NULL numerics instead of imputing the training mean",
-}
+# Options that are not the estimator's parameters, with the JSON type each takes.
+TRAIN_OPTIONS: dict[str, type] = {"strategy": str, "backend": str, "standardize": bool, "impute": bool}
+# A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
+# one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
+_RUNNING = threading.Lock()
+_UDF_IDS = itertools.count()
 
 
-def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, str] = TRAIN_OPTIONS) -> dict:
+def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, type] = TRAIN_OPTIONS) -> dict:
     """The options JSON object as a dict, refusing malformed JSON and keys the algorithm does not know."""
     if algorithm not in ALGORITHMS:
         raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
@@ -57,6 +67,10 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
         raise IlargiError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are {', '.join(allowed)}."
         )
+    for key, kind in allowed_extra.items():
+        if key in parsed and not isinstance(parsed[key], kind):
+            expected = "a string" if kind is str else "true or false"
+            raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
     return parsed
 
 
@@ -80,6 +94,11 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
     outer = con()
     if outer is None:
         raise IlargiError("the connection these functions were installed on is closed: install them on a new one.")
+    if not _RUNNING.acquire(blocking=False):
+        raise IlargiError(
+            "another ilargi_db SQL function is running in this process: they run one at a time, and cannot be "
+            "called from inside a training or evaluation query. Call it on its own, after the other finishes."
+        )
     cursor = outer.cursor()
     try:
         return work(cursor)
@@ -92,6 +111,7 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
         ) from None
     finally:
         cursor.close()
+        _RUNNING.release()
 
 
 def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
@@ -102,6 +122,8 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
     query = _required(query, "the training query")
 
     def work(cursor):
+        check_writable(cursor)
+        check_macro_parameters(build_join_graph(cursor, query, target).feature_names)  # before, not after, training
         model = train(cursor, query, target, algorithm, **kwargs)
         save_model(cursor, name, model)
         return model
@@ -147,7 +169,7 @@ def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
 
 def sql_drop_model(con: weakref.ref, name: str) -> str:
     """``ilargi_drop_model``: every version of ``name`` and its macros, gone."""
-    versions = _on_cursor(con, lambda cursor: drop_model(cursor, name))
+    versions = _on_cursor(con, lambda cursor: drop_model(cursor, name))  # drop_model checks writability
     return json.dumps({"dropped": check_model_name(name), "versions": versions})
 
 
@@ -165,14 +187,12 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Register the SQL functions on ``con`` (again, if they are there: idempotent)."""
     ref = weakref.ref(con)  # the UDF must not keep its own connection alive
 
+    suffix = next(_UDF_IDS)
     for sql_name, (impl, params) in FUNCTIONS.items():
-        udf = f"__{sql_name}"
+        # Connections to one database file share its function catalog: each connection gets UDFs of its own
+        # names, and TEMP macros (which are per connection) give them the public names.
+        udf = f"__{sql_name}_{suffix}"
         arity = len(params) + (sql_name in WITH_OPTIONS)
-
-        try:
-            con.remove_function(udf)
-        except duckdb.InvalidInputException:
-            pass  # not registered yet
         con.create_function(
             udf, functools.partial(impl, ref), ["VARCHAR"] * arity, "JSON", side_effects=True, null_handling="special"
         )

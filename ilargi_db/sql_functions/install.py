@@ -61,8 +61,9 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         raise IlargiError(f"the DuckDB connection is not usable ({err}); open a new one.") from None
     if not read_only:
         ensure_registry(con)
-    register_functions(con)
-    _INSTALLED.add(con)
+    if con not in _INSTALLED:
+        register_functions(con)
+        _INSTALLED.add(con)
     return con
 
 

@@ -106,11 +106,15 @@ class MacroWriter:
         return f"(CASE CAST({column} AS VARCHAR) {' '.join(cases)} ELSE {otherwise} END)"
 
     def _category_lookup(self, spec: ColumnSpec, output: int) -> str:
+        # The registry's columns are read qualified and renamed: a feature (a macro parameter) named like one of
+        # them (model, category, ...) would otherwise be substituted into, or clash with, the subquery.
         return (
-            f"coalesce((SELECT w.weights[{output}] FROM ilargi.category_weights w "
-            f"WHERE w.model = {quote_string(self.name)} AND w.version = {self.version} "
-            f"AND w.feature = {quote_string(spec.name)} "
-            f"AND w.category IS NOT DISTINCT FROM CAST({quote_identifier(spec.name)} AS VARCHAR)), 0.0)"
+            f"coalesce((SELECT __ilargi_weights[{output}] FROM (SELECT w.model AS __ilargi_model, "
+            "w.version AS __ilargi_version, w.feature AS __ilargi_feature, w.category AS __ilargi_category, "
+            "w.weights AS __ilargi_weights FROM ilargi.category_weights w) "
+            f"WHERE __ilargi_model = {quote_string(self.name)} AND __ilargi_version = {self.version} "
+            f"AND __ilargi_feature = {quote_string(spec.name)} "
+            f"AND __ilargi_category IS NOT DISTINCT FROM CAST({quote_identifier(spec.name)} AS VARCHAR)), 0.0)"
         )
 
     def _add_weights(self, spec: ColumnSpec, weights: np.ndarray) -> None:
@@ -154,7 +158,11 @@ class MacroWriter:
             distances.append(" + ".join(terms) or "0.0")
         listed = ", ".join(f"({d})" for d in distances)
         # The comprehension binds the distance list once (written twice, DuckDB would compute it twice).
-        return f"[list_position(d, list_min(d)) - 1 FOR d IN [[{listed}]]][1]"
+        # A NULL distance (a NULL numeric without imputation) gives NULL, not the nearest of the others.
+        return (
+            f"[CASE WHEN list_count(d) = {len(distances)} THEN list_position(d, list_min(d)) - 1 END "
+            f"FOR d IN [[{listed}]]][1]"
+        )
 
     # -- whole macros -------------------------------------------------------------------
 
@@ -169,7 +177,10 @@ class MacroWriter:
             score = self.linear_score()
             low, high = (double(c) for c in np.asarray(self.model.classes_, dtype=float))
             bodies[f"{self.name}_predict"] = f"0.5 * (1.0 + tanh(0.5 * ({score})))"  # P(classes_[1]), overflow-free
-            bodies[f"{self.name}_predict_class"] = f"CASE WHEN ({score}) > 0 THEN {high} ELSE {low} END"
+            # No ELSE: a NULL score (a NULL numeric without imputation) gives NULL, not the first class.
+            bodies[f"{self.name}_predict_class"] = (
+                f"CASE WHEN ({score}) > 0 THEN {high} WHEN ({score}) <= 0 THEN {low} END"
+            )
         elif algorithm == "kmeans":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {

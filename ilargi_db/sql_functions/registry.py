@@ -55,6 +55,28 @@ def check_model_name(name: Any) -> str:
     return name.lower()
 
 
+def check_writable(con: duckdb.DuckDBPyConnection) -> None:
+    """Refuse up front (not after training) when the database cannot store a model."""
+    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
+    if found.fetchall()[0][0]:
+        raise IlargiError(
+            "the database is open read-only, so models cannot be stored or dropped: reopen it without "
+            "read_only=True (models already stored can still be evaluated and their macros used)."
+        )
+
+
+def check_macro_parameters(feature_names: list[str]) -> None:
+    """Feature names become the macro's parameters: they must differ (DuckDB ignores case)."""
+    seen: dict[str, str] = {}
+    for name in feature_names:
+        if name.lower() in seen:
+            raise IlargiError(
+                f"features {seen[name.lower()]!r} and {name!r} have the same name (ignoring case), and feature "
+                "names become the model macro's parameters: give each column a unique alias (e.g. d.x AS dest_x)."
+            )
+        seen[name.lower()] = name
+
+
 def _json(value: Any) -> str:
     def default(o: Any) -> Any:
         if hasattr(o, "tolist"):
@@ -99,6 +121,25 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     name = check_model_name(name)
     if getattr(model, "encoder_", None) is None:
         raise IlargiError("save_model needs a model returned by ilargi_db.train().")
+    check_writable(con)
+    check_macro_parameters([s.name for s in model.encoder_.specs_])
+    con.begin()
+    try:
+        version = _save(con, name, model)
+        con.commit()
+    except duckdb.TransactionException as err:
+        con.rollback()
+        raise IlargiError(
+            f"another connection changed model {name!r} at the same time ({err}): nothing was saved; try again."
+        ) from None
+    except BaseException:
+        con.rollback()
+        raise
+    return version
+
+
+def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
+    """The writes of :func:`save_model`, inside its transaction."""
     ensure_registry(con)
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
@@ -116,45 +157,39 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
     fitted["feature_names_out"] = list(model.feature_names_in_)
     timings = dict(model.timings_)
-    con.begin()
-    try:
-        con.execute(
-            "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
-            "parameters, model, metrics, strategy, decision, timings, n_rows, macros) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                name,
-                version,
-                model.algorithm_,
-                model.query_,
-                model.target_,
-                _json(features),
-                _json(preprocessing),
-                _json(model.get_params()),
-                _json(fitted),
-                _json(model.training_metrics_),
-                model.strategy_,
-                model.decision_,
-                _json(timings),
-                model.n_rows_,
-                list(statements),
-            ],
-        )
-        weights = writer.weights_table()
-        if weights.num_rows:
-            con.register("__ilargi_category_weights", weights)
-            try:
-                con.execute("INSERT INTO ilargi.category_weights SELECT * FROM __ilargi_category_weights")
-            finally:
-                con.unregister("__ilargi_category_weights")
-        for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
-            con.execute(f"DROP MACRO IF EXISTS {quote_identifier(stale)}")
-        for statement in statements.values():
-            con.execute(statement)
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+    con.execute(
+        "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
+        "parameters, model, metrics, strategy, decision, timings, n_rows, macros) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            name,
+            version,
+            model.algorithm_,
+            model.query_,
+            model.target_,
+            _json(features),
+            _json(preprocessing),
+            _json(model.get_params()),
+            _json(fitted),
+            _json(model.training_metrics_),
+            model.strategy_,
+            model.decision_,
+            _json(timings),
+            model.n_rows_,
+            list(statements),
+        ],
+    )
+    weights = writer.weights_table()
+    if weights.num_rows:
+        con.register("__ilargi_category_weights", weights)
+        try:
+            con.execute("INSERT INTO ilargi.category_weights SELECT * FROM __ilargi_category_weights")
+        finally:
+            con.unregister("__ilargi_category_weights")
+    for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
+        con.execute(f"DROP MACRO IF EXISTS {quote_identifier(stale)}")
+    for statement in statements.values():
+        con.execute(statement)
     model.name_, model.version_, model.macros_ = name, version, list(statements)
     return version
 
@@ -210,6 +245,7 @@ def _rebuild(row: dict) -> Any:
 def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
     """Delete every version of model ``name`` and its macros; return how many versions there were."""
     name = check_model_name(name)
+    check_writable(con)
     versions = 0
     if _has_registry(con):
         versions = con.execute("SELECT count(*) FROM ilargi.models WHERE name = ?", [name]).fetchall()[0][0]
