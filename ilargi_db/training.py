@@ -362,4 +362,4 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     return {"reconstruction_error": float(np.sqrt(max(reconstruction, 0.0)))}
 
 
-__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "predict", "train"]
+__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "explain_strategy", "predict", "train"]
