@@ -383,4 +383,4 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
     return {"reconstruction_error": float(np.sqrt(max(float(to_host(reconstruction)), 0.0)))}
 
 
-__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "metrics_of", "predict", "train"]
+__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "explain_strategy", "metrics_of", "predict", "train"]

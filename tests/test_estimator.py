@@ -22,6 +22,7 @@ from ilargi_db.estimator import (
 )
 from ilargi_db.estimator.explain import prepare_graph
 from ilargi_db.estimator.features import expected_iterations
+from tests.conftest import _gpu_usable
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +141,7 @@ def test_explanation_reads_and_serialises(star):
 def test_a_cross_source_feature_is_explained_as_materialized(star):
     e = explain(star, "SELECT f.x1 * d1.a AS p, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
     assert e.strategy == "materialized" and list(e.predicted_seconds) == ["materialized"]
-    assert "cannot be computed inside one source" in e.reasons[0]
+    assert "cannot be computed inside one source" in e.reasons[0] and e.reasons[1].startswith("hardware:")
 
 
 def test_explain_never_trains_nor_writes(tmp_path, monkeypatch):
@@ -206,3 +207,48 @@ def test_train_auto_uses_the_estimator(star):
         star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", strategy="materialized"
     )
     assert forced.strategy_ == "materialized" and forced.explanation_ is None
+
+
+def test_the_fitted_model_is_cached_on_disk_and_predicts_like_scikit_learn(fresh_cache, monkeypatch):
+    import numpy as np
+
+    from ilargi_db.estimator import learned
+    from ilargi_db.estimator.calibration import read_rows
+
+    rows = read_rows(learned.shipped_path())
+    X = np.asarray([learned.design_row(r, learned.hardware_of(r))[0] for r in rows])
+    y = np.log([r["seconds_factorized"] for r in rows])
+    fitted = learned._regressor().fit(X, y)
+    trees = learned.Trees.export(fitted)
+    ours = [trees.predict_one(x.astype(np.float32)) for x in X]
+    np.testing.assert_allclose(ours, fitted.predict(X), rtol=1e-12, atol=1e-12)
+
+    first = load_model(refresh=True)
+    assert list(fresh_cache.glob("model-v*.npz"))
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("refitted although the exported trees were cached")
+
+    monkeypatch.setattr(learned.CostModel, "fit", no_fit)
+    monkeypatch.setattr(learned, "_MODELS", {})
+    second = load_model()
+    row = rows[0]
+    assert second.predict(row, learned.hardware_of(row)) == first.predict(row, learned.hardware_of(row))
+
+
+def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkeypatch):
+    import ilargi_db.estimator
+
+    def broken(*args, **kwargs):
+        raise duckdb.IOException("cannot read")
+
+    monkeypatch.setattr(ilargi_db.estimator, "explain_graph", broken)
+    model = ilargi_db.train(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
+    assert "Amalur's rule" in model.decision_ and "the cost estimator failed: cannot read" in model.decision_
+    assert model.explanation_ is None
+
+
+@pytest.mark.skipif(_gpu_usable(), reason="a GPU is there: calibrating it works")
+def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
+    with pytest.raises(ilargi_db.BackendUnavailableError):
+        calibrate(grid="tiny", backend="cupy", cache_dir=fresh_cache)

@@ -82,9 +82,9 @@ def select_model(backend: str, cache: str | os.PathLike | None = None) -> learne
     """This machine's calibration of ``backend`` if there is one; else the shipped model (CPU) or the roofline."""
     path = calibration_path(backend, cache)
     if path.exists():
-        return learned.load_model(path)
+        return learned.load_model(path, cache=cache)
     if backend == "numpy":
-        return learned.load_model()
+        return learned.load_model(cache=cache)
     return learned.analytical_model()  # a GPU never calibrated: CPU timings would mislead
 
 
@@ -189,8 +189,8 @@ def explain_graph(
         why = "; ".join(
             f"feature {m.name!r} = {m.sql} reads {' and '.join(m.sources) or 'the joined row'}" for m in mixed
         )
-        reasons = [f"{why}, so it cannot be computed inside one source: only the materialized join can train it"]
-        reasons += [r for r in reasons if r.startswith("hardware")]
+        only = f"{why}, so it cannot be computed inside one source: only the materialized join can train it"
+        reasons = [only, reasons[-1]]  # and the hardware line
         return Explanation("materialized", {"materialized": seconds["materialized"]}, f, reasons, model.description)
     chosen = min(STRATEGIES, key=lambda s: seconds[s])
     other = "materialized" if chosen == "factorized" else "factorized"

@@ -1,18 +1,23 @@
-"""The learned model: gradient boosting on the log-residual of the analytical model, per strategy.
+"""The learned model: gradient boosting on the log-residual of the analytical model.
 
-For each strategy a :class:`~sklearn.ensemble.GradientBoostingRegressor`
-predicts log(measured seconds) - log(analytical seconds) from log-scaled job
-features. Far from the calibration grid the trees predict a constant
-correction, so extrapolation follows the roofline's physics.
+Two :class:`~sklearn.ensemble.GradientBoostingRegressor` read log-scaled job
+features and the roofline's phases: one predicts the log-residual of the
+geometric mean of both strategies' seconds, the other that of their ratio.
+Far from the calibration grid the trees predict a constant correction, so
+extrapolation follows the roofline's physics.
 
 The package ships measurements (a CSV of the default grid), not a pickle: a
-pickled scikit-learn model breaks across scikit-learn versions, while fitting
-200-300 rows takes a fraction of a second, once per process, deterministically
-(fixed random_state).
+pickled scikit-learn model breaks across scikit-learn versions. The model is
+fitted from them deterministically (fixed random_state) the first time a
+machine needs it, and its trees are exported to plain arrays in the cache
+directory (keyed by the CSV's hash and the scikit-learn version): later
+processes load them in milliseconds and predict with NumPy, without importing
+scikit-learn's ensemble module or fitting again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -48,6 +53,48 @@ LOG_FEATURES = (
 )
 PLAIN_FEATURES = ("sparsity", "empty_share_max")
 _MODELS: dict[tuple, CostModel] = {}
+MODEL_VERSION = 1  # bump when the design matrix or the regressors change: cached exports are refitted
+
+
+class Trees:
+    """A fitted gradient-boosting regressor as plain arrays, predicting with NumPy.
+
+    All trees' nodes are concatenated; ``left``/``right`` index into them, -1 at a leaf.
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self.roots = arrays["roots"]
+        self.feature, self.threshold = arrays["feature"], arrays["threshold"]
+        self.left, self.right, self.value = arrays["left"], arrays["right"], arrays["value"]
+        self.init, self.rate = float(arrays["init"][0]), float(arrays["rate"][0])
+
+    @classmethod
+    def export(cls, model) -> Trees:
+        parts: dict[str, list] = {k: [] for k in ("feature", "threshold", "left", "right", "value")}
+        roots, offset = [], 0
+        for estimator in model.estimators_[:, 0]:
+            t = estimator.tree_
+            roots.append(offset)
+            parts["feature"].append(t.feature)
+            parts["threshold"].append(t.threshold)
+            parts["left"].append(np.where(t.children_left >= 0, t.children_left + offset, -1))
+            parts["right"].append(np.where(t.children_right >= 0, t.children_right + offset, -1))
+            parts["value"].append(t.value[:, 0, 0])
+            offset += t.node_count
+        init = float(np.ravel(model.init_.constant_)[0])
+        arrays = {k: np.concatenate(v) for k, v in parts.items()}
+        arrays.update(roots=np.asarray(roots), init=np.asarray([init]), rate=np.asarray([model.learning_rate]))
+        return cls(arrays)
+
+    def predict_one(self, x: np.ndarray) -> float:
+        total = 0.0
+        feature, threshold, left, right = self.feature, self.threshold, self.left, self.right
+        for node in self.roots:
+            while left[node] >= 0:
+                node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+            total += self.value[node]
+        return self.init + self.rate * total
 
 
 def hardware_of(row: dict) -> Hardware:
@@ -96,7 +143,7 @@ class CostModel:
     """
 
     description: str
-    regressors: dict | None = None  # "level" and "ratio" regressors; None: analytical only
+    regressors: dict[str, Trees] | None = None  # "level" and "ratio"; None: analytical only
     n_jobs: int = 0
 
     @classmethod
@@ -110,7 +157,7 @@ class CostModel:
             level.append((f + m) / 2)
             ratio.append(m - f)
         X = np.asarray(X)
-        regressors = {"level": _regressor().fit(X, level), "ratio": _regressor().fit(X, ratio)}
+        regressors = {name: Trees.export(_regressor().fit(X, y)) for name, y in (("level", level), ("ratio", ratio))}
         return cls(description, regressors, len(rows))
 
     def predict(self, features: dict, hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
@@ -118,9 +165,9 @@ class CostModel:
         x, prior = design_row(features, hardware, backend)
         level = ratio = 0.0
         if self.regressors:
-            x = np.asarray([x])
-            level = float(self.regressors["level"].predict(x)[0])
-            ratio = float(self.regressors["ratio"].predict(x)[0])
+            x = np.asarray(x, dtype=np.float32)  # scikit-learn's trees split on float32 features
+            level = self.regressors["level"].predict_one(x)
+            ratio = self.regressors["ratio"].predict_one(x)
         correction = {"factorized": level - ratio / 2, "materialized": level + ratio / 2}
         return {
             s: {
@@ -151,9 +198,16 @@ def shipped_path() -> Path:
     return Path(str(resources.files("ilargi_db.estimator").joinpath(SHIPPED)))
 
 
-def load_model(path: str | os.PathLike | None = None, refresh: bool = False) -> CostModel:
-    """The model fitted on the calibration CSV at ``path`` (None: the shipped one), cached per file version."""
+def load_model(
+    path: str | os.PathLike | None = None, refresh: bool = False, cache: str | os.PathLike | None = None
+) -> CostModel:
+    """The model fitted on the calibration CSV at ``path`` (None: the shipped one).
+
+    Cached in memory per file version, and on disk (``cache``, default the cache
+    directory) as exported trees keyed by the CSV's hash and scikit-learn's version.
+    """
     from ilargi_db.estimator.calibration import read_rows
+    from ilargi_db.estimator.hardware import cache_dir
 
     shipped = path is None
     path = Path(shipped_path() if shipped else path)
@@ -168,8 +222,35 @@ def load_model(path: str | os.PathLike | None = None, refresh: bool = False) -> 
             if shipped
             else f"calibrated on this machine ({path}, {len(rows)} jobs)"
         )
-        _MODELS[key] = CostModel.fit(rows, described)
+        _MODELS[key] = _cached_fit(rows, described, path, Path(cache_dir(cache)), refresh)
     return _MODELS[key]
+
+
+def _cached_fit(rows: list[dict], described: str, path: Path, folder: Path, refresh: bool) -> CostModel:
+    import sklearn
+
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    stored = folder / f"model-v{MODEL_VERSION}-{digest}-sklearn{sklearn.__version__}.npz"
+    if not refresh:
+        try:
+            with np.load(stored) as saved:
+                regressors = {
+                    name: Trees({k.split(".", 1)[1]: saved[k] for k in saved.files if k.startswith(name + ".")})
+                    for name in ("level", "ratio")
+                }
+            return CostModel(described, regressors, len(rows))
+        except (OSError, ValueError, KeyError):
+            pass  # not fitted on this machine yet, or unreadable: fit
+    model = CostModel.fit(rows, described)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        arrays = {f"{name}.{k}": v for name, trees in model.regressors.items() for k, v in trees.arrays.items()}
+        tmp = stored.with_suffix(".tmp.npz")
+        np.savez(tmp, **arrays)
+        tmp.replace(stored)
+    except OSError:
+        pass  # a read-only cache: fit again next process
+    return model
 
 
 def analytical_model() -> CostModel:
