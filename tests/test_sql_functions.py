@@ -249,6 +249,19 @@ def test_without_imputation_a_null_feature_scores_null():
     assert None not in con.sql("SELECT km_predict(1.0, NULL), logit_predict_class(1.0, 'z')").fetchall()[0]
 
 
+@pytest.mark.parametrize("inline_categories", [64, 0], ids=["CASE", "lookup"])
+def test_a_category_seen_only_as_null(inline_categories, monkeypatch):
+    monkeypatch.setattr(macros, "INLINE_CATEGORIES", inline_categories)
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, NULL::VARCHAR AS c, range * 3.0 AS y FROM range(10)")
+    query = "SELECT x, c, y FROM t"
+    model = ilargi_db.train(con, query, target="y", alpha=0.1)
+    ilargi_db.save_model(con, "only_null", model)
+    assert_same_scores(macro_scores(con, model, query), ilargi_db.predict(con, model, query))
+    # The NULL column is constant, so centered least squares gives it no weight: new and NULL score alike.
+    assert con.sql("SELECT only_null_predict(1.0, 'new') = only_null_predict(1.0, NULL)").fetchall() == [(True,)]
+
+
 def test_features_named_like_the_registry_columns(monkeypatch):
     """A one-hot feature called category/model/... scored through the lookup table (not only the CASE)."""
     monkeypatch.setattr(macros, "INLINE_CATEGORIES", 0)

@@ -103,6 +103,8 @@ class MacroWriter:
         otherwise = "0.0"  # unseen categories weigh zero
         if spec.null_category:  # NULL matches no WHEN, so it reaches ELSE
             otherwise = f"CASE WHEN {column} IS NULL THEN {double(weights[-1, output - 1])} ELSE 0.0 END"
+        if not cases:  # training saw only NULLs
+            return f"({otherwise})"
         return f"(CASE CAST({column} AS VARCHAR) {' '.join(cases)} ELSE {otherwise} END)"
 
     def _category_lookup(self, spec: ColumnSpec, output: int) -> str:
