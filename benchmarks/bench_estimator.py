@@ -9,8 +9,9 @@ ratio > 5 and feature ratio > 1), Amalur (factorize iff the join holds > 1.5x
 the cells of the normalized matrix), always factorize, always materialize.
 Regret of a job = its chosen strategy's seconds / the faster one's - 1.
 
-    python benchmarks/bench_estimator.py --output docs/benchmarks.md     # about 6 minutes
-    python benchmarks/bench_estimator.py --quick                         # a smoke run
+    python benchmarks/bench_estimator.py --save docs/estimator_heldout_3.csv      # measure: about 10 minutes
+    python benchmarks/bench_estimator.py --rescore docs/estimator_heldout_*.csv --output docs/benchmarks.md
+    python benchmarks/bench_estimator.py --quick                                  # a smoke run
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def explain_latency(con, query: str, target: str | None, algorithm: str, params:
     }
 
 
-def decision_map(results: list[dict], path: Path) -> None:
+def decision_map(results: list[dict], path: Path, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,7 +286,7 @@ def decision_map(results: list[dict], path: Path) -> None:
         ax.set_ylabel("feature ratio (per dimension)")
         ax.set_title(algorithm.replace("_", " "))
     fig.suptitle(
-        "held-out star jobs (50,000 rows, 2 dimensions): square = measured winner, dot = predicted "
+        f"{title}: held-out star jobs (50,000 rows, 2 dimensions): square = measured winner, dot = predicted "
         "(blue factorized, orange materialized; X = wrong); label = materialized s / factorized s; "
         "dotted = Morpheus thresholds",
         fontsize=9,
@@ -308,24 +309,37 @@ def noise_of(results: list[dict]) -> dict | None:
     }
 
 
-def render(
-    scores: dict,
-    counts: dict,
-    latency: dict,
-    calibration: str,
-    command: str,
-    seconds: float,
-    image: str | None,
-    misses: list[str],
-    noise: dict | None = None,
-) -> str:
+def evaluate_run(name: str, synthetic: list[dict], flights: list[dict]) -> dict:
+    """Scores, wrong decisions and noise of one measuring run."""
+    misses = []
+    for r in synthetic + flights:
+        s = r["seconds"]
+        if s[r["decisions"]["ilargi auto"]] != min(s.values()):
+            what = r["label"] if "tr" in r else f"nycflights13 {r['label']}"
+            p = r["decisions"]["_predicted"]
+            misses.append(
+                f"{what}: measured {s['factorized']:.3f} / {s['materialized']:.3f} s, predicted "
+                f"{p['factorized']:.3f} / {p['materialized']:.3f} s "
+                f"(regret {s[r['decisions']['ilargi auto']] / min(s.values()) - 1:.1%})"
+            )
+    return {
+        "name": name,
+        "scores": {"held-out synthetic grid": score(synthetic), "nycflights13": score(flights)},
+        "counts": {"held-out synthetic grid": len(synthetic), "nycflights13": len(flights)},
+        "misses": misses,
+        "noise": noise_of(synthetic),
+        "median": {s: float(np.median([r["seconds"][s] for r in synthetic])) for s in ("factorized", "materialized")},
+    }
+
+
+def render(runs: list[dict], latency: dict, calibration: str, command: str, seconds: float) -> str:
     lines = [
         "## Cost estimator (`benchmarks/bench_estimator.py`)",
         "",
         f"Command: `{command}` ({seconds:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}). Both strategies "
         "timed end to end (`train`, SQL to fitted model, NumPy backend, fastest of the repeats, alternating) on "
         "jobs the shipped model never saw: a held-out synthetic grid (tuple ratios 1.5-80, feature ratios "
-        "0.5-8, 8,000-150,000 fact rows, star / LEFT JOIN with 10% dangling keys / M:N shapes, other seeds "
+        "0.5-8, 30,000-150,000 fact rows, star / LEFT JOIN with 10% dangling keys / M:N shapes, other seeds "
         "and algorithm parameters than the calibration grid) and nycflights13 (327,346 joined rows; "
         "categorical and numeric feature sets). Regret = chosen seconds / faster seconds - 1; total = "
         "time lost over the whole set. Morpheus: factorize iff some dimension has TR > 5 and FR > 1. "
@@ -337,60 +351,72 @@ def render(
     ]
     if "--rescore" in command:
         lines += [
-            "The timings come from an earlier measuring run of this script (`--save`, kept in the CSV named "
-            "above); `--rescore` only re-decides them with the current shipped model.",
+            "The timings come from measuring runs of this script (`--save`, the CSV files named above, one "
+            "per run, the same jobs each time); `--rescore` re-decides them with the current shipped model. "
+            "The runs differ only in how busy the shared 2-core machine was.",
             "",
         ]
-    if noise:
+    for run in runs:
+        median = run["median"]
         lines += [
-            f"Measurement noise: {noise['jobs']} of the synthetic jobs were timed twice, independently; the "
-            f"faster strategy differed between the two measurements on {noise['flips']:.0%} of them (median "
-            f"change of the speed ratio {noise['median_change']:.0%}). No rule can score above about "
-            f"{1 - noise['flips'] / 2:.0%} against such labels; regret, which weighs a wrong pick by the time it "
-            "loses, is the robust measure.",
+            f"### {run['name']}",
+            "",
+            f"Median synthetic job: {median['factorized']:.3f} s factorized, {median['materialized']:.3f} s "
+            "materialized.",
             "",
         ]
-    for name, table in scores.items():
-        lines += [
-            f"**{name}** ({counts[name]} jobs)",
-            "",
-            "| rule | accuracy | accuracy, winner > 10% faster | mean regret | worst regret | total regret |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for rule in RULES:
-            s = table[rule]
-            bold = "**" if rule == "ilargi auto" else ""
-            lines.append(
-                f"| {bold}{rule}{bold} | {s['accuracy']:.1%} | {s['decisive_accuracy']:.1%} | {s['mean_regret']:.1%} | "
-                f"{s['worst_regret']:.1%} | {s['total_regret']:.1%} |"
+        noise = run["noise"]
+        if noise:
+            lines += [
+                f"Measurement noise: {noise['jobs']} of the synthetic jobs were timed twice, independently; the "
+                f"faster strategy differed between the two measurements on {noise['flips']:.0%} of them (median "
+                f"change of the speed ratio {noise['median_change']:.0%}).",
+                "",
+            ]
+        for name, table in run["scores"].items():
+            lines += [
+                f"**{name}** ({run['counts'][name]} jobs)",
+                "",
+                "| rule | accuracy | accuracy, winner > 10% faster | mean regret | worst regret | total regret |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            for rule in RULES:
+                s = table[rule]
+                bold = "**" if rule == "ilargi auto" else ""
+                lines.append(
+                    f"| {bold}{rule}{bold} | {s['accuracy']:.1%} | {s['decisive_accuracy']:.1%} | "
+                    f"{s['mean_regret']:.1%} | {s['worst_regret']:.1%} | {s['total_regret']:.1%} |"
+                )
+            lines.append("")
+        lines += ["Targets (accuracy >= 95%, mean regret <= 5%, better than both rules on both):", ""]
+        for name, table in run["scores"].items():
+            ours = table["ilargi auto"]
+            better = all(
+                ours["accuracy"] >= table[r]["accuracy"] and ours["mean_regret"] <= table[r]["mean_regret"]
+                for r in ("Morpheus", "Amalur")
             )
-        lines.append("")
-    lines += ["Targets (accuracy >= 95%, mean regret <= 5%, better than both rules on both):", ""]
-    for name, table in scores.items():
-        ours = table["ilargi auto"]
-        better = all(
-            ours["accuracy"] >= table[r]["accuracy"] and ours["mean_regret"] <= table[r]["mean_regret"]
-            for r in ("Morpheus", "Amalur")
-        )
-        lines.append(
-            f"- {name}: accuracy {ours['accuracy']:.1%} ({'PASS' if ours['accuracy'] >= 0.95 else 'MISS'}), "
-            f"mean regret {ours['mean_regret']:.1%} ({'PASS' if ours['mean_regret'] <= 0.05 else 'MISS'}), "
-            f"better than Morpheus and Amalur on both: {'PASS' if better else 'MISS'}"
-        )
-    if misses:
-        lines += ["", "Wrong decisions of `auto` (measured seconds factorized / materialized):", ""]
-        lines += [f"- {m}" for m in misses]
+            lines.append(
+                f"- {name}: accuracy {ours['accuracy']:.1%} ({'PASS' if ours['accuracy'] >= 0.95 else 'MISS'}), "
+                f"mean regret {ours['mean_regret']:.1%} ({'PASS' if ours['mean_regret'] <= 0.05 else 'MISS'}), "
+                f"better than Morpheus and Amalur on both: {'PASS' if better else 'MISS'}"
+            )
+        lines += [
+            "",
+            "<details><summary>Wrong decisions of <code>auto</code> (measured seconds factorized / materialized)"
+            "</summary>",
+            "",
+        ]
+        lines += [f"- {m}" for m in run["misses"]] + ["", "</details>", ""]
+        if run.get("image"):
+            lines += [f"![{run['image']}]({run['image']})", ""]
     lines += [
-        "",
         f"`explain` latency (median of 15 calls, nycflights13 categorical job, 5 sources): "
         f"{latency['total_ms']:.1f} ms in all: planning {latency['planning_ms']:.1f} ms, the two statistics "
         f"queries (rows, join size and fan-outs, the estimator's stand-in for the indicators) "
         f"{latency['statistics_ms']:.1f} ms, so {latency['beyond_statistics_ms']:.1f} ms beyond them "
-        "(budget 50 ms). The first call in a process also fits the model (well under a second) and, once per "
-        "machine, measures the hardware (about 0.1 s).",
+        "(budget 50 ms). The first call on a machine also fits the model (about a second) and measures the "
+        "hardware (about 0.1 s); both are cached in the cache directory.",
     ]
-    if image:
-        lines += ["", f"![{image}]({image})"]
     return "\n".join(lines) + "\n"
 
 
@@ -449,7 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", type=int, default=4, help="time every N-th synthetic job twice (0: never)")
     parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
     parser.add_argument("--save", type=Path, help="CSV file to store the measurements in")
-    parser.add_argument("--rescore", type=Path, help="score saved measurements (--save) with the current model")
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        nargs="+",
+        help="score saved measurements (--save), one CSV per run, with the current model",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     # A fresh cache: no calibration of this machine, so `auto` uses the shipped model, as out of the box.
@@ -458,61 +489,39 @@ def main(argv: list[str] | None = None) -> int:
 
     calibration = load_model().description
     con = duckdb.connect()
+    runs = []
     if args.rescore:
-        synthetic, flights = load(args.rescore)
+        for i, path in enumerate(args.rescore):
+            runs.append(evaluate_run(f"Run {i + 1} ({path.name})", *load(path)))
+            runs[-1]["synthetic"] = load(path)[0]
     else:
         synthetic, flights = measure_all(con, args.quick, args.repeats, args.recheck)
         if args.save:
             save(synthetic + flights, args.save)
+        runs.append(evaluate_run(f"Run ({args.save.name if args.save else 'not saved'})", synthetic, flights))
+        runs[-1]["synthetic"] = synthetic
     load_nycflights13(con)
     name, query, target, _ = flights_jobs()[0]
     latency = explain_latency(con, query, target, "linear_regression", {})
-    scores = {"held-out synthetic grid": score(synthetic), "nycflights13": score(flights)}
-    counts = {"held-out synthetic grid": len(synthetic), "nycflights13": len(flights)}
-    misses = []
-    for r in synthetic + flights:
-        s = r["seconds"]
-        if s[r["decisions"]["ilargi auto"]] != min(s.values()):
-            what = r["label"] if "tr" in r else f"nycflights13 {r['label']}"
-            p = r["decisions"]["_predicted"]
-            misses.append(
-                f"{what}: measured {s['factorized']:.3f} / {s['materialized']:.3f} s, predicted "
-                f"{p['factorized']:.3f} / {p['materialized']:.3f} s "
-                f"(regret {s[r['decisions']['ilargi auto']] / min(s.values()) - 1:.1%})"
-            )
-    for name, table in scores.items():
-        print(name)
-        for rule, s in table.items():
-            print(f"  {rule:20s} " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
-    print("explain latency", latency, "noise", noise_of(synthetic))
+    for run in runs:
+        print(run["name"], "noise", run["noise"], "median", run["median"])
+        for name, table in run["scores"].items():
+            print(" ", name)
+            for rule, s in table.items():
+                print(f"    {rule:20s} " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
+    print("explain latency", latency)
     if args.output:
-        image = "estimator_decision_map.png"
-        decision_map(synthetic, args.output.parent / image)
+        for i, run in enumerate(runs):
+            run["image"] = f"estimator_decision_map{'' if len(runs) == 1 else f'_{i + 1}'}.png"
+            decision_map(run["synthetic"], args.output.parent / run["image"], run["name"])
         command = "python benchmarks/bench_estimator.py" + (" --quick" if args.quick else "")
-        command += "".join(
-            f" --{k} {v}"
-            for k, v in (
-                ("repeats", args.repeats),
-                ("save", args.save),
-                ("rescore", args.rescore),
-                ("output", args.output),
-            )
-            if v
-        )
-        _write(
-            args.output,
-            render(
-                scores,
-                counts,
-                latency,
-                calibration,
-                command,
-                time.perf_counter() - started,
-                image,
-                misses,
-                noise_of(synthetic),
-            ),
-        )
+        if args.rescore:
+            command += " --rescore " + " ".join(str(p) for p in args.rescore)
+        else:
+            command += f" --repeats {args.repeats} --recheck {args.recheck}"
+            command += f" --save {args.save}" if args.save else ""
+        command += f" --output {args.output}"
+        _write(args.output, render(runs, latency, calibration, command, time.perf_counter() - started))
     return 0
 
 
