@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
@@ -237,48 +238,57 @@ def train(
     (True, 2.0)
     """
     start = time.perf_counter()
-    estimator = _estimator(algorithm, params)
-    supervised = algorithm in SUPERVISED
-    if supervised and target is None:
-        raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
-    if not supervised and target is not None:
-        raise IlargiError(
-            f"{algorithm} is unsupervised and learns from every selected column: pass no target (NULL in SQL), "
-            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+    stages = progress(3, "planning")  # a bar over the three stages, in a terminal only
+    try:
+        estimator = _estimator(algorithm, params)
+        supervised = algorithm in SUPERVISED
+        if supervised and target is None:
+            raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
+        if not supervised and target is not None:
+            raise IlargiError(
+                f"{algorithm} is unsupervised and learns from every selected column: pass no target (NULL in SQL), "
+                f"and leave {target!r} out of the SELECT list unless it should be a feature."
+            )
+        if standardize and not supervised:
+            raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
+        be = get_backend(backend)
+        graph = build_join_graph(con, query, target)
+        if not graph.features:
+            raise IlargiError("the training query selects no feature column: add the columns to learn from.")
+        flags = _categorical_flags(graph)
+        if graph.target is not None and not is_numeric(graph.target.duckdb_type):
+            raise PlanError(
+                f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
+                "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
+            )
+        graph = _mark_categorical_coalesce(graph, flags)
+        chosen, why, explanation = explain_strategy(
+            con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
-    if standardize and not supervised:
-        raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
-    be = get_backend(backend)
-    graph = build_join_graph(con, query, target)
-    if not graph.features:
-        raise IlargiError("the training query selects no feature column: add the columns to learn from.")
-    flags = _categorical_flags(graph)
-    if graph.target is not None and not is_numeric(graph.target.duckdb_type):
-        raise PlanError(
-            f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
-            "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
-        )
-    graph = _mark_categorical_coalesce(graph, flags)
-    chosen, why, explanation = explain_strategy(
-        con, graph, strategy, algorithm=algorithm, backend=backend, params=params
-    )
-    planned = time.perf_counter()
-    encoder = FeatureEncoder(flags, impute=impute)
-    data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
-    X, y = data.X, data.y
-    if data.X.shape[0] == 0:
-        what = "rows with a non-NULL target" if supervised else "rows"
-        raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
-    loaded = time.perf_counter()
-    M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if standardize else X
-    if supervised:
-        estimator.fit(M, y)
-    else:
-        estimator.fit(M)
-    if standardize:
-        scale, mean = to_host(M.scale), to_host(M.mean)
-        estimator.coef_ = estimator.coef_ / scale
-        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
+        planned = time.perf_counter()
+        stages.update()
+        stages.set_description(f"reading data ({chosen})")
+        encoder = FeatureEncoder(flags, impute=impute)
+        data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
+        X, y = data.X, data.y
+        if data.X.shape[0] == 0:
+            what = "rows with a non-NULL target" if supervised else "rows"
+            raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
+        loaded = time.perf_counter()
+        stages.update()
+        stages.set_description(f"training {algorithm}")
+        M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if standardize else X
+        if supervised:
+            estimator.fit(M, y)
+        else:
+            estimator.fit(M)
+        if standardize:
+            scale, mean = to_host(M.scale), to_host(M.mean)
+            estimator.coef_ = estimator.coef_ / scale
+            estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
+        stages.update()
+    finally:
+        stages.close()
     done = time.perf_counter()
     estimator.strategy_ = chosen
     estimator.decision_ = why
