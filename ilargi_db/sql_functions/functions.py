@@ -99,9 +99,12 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
             "another ilargi_db SQL function is running in this process: they run one at a time, and cannot be "
             "called from inside a training or evaluation query. Call it on its own, after the other finishes."
         )
-    cursor = outer.cursor()
     try:
-        return work(cursor)
+        cursor = outer.cursor()
+        try:
+            return work(cursor)
+        finally:
+            cursor.close()
     except (duckdb.CatalogException, PlanError) as err:
         if isinstance(err, PlanError) and "unknown table" not in str(err):
             raise
@@ -110,7 +113,6 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
             "not see TEMP tables or registered DataFrames: store them with CREATE TABLE, or use the Python API."
         ) from None
     finally:
-        cursor.close()
         _RUNNING.release()
 
 
