@@ -125,3 +125,13 @@ def test_explain_and_demo(tmp_path, capsys):
     assert "factorized" in out and "materialized" in out
     assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"] in ("factorized", "materialized")
+
+
+def test_calibrate_on_the_tiny_grid(tmp_path, capsys):
+    assert cli.main(["calibrate", "--grid", "tiny", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "calibrated numpy on 6 jobs" in out and (tmp_path / "calibration-numpy.csv").exists()
+    with pytest.raises(SystemExit):  # argparse refuses an unknown grid before anything runs
+        cli.main(["calibrate", "--grid", "huge", "--cache-dir", str(tmp_path)])
+    assert cli.main(["calibrate", "--budget", "-1", "--cache-dir", str(tmp_path)]) == 1
+    assert "budget" in capsys.readouterr().err
