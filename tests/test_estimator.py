@@ -103,10 +103,10 @@ def test_expected_iterations_follow_the_parameters():
 def _obvious(con, tuple_ratio, dim_features, n_dims):
     schema = make_star_schema(
         con,
-        fact_rows=40_000,
+        fact_rows=200_000,  # large enough that fixed costs do not make it a near tie
         fact_features=5,
         n_dims=n_dims,
-        dim_rows=int(40_000 / tuple_ratio),
+        dim_rows=int(200_000 / tuple_ratio),
         dim_features=dim_features,
         seed=3,
     )
@@ -187,6 +187,7 @@ def test_tiny_calibration_is_used_by_explain(fresh_cache, star):
     assert 0 <= result.accuracy <= 1 and "6 jobs" in str(result)
     e = explain(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", backend="numpy")
     assert e.model.startswith("calibrated on this machine") and str(result.path) in e.model
+    assert "plus the 288 shipped ones" in e.model  # six jobs refine the shipped model, not replace it
     # A budget cut stops after the first job, and says so.
     cut = calibrate(budget_seconds=1e-9, grid="tiny", progress=False, cache_dir=fresh_cache / "cut")
     assert cut.n_jobs == 1 and cut.skipped == 5 and "left out by the time budget" in str(cut)

@@ -198,13 +198,20 @@ def shipped_path() -> Path:
     return Path(str(resources.files("ilargi_db.estimator").joinpath(SHIPPED)))
 
 
+# A CPU calibration of fewer jobs than this (e.g. cut short by a budget) is fitted together with the shipped
+# measurements, so that a handful of jobs refines the shipped model instead of replacing it.
+MIN_OWN_JOBS = 100
+
+
 def load_model(
     path: str | os.PathLike | None = None, refresh: bool = False, cache: str | os.PathLike | None = None
 ) -> CostModel:
     """The model fitted on the calibration CSV at ``path`` (None: the shipped one).
 
-    Cached in memory per file version, and on disk (``cache``, default the cache
-    directory) as exported trees keyed by the CSV's hash and scikit-learn's version.
+    A small CPU calibration (under ``MIN_OWN_JOBS`` jobs) is fitted with the
+    shipped measurements added. Cached in memory per file version, and on disk
+    (``cache``, default the cache directory) as exported trees keyed by the
+    measurements' hash and scikit-learn's version.
     """
     from ilargi_db.estimator.calibration import read_rows
     from ilargi_db.estimator.hardware import cache_dir
@@ -217,19 +224,27 @@ def load_model(
         rows = read_rows(path)
         if not rows:
             return analytical_model()
-        described = (
-            f"shipped default (fitted on {len(rows)} jobs measured on a {int(rows[0]['cores'])}-core machine)"
-            if shipped
-            else f"calibrated on this machine ({path}, {len(rows)} jobs)"
-        )
-        _MODELS[key] = _cached_fit(rows, described, path, Path(cache_dir(cache)), refresh)
+        sources = [path]
+        if shipped:
+            described = (
+                f"shipped default (fitted on {len(rows)} jobs measured on a {int(rows[0]['cores'])}-core machine)"
+            )
+        else:
+            described = f"calibrated on this machine ({path}, {len(rows)} jobs)"
+            cpu = all(str(r.get("backend", "numpy")) == "numpy" for r in rows)
+            if cpu and len(rows) < MIN_OWN_JOBS:
+                shipped_rows = read_rows(shipped_path())
+                rows = rows + shipped_rows
+                sources.append(shipped_path())
+                described = described[:-1] + f" plus the {len(shipped_rows)} shipped ones)"
+        _MODELS[key] = _cached_fit(rows, described, sources, Path(cache_dir(cache)), refresh)
     return _MODELS[key]
 
 
-def _cached_fit(rows: list[dict], described: str, path: Path, folder: Path, refresh: bool) -> CostModel:
+def _cached_fit(rows: list[dict], described: str, sources: list[Path], folder: Path, refresh: bool) -> CostModel:
     import sklearn
 
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
     stored = folder / f"model-v{MODEL_VERSION}-{digest}-sklearn{sklearn.__version__}.npz"
     if not refresh:
         try:
