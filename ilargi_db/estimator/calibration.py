@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db._terminal import progress as progress_bar
 from ilargi_db.errors import IlargiError
 from ilargi_db.estimator.hardware import Hardware, cache_dir, detect_hardware
 
@@ -261,12 +261,7 @@ def calibrate(
         raise IlargiError(f"calibrate a concrete backend: 'numpy' or 'cupy', got {backend!r}.")
     get_backend(backend)  # raises with the install hint when CuPy or the GPU is missing
     hardware = detect_hardware(cache_dir)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    if show:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), desc=f"calibrating {backend}", unit="job", file=sys.stderr)
+    bar = progress_bar(len(jobs), f"calibrating {backend}", show=progress, leave=True)
     start = time.perf_counter()
     rows = []
     con = duckdb.connect()
@@ -275,12 +270,10 @@ def calibrate(
             if budget_seconds is not None and rows and time.perf_counter() - start > budget_seconds:
                 break
             rows.append(measure_job(con, job, backend))
-            if bar is not None:
-                bar.update(1)
+            bar.update(1)
     finally:
         con.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     path = calibration_path(backend, cache_dir)
     write_rows(path, rows, hardware)
     model = learned.load_model(path, refresh=True, cache=cache_dir)

@@ -22,8 +22,10 @@ from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.plan import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import is_categorical
+from ilargi_db.training import ALGORITHMS as ESTIMATORS
+from ilargi_db.training import check_algorithm
 
-ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
+ALGORITHMS = tuple(ESTIMATORS)  # in this order they encode the learned model's input: do not reorder
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 
@@ -177,8 +179,7 @@ def expected_iterations(algorithm: str, params: dict[str, Any]) -> float:
     >>> expected_iterations("kmeans", {"max_iter": 20, "tol": 0.0, "n_init": 2})
     40.0
     """
-    if algorithm not in ALGORITHMS:
-        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    check_algorithm(algorithm)
     defaults = {
         "linear_regression": (1000, 1e-8),
         "logistic_regression": (100, 1e-6),

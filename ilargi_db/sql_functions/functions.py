@@ -36,7 +36,7 @@ from ilargi_db.sql_functions.registry import (
     load_model,
     save_model,
 )
-from ilargi_db.training import ALGORITHMS, evaluate, train
+from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 TRAIN_OPTIONS: dict[str, type] = {"strategy": str, "backend": str, "standardize": bool, "impute": bool}
@@ -48,8 +48,7 @@ _UDF_IDS = itertools.count()
 
 def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, type] = TRAIN_OPTIONS) -> dict:
     """The options JSON object as a dict, refusing malformed JSON and keys the algorithm does not know."""
-    if algorithm not in ALGORITHMS:
-        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
+    check_algorithm(algorithm)
     if options is None or not options.strip():
         return {}
     try:
@@ -72,6 +71,14 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
             expected = "a string" if kind is str else "true or false"
             raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
     return parsed
+
+
+def explain_options(algorithm: str, options: str | None) -> dict:
+    """The options of ``ilargi_explain``: those of ``ilargi_train`` less the ones that do not change the choice."""
+    kwargs = parse_options(algorithm, options)
+    for key in ("strategy", "standardize", "impute"):
+        kwargs.pop(key, None)
+    return kwargs
 
 
 def _finite(value: Any) -> Any:
@@ -148,10 +155,8 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
 
 def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
-    kwargs = parse_options(_required(algorithm, "the algorithm"), options)
+    kwargs = explain_options(_required(algorithm, "the algorithm"), options)
     query = _required(query, "the training query")
-    for key in ("strategy", "standardize", "impute"):  # they do not change the choice
-        kwargs.pop(key, None)
     explanation = _on_cursor(con, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs))
     return json.dumps(_finite(explanation.to_dict()))
 
@@ -186,7 +191,7 @@ WITH_OPTIONS = {"ilargi_train", "ilargi_explain"}
 
 
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Register the SQL functions on ``con`` (again, if they are there: idempotent)."""
+    """Register the SQL functions on ``con`` (``install`` calls it once per connection)."""
     ref = weakref.ref(con)  # the UDF must not keep its own connection alive
 
     suffix = next(_UDF_IDS)

@@ -9,7 +9,7 @@ import duckdb
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.sql_functions.functions import register_functions
-from ilargi_db.sql_functions.registry import ensure_registry
+from ilargi_db.sql_functions.registry import ensure_registry, is_read_only
 
 MIN_DUCKDB = (1, 4)
 _INSTALLED: weakref.WeakSet = weakref.WeakSet()
@@ -28,11 +28,6 @@ def _close_installed() -> None:
             con.close()
         except duckdb.Error:
             pass
-
-
-def _read_only(con: duckdb.DuckDBPyConnection) -> bool:
-    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
-    return bool(found.fetchall()[0][0])
 
 
 def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -56,7 +51,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
             "pip install -U duckdb."
         )
     try:
-        read_only = _read_only(con)
+        read_only = is_read_only(con)
     except duckdb.ConnectionException as err:
         raise IlargiError(f"the DuckDB connection is not usable ({err}); open a new one.") from None
     if not read_only:

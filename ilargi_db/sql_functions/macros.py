@@ -3,10 +3,10 @@
 A macro holds the whole model (coefficients or centroids, training means for
 imputation) as DOUBLE literals in native SQL, so DuckDB scores rows in parallel
 and any client can call it after a reconnect, without ilargi_db. A one-hot
-feature is not spelled out as a CASE over its categories: its weights sit in
-``ilargi.category_weights`` and the macro looks them up with a scalar subquery,
-which DuckDB decorrelates into a hash join. Unseen categories (and NULL, unless
-training saw it) find no row and weigh zero, as in the encoder.
+feature with up to ``INLINE_CATEGORIES`` categories is a CASE inside the macro;
+a wider one is looked up in ``ilargi.category_weights`` with a scalar subquery,
+which DuckDB decorrelates into a hash join (no giant CASE). Unseen categories
+(and NULL, unless training saw it) weigh zero, as in the encoder.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.metadata.scans import quote
 from ilargi_db.plan import build_join_graph
 from ilargi_db.preprocess import ColumnSpec
 
@@ -35,12 +36,12 @@ WEIGHTS_SCHEMA = pa.schema(
 
 
 def quote_identifier(name: str) -> str:
-    r"""``name`` as a DuckDB identifier.
+    r"""``name`` as a DuckDB identifier (always quoted).
 
     >>> quote_identifier('a"b')
     '"a""b"'
     """
-    return '"' + name.replace('"', '""') + '"'
+    return quote(name)
 
 
 def quote_string(text: str) -> str:

@@ -55,10 +55,14 @@ def check_model_name(name: Any) -> str:
     return name.lower()
 
 
+def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
+    return bool(found.fetchall()[0][0])
+
+
 def check_writable(con: duckdb.DuckDBPyConnection) -> None:
     """Refuse up front (not after training) when the database cannot store a model."""
-    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
-    if found.fetchall()[0][0]:
+    if is_read_only(con):
         raise IlargiError(
             "the database is open read-only, so models cannot be stored or dropped: reopen it without "
             "read_only=True (models already stored can still be evaluated and their macros used)."
