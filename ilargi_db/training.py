@@ -93,9 +93,7 @@ def explain_strategy(
         raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     mixed = graph.cross_source_features
     if mixed:
-        why = "; ".join(
-            f"feature {f.name!r} = {f.sql} reads {' and '.join(f.sources) or 'the joined row'}" for f in mixed
-        )
+        why = "; ".join(feature.describe_sources() for feature in mixed)
         if strategy == "factorized":
             check_factorizable(graph)  # raises the planner's message
         return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", None

@@ -203,9 +203,7 @@ def explain_graph(
     reasons = _reasons(f, phases, predicted, hardware, name, chosen)
     mixed = graph.cross_source_features
     if mixed:
-        why = "; ".join(
-            f"feature {m.name!r} = {m.sql} reads {' and '.join(m.sources) or 'the joined row'}" for m in mixed
-        )
+        why = "; ".join(feature.describe_sources() for feature in mixed)
         only = f"{why}, so it cannot be computed inside one source: only the materialized join can train it"
         reasons = [only, reasons[-1]]  # and the hardware line
         return Explanation("materialized", {"materialized": seconds["materialized"]}, f, reasons, model.description)

@@ -74,6 +74,10 @@ class Feature:
     parts: tuple[FeaturePart, ...]
     duckdb_type: str
 
+    def describe_sources(self) -> str:
+        """Which sources the feature reads, in words (why a cross-source feature cannot be factorized)."""
+        return f"feature {self.name!r} = {self.sql} reads {' and '.join(self.sources) or 'the joined row'}"
+
 
 @dataclass(frozen=True)
 class JoinGraph:
