@@ -190,7 +190,9 @@ def test_auto_materializes_a_cross_source_feature_and_says_why(con):
     model = ilargi_db.train(con, query, target="arr_delay", backend="numpy")
     assert model.strategy_ == "materialized"
     assert "'load' = f.dep_delay * p.seats reads f and p" in model.decision_
-    assert set(model.timings_) == {"planning", "data", "training"}
+    assert set(model.timings_) == {"planning", "data", "training", "metrics", "total"}
+    steps = sum(v for k, v in model.timings_.items() if k != "total")
+    assert steps <= model.timings_["total"] <= steps + 0.01  # the steps account for all of train()
     with pytest.raises(NotFactorizableError, match="reads f and p"):
         ilargi_db.train(con, query, target="arr_delay", strategy="factorized", backend="numpy")
 

@@ -42,6 +42,11 @@ class Backend:
             return a.tocsr() if self.sparse is scipy.sparse else self.sparse.csr_matrix(a.tocsr())
         return self.xp.asarray(a)
 
+    @property
+    def kernels(self) -> Any:
+        """The fused hot loops (see :mod:`ilargi_db.backend.kernels`): numba on the CPU, array operations on CuPy."""
+        return _kernels(self.name)
+
     def to_host(self, a: Any) -> Any:
         """A NumPy array (or scipy.sparse matrix) of ``a``."""
         if self.xp is np:
@@ -52,6 +57,18 @@ class Backend:
 
 
 NUMPY = Backend("numpy", np, scipy.sparse)
+
+
+@functools.cache
+def _kernels(name: str) -> Any:
+    # Imported on first use: numba takes a while to import, and `import ilargi_db` must stay light.
+    if name == "numpy":
+        from ilargi_db.backend.numba_kernels import NumbaKernels
+
+        return NumbaKernels()
+    from ilargi_db.backend.kernels import ReferenceKernels
+
+    return ReferenceKernels(_cupy_backend().xp)
 
 
 @functools.cache

@@ -108,6 +108,30 @@ class _Part:
         return self.data.toarray() if self.sparse else self.data
 
 
+@dataclass
+class _GatherLayout:
+    """The parts as the fused kernels see them (see :mod:`ilargi_db.backend.kernels`).
+
+    ``dense``: the one part every output row holds itself (index None, dense), if any; ``gathered``: the
+    parts with an index, their indices the columns of ``index`` (n x t, Fortran order); ``rest``: any
+    other part (an identity sparse block, a second identity dense one), through the per-part path.
+    """
+
+    dense: _Part | None
+    gathered: list[_Part]
+    index: Any
+    n_table_rows: int
+    rest: list[_Part]
+
+    def tables(self, operand: Any, backend: Backend) -> Any:
+        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array."""
+        xp = backend.xp
+        tables = xp.zeros((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
+        for k, part in enumerate(self.gathered):
+            tables[k, : part.n_block_rows] = _matmul(part.data, operand[part.columns], backend)
+        return tables
+
+
 _DENSE_MERGE_CELLS = 1 << 22  # merged blocks up to 4M cells (32 MiB) are stored dense
 
 
@@ -243,7 +267,33 @@ class NormalizedMatrix:
         new = cls.__new__(cls)
         new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
         new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
+        new._layout_cache = like._layout_cache if parts is like._parts else None
         return new
+
+    _layout_cache: _GatherLayout | None = None
+
+    def _layout(self) -> _GatherLayout:
+        """The parts grouped for the fused kernels, built once (the indices are stacked, not copied twice)."""
+        if self._layout_cache is not None:
+            return self._layout_cache
+        xp = self.backend.xp
+        dense, gathered, rest = None, [], []
+        for part in self._parts:
+            if part.index is not None:
+                gathered.append(part)
+            elif dense is None and not part.sparse:
+                dense = part
+            else:
+                rest.append(part)
+        index = None
+        if gathered:
+            index = xp.empty((self._n_rows, len(gathered)), dtype=xp.int64, order="F")
+            for k, part in enumerate(gathered):
+                index[:, k] = part.index
+                part.index = index[:, k]  # a contiguous column view: the stacked copy is the only one kept
+        rows = max((p.n_block_rows for p in gathered), default=0)
+        self._layout_cache = _GatherLayout(dense, gathered, index, rows, rest)
+        return self._layout_cache
 
     # -- shape and views ---------------------------------------------------------------
 
@@ -287,32 +337,39 @@ class NormalizedMatrix:
         return w
 
     def _lmm(self, w: Any) -> Any:
-        """T @ W = sum_k I_k (S_k (M_k^T W))."""
+        """T @ W = sum_k I_k (S_k (M_k^T W)): one fused gather over the output rows."""
         w = self._vector(w, self._n_cols, "T @ W")
-        xp = self.backend.xp
-        if w.ndim == 1:
-            out = None
-            for part in self._parts:
-                z = part.gather(_matmul(part.data, w[part.columns], self.backend))
-                out = z if out is None else out.__iadd__(z)
-            return xp.zeros(self._n_rows, dtype=self.dtype) if out is None else out
-        # Accumulate (T W)^T = sum_k (W_k^T S_k^T) I_k^T: wide products and row-wise gathers are
-        # several times faster than tall-skinny ones (multi-threaded OpenBLAS especially).
-        out_t = xp.zeros((w.shape[1], self._n_rows), dtype=self.dtype)
-        for part in self._parts:
-            z_t = xp.ascontiguousarray(_matmul(w[part.columns].T, part.data.T, self.backend))
-            out_t += z_t if part.index is None else xp.take(z_t, part.index, axis=1)
-        return out_t.T
+        layout = self._layout()
+        if layout.dense is None and not layout.gathered:
+            out = self.backend.xp.zeros((self._n_rows, *w.shape[1:]), dtype=self.dtype)
+        else:
+            dense = layout.dense
+            out = self.backend.kernels.gather_sum(
+                None if dense is None else dense.data,
+                None if dense is None else w[dense.columns],
+                layout.index,
+                layout.tables(w, self.backend) if layout.gathered else None,
+            )
+        for part in layout.rest:
+            out += _matmul(part.data, w[part.columns], self.backend)
+        return out
 
     def _tmm(self, v: Any) -> Any:
-        """T^T @ V = sum_k M_k (S_k^T (I_k^T V))."""
+        """T^T @ V = sum_k M_k (S_k^T (I_k^T V)): the segment sums of every block in one fused pass."""
         v = self._vector(v, self._n_rows, "T.T @ V")
-        xp = self.backend.xp
-        if v.ndim == 2 and any(p.index is not None for p in self._parts):
-            v = xp.asfortranarray(v)  # segment sums read one column at a time
-        out = xp.zeros((self._n_cols, *v.shape[1:]), dtype=self.dtype)
-        for part in self._parts:
-            out[part.columns] += _matmul(part.data.T, part.segment_sum(v), self.backend)
+        layout = self._layout()
+        out = self.backend.xp.zeros((self._n_cols, *v.shape[1:]), dtype=self.dtype)
+        if layout.dense is not None or layout.gathered:
+            dense = layout.dense
+            head, sums = self.backend.kernels.segment_sums(
+                None if dense is None else dense.data, layout.index, layout.n_table_rows, v
+            )
+            if dense is not None:
+                out[dense.columns] += head
+            for k, part in enumerate(layout.gathered):
+                out[part.columns] += _matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
+        for part in layout.rest:
+            out[part.columns] += _matmul(part.data.T, v, self.backend)
         return out
 
     def _cooccurrence_product(self, a: _Part, b: _Part, weights: Any = None) -> Any:
@@ -400,31 +457,58 @@ class NormalizedMatrix:
     def group_sums(self, labels: Any, n_groups: int) -> Any:
         """T^T L for the one-hot matrix L of ``labels`` (d x n_groups): per-group column sums.
 
-        One bincount over (block row, group) per block, then S_k^T of the small
-        (block rows x groups) count matrix: k-means' center update without k passes.
+        One fused pass counts (block row, group) pairs of every indexed block and sums the rows
+        every output row holds itself; then S_k^T of the small (block rows x groups) counts:
+        k-means' center update without k passes.
         """
         if self._transposed:
             raise ValueError("group_sums() is defined for the untransposed matrix.")
         xp = self.backend.xp
         labels = xp.asarray(labels).astype(xp.int64, copy=False)
+        layout = self._layout()
         out = xp.zeros((self._n_cols, n_groups), dtype=self.dtype)
-        for part in self._parts:
-            columns = xp.asarray(part.columns)
-            if part.index is None and not part.sparse and part.data.shape[1] <= _BINCOUNT_MAX_COLUMNS:
-                for j in range(part.data.shape[1]):
-                    out[columns[j]] += xp.bincount(labels, weights=part.data[:, j], minlength=n_groups)
-                continue
-            if part.index is None:
-                ones = xp.ones(self._n_rows, dtype=self.dtype)
-                onehot_t = self.backend.sparse.csr_matrix(
-                    (ones, (labels, xp.arange(self._n_rows))), shape=(n_groups, self._n_rows)
-                )
-                out[columns] += _matmul(onehot_t, part.data, self.backend).T
-                continue
-            counts = xp.bincount(part.index * n_groups + labels, minlength=part.n_block_rows * n_groups)
-            counts = counts.reshape(part.n_block_rows, n_groups).astype(self.dtype)
-            out[columns] += _matmul(part.data.T, counts, self.backend)
+        if layout.dense is not None or layout.gathered:
+            dense = layout.dense
+            head, counts = self.backend.kernels.label_sums(
+                None if dense is None else dense.data, layout.index, layout.n_table_rows, labels, n_groups
+            )
+            if dense is not None:
+                out[dense.columns] += head.T
+            for k, part in enumerate(layout.gathered):
+                out[part.columns] += _matmul(part.data.T, counts[k, : part.n_block_rows], self.backend)
+        if layout.rest:
+            ones = xp.ones(self._n_rows, dtype=self.dtype)
+            onehot_t = self.backend.sparse.csr_matrix(
+                (ones, (labels, xp.arange(self._n_rows))), shape=(n_groups, self._n_rows)
+            )
+            for part in layout.rest:
+                out[part.columns] += _matmul(onehot_t, part.data, self.backend).T
         return out
+
+    def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
+        """For every row i, ``argmin_j`` and ``min_j`` of ``(T W)[i, j] + offsets[j]``, without the n x k product.
+
+        k-means' assignment step: with W = -2 C^T and offsets = ||c_j||^2, the nearest center and the
+        squared distance less ||t_i||^2.
+        """
+        if self._transposed:
+            raise ValueError("nearest() is defined for the untransposed matrix.")
+        W = self._vector(W, self._n_cols, "nearest")
+        offsets = self.backend.asarray(offsets, dtype=self.dtype)
+        layout = self._layout()
+        if layout.rest or (layout.dense is None and not layout.gathered):
+            xp = self.backend.xp
+            scores = self._lmm(W) + offsets[None, :]
+            labels = xp.argmin(scores, axis=1)
+            return labels, xp.take_along_axis(scores, labels[:, None], axis=1)[:, 0]
+        dense = layout.dense
+        return self.backend.kernels.nearest(
+            None if dense is None else dense.data,
+            None if dense is None else W[dense.columns],
+            layout.index,
+            layout.tables(W, self.backend) if layout.gathered else None,
+            offsets,
+        )
 
     def take_rows(self, indices: Any) -> NormalizedMatrix:
         """The normalized matrix of the selected output rows (only the indicators are sliced)."""
@@ -464,6 +548,10 @@ class NormalizedMatrix:
         if self._transposed:
             return self._tmm(self.backend.xp.ones(self._n_rows, dtype=self.dtype))
         return self._lmm(self.backend.xp.ones(self._n_cols, dtype=self.dtype))
+
+    def column_norms_squared(self) -> Any:
+        """||t_j||^2 for every column (colSums(T * T)): the diagonal of T^T T, without forming it."""
+        return (self**2).colsums() if not self._transposed else (self**2).T.colsums()
 
     def colsums(self) -> Any:
         """Column sums: sum_k (colSums(I_k) S_k) M_k^T."""

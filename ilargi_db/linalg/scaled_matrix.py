@@ -106,8 +106,20 @@ class ScaledMatrix:
         counts = xp.bincount(xp.asarray(labels), minlength=n_groups).astype(self.dtype)
         return (self.base.group_sums(labels, n_groups) - xp.outer(self.mean, counts)) / self.scale[:, None]
 
+    def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
+        """Row-wise argmin and min of Z W + offsets: X (W / sigma) + (offsets - mu . W / sigma)."""
+        W = self.backend.asarray(W, dtype=self.dtype)
+        scaled = W / self.scale[:, None]
+        return self.base.nearest(scaled, self.backend.asarray(offsets, dtype=self.dtype) - self.mean @ scaled)
+
     def rows(self, indices: Any) -> Any:
         return (self.base.rows(indices) - self.mean) / self.scale
+
+    def column_norms_squared(self) -> Any:
+        """||z_j||^2 = (sum_i x_ij^2 - 2 mu_j sum_i x_ij + n mu_j^2) / sigma_j^2: the diagonal of Z^T Z."""
+        n = self.base.shape[0]
+        raw = self.base.column_norms_squared() - 2 * self.mean * self.base.colsums() + n * self.mean**2
+        return raw / self.scale**2
 
     def row_norms_squared(self) -> Any:
         """||z_i||^2 = sum_j (x_ij^2 - 2 x_ij mu_j + mu_j^2) / sigma_j^2."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import backend_of
@@ -86,6 +88,16 @@ def check_finite(value: Any, what: str) -> None:
             f"training diverged: {what} became NaN or inf. Standardize the features (standardize=True, or "
             "scale the columns in the query), lower the learning rate, or raise the regularization."
         )
+
+
+def warn_not_converged(what: str, max_iter: int) -> None:
+    """scikit-learn's ConvergenceWarning, in ilargi_db's words."""
+    warnings.warn(
+        f"{what} stopped at max_iter={max_iter} before converging: raise max_iter, loosen tol, or standardize "
+        "the features (standardize=True).",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
 
 
 def to_host(a: Any) -> np.ndarray:

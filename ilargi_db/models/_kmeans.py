@@ -18,15 +18,11 @@ from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, ch
 def _assign(M: Any, centers: np.ndarray) -> tuple[Any, Any]:
     """Nearest center of every row, and ||c||^2 - 2 x.c for it (the squared distance less ||x||^2).
 
-    The row norms do not change which center is nearest, so they stay out of the n x k pass.
+    The row norms do not change which center is nearest, so they stay out of the pass; the matrix
+    fuses the product with the argmin, so no n x k scores are stored.
     """
-    xp = M.backend.xp
-    scores = M @ M.backend.asarray(-2 * centers.T, dtype=M.dtype)
-    scores += M.backend.asarray((centers**2).sum(axis=1), dtype=M.dtype)
-    labels = xp.argmin(scores, axis=1)
-    k = scores.shape[1]
-    picked = xp.ascontiguousarray(scores).ravel()[xp.arange(scores.shape[0]) * k + labels]
-    return labels, picked
+    W = M.backend.asarray(-2 * centers.T, dtype=M.dtype)
+    return M.nearest(W, M.backend.asarray((centers**2).sum(axis=1), dtype=M.dtype))
 
 
 def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:

@@ -14,7 +14,14 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
-from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
+from ilargi_db.models._base import (
+    SparseInputMixin,
+    as_matrix,
+    check_finite,
+    check_input,
+    to_host,
+    warn_not_converged,
+)
 
 
 class _LinearModel(SparseInputMixin, BaseEstimator):
@@ -27,6 +34,21 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
         return M @ M.backend.asarray(self.coef_) + self.intercept_
 
 
+NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
+MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix (256 MiB: d up to about 5,800)
+
+
+def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:
+    """Refuse a dense d x d matrix above the stated memory bound, before any work."""
+    needed = 8 * d * d
+    if needed > max_gram_bytes:
+        raise ValueError(
+            f"{what} forms a dense {d:,} x {d:,} matrix ({needed / 2**20:,.0f} MiB), above max_gram_bytes="
+            f"{max_gram_bytes:,} bytes: use the default solver='auto' (an iterative solver that never forms it), "
+            "or raise max_gram_bytes."
+        )
+
+
 class LinearRegression(RegressorMixin, _LinearModel):
     """Least squares (optionally ridge) over joined tables, without materializing the join.
 
@@ -36,20 +58,33 @@ class LinearRegression(RegressorMixin, _LinearModel):
         Fit an intercept; no column of ones is ever built.
     alpha : float, default=0.0
         L2 penalty on ``coef_`` (ridge); the intercept is not penalized.
-    solver : {"normal", "gd"}, default="normal"
+    solver : {"auto", "normal", "cg", "gd"}, default="auto"
         ``"normal"``: normal equations through the factorized ``X^T X`` (Cholesky,
-        falling back to least squares when ill-conditioned). ``"gd"``: accelerated
-        gradient descent through ``X @ w`` and ``X.T @ r`` only, for wide data.
+        falling back to least squares when ill-conditioned); it forms a dense
+        d x d matrix. ``"cg"``: conjugate gradients on the normal equations with a
+        Jacobi preconditioner, through ``X @ w``, ``X.T @ r`` and the factorized
+        column norms only: memory linear in d, for wide (one-hot) data.
+        ``"gd"``: accelerated gradient descent through the same products.
+        ``"auto"``: ``"normal"`` up to ``NORMAL_MAX_COLUMNS`` (1,024) columns when
+        the d x d matrix fits ``max_gram_bytes``, else ``"cg"``.
     max_iter : int, default=1000
-        Iterations of ``"gd"``.
-    tol : float, default=1e-8
-        ``"gd"`` stops when the relative decrease of the loss falls below it.
+        Iterations of ``"cg"`` and ``"gd"``; reaching it warns (``ConvergenceWarning``).
+    tol : float, default=1e-6
+        ``"cg"`` stops when the normal equations' residual falls below ``tol`` times
+        ``||X^T y||`` (scikit-learn's LSQR uses the same default); ``"gd"`` when the
+        relative decrease of the loss falls below it.
+    max_gram_bytes : int, default=256 MiB
+        The largest dense d x d matrix a solver may form (``"normal"`` refuses above it).
 
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,)
     intercept_ : float
     n_iter_ : int
+    solver_ : str
+        The solver that ran.
+    solver_reason_ : str
+        Why (for ``solver="auto"``).
     loss_curve_ : list of float
         Mean squared error (plus penalty) after each iteration.
     feature_names_in_ : ndarray of str
@@ -60,31 +95,51 @@ class LinearRegression(RegressorMixin, _LinearModel):
     >>> import numpy as np
     >>> X = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 1.0], [3.0, 5.0]])
     >>> model = LinearRegression().fit(X, X @ [2.0, -1.0] + 0.5)
-    >>> np.round(model.coef_, 6), round(model.intercept_, 6)
-    (array([ 2., -1.]), 0.5)
+    >>> np.round(model.coef_, 6), round(model.intercept_, 6), model.solver_
+    (array([ 2., -1.]), 0.5, 'normal')
+    >>> wide = LinearRegression(solver="cg").fit(X, X @ [2.0, -1.0] + 0.5)
+    >>> np.round(wide.coef_, 6)
+    array([ 2., -1.])
     """
 
     _parameter_constraints: dict = {
         "fit_intercept": ["boolean"],
         "alpha": [Interval(Real, 0, None, closed="left")],
-        "solver": [StrOptions({"normal", "gd"})],
+        "solver": [StrOptions({"auto", "normal", "cg", "gd"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "max_gram_bytes": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(
         self,
         fit_intercept: bool = True,
         alpha: float = 0.0,
-        solver: str = "normal",
+        solver: str = "auto",
         max_iter: int = 1000,
-        tol: float = 1e-8,
+        tol: float = 1e-6,
+        max_gram_bytes: int = MAX_GRAM_BYTES,
     ):
         self.fit_intercept = fit_intercept
         self.alpha = alpha
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.max_gram_bytes = max_gram_bytes
+
+    def choose_solver(self, n_features: int) -> tuple[str, str]:
+        """``(solver, why)`` for a matrix of ``n_features`` columns."""
+        gram = 8 * n_features * n_features
+        if self.solver != "auto":
+            if self.solver == "normal":
+                check_gram_size(n_features, self.max_gram_bytes, 'solver="normal"')
+            return self.solver, "chosen by the caller"
+        if n_features <= NORMAL_MAX_COLUMNS and gram <= self.max_gram_bytes:
+            return "normal", f"{n_features:,} columns: the {n_features:,} x {n_features:,} normal equations are small"
+        return "cg", (
+            f"{n_features:,} columns: conjugate gradients need memory linear in the columns, where the normal "
+            f"equations would form a {gram / 2**20:,.0f} MiB matrix"
+        )
 
     def fit(self, X: Any, y: Any) -> LinearRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
@@ -92,10 +147,8 @@ class LinearRegression(RegressorMixin, _LinearModel):
         X, y = check_input(self, X, y, reset=True, y_numeric=True)
         M = as_matrix(X)
         y = M.backend.asarray(y, dtype=M.dtype)
-        if self.solver == "normal":
-            self._fit_normal(M, y)
-        else:
-            self._fit_gd(M, y)
+        self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
+        {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
         return self
 
     def _fit_normal(self, M: Any, y: Any) -> None:
@@ -123,6 +176,61 @@ class LinearRegression(RegressorMixin, _LinearModel):
         residual = M @ M.backend.asarray(coef) + self.intercept_ - y
         self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
 
+    def _fit_cg(self, M: Any, y: Any) -> None:
+        """Preconditioned conjugate gradients on (A^T A + alpha I) w = A^T b, A = X centered, b = y centered.
+
+        Centering stays implicit (A p = X p - (mu . p) 1, A^T q = X^T q - mu sum(q)), so sparse and
+        factorized X stay as they are. The Jacobi preconditioner is the factorized diagonal of A^T A
+        (for a one-hot column, its count): each iteration costs one ``X @ p`` and one ``X.T @ q``.
+        """
+        xp = M.backend.xp
+        n, d = M.shape
+        if self.fit_intercept:
+            mu, y_mean = M.colsums() / n, float(y.sum()) / n
+        else:
+            mu, y_mean = xp.zeros(d, dtype=M.dtype), 0.0
+        b = y - y_mean
+        diagonal = M.column_norms_squared() - n * mu * mu + self.alpha
+        inverse_diagonal = xp.where(diagonal > 0, 1.0 / xp.maximum(diagonal, 1e-300), 0.0)  # constant columns: 0
+
+        def normal_product(p: Any) -> tuple[Any, Any]:
+            q = M @ p - float(mu @ p)
+            return q, M.T @ q - mu * float(q.sum()) + self.alpha * p
+
+        w = xp.zeros(d, dtype=M.dtype)
+        r = M.T @ b - mu * float(b.sum())
+        target = self.tol * float(xp.linalg.norm(r))
+        z = inverse_diagonal * r
+        p, rz = z, float(r @ z)
+        losses: list[float] = [float(b @ b) / n]
+        it, converged = 0, target == 0
+        with progress(self.max_iter, "linear regression (cg)") as bar:
+            while not converged and it < self.max_iter:
+                it += 1
+                q, normal_p = normal_product(p)
+                curvature = float(q @ q) + self.alpha * float(p @ p)
+                if curvature <= 0:
+                    break  # p lies in the null space: nothing left to reduce
+                step = rz / curvature
+                w = w + step * p
+                r = r - step * normal_p
+                # A CG step lowers ||A w - b||^2 + alpha ||w||^2 by step * (r . z): no extra pass over X.
+                losses.append(losses[-1] - step * rz / n)
+                check_finite(float(r @ r), "the residual")
+                converged = float(xp.linalg.norm(r)) <= target
+                z = inverse_diagonal * r
+                rz_next = float(r @ z)
+                p, rz = z + (rz_next / rz) * p, rz_next
+                bar.update()
+        coef = to_host(w)
+        self.coef_ = coef
+        self.intercept_ = float(y_mean - float(to_host(mu) @ coef)) if self.fit_intercept else 0.0
+        self.n_iter_ = it
+        residual = M @ w + self.intercept_ - y
+        self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
+        if not converged:
+            warn_not_converged("linear regression (cg)", self.max_iter)
+
     def _fit_gd(self, M: Any, y: Any) -> None:
         xp = M.backend.xp
         n, d = M.shape
@@ -131,6 +239,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         w, c = xp.zeros(d, dtype=M.dtype), 0.0
         w_prev, c_prev, momentum = w, c, 1.0
         losses: list[float] = []
+        converged = False
         with progress(self.max_iter, "linear regression (gd)") as bar:
             for it in range(1, self.max_iter + 1):
                 # Nesterov's accelerated gradient on 1/2n ||Xw + c - y||^2 + alpha/2n ||w||^2.
@@ -150,9 +259,12 @@ class LinearRegression(RegressorMixin, _LinearModel):
                 losses.append(loss)
                 bar.update()
                 if it > 1 and abs(losses[-2] - loss) <= self.tol * max(abs(loss), 1e-300):
+                    converged = True
                     break
         self.coef_, self.intercept_ = to_host(w), float(c)
         self.n_iter_, self.loss_curve_ = it, losses
+        if not converged:
+            warn_not_converged("linear regression (gd)", self.max_iter)
 
     def predict(self, X: Any) -> np.ndarray:
         """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
@@ -192,9 +304,14 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     solver : {"lbfgs", "newton"}, default="lbfgs"
         ``"lbfgs"``: scipy's L-BFGS over factorized gradients ``X.T @ r``.
         ``"newton"``: Newton steps with the factorized Hessian ``X^T D X``.
+        ``"newton"`` forms a dense d x d matrix and refuses above ``max_gram_bytes``.
     max_iter : int, default=100
-    tol : float, default=1e-6
-        Stop when the projected gradient (relative to the objective's scale) is below it.
+        Reaching it warns (``ConvergenceWarning``).
+    tol : float, default=1e-4
+        Stop when the largest entry of the projected gradient of scikit-learn's objective (mean
+        log-loss + ||w||^2 / 2Cn) falls below it: scikit-learn's own criterion and default.
+    max_gram_bytes : int, default=256 MiB
+        The largest dense d x d matrix ``"newton"`` may form.
 
     Attributes
     ----------
@@ -220,6 +337,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         "solver": [StrOptions({"lbfgs", "newton"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "max_gram_bytes": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(
@@ -229,7 +347,8 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         fit_intercept: bool = True,
         solver: str = "lbfgs",
         max_iter: int = 100,
-        tol: float = 1e-6,
+        tol: float = 1e-4,
+        max_gram_bytes: int = MAX_GRAM_BYTES,
     ):
         self.C = C
         self.penalty = penalty
@@ -237,6 +356,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.max_gram_bytes = max_gram_bytes
 
     def fit(self, X: Any, y: Any) -> LogisticRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
@@ -258,22 +378,24 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return self
 
     def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, Any]:
-        """Objective / n, its gradient, and the probabilities."""
-        xp = M.backend.xp
+        """scikit-learn's objective (mean log-loss + ||w||^2 / 2Cn), its gradient, and the mean log-loss.
+
+        One product for the scores, one fused pass for the loss and the residual sigmoid(z) - y
+        (written over z: no other n-length temporary), one transposed product for the gradient.
+        """
         n, d = M.shape
         w = M.backend.asarray(params[:d])
-        b = float(params[d]) if self.fit_intercept else 0.0
-        z = M @ w + b
-        # log(1 + e^z) - y z, stably.
-        loss = float(to_host((xp.logaddexp(0, z) - y01 * z).sum()))
-        p = 0.5 * (1.0 + xp.tanh(0.5 * z))  # the logistic function, without overflow
-        c = self.C if self.penalty == "l2" else 1.0
-        reg = 0.5 * float(params[:d] @ params[:d]) if self.penalty == "l2" else 0.0
-        grad = np.empty_like(params)
-        grad[:d] = c * to_host(M.T @ (p - y01)) + (params[:d] if self.penalty == "l2" else 0.0)
+        z = M @ w
         if self.fit_intercept:
-            grad[d] = c * float(to_host((p - y01).sum()))
-        return (c * loss + reg) / n, grad / n, (p, loss / n)
+            z += float(params[d])
+        loss, residual = M.backend.kernels.logistic_loss_residual(z, y01)
+        strength = 1.0 / (self.C * n) if self.penalty == "l2" else 0.0
+        grad = np.empty_like(params)
+        grad[:d] = to_host(M.T @ residual) / n + strength * params[:d]
+        if self.fit_intercept:
+            grad[d] = float(to_host(residual.sum())) / n
+        value = loss / n + 0.5 * strength * float(params[:d] @ params[:d])
+        return value, grad, (residual, loss / n)
 
     def _fit_lbfgs(self, M: Any, y01: Any) -> None:
         n, d = M.shape
@@ -301,40 +423,48 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             jac=True,
             method="L-BFGS-B",
             callback=callback,
-            options={"maxiter": self.max_iter, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
+            # scikit-learn's settings, so both stop at the same point.
+            options={"maxiter": self.max_iter, "maxls": 50, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
         )
         bar.close()
         self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2][1]])
+        if result.status == 1:  # scipy: the iteration limit was reached
+            warn_not_converged("logistic regression (lbfgs)", self.max_iter)
 
     def _fit_newton(self, M: Any, y01: Any) -> None:
         n, d = M.shape
+        check_gram_size(d + self.fit_intercept, self.max_gram_bytes, 'solver="newton"')
         params = np.zeros(d + self.fit_intercept)
-        c = self.C if self.penalty == "l2" else 1.0
+        strength = 1.0 / (self.C * n) if self.penalty == "l2" else 0.0
         losses: list[float] = []
+        converged = False
         with progress(self.max_iter, "logistic regression (newton)") as bar:
             for _ in range(self.max_iter):
-                value, grad, (p, mean_loss) = self._objective(M, y01, params)
+                value, grad, (residual, mean_loss) = self._objective(M, y01, params)
                 check_finite(value, "the log-loss")
+                p = residual + y01
                 losses.append(mean_loss)
                 bar.update()
                 if np.max(np.abs(grad)) <= self.tol:
+                    converged = True
                     break
                 weights = p * (1 - p)
-                hessian = np.empty((d + self.fit_intercept,) * 2)
-                hessian[:d, :d] = c * to_host(M.crossprod(weights))
-                if self.penalty == "l2":
-                    hessian[np.diag_indices(d)] += 1.0
+                hessian = np.empty((d + self.fit_intercept,) * 2)  # of the objective: X^T D X / n + strength I
+                hessian[:d, :d] = to_host(M.crossprod(weights)) / n
+                hessian[np.diag_indices(d)] += strength
                 if self.fit_intercept:
-                    col = c * to_host(M.T @ weights)
+                    col = to_host(M.T @ weights) / n
                     hessian[:d, d] = hessian[d, :d] = col
-                    hessian[d, d] = c * float(to_host(weights.sum()))
-                step = scipy.linalg.lstsq(hessian / n, grad, lapack_driver="gelsd")[0]
+                    hessian[d, d] = float(to_host(weights.sum())) / n
+                step = scipy.linalg.lstsq(hessian, grad, lapack_driver="gelsd")[0]
                 # Backtracking keeps Newton safe far from the optimum.
                 t = 1.0
                 while t > 1e-8 and self._objective(M, y01, params - t * step)[0] > value - 1e-4 * t * grad @ step:
                     t /= 2
                 params = params - t * step
         self._set(params, d, len(losses), losses)
+        if not converged:
+            warn_not_converged("logistic regression (newton)", self.max_iter)
 
     def _set(self, params: np.ndarray, d: int, n_iter: int, losses: list[float]) -> None:
         self.coef_ = params[:d].copy()

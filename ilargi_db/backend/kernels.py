@@ -1,0 +1,87 @@
+"""The hot loops of the normalized matrix, as one contract with a reference and a fused implementation.
+
+A *gather layout* describes the n-row side of a normalized matrix T:
+
+- ``dense`` (n x a, or None): the columns every output row holds itself (the fact's numeric block);
+- ``index`` (n x t int64, Fortran order, or None): for each of t indexed blocks, the block row each
+  output row takes (a dimension's indicator, or a one-hot feature's category codes);
+- ``tables`` (t x r x k): per indexed block, its rows already multiplied by the operand (S_k W_k),
+  padded to the longest block (r rows).
+
+With them, ``T @ W = dense @ W_dense + sum_k tables[k, index[:, k]]`` and ``T^T V`` starts from
+``dense^T V`` and one segment sum of V per indexed block. :class:`ReferenceKernels` writes these with
+``xp`` operations (NumPy or CuPy, several passes); :mod:`ilargi_db.backend.numba_kernels` fuses each into
+one multi-threaded pass on the CPU and is tested against the reference. Models never call a kernel:
+they call the matrix's operators, which call ``backend.kernels``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ReferenceKernels:
+    """The kernels as plain array operations of a namespace ``xp`` (the oracle, and the CuPy path)."""
+
+    def __init__(self, xp: Any):
+        self.xp = xp
+
+    def gather_sum(self, dense: Any, w_dense: Any, index: Any, tables: Any) -> Any:
+        """``dense @ w_dense + sum_k tables[k, index[:, k]]``: (n,) for 2-D tables, (n, k) for 3-D ones."""
+        xp = self.xp
+        out = None if dense is None else dense @ w_dense
+        if index is not None:
+            for k in range(index.shape[1]):
+                taken = xp.take(tables[k], index[:, k], axis=0)
+                out = taken if out is None else out + taken
+        return out
+
+    def segment_sums(self, dense: Any, index: Any, n_table_rows: int, v: Any) -> tuple[Any, Any]:
+        """``(dense^T v, sums)`` where ``sums[k, j]`` adds the ``v`` of rows whose ``index[:, k]`` is j."""
+        xp = self.xp
+        head = None if dense is None else dense.T @ v
+        sums = None
+        if index is not None:
+            t = index.shape[1]
+            sums = xp.zeros((t, n_table_rows, *v.shape[1:]), dtype=v.dtype)
+            for k in range(t):
+                if v.ndim == 1:
+                    sums[k] = xp.bincount(index[:, k], weights=v, minlength=n_table_rows)
+                else:
+                    for j in range(v.shape[1]):
+                        sums[k, :, j] = xp.bincount(index[:, k], weights=v[:, j], minlength=n_table_rows)
+        return head, sums
+
+    def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
+        """Row-wise ``argmin_j`` and ``min_j`` of ``gather_sum(...)[:, j] + offsets[j]`` (k-means' assignment)."""
+        xp = self.xp
+        scores = self.gather_sum(dense, w_dense, index, tables) + offsets[None, :]
+        labels = xp.argmin(scores, axis=1)
+        return labels, xp.take_along_axis(scores, labels[:, None], axis=1)[:, 0]
+
+    def label_sums(self, dense: Any, index: Any, n_table_rows: int, labels: Any, k: int) -> tuple[Any, Any]:
+        """Per label: ``(sums of dense rows (k x a), counts of block rows (t x r x k))`` (k-means' update)."""
+        xp = self.xp
+        head = None
+        if dense is not None:
+            head = xp.zeros((k, dense.shape[1]), dtype=dense.dtype)
+            for j in range(dense.shape[1]):
+                head[:, j] = xp.bincount(labels, weights=dense[:, j], minlength=k)
+        counts = None
+        if index is not None:
+            t = index.shape[1]
+            counts = xp.zeros((t, n_table_rows, k), dtype=xp.float64)
+            for c in range(t):
+                flat = xp.bincount(index[:, c] * k + labels, minlength=n_table_rows * k)
+                counts[c] = flat.reshape(n_table_rows, k)
+        return head, counts
+
+    def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
+        """``(sum_i log(1 + e^z_i) - y_i z_i, sigmoid(z) - y)``; the residual may overwrite ``z``."""
+        xp = self.xp
+        loss = float((xp.logaddexp(0, z) - y01 * z).sum())
+        residual = 0.5 * (1.0 + xp.tanh(0.5 * z)) - y01  # the logistic function, without overflow
+        return loss, residual
+
+
+__all__ = ["ReferenceKernels"]

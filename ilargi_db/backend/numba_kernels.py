@@ -1,0 +1,270 @@
+"""The kernels of :mod:`ilargi_db.backend.kernels`, each fused into one multi-threaded numba pass.
+
+Each ``_``-function is a small jitted loop (``parallel=True``, ``cache=True``: compiled once per
+machine, then loaded from numba's cache). Reductions (segment sums, per-label sums, the log-loss) run
+over a fixed number of row chunks that depends on the shapes only, each chunk with its own
+accumulators merged in chunk order: no races, and results that do not depend on the thread count.
+:class:`NumbaKernels` adapts shapes (a missing dense block or index becomes an empty array) and is
+tested against :class:`~ilargi_db.backend.kernels.ReferenceKernels`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
+CHUNK_ROWS = 1 << 14  # rows per chunk of a reduction, at least
+MAX_CHUNKS = 32
+ACCUMULATOR_BYTES = 64 << 20  # per-chunk accumulators of one reduction, together
+
+
+# Style of every kernel: tiles (or chunks) of rows; inside one, column by column over contiguous slices
+# of the column-major fact block and index (vectorizable streams, numba proves the slice positions
+# non-negative); gathered positions are cast to unsigned so no negative-index wraparound is checked.
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _gather_sum_1d(dense, w, index, tables, out):  # pragma: no cover - compiled
+    n, a, t = out.shape[0], dense.shape[1], index.shape[1]
+    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+        start = tile * TILE_ROWS
+        stop = min(n, start + TILE_ROWS)
+        acc = out[start:stop]
+        acc[:] = 0.0
+        for j in range(a):
+            column, wj = dense[start:stop, j], w[j]
+            for i in range(stop - start):
+                acc[i] += column[i] * wj
+        for k in range(t):
+            rows, table = index[start:stop, k], tables[k]
+            for i in range(stop - start):
+                acc[i] += table[numba.uint64(rows[i])]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _gather_sum_2d(dense, w, index, tables, out):  # pragma: no cover - compiled
+    n, m = out.shape[0], out.shape[1]
+    a, t = dense.shape[1], index.shape[1]
+    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+        start = tile * TILE_ROWS
+        stop = min(n, start + TILE_ROWS)
+        acc = out[start:stop]
+        acc[:] = 0.0
+        for j in range(a):
+            column = dense[start:stop, j]
+            for i in range(stop - start):
+                x = column[i]
+                for q in range(m):
+                    acc[i, q] += x * w[j, q]
+        for k in range(t):
+            rows, table = index[start:stop, k], tables[k]
+            for i in range(stop - start):
+                row = table[numba.uint64(rows[i])]
+                for q in range(m):
+                    acc[i, q] += row[q]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _segment_sums_1d(dense, index, n_table_rows, v, chunks):  # pragma: no cover - compiled
+    n, a, t = v.shape[0], dense.shape[1], index.shape[1]
+    size = (n + chunks - 1) // chunks
+    head = np.zeros((chunks, a))
+    sums = np.zeros((chunks, t, n_table_rows))
+    for c in numba.prange(chunks):
+        start = c * size
+        stop = min(n, start + size)
+        values = v[start:stop]
+        for j in range(a):
+            column, s = dense[start:stop, j], 0.0
+            for i in range(stop - start):
+                s += column[i] * values[i]
+            head[c, j] = s
+        for k in range(t):
+            rows, acc = index[start:stop, k], sums[c, k]
+            for i in range(stop - start):
+                acc[numba.uint64(rows[i])] += values[i]
+    total_head = np.zeros(a)
+    total = np.zeros((t, n_table_rows))
+    for c in range(chunks):  # chunk order: the same sums whatever the thread count
+        total_head += head[c]
+        total += sums[c]
+    return total_head, total
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _segment_sums_2d(dense, index, n_table_rows, v, chunks):  # pragma: no cover - compiled
+    n, m = v.shape[0], v.shape[1]
+    a, t = dense.shape[1], index.shape[1]
+    size = (n + chunks - 1) // chunks
+    head = np.zeros((chunks, a, m))
+    sums = np.zeros((chunks, t, n_table_rows, m))
+    for c in numba.prange(chunks):
+        start = c * size
+        stop = min(n, start + size)
+        values = v[start:stop]
+        for j in range(a):
+            column, acc = dense[start:stop, j], head[c, j]
+            for i in range(stop - start):
+                x = column[i]
+                for q in range(m):
+                    acc[q] += x * values[i, q]
+        for k in range(t):
+            rows, acc = index[start:stop, k], sums[c, k]
+            for i in range(stop - start):
+                row = acc[numba.uint64(rows[i])]
+                for q in range(m):
+                    row[q] += values[i, q]
+    total_head = np.zeros((a, m))
+    total = np.zeros((t, n_table_rows, m))
+    for c in range(chunks):
+        total_head += head[c]
+        total += sums[c]
+    return total_head, total
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cover - compiled
+    n, a = labels.shape[0], dense.shape[1]
+    t, m = index.shape[1], offsets.shape[0]
+    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+        start = tile * TILE_ROWS
+        stop = min(n, start + TILE_ROWS)
+        scores = np.empty((stop - start, m))
+        for i in range(stop - start):
+            scores[i] = offsets
+        for j in range(a):
+            column = dense[start:stop, j]
+            for i in range(stop - start):
+                x = column[i]
+                for q in range(m):
+                    scores[i, q] += x * w[j, q]
+        for k in range(t):
+            rows, table = index[start:stop, k], tables[k]
+            for i in range(stop - start):
+                row = table[numba.uint64(rows[i])]
+                for q in range(m):
+                    scores[i, q] += row[q]
+        for i in range(stop - start):
+            low, pick = scores[i, 0], 0
+            for q in range(1, m):
+                if scores[i, q] < low:  # the first of equal minima, as argmin
+                    low, pick = scores[i, q], q
+            labels[start + i] = pick
+            best[start + i] = low
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _label_sums(dense, index, n_table_rows, labels, m, chunks):  # pragma: no cover - compiled
+    n, a, t = labels.shape[0], dense.shape[1], index.shape[1]
+    size = (n + chunks - 1) // chunks
+    head = np.zeros((chunks, m, a))
+    counts = np.zeros((chunks, t, n_table_rows, m))
+    for c in numba.prange(chunks):
+        start = c * size
+        stop = min(n, start + size)
+        groups = labels[start:stop]
+        for j in range(a):
+            column, acc = dense[start:stop, j], head[c]
+            for i in range(stop - start):
+                acc[numba.uint64(groups[i]), j] += column[i]
+        for k in range(t):
+            rows, acc = index[start:stop, k], counts[c, k]
+            for i in range(stop - start):
+                acc[numba.uint64(rows[i]), numba.uint64(groups[i])] += 1.0
+    total_head = np.zeros((m, a))
+    total = np.zeros((t, n_table_rows, m))
+    for c in range(chunks):
+        total_head += head[c]
+        total += counts[c]
+    return total_head, total
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _logistic_loss_residual(z, y, chunks):  # pragma: no cover - compiled
+    n = z.shape[0]
+    size = (n + chunks - 1) // chunks
+    partial = np.zeros(chunks)
+    for c in numba.prange(chunks):
+        start = c * size
+        stop = min(n, start + size)
+        scores, labels, s = z[start:stop], y[start:stop], 0.0
+        for i in range(stop - start):
+            zi = scores[i]
+            # log(1 + e^z) - y z without overflow; the residual sigmoid(z) - y overwrites z.
+            s += max(zi, 0.0) + np.log1p(np.exp(-abs(zi))) - labels[i] * zi
+            scores[i] = 0.5 * (1.0 + np.tanh(0.5 * zi)) - labels[i]
+        partial[c] = s
+    total = 0.0
+    for c in range(chunks):
+        total += partial[c]
+    return total
+
+
+def _chunks(n: int, accumulator_cells: int) -> int:
+    """How many row chunks a reduction uses: a function of the shapes alone (so of nothing else)."""
+    by_rows = max(1, n // CHUNK_ROWS)
+    by_memory = max(1, ACCUMULATOR_BYTES // max(8 * accumulator_cells, 1))
+    return int(min(MAX_CHUNKS, by_rows, by_memory))
+
+
+class NumbaKernels:
+    """Fused CPU kernels with the contract of :class:`~ilargi_db.backend.kernels.ReferenceKernels`."""
+
+    xp = np
+
+    @staticmethod
+    def _parts(dense: Any, index: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+        dense = np.empty((n, 0)) if dense is None else dense
+        index = np.empty((n, 0), dtype=np.int64) if index is None else index
+        return dense, index
+
+    def gather_sum(self, dense: Any, w_dense: Any, index: Any, tables: Any) -> Any:
+        n = (dense if dense is not None else index).shape[0]
+        columns = (w_dense if w_dense is not None else tables[0, :1]).shape[1:]
+        dense, index = self._parts(dense, index, n)
+        w_dense = np.zeros((0, *columns)) if w_dense is None else np.ascontiguousarray(w_dense, dtype=np.float64)
+        tables = np.zeros((0, 1, *columns)) if tables is None else np.ascontiguousarray(tables, dtype=np.float64)
+        out = np.empty((n, *columns))
+        (_gather_sum_1d if not columns else _gather_sum_2d)(dense, w_dense, index, tables, out)
+        return out
+
+    def segment_sums(self, dense: Any, index: Any, n_table_rows: int, v: Any) -> tuple[Any, Any]:
+        n = v.shape[0]
+        has_dense, has_index = dense is not None, index is not None
+        dense, index = self._parts(dense, index, n)
+        width = int(np.prod(v.shape[1:], dtype=np.int64))
+        chunks = _chunks(n, (index.shape[1] * n_table_rows + dense.shape[1]) * width)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        kernel = _segment_sums_1d if v.ndim == 1 else _segment_sums_2d
+        head, sums = kernel(dense, index, max(n_table_rows, 0), v, chunks)
+        return (head if has_dense else None), (sums if has_index else None)
+
+    def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
+        n = (dense if dense is not None else index).shape[0]
+        m = offsets.shape[0]
+        dense, index = self._parts(dense, index, n)
+        w_dense = np.zeros((0, m)) if w_dense is None else np.ascontiguousarray(w_dense, dtype=np.float64)
+        tables = np.zeros((0, 1, m)) if tables is None else np.ascontiguousarray(tables, dtype=np.float64)
+        labels, best = np.empty(n, dtype=np.int64), np.empty(n)
+        _nearest(dense, w_dense, index, tables, np.ascontiguousarray(offsets, dtype=np.float64), labels, best)
+        return labels, best
+
+    def label_sums(self, dense: Any, index: Any, n_table_rows: int, labels: Any, k: int) -> tuple[Any, Any]:
+        n = labels.shape[0]
+        has_dense, has_index = dense is not None, index is not None
+        dense, index = self._parts(dense, index, n)
+        chunks = _chunks(n, (index.shape[1] * n_table_rows + dense.shape[1]) * k)
+        labels = np.ascontiguousarray(labels, dtype=np.int64)
+        head, counts = _label_sums(dense, index, max(n_table_rows, 0), labels, k, chunks)
+        return (head if has_dense else None), (counts if has_index else None)
+
+    def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
+        z = np.ascontiguousarray(z, dtype=np.float64)
+        loss = _logistic_loss_residual(z, np.ascontiguousarray(y01, dtype=np.float64), _chunks(len(z), 1))
+        return float(loss), z
+
+
+__all__ = ["NumbaKernels"]
