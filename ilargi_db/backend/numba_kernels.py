@@ -16,9 +16,9 @@ import numba
 import numpy as np
 
 TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
-CHUNK_ROWS = 1 << 14  # rows per chunk of a reduction, at least
-MAX_CHUNKS = 32
-ACCUMULATOR_BYTES = 64 << 20  # per-chunk accumulators of one reduction, together
+CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least
+MAX_CHUNKS = 8
+ACCUMULATOR_BYTES = 32 << 20  # per-chunk accumulators of one reduction, together
 
 
 # Style of every kernel: tiles (or chunks) of rows; inside one, column by column over contiguous slices

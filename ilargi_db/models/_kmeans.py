@@ -106,11 +106,12 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
         threshold = self.tol * variance
         explicit = not isinstance(self.init, str)
         best = None
-        for _ in range(1 if explicit else self.n_init):
-            centers = self._initial_centers(M, row_norms, rng)
-            run = self._lloyd(M, row_norms, centers, threshold)
-            if best is None or run[2] < best[2]:
-                best = run
+        with M.backend.hot_loop():
+            for _ in range(1 if explicit else self.n_init):
+                centers = self._initial_centers(M, row_norms, rng)
+                run = self._lloyd(M, row_norms, centers, threshold)
+                if best is None or run[2] < best[2]:
+                    best = run
         self.cluster_centers_, self.labels_, self.inertia_, self.n_iter_, self.loss_curve_ = best
         return self
 

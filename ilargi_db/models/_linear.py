@@ -148,7 +148,8 @@ class LinearRegression(RegressorMixin, _LinearModel):
         M = as_matrix(X)
         y = M.backend.asarray(y, dtype=M.dtype)
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
-        {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
+        with M.backend.hot_loop():
+            {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
         return self
 
     def _fit_normal(self, M: Any, y: Any) -> None:
@@ -371,10 +372,8 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             )
         M = as_matrix(X)
         y01 = M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype)
-        if self.solver == "lbfgs":
-            self._fit_lbfgs(M, y01)
-        else:
-            self._fit_newton(M, y01)
+        with M.backend.hot_loop():
+            (self._fit_lbfgs if self.solver == "lbfgs" else self._fit_newton)(M, y01)
         return self
 
     def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, Any]:

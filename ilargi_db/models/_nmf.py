@@ -102,7 +102,7 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
             W = M.backend.asarray(np.abs(avg * rng.standard_normal(size=(n, r))))
         norm_x = float(to_host(M.row_norms_squared().sum()))
         losses: list[float] = []
-        with progress(self.max_iter, "gaussian NMF") as bar:
+        with M.backend.hot_loop(), progress(self.max_iter, "gaussian NMF") as bar:
             for _ in range(self.max_iter):
                 # W <- W * (X H^T) / (W H H^T), then H <- H * (W^T X) / (W^T W H)
                 numerator = M @ H.T

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block
-from ilargi_db.metadata import DIMetadata
+from ilargi_db.metadata import CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 
 NULL_CATEGORY = "NULL"
@@ -52,17 +52,20 @@ class ColumnSpec:
         return names + ([f"{self.name}={NULL_CATEGORY}"] if self.null_category else [])
 
 
+def _category_codes(values: pa.Array, spec: ColumnSpec) -> np.ndarray:
+    """The one-hot column of each value (int64), -1 for an unseen category (or a NULL training never saw)."""
+    codes = pc.index_in(values, value_set=pa.array(spec.categories, type=pa.string()))
+    if spec.null_category:
+        codes = pc.if_else(pc.is_null(values), len(spec.categories), codes)
+    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
 def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
     """Rows of ``values`` as one-hot rows; unseen categories (and unseen NULL) are all-zero rows."""
-    codes = pc.index_in(values, value_set=pa.array(spec.categories, type=pa.string()))
-    codes = codes.to_numpy(zero_copy_only=False)  # float with NaN for no match
+    codes = _category_codes(values, spec)
+    hit = codes >= 0
     rows = np.arange(len(values))
-    if spec.null_category:
-        codes = np.where(pc.is_null(values).to_numpy(zero_copy_only=False), len(spec.categories), codes)
-    hit = ~np.isnan(codes)
-    return sp.csr_matrix(
-        (np.ones(int(hit.sum())), (rows[hit], codes[hit].astype(np.int64))), shape=(len(values), spec.width)
-    )
+    return sp.csr_matrix((np.ones(int(hit.sum())), (rows[hit], codes[hit])), shape=(len(values), spec.width))
 
 
 class FeatureEncoder:
@@ -186,10 +189,26 @@ class FeatureEncoder:
             spec = self.specs_[cat.feature]
             if spec.width == 0:
                 continue
-            fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
             columns = self.offsets_[cat.feature] + np.arange(spec.width)
+            if len(cat.values) >= meta.n_rows // 2:
+                # A fact-sized source (one row per output row, near enough): the feature is its codes.
+                # Output row i takes category codes[i] of a width x width identity: X @ w gathers w by
+                # code, X.T @ v counts by code, and no n-row one-hot block is built.
+                identity = sp.identity(spec.width, format="csr")
+                blocks.append(Block(identity, columns=columns, index=self._codes(cat, spec)))
+                continue
+            fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
             blocks.append(Block(_one_hot(cat.values, spec), columns=columns, index=cat.indicator, fill=fill))
         return blocks
+
+    @staticmethod
+    def _codes(cat: CategoricalMetadata, spec: ColumnSpec) -> np.ndarray:
+        """The one-hot column each output row takes (-1: none, an all-zero row: unseen, or NULL unseen)."""
+        source_codes = _category_codes(cat.values, spec)
+        (fill_code,) = _category_codes(pa.array([cat.fill], type=pa.string()), spec)
+        rows = cat.indicator
+        taken = np.take(source_codes, np.maximum(rows, 0))
+        return np.where(rows >= 0, taken, fill_code)
 
     def transform_table(self, table: pa.Table, feature_names: list[str]) -> list[Block]:
         """Blocks (each covering every row) of a materialized table."""
