@@ -9,6 +9,7 @@ from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_
 from ilargi_db.plan.features import classify_item, pick_target, split_filters
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
+from ilargi_db.plan.reserved import refuse_reserved_names
 from ilargi_db.plan.sources import collect_sources
 from ilargi_db.plan.statement import parse_training_query
 
@@ -54,6 +55,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
             f"could not match the {len(names)} output columns to the SELECT list; list the "
             "columns explicitly instead of using star expressions."
         )
+    refuse_reserved_names(select, sources, names)
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_target(items, target)
     order = select.args.get("order")
