@@ -185,7 +185,10 @@ RESERVED = [
     ("SELECT dep_delay AS __ILARGI_F0_0 FROM flights", "the SELECT column '__ILARGI_F0_0'"),
     ("SELECT r.seats FROM flights AS __ilargi_y JOIN planes r USING (tailnum)", "the source name '__ilargi_y'"),
     # A key of that name once joined in place of the scan's row number: a silently wrong model.
-    ("SELECT f.dep_delay, d.seats FROM (SELECT * FROM flights) f JOIN odd d USING (__ilargi_row)", "column '__ilargi_row'"),
+    (
+        "SELECT f.dep_delay, d.seats FROM (SELECT * FROM flights) f JOIN odd d USING (__ilargi_row)",
+        "column '__ilargi_row'",
+    ),
     ("SELECT f.dep_delay, d.seats FROM flights f JOIN odd d ON f.id = d.__ilargi_rowid", "column '__ilargi_rowid'"),
     ("SELECT f.dep_delay, d.__ilargi_f1_0 AS w FROM flights f JOIN odd d ON f.id = d.seats", "column '__ilargi_f1_0'"),
 ]

@@ -54,8 +54,8 @@ def refuse_reserved_names(select: exp.Select, sources: list[Source], output_name
     for alias, name in used:
         if is_reserved(name):
             raise PlanError(
-                f"column {name!r} of source {alias!r} starts with {RESERVED_PREFIX}, a prefix {rename}: rename "
-                f"it in a view or subquery, e.g. (SELECT * EXCLUDE ({name}), {name} AS another_name FROM ...) AS {alias}."
+                f"column {name!r} of source {alias!r} starts with {RESERVED_PREFIX}, a prefix {rename}: rename it in "
+                f"a view or subquery, e.g. (SELECT * EXCLUDE ({name}), {name} AS another_name FROM ...) AS {alias}."
             )
     for name in output_names:
         if is_reserved(name):
