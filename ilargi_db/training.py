@@ -11,14 +11,14 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
-from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
+from ilargi_db.metadata.scans import TARGET, materialized_sql
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.models._base import to_host
 from ilargi_db.normalization import check_factorizable, is_numeric
@@ -158,25 +158,20 @@ def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backe
 
 
 def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
-    table = fetch_arrow(con, graph.query, what="the materialized join")
-    if graph.target is not None:
-        labels = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
-        if np.isnan(labels).any():
-            table = table.filter(pa.array(~np.isnan(labels)))  # unlabelled rows teach nothing
-    names = graph.feature_names
-    positions = [i for i in range(table.num_columns) if i != graph.target_index]
-    columns = []
-    for j, i in enumerate(positions):
-        kind = pa.string() if encoder.categorical[j] else pa.float64()
-        columns.append(pc.cast(table.column(i), kind))
-    features = pa.table(columns, names=[f"c{j}" for j in range(len(columns))])
-    if fit:
-        encoder.fit_table(features, names)
-    blocks = encoder.transform_table(features, names)
-    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
+    # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
+    table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
     y = None
     if graph.target is not None:
-        y = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
+        y = column_to_numpy(table.column(TARGET))
+        if np.isnan(y).any():
+            keep = ~np.isnan(y)
+            table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
+        table = table.drop_columns([TARGET])
+    names = graph.feature_names
+    if fit:
+        encoder.fit_table(table, names)
+    blocks = encoder.transform_table(table, names)
+    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
     return TrainingData(X, y, encoder)
 
 

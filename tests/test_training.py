@@ -339,3 +339,24 @@ def test_sparse_identity_blocks_stay_sparse_in_crossprod():
     weights = rng.random(n)
     assert_close(X.crossprod(), T.T @ T)
     assert_close(X.crossprod(weights), T.T @ (weights[:, None] * T))
+
+
+def test_wide_integers_are_read_as_double_by_both_strategies():
+    """Every numeric type is CAST to DOUBLE by DuckDB (rounding as CAST does), whichever strategy trains."""
+    con = duckdb.connect()
+    con.sql(
+        """CREATE TABLE wide AS SELECT range AS k,
+               (9223372036854775808 + range * 1099511627776)::UBIGINT AS ub,  -- above 2^63: exact as DOUBLE
+               (36028797018963968 + range * 8)::BIGINT AS bi,  -- above 2^53
+               (340282366920938463463374607431768211000::UHUGEINT - range::UHUGEINT) AS uh,  -- above DECIMAL(38)
+               (170141183460469231731687303715884105000::HUGEINT - range::HUGEINT) AS hi
+           FROM range(40)"""
+    )
+    fact, mat = both(con, "SELECT k, ub FROM wide", "ub", "linear_regression")
+    for model in (fact, mat):
+        assert_close(model.coef_, [2.0**40], rtol=1e-6)
+        assert_close(np.array(model.intercept_), np.array(2.0**63), rtol=1e-12)
+    fact, mat = both(con, "SELECT bi, uh, hi, k FROM wide", "k", "linear_regression")
+    expected = con.sql("SELECT avg(bi::DOUBLE), avg(uh::DOUBLE), avg(hi::DOUBLE) FROM wide").fetchall()[0]
+    for model in (fact, mat):
+        assert_close([s.mean for s in model.encoder_.specs_], expected, rtol=1e-12)
