@@ -19,6 +19,7 @@ from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import TARGET, materialized_sql
+from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.models._base import to_host
 from ilargi_db.normalization import check_factorizable, is_numeric
@@ -151,6 +152,7 @@ def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backe
         for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
             clear_unused_nonfinite(block)
     if fit:
+        check_metadata_values(meta, graph.target.name if graph.target is not None else None)
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
     X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=backend)
@@ -169,6 +171,7 @@ def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, bac
         table = table.drop_columns([TARGET])
     names = graph.feature_names
     if fit:
+        check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
         encoder.fit_table(table, names)
     blocks = encoder.transform_table(table, names)
     X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)

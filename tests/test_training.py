@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow.compute as pc
@@ -360,3 +362,51 @@ def test_wide_integers_are_read_as_double_by_both_strategies():
     expected = con.sql("SELECT avg(bi::DOUBLE), avg(uh::DOUBLE), avg(hi::DOUBLE) FROM wide").fetchall()[0]
     for model in (fact, mat):
         assert_close([s.mean for s in model.encoder_.specs_], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+@pytest.mark.parametrize(
+    "query, target, algorithm, message",
+    [
+        (
+            "SELECT f.dep_delay, 1e308 AS arr_delay FROM flights f",
+            "arr_delay",
+            "linear_regression",
+            "target 'arr_delay' holds 1e+308 in 6 rows: beyond +-1e150",
+        ),
+        (
+            "SELECT f.dep_delay, f.arr_delay FROM flights f",
+            "arr_delay",
+            "linear_regression",
+            "target 'arr_delay' holds -inf in 1 row: ilargi_db learns from finite numbers",
+        ),
+        (
+            "SELECT p.seats * 1e200 AS big, f.arr_delay FROM flights f JOIN planes p USING (tailnum)",
+            "arr_delay",
+            "linear_regression",
+            "feature 'big' holds 2e+202 in 6 rows",
+        ),
+        (
+            "SELECT f.dep_delay, COALESCE(o.lat, 'inf'::DOUBLE) AS lat FROM flights f LEFT JOIN airports o "
+            "ON f.dest = o.faa",
+            None,
+            "kmeans",
+            "feature 'lat' holds inf in 2 rows",
+        ),
+    ],
+)
+def test_values_training_cannot_square_are_refused_by_name(con, query, target, algorithm, message, strategy):
+    con.sql("UPDATE flights SET arr_delay = '-inf' WHERE id = 2")
+    with pytest.raises(IlargiError, match=re.escape(message)):
+        ilargi_db.train(con, query, target=target, algorithm=algorithm, strategy=strategy, backend="numpy")
+
+
+def test_huge_values_in_rows_the_join_does_not_use_are_fine(con):
+    con.sql("INSERT INTO planes VALUES ('N0', 2000, 100)")  # no flight uses this plane
+    query = (
+        "SELECT f.dep_delay, CASE WHEN p.tailnum = 'N0' THEN 'inf'::DOUBLE ELSE p.year END AS year, "
+        "CASE WHEN p.tailnum = 'N0' THEN 1e300 ELSE p.seats END AS seats, f.arr_delay "
+        "FROM flights f JOIN planes p USING (tailnum)"
+    )
+    fact, mat = both(con, query, "arr_delay", "linear_regression", alpha=1.0)
+    assert_close(fact.coef_, mat.coef_, rtol=1e-9)
