@@ -23,6 +23,7 @@ from ilargi_db.metadata.value_range import check_metadata_values, check_table_va
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.models._base import to_host
 from ilargi_db.normalization import check_factorizable, is_numeric
+from ilargi_db.parameters import check_python_types
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import FeatureEncoder, is_categorical
@@ -62,6 +63,7 @@ def _estimator(algorithm: str, params: dict) -> Any:
         raise IlargiError(
             f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}."
         )
+    check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
     estimator = cls(**params)
     estimator._validate_params()  # bad values fail here, before the data is read, with scikit-learn's message
     return estimator

@@ -212,6 +212,8 @@ def test_rows_with_a_null_target_are_left_out(con):
         ({"strategy": "fast"}, IlargiError, "strategy must be one of"),
         ({"target": "origin_name"}, PlanError, "must be numeric or BOOLEAN"),
         ({"algorithm": "kmeans", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
+        ({"alpha": True}, IlargiError, "parameter 'alpha' of linear_regression takes a number, got True"),
+        ({"algorithm": "kmeans", "target": None, "n_clusters": True}, IlargiError, "takes an integer, got True"),
     ],
 )
 def test_bad_training_requests(con, kwargs, error, message):
