@@ -257,6 +257,9 @@ def train(
         chosen, why, explanation = explain_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
+        from ilargi_db.estimator.memory import check_job_memory
+
+        check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({chosen})")
