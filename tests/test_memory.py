@@ -92,3 +92,18 @@ def test_a_job_no_strategy_can_hold_is_refused_before_any_data_is_read():
     ):
         with pytest.raises(IlargiError, match=r"training factorized needs at least 9\d\.\d MiB of arrays, .*: raise"):
             call()
+
+
+def test_array_bytes_count_the_rows_a_filtered_source_keeps():
+    from ilargi_db.estimator import JobStats, SourceStats
+    from ilargi_db.estimator.memory import array_bytes
+
+    # WHERE keeps 1,000 of a million fact rows: the fact's block holds those, not the table.
+    fact = SourceStats(
+        "f", rows=1_000_000, referenced=1_000, filled=1_000, width=3, categorical_width=1, categorical_features=1
+    )
+    dim = SourceStats("d", rows=50, referenced=40, filled=1_000, width=4, categorical_width=0)
+    sizes = array_bytes(JobStats(1_000, (fact, dim), "f", cross_width=0, numeric_zero_share=0.0))
+    target = 1_000 * 8
+    assert sizes["factorized"] == target + 1_000 * (2 * 8 + 12) + 40 * 4 * 8 + 2 * 1_000 * 8
+    assert sizes["materialized"] == target + 1_000 * ((2 * 8 + 12) + 4 * 8)

@@ -64,8 +64,8 @@ def array_bytes(stats: JobStats) -> dict[str, int]:
     """A lower bound of the bytes of the arrays each strategy builds.
 
     Factorized: every source's block (numeric columns dense, one one-hot entry
-    per categorical feature and source row) and one indicator entry per output
-    row and source. Materialized: the same columns, but one row per output row.
+    per categorical feature and source row, counting the rows the join uses)
+    and one indicator entry per output row and source. Materialized: the same columns, but one row per output row.
     Both hold the target. Temporary copies (Arrow results, caches) come on top.
     """
     n = stats.n_rows
@@ -74,7 +74,8 @@ def array_bytes(stats: JobStats) -> dict[str, int]:
         if not s.width:
             continue
         row = (s.width - s.categorical_width) * FLOAT_BYTES + s.categorical_features * ONE_HOT_BYTES
-        factorized += s.rows * row + n * INDEX_BYTES
+        # A block holds the source rows that pass its filters, at least those the join uses.
+        factorized += min(s.rows, s.referenced) * row + n * INDEX_BYTES
         materialized += n * row
     materialized += n * stats.cross_width * FLOAT_BYTES
     return {"factorized": int(factorized), "materialized": int(materialized)}
