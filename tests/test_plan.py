@@ -147,6 +147,7 @@ REFUSALS = [
     ("SELECT dep_delay, p.* REPLACE (p.seats * 2 AS seats) FROM flights f JOIN planes p USING (tailnum)", "REPLACE"),
     ("SELECT dep_delay, p.* EXCLUDE (year) FROM flights f JOIN planes p USING (tailnum)", "EXCLUDE"),
     ("SELECT dep_delay FROM flights f ASOF JOIN weather w ON f.hour >= w.hour", "ASOF JOIN is not supported"),
+    ("SELECT " + "(" * 60 + "dep_delay" + ")" * 60 + " FROM flights", "nests expressions too deeply"),
 ]
 
 
@@ -207,3 +208,11 @@ def test_unread_columns_with_the_reserved_prefix_are_harmless(con):
     con.sql("ALTER TABLE flights ADD COLUMN __ilargi_row INTEGER DEFAULT 1")
     graph = build_join_graph(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay")
     assert graph.feature_names == ["dep_delay"]
+
+
+def test_a_deep_expression_in_a_view_is_planned(con):
+    con.sql("CREATE VIEW deep AS SELECT id, " + "(" * 60 + "dep_delay" + ")" * 60 + " AS d FROM flights")
+    assert build_join_graph(con, "SELECT v.d, f.arr_delay FROM flights f JOIN deep v USING (id)").feature_names == [
+        "d",
+        "arr_delay",
+    ]

@@ -412,3 +412,20 @@ def test_huge_values_in_rows_the_join_does_not_use_are_fine(con):
     )
     fact, mat = both(con, query, "arr_delay", "linear_regression", alpha=1.0)
     assert_close(fact.coef_, mat.coef_, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "expression, duckdb_type",
+    [
+        ("['a', f.origin]", "VARCHAR[]"),
+        ("[f.late]", "BOOLEAN[]"),
+        ("[f.hour]", "INTEGER[]"),
+        ("{'o': f.origin}", "STRUCT(o VARCHAR)"),
+        ("DATE '2020-01-01' + f.hour", "DATE"),
+        ("INTERVAL 1 HOUR * f.hour", "INTERVAL"),
+    ],
+)
+def test_lists_structs_and_dates_are_refused_before_any_data_is_read(con, expression, duckdb_type):
+    query = f"SELECT {expression} AS odd, f.arr_delay FROM flights f"
+    with pytest.raises(PlanError, match=re.escape(f"feature 'odd' has type {duckdb_type}: ilargi_db trains on")):
+        ilargi_db.train(con, query, target="arr_delay", backend="numpy")

@@ -40,6 +40,16 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
     feature z <- source d: d.z
     target y <- f: f.y
     """
+    try:
+        return _run_passes(con, query, target)
+    except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end
+        raise PlanError(
+            "the training query nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
+            "nested expressions in a view (CREATE VIEW v AS SELECT ...) and train on the view, or flatten them."
+        ) from None
+
+
+def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
     select = parse_training_query(query)
     sources = collect_sources(select, con)
     sources, using = resolve_using(select, sources)
