@@ -214,6 +214,8 @@ def test_rows_with_a_null_target_are_left_out(con):
         ({"algorithm": "kmeans", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
         ({"alpha": True}, IlargiError, "parameter 'alpha' of linear_regression takes a number, got True"),
         ({"algorithm": "kmeans", "target": None, "n_clusters": True}, IlargiError, "takes an integer, got True"),
+        ({"standardize": "no"}, IlargiError, "standardize must be True or False, got 'no'"),
+        ({"algorithm": ["kmeans"]}, IlargiError, r"unknown algorithm \['kmeans'\]"),
     ],
 )
 def test_bad_training_requests(con, kwargs, error, message):
@@ -380,7 +382,7 @@ def test_wide_integers_are_read_as_double_by_both_strategies():
             "SELECT f.dep_delay, f.arr_delay FROM flights f",
             "arr_delay",
             "linear_regression",
-            "target 'arr_delay' holds -inf in 1 row: ilargi_db learns from finite numbers",
+            "target 'arr_delay' holds -inf in 1 row: ilargi_db trains and evaluates on finite numbers",
         ),
         (
             "SELECT p.seats * 1e200 AS big, f.arr_delay FROM flights f JOIN planes p USING (tailnum)",
@@ -429,3 +431,25 @@ def test_lists_structs_and_dates_are_refused_before_any_data_is_read(con, expres
     query = f"SELECT {expression} AS odd, f.arr_delay FROM flights f"
     with pytest.raises(PlanError, match=re.escape(f"feature 'odd' has type {duckdb_type}: ilargi_db trains on")):
         ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+
+
+def test_a_connection_and_a_query_of_the_wrong_type_are_named(con):
+    with pytest.raises(PlanError, match="con must be a DuckDB connection"):
+        ilargi_db.train(None, "SELECT dep_delay, arr_delay FROM flights", target="arr_delay")
+    with pytest.raises(PlanError, match="must be a string holding one SELECT, got bytes"):
+        ilargi_db.train(con, b"SELECT dep_delay, arr_delay FROM flights", target="arr_delay")
+
+
+def test_predict_and_evaluate_refuse_what_the_model_cannot_read(con):
+    query = "SELECT f.dep_delay, f.origin, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+    with pytest.raises(PlanError, match="feature 'dep_delay' has type VARCHAR in this query, but the model learned"):
+        ilargi_db.predict(con, model, "SELECT f.origin AS dep_delay, f.origin FROM flights f")
+    with pytest.raises(PlanError, match=re.escape("feature 'origin' has type VARCHAR[] in this query")):
+        ilargi_db.predict(con, model, "SELECT f.dep_delay, [f.origin] AS origin FROM flights f")
+    numbers_as_text = ilargi_db.predict(con, model, "SELECT f.dep_delay, f.hour AS origin FROM flights f")
+    assert numbers_as_text.shape == (6,)  # a number is cast to text: an unseen category
+    with pytest.raises(IlargiError, match="target 'arr_delay' holds inf in 1 row"):
+        ilargi_db.evaluate(
+            con, model, "SELECT f.dep_delay, f.origin, f.arr_delay / (f.id - 3) AS arr_delay FROM flights f"
+        )

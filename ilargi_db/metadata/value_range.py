@@ -43,8 +43,8 @@ def check_values(values: np.ndarray, name: str, what: str = "feature", uses: np.
     where = f"in {rows} row{'s' if rows > 1 else ''}"
     if np.isinf(worst):
         raise IlargiError(
-            f"{what} {name!r} holds {worst} {where}: ilargi_db learns from finite numbers. Leave those rows out "
-            f"(WHERE isfinite(...)) or replace the value in the query."
+            f"{what} {name!r} holds {worst} {where}: ilargi_db trains and evaluates on finite numbers. Leave those "
+            "rows out (WHERE isfinite(...)) or replace the value in the query."
         )
     raise IlargiError(
         f"{what} {name!r} holds {worst:.6g} {where}: beyond +-1e150, a value's square overflows double precision "

@@ -40,6 +40,10 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
     feature z <- source d: d.z
     target y <- f: f.y
     """
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        raise PlanError(f"con must be a DuckDB connection (duckdb.connect() or ilargi_db.connect()), got {con!r}.")
+    if not isinstance(query, str):
+        raise PlanError(f"the training query must be a string holding one SELECT, got {type(query).__name__}.")
     try:
         return _run_passes(con, query, target)
     except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end

@@ -54,7 +54,11 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
         return {}
     try:
         parsed = json.loads(
-            options, object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite_float
+            options,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_short_int,
         )
     except json.JSONDecodeError as err:
         raise IlargiError(
@@ -95,6 +99,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 def _no_constant(name: str) -> float:
     raise IlargiError(f"options are not valid JSON: {name} is not a JSON number. Pass a finite number.")
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:  # no option takes more; Python refuses to read past 4,300 digits
+        raise IlargiError(f"option value {text[:20]}... has {len(text.lstrip('-'))} digits: no option takes that many.")
+    return int(text)
 
 
 def _finite_float(text: str) -> float:
