@@ -227,3 +227,15 @@ def test_a_fact_joined_on_unique_keys_is_still_streamed():
     X, _ = ilargi_db.normalize(con, "SELECT f.x, d.z FROM fact f JOIN dim d USING (k)", backend="numpy", sparse=False)
     # Streamed: the fact's block holds the 20 rows the join keeps, in output order (a scan would hold all 40).
     assert X.shape == (20, 2) and X.blocks[0].data.shape[0] == 20
+
+
+def test_a_join_key_that_reads_another_source_is_scanned_not_streamed(con):
+    # DuckDB cannot count the right-hand key on its own (it reads f): the fact is scanned, and that is fine.
+    query = (
+        "SELECT f.dep_delay, o.lat, f.arr_delay FROM flights f JOIN airports o "
+        "ON f.origin = o.faa || (SELECT '' FROM countries c WHERE c.id = f.id) ORDER BY f.id"
+    )
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", sparse=False)
+    T, y_join = materialized(con, query, "arr_delay")
+    assert_close(X.materialize(), T)
+    assert_close(y, y_join)
