@@ -129,8 +129,11 @@ def normalize(
     >>> y
     array([0., 2., 4., 6.])
     """
+    from ilargi_db.estimator.memory import check_job_memory
+
     be = get_backend(backend)
     graph = check_factorizable(build_join_graph(con, query, target))
+    check_job_memory(con, graph, "factorized")
     meta = extract_metadata(con, graph, dtype=dtype)
     X = to_normalized_matrix(meta, be, sparse)
     y = None if meta.target is None else be.asarray(meta.target)

@@ -11,17 +11,19 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
-from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
+from ilargi_db.metadata.scans import TARGET, materialized_sql
+from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.models._base import to_host
 from ilargi_db.normalization import check_factorizable, is_numeric
+from ilargi_db.parameters import check_python_types
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import FeatureEncoder, is_categorical
@@ -48,7 +50,7 @@ class TrainingData:
 
 def check_algorithm(algorithm: Any) -> str:
     """``algorithm`` if ilargi_db knows it, else an error naming the choices."""
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
     return algorithm
 
@@ -61,6 +63,7 @@ def _estimator(algorithm: str, params: dict) -> Any:
         raise IlargiError(
             f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}."
         )
+    check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
     estimator = cls(**params)
     estimator._validate_params()  # bad values fail here, before the data is read, with scikit-learn's message
     return estimator
@@ -143,13 +146,17 @@ def _categorical_flags(graph: JoinGraph) -> list[bool]:
     return flags
 
 
-def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
+def _factorized(
+    con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend, check: bool = False
+) -> TrainingData:
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
     meta = extract_metadata(con, graph, categorical=categorical)
     if meta.target is not None and np.isnan(meta.target).any():
         meta = meta.take_rows(np.flatnonzero(~np.isnan(meta.target)))  # unlabelled rows teach nothing
         for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
             clear_unused_nonfinite(block)
+    if check:  # inf, or values whose squares overflow, before they turn into NaN
+        check_metadata_values(meta, graph.target.name if graph.target is not None else None)
     if fit:
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
@@ -157,26 +164,25 @@ def _factorized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backe
     return TrainingData(X, meta.target, encoder)
 
 
-def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend) -> TrainingData:
-    table = fetch_arrow(con, graph.query, what="the materialized join")
-    if graph.target is not None:
-        labels = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
-        if np.isnan(labels).any():
-            table = table.filter(pa.array(~np.isnan(labels)))  # unlabelled rows teach nothing
-    names = graph.feature_names
-    positions = [i for i in range(table.num_columns) if i != graph.target_index]
-    columns = []
-    for j, i in enumerate(positions):
-        kind = pa.string() if encoder.categorical[j] else pa.float64()
-        columns.append(pc.cast(table.column(i), kind))
-    features = pa.table(columns, names=[f"c{j}" for j in range(len(columns))])
-    if fit:
-        encoder.fit_table(features, names)
-    blocks = encoder.transform_table(features, names)
-    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
+def _materialized(
+    con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend, check: bool = False
+) -> TrainingData:
+    # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
+    table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
     y = None
     if graph.target is not None:
-        y = pc.cast(table.column(graph.target_index), pa.float64()).to_numpy(zero_copy_only=False)
+        y = column_to_numpy(table.column(TARGET))
+        if np.isnan(y).any():
+            keep = ~np.isnan(y)
+            table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
+        table = table.drop_columns([TARGET])
+    names = graph.feature_names
+    if check:
+        check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
+    if fit:
+        encoder.fit_table(table, names)
+    blocks = encoder.transform_table(table, names)
+    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
     return TrainingData(X, y, encoder)
 
 
@@ -242,6 +248,9 @@ def train(
                 f"{algorithm} is unsupervised and learns from every selected column: pass no target (NULL in SQL), "
                 f"and leave {target!r} out of the SELECT list unless it should be a feature."
             )
+        for name, flag in (("standardize", standardize), ("impute", impute)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise IlargiError(f"{name} must be True or False, got {flag!r}.")
         if standardize and not supervised:
             raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
         be = get_backend(backend)
@@ -258,11 +267,14 @@ def train(
         chosen, why, explanation = explain_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
+        from ilargi_db.estimator.memory import check_job_memory
+
+        check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({chosen})")
         encoder = FeatureEncoder(flags, impute=impute)
-        data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
+        data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be, check=True)
         X, y = data.X, data.y
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if supervised else "rows"
@@ -338,8 +350,11 @@ def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph
     return dataclasses.replace(graph, features=features)
 
 
-def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str) -> TrainingData:
-    """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows)."""
+def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str, check: bool = False) -> TrainingData:
+    """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
+
+    ``check`` refuses inf and values whose squares overflow, as training does.
+    """
     encoder = getattr(model, "encoder_", None)
     if encoder is None:
         raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
@@ -347,9 +362,17 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
     graph = build_join_graph(con, query, target)
     encoder.check_features(graph.feature_names)
+    for feature, categorical in zip(graph.features, encoder.categorical):
+        t = feature.duckdb_type
+        if not (is_numeric(t) if not categorical else is_numeric(t) or is_categorical(t)):
+            learned = "a category (text)" if categorical else "a number"
+            raise PlanError(
+                f"feature {feature.name!r} has type {t} in this query, but the model learned it as {learned}: "
+                "cast it in the query."
+            )
     graph = _mark_categorical_coalesce(graph, encoder.categorical)
     build = _factorized if graph.factorizable else _materialized
-    return build(con, graph, encoder, False, get_backend(backend))
+    return build(con, graph, encoder, False, get_backend(backend), check=check)
 
 
 def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
@@ -370,7 +393,7 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
     roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error.
     """
-    data = _encoded(con, model, query, backend)
+    data = _encoded(con, model, query, backend, check=True)
     if data.X.shape[0] == 0:
         raise IlargiError("the query to evaluate on returned no rows (with a non-NULL target): check its WHERE clause.")
     if model.algorithm_ in SUPERVISED and data.y is None:

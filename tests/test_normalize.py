@@ -195,3 +195,47 @@ def test_cte_shadowing_a_table(con):
     X, _ = ilargi_db.normalize(con, query, backend="numpy")
     T, _ = materialized(con, query)
     assert_close(X.materialize(), T)
+
+
+def test_an_m_n_join_keeps_the_fact_block_at_the_size_of_the_fact():
+    """A fact whose keys match several dimension rows is scanned, not streamed through the join at its size."""
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE fact AS SELECT range AS id, range % 4 AS k, range * 1.0 AS x, range % 3 AS y FROM range(40)")
+    con.sql("CREATE TABLE dim AS SELECT range % 4 AS k, range * 0.5 AS z FROM range(20)")  # five rows per key
+    # "dim first": the first source's rows repeat once per matching fact row.
+    for query, first_rows in [
+        ("SELECT f.x, d.z, f.y FROM fact f JOIN dim d USING (k) ORDER BY f.id, d.z", 40),
+        ("SELECT d.z, f.x, f.y FROM dim d JOIN fact f USING (k) ORDER BY f.id, d.z", 20),
+    ]:
+        X, y = ilargi_db.normalize(con, query, target="y", backend="numpy", sparse=False)
+        assert X.shape == (200, 2)
+        assert X.blocks[0].data.shape[0] == first_rows
+        T, y_join = materialized(con, query, "y")
+        assert_close(X.materialize(), T)
+        assert_close(y, y_join)
+        models = {
+            s: ilargi_db.train(con, query, target="y", strategy=s, backend="numpy", alpha=0.1)
+            for s in ("factorized", "materialized")
+        }
+        assert_close(models["factorized"].coef_, models["materialized"].coef_, rtol=1e-9)
+
+
+def test_a_fact_joined_on_unique_keys_is_still_streamed():
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE fact AS SELECT range % 10 AS k, range * 1.0 AS x FROM range(40)")
+    con.sql("CREATE TABLE dim AS SELECT range AS k, range * 0.5 AS z FROM range(5)")  # keys 5-9 have no match
+    X, _ = ilargi_db.normalize(con, "SELECT f.x, d.z FROM fact f JOIN dim d USING (k)", backend="numpy", sparse=False)
+    # Streamed: the fact's block holds the 20 rows the join keeps, in output order (a scan would hold all 40).
+    assert X.shape == (20, 2) and X.blocks[0].data.shape[0] == 20
+
+
+def test_a_join_key_that_reads_another_source_is_scanned_not_streamed(con):
+    # DuckDB cannot count the right-hand key on its own (it reads f): the fact is scanned, and that is fine.
+    query = (
+        "SELECT f.dep_delay, o.lat, f.arr_delay FROM flights f JOIN airports o "
+        "ON f.origin = o.faa || (SELECT '' FROM countries c WHERE c.id = f.id) ORDER BY f.id"
+    )
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", sparse=False)
+    T, y_join = materialized(con, query, "arr_delay")
+    assert_close(X.materialize(), T)
+    assert_close(y, y_join)

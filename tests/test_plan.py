@@ -147,6 +147,7 @@ REFUSALS = [
     ("SELECT dep_delay, p.* REPLACE (p.seats * 2 AS seats) FROM flights f JOIN planes p USING (tailnum)", "REPLACE"),
     ("SELECT dep_delay, p.* EXCLUDE (year) FROM flights f JOIN planes p USING (tailnum)", "EXCLUDE"),
     ("SELECT dep_delay FROM flights f ASOF JOIN weather w ON f.hour >= w.hour", "ASOF JOIN is not supported"),
+    ("SELECT " + "(" * 60 + "dep_delay" + ")" * 60 + " FROM flights", "nests expressions too deeply"),
 ]
 
 
@@ -178,3 +179,40 @@ def test_target_refusals(con, query, target, message):
 def test_order_by_a_constant_is_dropped(con):
     graph = build_join_graph(con, "SELECT 5 AS c, f.dep_delay FROM flights f ORDER BY 1, 2")
     assert graph.order_by == ("f.dep_delay",)
+
+
+RESERVED = [
+    ("SELECT dep_delay AS __ilargi_row, arr_delay FROM flights", "the SELECT column '__ilargi_row'"),
+    ("SELECT dep_delay AS __ILARGI_F0_0 FROM flights", "the SELECT column '__ILARGI_F0_0'"),
+    ("SELECT r.seats FROM flights AS __ilargi_y JOIN planes r USING (tailnum)", "the source name '__ilargi_y'"),
+    # A key of that name once joined in place of the scan's row number: a silently wrong model.
+    (
+        "SELECT f.dep_delay, d.seats FROM (SELECT * FROM flights) f JOIN odd d USING (__ilargi_row)",
+        "column '__ilargi_row'",
+    ),
+    ("SELECT f.dep_delay, d.seats FROM flights f JOIN odd d ON f.id = d.__ilargi_rowid", "column '__ilargi_rowid'"),
+    ("SELECT f.dep_delay, d.__ilargi_f1_0 AS w FROM flights f JOIN odd d ON f.id = d.seats", "column '__ilargi_f1_0'"),
+]
+
+
+@pytest.mark.parametrize("query, message", RESERVED, ids=[m for _, m in RESERVED])
+def test_the_reserved_prefix_is_refused_at_planning(con, query, message):
+    con.sql("ALTER TABLE flights ADD COLUMN __ilargi_row INTEGER DEFAULT 1")
+    con.sql("CREATE VIEW odd AS SELECT 1 AS __ilargi_row, 2 AS __ilargi_rowid, 3.0 AS __ilargi_f1_0, 4 AS seats")
+    with pytest.raises(PlanError, match="starts with __ilargi_, a prefix ilargi_db reserves") as err:
+        build_join_graph(con, query)
+    assert message in str(err.value)
+
+
+def test_unread_columns_with_the_reserved_prefix_are_harmless(con):
+    con.sql("ALTER TABLE flights ADD COLUMN __ilargi_row INTEGER DEFAULT 1")
+    graph = build_join_graph(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay")
+    assert graph.feature_names == ["dep_delay"]
+
+
+def test_a_deep_expression_in_a_view_is_planned(con):
+    con.sql("CREATE VIEW deep AS SELECT id, " + "(" * 60 + "dep_delay" + ")" * 60 + " AS d FROM flights")
+    assert build_join_graph(con, "SELECT v.d, f.arr_delay FROM flights f JOIN deep v USING (id)").feature_names == [
+        "d",
+        "arr_delay",
+    ]

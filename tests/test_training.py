@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow.compute as pc
@@ -212,6 +214,10 @@ def test_rows_with_a_null_target_are_left_out(con):
         ({"strategy": "fast"}, IlargiError, "strategy must be one of"),
         ({"target": "origin_name"}, PlanError, "must be numeric or BOOLEAN"),
         ({"algorithm": "kmeans", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
+        ({"alpha": True}, IlargiError, "parameter 'alpha' of linear_regression takes a number, got True"),
+        ({"algorithm": "kmeans", "target": None, "n_clusters": True}, IlargiError, "takes an integer, got True"),
+        ({"standardize": "no"}, IlargiError, "standardize must be True or False, got 'no'"),
+        ({"algorithm": ["kmeans"]}, IlargiError, r"unknown algorithm \['kmeans'\]"),
     ],
 )
 def test_bad_training_requests(con, kwargs, error, message):
@@ -341,3 +347,111 @@ def test_sparse_identity_blocks_stay_sparse_in_crossprod():
     weights = rng.random(n)
     assert_close(X.crossprod(), T.T @ T)
     assert_close(X.crossprod(weights), T.T @ (weights[:, None] * T))
+
+
+def test_wide_integers_are_read_as_double_by_both_strategies():
+    """Every numeric type is CAST to DOUBLE by DuckDB (rounding as CAST does), whichever strategy trains."""
+    con = duckdb.connect()
+    con.sql(
+        """CREATE TABLE wide AS SELECT range AS k,
+               (9223372036854775808 + range * 1099511627776)::UBIGINT AS ub,  -- above 2^63: exact as DOUBLE
+               (36028797018963968 + range * 8)::BIGINT AS bi,  -- above 2^53
+               (340282366920938463463374607431768211000::UHUGEINT - range::UHUGEINT) AS uh,  -- above DECIMAL(38)
+               (170141183460469231731687303715884105000::HUGEINT - range::HUGEINT) AS hi
+           FROM range(40)"""
+    )
+    fact, mat = both(con, "SELECT k, ub FROM wide", "ub", "linear_regression")
+    for model in (fact, mat):
+        assert_close(model.coef_, [2.0**40], rtol=1e-6)
+        assert_close(np.array(model.intercept_), np.array(2.0**63), rtol=1e-12)
+    fact, mat = both(con, "SELECT bi, uh, hi, k FROM wide", "k", "linear_regression")
+    expected = con.sql("SELECT avg(bi::DOUBLE), avg(uh::DOUBLE), avg(hi::DOUBLE) FROM wide").fetchall()[0]
+    for model in (fact, mat):
+        assert_close([s.mean for s in model.encoder_.specs_], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+@pytest.mark.parametrize(
+    "query, target, algorithm, message",
+    [
+        (
+            "SELECT f.dep_delay, 1e308 AS arr_delay FROM flights f",
+            "arr_delay",
+            "linear_regression",
+            "target 'arr_delay' holds 1e+308 in 6 rows: beyond +-1e150",
+        ),
+        (
+            "SELECT f.dep_delay, f.arr_delay FROM flights f",
+            "arr_delay",
+            "linear_regression",
+            "target 'arr_delay' holds -inf in 1 row: ilargi_db trains and evaluates on finite numbers",
+        ),
+        (
+            "SELECT p.seats * 1e200 AS big, f.arr_delay FROM flights f JOIN planes p USING (tailnum)",
+            "arr_delay",
+            "linear_regression",
+            "feature 'big' holds 2e+202 in 6 rows",
+        ),
+        (
+            "SELECT f.dep_delay, COALESCE(o.lat, 'inf'::DOUBLE) AS lat FROM flights f LEFT JOIN airports o "
+            "ON f.dest = o.faa",
+            None,
+            "kmeans",
+            "feature 'lat' holds inf in 2 rows",
+        ),
+    ],
+)
+def test_values_training_cannot_square_are_refused_by_name(con, query, target, algorithm, message, strategy):
+    con.sql("UPDATE flights SET arr_delay = '-inf' WHERE id = 2")
+    with pytest.raises(IlargiError, match=re.escape(message)):
+        ilargi_db.train(con, query, target=target, algorithm=algorithm, strategy=strategy, backend="numpy")
+
+
+def test_huge_values_in_rows_the_join_does_not_use_are_fine(con):
+    con.sql("INSERT INTO planes VALUES ('N0', 2000, 100)")  # no flight uses this plane
+    query = (
+        "SELECT f.dep_delay, CASE WHEN p.tailnum = 'N0' THEN 'inf'::DOUBLE ELSE p.year END AS year, "
+        "CASE WHEN p.tailnum = 'N0' THEN 1e300 ELSE p.seats END AS seats, f.arr_delay "
+        "FROM flights f JOIN planes p USING (tailnum)"
+    )
+    fact, mat = both(con, query, "arr_delay", "linear_regression", alpha=1.0)
+    assert_close(fact.coef_, mat.coef_, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "expression, duckdb_type",
+    [
+        ("['a', f.origin]", "VARCHAR[]"),
+        ("[f.late]", "BOOLEAN[]"),
+        ("[f.hour]", "INTEGER[]"),
+        ("{'o': f.origin}", "STRUCT(o VARCHAR)"),
+        ("DATE '2020-01-01' + f.hour", "DATE"),
+        ("INTERVAL 1 HOUR * f.hour", "INTERVAL"),
+    ],
+)
+def test_lists_structs_and_dates_are_refused_before_any_data_is_read(con, expression, duckdb_type):
+    query = f"SELECT {expression} AS odd, f.arr_delay FROM flights f"
+    with pytest.raises(PlanError, match=re.escape(f"feature 'odd' has type {duckdb_type}: ilargi_db trains on")):
+        ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+
+
+def test_a_connection_and_a_query_of_the_wrong_type_are_named(con):
+    with pytest.raises(PlanError, match="con must be a DuckDB connection"):
+        ilargi_db.train(None, "SELECT dep_delay, arr_delay FROM flights", target="arr_delay")
+    with pytest.raises(PlanError, match="must be a string holding one SELECT, got bytes"):
+        ilargi_db.train(con, b"SELECT dep_delay, arr_delay FROM flights", target="arr_delay")
+
+
+def test_predict_and_evaluate_refuse_what_the_model_cannot_read(con):
+    query = "SELECT f.dep_delay, f.origin, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+    with pytest.raises(PlanError, match="feature 'dep_delay' has type VARCHAR in this query, but the model learned"):
+        ilargi_db.predict(con, model, "SELECT f.origin AS dep_delay, f.origin FROM flights f")
+    with pytest.raises(PlanError, match=re.escape("feature 'origin' has type VARCHAR[] in this query")):
+        ilargi_db.predict(con, model, "SELECT f.dep_delay, [f.origin] AS origin FROM flights f")
+    numbers_as_text = ilargi_db.predict(con, model, "SELECT f.dep_delay, f.hour AS origin FROM flights f")
+    assert numbers_as_text.shape == (6,)  # a number is cast to text: an unseen category
+    with pytest.raises(IlargiError, match="target 'arr_delay' holds inf in 1 row"):
+        ilargi_db.evaluate(
+            con, model, "SELECT f.dep_delay, f.origin, f.arr_delay / (f.id - 3) AS arr_delay FROM flights f"
+        )

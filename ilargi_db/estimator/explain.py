@@ -15,6 +15,7 @@ from ilargi_db.estimator.analytical import STRATEGIES
 from ilargi_db.estimator.calibration import calibration_path
 from ilargi_db.estimator.features import job_features, job_stats
 from ilargi_db.estimator.hardware import Hardware, detect_hardware
+from ilargi_db.estimator.memory import array_bytes, format_bytes, memory_limit_bytes
 from ilargi_db.plan import JoinGraph, build_join_graph
 
 
@@ -187,7 +188,8 @@ def explain_graph(
     _check(algorithm, params)
     name = get_backend(backend).name
     hardware = detect_hardware(cache)
-    f = job_features(job_stats(con, graph), algorithm, params)
+    stats = job_stats(con, graph)
+    f = job_features(stats, algorithm, params)
     f.update(backend=name, **hardware.as_features())
     model = select_model(name, cache)
     predicted = model.predict(f, hardware, name)
@@ -199,7 +201,12 @@ def explain_graph(
         f[f"data_bytes_{s}"] = w["data_bytes"]
         f[f"analytical_seconds_{s}"] = predicted[s]["analytical"]
     seconds = {s: float(predicted[s]["seconds"]) for s in STRATEGIES}
-    chosen = min(STRATEGIES, key=lambda s: seconds[s])
+    needed = array_bytes(stats)
+    limit = memory_limit_bytes(con)
+    for s in STRATEGIES:
+        f[f"array_bytes_{s}"] = needed[s]
+    fits = {s: limit is None or needed[s] <= limit for s in STRATEGIES}
+    chosen = min(STRATEGIES, key=lambda s: (not fits[s], seconds[s]))  # the fastest of those that fit
     reasons = _reasons(f, phases, predicted, hardware, name, chosen)
     mixed = graph.cross_source_features
     if mixed:
@@ -212,6 +219,11 @@ def explain_graph(
     lead = f"{chosen} is predicted {speedup:.2f}x faster"
     if speedup < 1.1:
         lead += " (a near tie: either strategy costs about the same)"
+    if fits[chosen] and not fits[other]:
+        lead = (
+            f"{other}'s arrays ({format_bytes(needed[other])}) would exceed DuckDB's memory_limit of "
+            f"{format_bytes(limit)}, {chosen}'s ({format_bytes(needed[chosen])}) fit"
+        ) + ("" if speedup >= 1 else f", though {other} is predicted {1 / speedup:.2f}x faster")
     return Explanation(chosen, seconds, f, [f"{lead}: {reasons[0]}", *reasons[1:]], model.description)
 
 

@@ -12,7 +12,8 @@ import uuid
 import duckdb
 import numpy as np
 
-from ilargi_db.metadata.arrow_blocks import arrow_to_block
+from ilargi_db.errors import IlargiError
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.indicator import TARGET, compute_indicators, winner_column
 from ilargi_db.metadata.scans import cast_part, join_columns, part_column, scan_source, supports_rowid
@@ -53,13 +54,38 @@ def streamable_source(
     The first source of a star or snowflake (the fact table) is read by the join
     anyway; selecting its feature expressions there saves its own scan and puts
     its block in output order (identity indicator), with no reordering. Only a
-    base table no outer join can empty qualifies: its rows flow through the join
-    one per output row.
+    base table no outer join can empty, whose rows no join can repeat, qualifies:
+    its rows flow through the join at most once each.
     """
     first = graph.sources[0]
     if first.nullable or not parts[first.alias] or parts_in_join[first.alias]:
         return None
-    return first.alias if supports_rowid(con, first, with_prefix(graph.select)) else None
+    prefix = with_prefix(graph.select)
+    if not supports_rowid(con, first, prefix) or not joins_cannot_repeat_rows(con, graph):
+        return None
+    return first.alias
+
+
+def joins_cannot_repeat_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> bool:
+    """Whether every join matches a row with at most one row: each joined source is unique on its join keys.
+
+    Then the first source's rows flow through the join at most once each, and
+    streaming its features costs no more than scanning it. Where a join can repeat
+    them (an M:N join, or a dimension first in FROM), a streamed block would grow
+    to the size of the join. One aggregate query over the joined sources decides
+    (NULL keys count as duplicates: a conservative answer only costs the stream).
+    """
+    checks = []
+    for edge in graph.joins:
+        keys = ", ".join(right for _, right in edge.keys)
+        checks.append(f"(SELECT count(*) = count(DISTINCT row({keys})) FROM {graph.source(edge.right).relation_sql})")
+    if not checks:
+        return True
+    try:
+        found = fetch_arrow(con, f"{with_prefix(graph.select)}SELECT {', '.join(checks)}", what="unique join keys")
+    except IlargiError:  # a key DuckDB cannot count on its own (e.g. correlated): scanning is always right
+        return False
+    return all(column[0].as_py() for column in found.columns)
 
 
 def clear_unused_nonfinite(block: BlockMetadata) -> None:

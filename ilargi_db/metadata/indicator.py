@@ -9,11 +9,9 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import ROW, SourceScan, part_column, quote
+from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
-
-TARGET = "__ilargi_y"
 
 
 def row_column(position: int) -> str:

@@ -18,6 +18,7 @@ from ilargi_db.plan.sources import with_prefix
 
 ROW = "__ilargi_row"
 ROWID = "__ilargi_rowid"
+TARGET = "__ilargi_y"
 
 
 def part_column(feature_index: int, part_index: int) -> str:
@@ -116,6 +117,22 @@ def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str =
 def cast_part(name: str, sql: str, categorical: frozenset[str]) -> str:
     """A feature part as DuckDB should return it: DOUBLE, or VARCHAR for a categorical one."""
     return f"CAST(({sql}) AS {'VARCHAR' if name in categorical else 'DOUBLE'}) AS {quote(name)}"
+
+
+def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
+    """The training query with each feature cast as the scans cast it, and the target as DOUBLE.
+
+    Both strategies then read every value through the same DuckDB cast (a UBIGINT
+    above 2^53 rounds as CAST does, in either), and duplicate output names cannot
+    clash: features are named by :func:`part_column`, the target :data:`TARGET`.
+    """
+    names = {part_column(j, 0) for j, flag in enumerate(categorical) if flag}
+    items = [cast_part(part_column(j, 0), f.sql, names) for j, f in enumerate(graph.features)]
+    if graph.target is not None:
+        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote(TARGET)}")
+    select = graph.select.copy()
+    select.set("expressions", [sqlglot.parse_one(item, read="duckdb") for item in items])
+    return select.sql("duckdb")
 
 
 def scan_sql(

@@ -3,8 +3,8 @@
 Small passes, each in its own module, run in order by :func:`build_join_graph`:
 ``statement`` (parse, refuse what is not a training set), ``sources`` (FROM
 items and their schemas), ``joins`` (join types, USING/NATURAL, equality keys),
-``columns`` (stars, ORDER BY, qualification), ``features`` (filters, features,
-target).
+``columns`` (stars, ORDER BY, qualification), ``reserved`` (names ilargi_db's
+own queries use), ``features`` (filters, features, target).
 """
 
 from ilargi_db.plan.builder import build_join_graph

@@ -9,6 +9,7 @@ from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_
 from ilargi_db.plan.features import classify_item, pick_target, split_filters
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
+from ilargi_db.plan.reserved import refuse_reserved_names
 from ilargi_db.plan.sources import collect_sources
 from ilargi_db.plan.statement import parse_training_query
 
@@ -39,6 +40,20 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
     feature z <- source d: d.z
     target y <- f: f.y
     """
+    if not isinstance(con, duckdb.DuckDBPyConnection):
+        raise PlanError(f"con must be a DuckDB connection (duckdb.connect() or ilargi_db.connect()), got {con!r}.")
+    if not isinstance(query, str):
+        raise PlanError(f"the training query must be a string holding one SELECT, got {type(query).__name__}.")
+    try:
+        return _run_passes(con, query, target)
+    except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end
+        raise PlanError(
+            "the training query nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
+            "nested expressions in a view (CREATE VIEW v AS SELECT ...) and train on the view, or flatten them."
+        ) from None
+
+
+def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
     select = parse_training_query(query)
     sources = collect_sources(select, con)
     sources, using = resolve_using(select, sources)
@@ -54,6 +69,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
             f"could not match the {len(names)} output columns to the SELECT list; list the "
             "columns explicitly instead of using star expressions."
         )
+    refuse_reserved_names(select, sources, names)
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_target(items, target)
     order = select.args.get("order")

@@ -126,7 +126,8 @@ def join_edges(select: exp.Select, sources: list[Source]) -> list[JoinEdge]:
         keys: list[tuple[str, str]] = []
         for name in join.args.get("using") or []:
             owner = next(s.alias for s in sources[:position] if s.has_column(name.name))
-            keys.append((f"{owner}.{name.sql('duckdb')}", f"{right}.{name.sql('duckdb')}"))
+            left_key, right_key = (exp.Column(this=name.copy(), table=exp.to_identifier(a)) for a in (owner, right))
+            keys.append((left_key.sql("duckdb"), right_key.sql("duckdb")))
         for part in conjuncts(join.args.get("on")):
             key = equality_key(part, right, earlier)
             if key:

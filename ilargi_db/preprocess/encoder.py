@@ -26,8 +26,8 @@ CATEGORICAL_TYPES = ("VARCHAR", "ENUM", "BOOLEAN")
 
 
 def is_categorical(duckdb_type: str) -> bool:
-    """VARCHAR, ENUM and BOOLEAN features are one-hot encoded."""
-    return duckdb_type.upper().startswith(CATEGORICAL_TYPES)
+    """VARCHAR, ENUM and BOOLEAN features are one-hot encoded (not lists of them, such as VARCHAR[])."""
+    return duckdb_type.upper().startswith(CATEGORICAL_TYPES) and not duckdb_type.endswith("]")
 
 
 @dataclass(frozen=True)

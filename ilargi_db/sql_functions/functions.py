@@ -27,6 +27,7 @@ import duckdb
 
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.estimator import explain
+from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
@@ -52,11 +53,21 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
     if options is None or not options.strip():
         return {}
     try:
-        parsed = json.loads(options)
+        parsed = json.loads(
+            options,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_short_int,
+        )
     except json.JSONDecodeError as err:
         raise IlargiError(
             f"options are not valid JSON ({err.msg} at character {err.pos}): pass an object such as "
             """'{"alpha": 1.0, "strategy": "auto"}'."""
+        ) from None
+    except RecursionError:
+        raise IlargiError(
+            """options are nested too deeply: pass a flat JSON object such as '{"alpha": 1.0}'."""
         ) from None
     if not isinstance(parsed, dict):
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
@@ -70,7 +81,37 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
         if key in parsed and not isinstance(parsed[key], kind):
             expected = "a string" if kind is str else "true or false"
             raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
+    check_json_types(algorithm, ALGORITHMS[algorithm], {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for key, _ in pairs:
+        (twice if key in seen else seen).add(key)
+    if twice:
+        raise IlargiError(
+            f"option(s) {', '.join(map(repr, sorted(twice)))} given twice in the options JSON: keep one of each."
+        )
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> float:
+    raise IlargiError(f"options are not valid JSON: {name} is not a JSON number. Pass a finite number.")
+
+
+def _short_int(text: str) -> int:
+    if len(text.lstrip("-")) > 18:  # no option takes more; Python refuses to read past 4,300 digits
+        raise IlargiError(f"option value {text[:20]}... has {len(text.lstrip('-'))} digits: no option takes that many.")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise IlargiError(f"option value {text} is beyond double precision: pass a finite number.")
+    return value
 
 
 def explain_options(algorithm: str, options: str | None) -> dict:
