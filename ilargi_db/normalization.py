@@ -14,6 +14,7 @@ from ilargi_db.errors import NotFactorizableError, PlanError
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.read_snapshot import ReadSnapshot
 
 _NUMERIC = re.compile(
     r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|"
@@ -130,8 +131,9 @@ def normalize(
     array([0., 2., 4., 6.])
     """
     be = get_backend(backend)
-    graph = check_factorizable(build_join_graph(con, query, target))
-    meta = extract_metadata(con, graph, dtype=dtype)
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        graph = check_factorizable(build_join_graph(con, query, target))
+        meta = extract_metadata(con, graph, dtype=dtype)
     X = to_normalized_matrix(meta, be, sparse)
     y = None if meta.target is None else be.asarray(meta.target)
     return X, y

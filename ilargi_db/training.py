@@ -25,6 +25,7 @@ from ilargi_db.normalization import check_factorizable, is_numeric
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import FeatureEncoder, is_categorical
+from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
 
 ALGORITHMS = {
     "linear_regression": LinearRegression,
@@ -102,6 +103,7 @@ def explain_strategy(
     try:
         explanation = explain_graph(con, graph, algorithm, backend, params)
     except (duckdb.Error, OSError, ValueError) as err:  # the estimator must never stop a training that can run
+        renew_snapshot(con)  # a failed statement aborts the transaction it ran in
         chosen, why = _cell_ratio_rule(con, graph)
         return chosen, f"{why} (the cost estimator failed: {err})", None
     seconds = explanation.predicted_seconds
@@ -231,6 +233,7 @@ def train(
     """
     start = time.perf_counter()
     stages = progress(3, "planning")  # a bar over the three stages, in a terminal only
+    snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
     try:
         estimator = _estimator(algorithm, params)
         supervised = algorithm in SUPERVISED
@@ -244,6 +247,7 @@ def train(
         if standardize and not supervised:
             raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
         be = get_backend(backend)
+        snapshot.open()
         graph = build_join_graph(con, query, target)
         if not graph.features:
             raise IlargiError("the training query selects no feature column: add the columns to learn from.")
@@ -262,6 +266,7 @@ def train(
         stages.set_description(f"reading data ({chosen})")
         encoder = FeatureEncoder(flags, impute=impute)
         data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be)
+        snapshot.close()  # all read: the fit needs no transaction
         X, y = data.X, data.y
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if supervised else "rows"
@@ -280,6 +285,7 @@ def train(
             estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
         stages.update()
     finally:
+        snapshot.close()
         stages.close()
     done = time.perf_counter()
     estimator.strategy_ = chosen
@@ -316,13 +322,14 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     encoder = getattr(model, "encoder_", None)
     if encoder is None:
         raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
-    columns = [c.lower() for c in build_join_graph(con, query).feature_names]
-    target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
-    graph = build_join_graph(con, query, target)
-    encoder.check_features(graph.feature_names)
-    graph = _mark_categorical_coalesce(graph, encoder.categorical)
-    build = _factorized if graph.factorizable else _materialized
-    return build(con, graph, encoder, False, get_backend(backend))
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        columns = [c.lower() for c in build_join_graph(con, query).feature_names]
+        target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
+        graph = build_join_graph(con, query, target)
+        encoder.check_features(graph.feature_names)
+        graph = _mark_categorical_coalesce(graph, encoder.categorical)
+        build = _factorized if graph.factorizable else _materialized
+        return build(con, graph, encoder, False, get_backend(backend))
 
 
 def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
