@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 from ilargi_db.backend import Backend, get_backend
 from ilargi_db.errors import NotFactorizableError, PlanError
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.plan import JoinGraph, build_join_graph
@@ -76,6 +77,7 @@ def to_normalized_matrix(
     return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=meta.feature_names, backend=backend)
 
 
+@interruptible_job
 def normalize(
     con: duckdb.DuckDBPyConnection,
     query: str,

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
@@ -182,6 +183,7 @@ def _materialized(con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, bac
     return TrainingData(X, y, encoder)
 
 
+@interruptible_job
 def train(
     con: duckdb.DuckDBPyConnection,
     query: str,
@@ -332,6 +334,7 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
         return build(con, graph, encoder, False, get_backend(backend))
 
 
+@interruptible_job
 def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
     """Score the rows of another query with the same feature columns as ``model``'s training query.
 
@@ -344,6 +347,7 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     return np.asarray(model.predict(_encoded(con, model, query, backend).X))
 
 
+@interruptible_job
 def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 

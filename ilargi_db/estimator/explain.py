@@ -15,6 +15,7 @@ from ilargi_db.estimator.analytical import STRATEGIES
 from ilargi_db.estimator.calibration import calibration_path
 from ilargi_db.estimator.features import job_features, job_stats
 from ilargi_db.estimator.hardware import Hardware, detect_hardware
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.read_snapshot import ReadSnapshot
 
@@ -216,6 +217,7 @@ def explain_graph(
     return Explanation(chosen, seconds, f, [f"{lead}: {reasons[0]}", *reasons[1:]], model.description)
 
 
+@interruptible_job
 def explain(
     con: duckdb.DuckDBPyConnection,
     query: str,
