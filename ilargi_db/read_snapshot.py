@@ -45,7 +45,7 @@ class ReadSnapshot:
     [(1,)]
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
         self.owned = False  # ilargi_db began the transaction, so it ends it
 

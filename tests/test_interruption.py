@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 import ilargi_db
-from ilargi_db import TrainingInterrupted, cli
+from ilargi_db import TrainingInterrupted, cli, interruption
 from ilargi_db.read_snapshot import in_transaction
 
 POINTS = "SELECT p.a, p.b, p.c FROM points p"
@@ -31,8 +31,17 @@ def con():
     con.close()
 
 
-def after(seconds: float, action) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()))
+def when_running(action) -> threading.Thread:
+    """Call ``action`` on another thread once an ilargi_db job has been running for a moment."""
+
+    def wait_then_act() -> None:
+        deadline = time.monotonic() + 30
+        while not interruption._JOBS and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.2)  # into the training loop
+        action()
+
+    thread = threading.Thread(target=wait_then_act)
     thread.start()
     return thread
 
@@ -53,7 +62,7 @@ def assert_nothing_stored(con: duckdb.DuckDBPyConnection) -> None:
 
 @pytest.mark.parametrize("algorithm", ["kmeans", "gnmf"])
 def test_ctrl_c_stops_a_python_training_promptly(con, algorithm):
-    thread = after(0.3, _thread.interrupt_main)
+    thread = when_running(_thread.interrupt_main)
     start = time.perf_counter()
     with pytest.raises(TrainingInterrupted, match="stopped before storing anything"):
         ilargi_db.train(con, POINTS, algorithm=algorithm, **LONG[algorithm])
@@ -74,7 +83,7 @@ def test_interrupt_training_stops_a_training_on_another_thread(con):
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(0.3)
+    when_running(lambda: None).join()
     start = time.perf_counter()
     assert ilargi_db.interrupt_training() == 1
     worker.join()
@@ -104,7 +113,7 @@ def test_an_interruption_while_reading_rolls_the_snapshot_back(con, monkeypatch)
 @pytest.mark.parametrize("algorithm", ["kmeans", "gnmf"])
 def test_ctrl_c_stops_ilargi_train_and_stores_nothing(con, algorithm):
     con.execute("SET threads = 1")  # DuckDB then runs the function on the calling (main) thread
-    thread = after(0.3, _thread.interrupt_main)
+    thread = when_running(_thread.interrupt_main)
     start = time.perf_counter()
     with pytest.raises(duckdb.Error, match="TrainingInterrupted: interrupted: ilargi_db stopped"):
         con.execute(sql_train(algorithm))
@@ -127,7 +136,7 @@ def test_ctrl_c_stops_ilargi_train_on_a_thread_ctrl_c_does_not_reach(con):
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(0.3)
+    when_running(lambda: None).join()
     start = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):  # the main thread's Ctrl-C, as the previous handler raises it
         _thread.interrupt_main()
@@ -141,7 +150,7 @@ def test_ctrl_c_stops_ilargi_train_on_a_thread_ctrl_c_does_not_reach(con):
 
 
 def test_interrupt_training_stops_ilargi_train_and_stores_nothing(con):
-    thread = after(0.3, ilargi_db.interrupt_training)
+    thread = when_running(ilargi_db.interrupt_training)
     start = time.perf_counter()
     with pytest.raises(duckdb.Error, match="TrainingInterrupted"):
         con.execute(sql_train("kmeans"))
@@ -157,7 +166,7 @@ def test_ctrl_c_in_the_shell_stops_the_statement_not_the_shell(con, monkeypatch,
     def read(prompt: str = "") -> str:
         line = next(lines)
         if not interrupter:
-            interrupter.append(after(0.3, _thread.interrupt_main))
+            interrupter.append(when_running(_thread.interrupt_main))
         return line
 
     monkeypatch.setattr("builtins.input", read)
