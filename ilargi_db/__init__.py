@@ -6,6 +6,7 @@
 
 from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
 from ilargi_db.estimator import explain
+from ilargi_db.interruption import TrainingInterrupted, interrupt_training
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
 from ilargi_db.normalization import normalize
@@ -46,5 +47,7 @@ __all__ = [
     "prediction_sql",
     "save_model",
     "install",
+    "interrupt_training",
     "normalize",
+    "TrainingInterrupted",
 ]

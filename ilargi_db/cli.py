@@ -26,6 +26,7 @@ import duckdb
 
 import ilargi_db
 from ilargi_db.errors import IlargiError
+from ilargi_db.interruption import is_interruption
 
 UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
 MAX_CELL = 60
@@ -113,6 +114,10 @@ def shell(con: duckdb.DuckDBPyConnection) -> None:
                 run_sql(con, sql)
             except (duckdb.Error, IlargiError) as err:
                 print(f"Error: {clean_error(err)}", file=sys.stderr)
+            except (KeyboardInterrupt, RuntimeError) as err:  # Ctrl-C stops the statement, not the shell
+                if not is_interruption(err):  # DuckDB reports Ctrl-C as RuntimeError("Query interrupted")
+                    raise
+                print("Interrupted: the statement stopped, and ilargi_db's functions stored nothing.", file=sys.stderr)
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
@@ -378,7 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as err:  # IlargiError and scikit-learn's parameter errors are ValueErrors
         print(f"ilargi {args.cmd}: error: {clean_error(err)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as err:
+        if not is_interruption(err):  # DuckDB reports Ctrl-C as RuntimeError("Query interrupted")
+            raise
         print(f"ilargi {args.cmd}: interrupted", file=sys.stderr)
         return 130
 

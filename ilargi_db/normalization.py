@@ -11,9 +11,11 @@ import scipy.sparse as sp
 
 from ilargi_db.backend import Backend, get_backend
 from ilargi_db.errors import NotFactorizableError, PlanError
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.read_snapshot import ReadSnapshot
 
 _NUMERIC = re.compile(
     r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|"
@@ -75,6 +77,7 @@ def to_normalized_matrix(
     return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=meta.feature_names, backend=backend)
 
 
+@interruptible_job
 def normalize(
     con: duckdb.DuckDBPyConnection,
     query: str,
@@ -132,9 +135,10 @@ def normalize(
     from ilargi_db.estimator.memory import check_job_memory
 
     be = get_backend(backend)
-    graph = check_factorizable(build_join_graph(con, query, target))
-    check_job_memory(con, graph, "factorized")
-    meta = extract_metadata(con, graph, dtype=dtype)
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        graph = check_factorizable(build_join_graph(con, query, target))
+        check_job_memory(con, graph, "factorized")
+        meta = extract_metadata(con, graph, dtype=dtype)
     X = to_normalized_matrix(meta, be, sparse)
     y = None if meta.target is None else be.asarray(meta.target)
     return X, y

@@ -15,6 +15,7 @@ import pyarrow as pa
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
@@ -27,6 +28,7 @@ from ilargi_db.parameters import check_python_types
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import FeatureEncoder, is_categorical
+from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
 
 ALGORITHMS = {
     "linear_regression": LinearRegression,
@@ -105,6 +107,7 @@ def explain_strategy(
     try:
         explanation = explain_graph(con, graph, algorithm, backend, params)
     except (duckdb.Error, OSError, ValueError) as err:  # the estimator must never stop a training that can run
+        renew_snapshot(con)  # a failed statement aborts the transaction it ran in
         chosen, why = _cell_ratio_rule(con, graph)
         return chosen, f"{why} (the cost estimator failed: {err})", None
     seconds = explanation.predicted_seconds
@@ -186,6 +189,7 @@ def _materialized(
     return TrainingData(X, y, encoder)
 
 
+@interruptible_job
 def train(
     con: duckdb.DuckDBPyConnection,
     query: str,
@@ -238,6 +242,7 @@ def train(
     """
     start = time.perf_counter()
     stages = progress(3, "planning")  # a bar over the three stages, in a terminal only
+    snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
     try:
         estimator = _estimator(algorithm, params)
         supervised = algorithm in SUPERVISED
@@ -254,6 +259,7 @@ def train(
         if standardize and not supervised:
             raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
         be = get_backend(backend)
+        snapshot.open()
         graph = build_join_graph(con, query, target)
         if not graph.features:
             raise IlargiError("the training query selects no feature column: add the columns to learn from.")
@@ -275,6 +281,7 @@ def train(
         stages.set_description(f"reading data ({chosen})")
         encoder = FeatureEncoder(flags, impute=impute)
         data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be, check=True)
+        snapshot.close()  # all read: the fit needs no transaction
         X, y = data.X, data.y
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if supervised else "rows"
@@ -293,6 +300,7 @@ def train(
             estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
         stages.update()
     finally:
+        snapshot.close()
         stages.close()
     trained = time.perf_counter()
     estimator.strategy_ = chosen
@@ -358,23 +366,25 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     encoder = getattr(model, "encoder_", None)
     if encoder is None:
         raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
-    columns = [c.lower() for c in build_join_graph(con, query).feature_names]
-    target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
-    graph = build_join_graph(con, query, target)
-    encoder.check_features(graph.feature_names)
-    for feature, categorical in zip(graph.features, encoder.categorical):
-        t = feature.duckdb_type
-        if not (is_numeric(t) if not categorical else is_numeric(t) or is_categorical(t)):
-            learned = "a category (text)" if categorical else "a number"
-            raise PlanError(
-                f"feature {feature.name!r} has type {t} in this query, but the model learned it as {learned}: "
-                "cast it in the query."
-            )
-    graph = _mark_categorical_coalesce(graph, encoder.categorical)
-    build = _factorized if graph.factorizable else _materialized
-    return build(con, graph, encoder, False, get_backend(backend), check=check)
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        columns = [c.lower() for c in build_join_graph(con, query).feature_names]
+        target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
+        graph = build_join_graph(con, query, target)
+        encoder.check_features(graph.feature_names)
+        for feature, categorical in zip(graph.features, encoder.categorical):
+            t = feature.duckdb_type
+            if not (is_numeric(t) if not categorical else is_numeric(t) or is_categorical(t)):
+                learned = "a category (text)" if categorical else "a number"
+                raise PlanError(
+                    f"feature {feature.name!r} has type {t} in this query, but the model learned it as {learned}: "
+                    "cast it in the query."
+                )
+        graph = _mark_categorical_coalesce(graph, encoder.categorical)
+        build = _factorized if graph.factorizable else _materialized
+        return build(con, graph, encoder, False, get_backend(backend), check=check)
 
 
+@interruptible_job
 def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
     """Score the rows of another query with the same feature columns as ``model``'s training query.
 
@@ -387,6 +397,7 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     return np.asarray(model.predict(_encoded(con, model, query, backend).X))
 
 
+@interruptible_job
 def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 

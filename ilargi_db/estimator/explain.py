@@ -16,7 +16,9 @@ from ilargi_db.estimator.calibration import calibration_path
 from ilargi_db.estimator.features import job_features, job_stats
 from ilargi_db.estimator.hardware import Hardware, detect_hardware
 from ilargi_db.estimator.memory import array_bytes, format_bytes, memory_limit_bytes
+from ilargi_db.interruption import interruptible_job
 from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.read_snapshot import ReadSnapshot
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,7 @@ def explain_graph(
     return Explanation(chosen, seconds, f, [f"{lead}: {reasons[0]}", *reasons[1:]], model.description)
 
 
+@interruptible_job
 def explain(
     con: duckdb.DuckDBPyConnection,
     query: str,
@@ -268,5 +271,6 @@ def explain(
     ('factorized', ['factorized', 'materialized'], 2000.0)
     """
     _check(algorithm, params)  # before the query is planned
-    graph = prepare_graph(con, query, target)
-    return explain_graph(con, graph, algorithm, backend, params)
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        graph = prepare_graph(con, query, target)
+        return explain_graph(con, graph, algorithm, backend, params)

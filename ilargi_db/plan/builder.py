@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+from sqlglot import exp
 
 from ilargi_db.errors import PlanError
 from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_by
@@ -11,7 +12,8 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
 from ilargi_db.plan.reserved import refuse_reserved_names
 from ilargi_db.plan.sources import collect_sources
-from ilargi_db.plan.statement import parse_training_query
+from ilargi_db.plan.statement import check_reads_only, parse_training_query
+from ilargi_db.read_snapshot import ReadSnapshot
 
 
 def output_schema(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], list[str]]:
@@ -54,7 +56,13 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
 
 
 def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
+    check_reads_only(con, query)  # DuckDB's parser, before anything binds (binding runs a statement that writes)
     select = parse_training_query(query)
+    with ReadSnapshot(con):  # binding reads the catalog; nothing may write
+        return _plan(con, query, target, select)
+
+
+def _plan(con: duckdb.DuckDBPyConnection, query: str, target: str | None, select: exp.Select) -> JoinGraph:
     sources = collect_sources(select, con)
     sources, using = resolve_using(select, sources)
     expand_stars(select, sources, using)

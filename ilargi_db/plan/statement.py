@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import duckdb
 import sqlglot
 from sqlglot import exp
 
@@ -15,6 +18,132 @@ _NOT_A_TRAINING_SET = (
 
 
 _SET_RETURNING = {"unnest", "generate_series", "range", "explode", "json_each"}
+
+# Statements that change a database, a file or the session. DuckDB runs INSERT, UPDATE, DELETE and COPY TO inside a
+# WITH clause, and once for every query ilargi_db builds from the training query: none may appear anywhere.
+_WRITING_STATEMENTS = tuple(
+    getattr(exp, name)
+    for name in (
+        "DML",  # INSERT, UPDATE, DELETE, MERGE, COPY
+        "Create",
+        "Drop",
+        "Alter",
+        "TruncateTable",
+        "Set",
+        "Pragma",
+        "Attach",
+        "Detach",
+        "Use",
+        "Install",
+        "LoadData",
+        "Export",
+        "Comment",
+        "Analyze",
+        "Transaction",
+        "Commit",
+        "Rollback",
+        "Command",  # a statement sqlglot only knows as text
+    )
+    if hasattr(exp, name)  # not every sqlglot release has every node
+)
+_WRITING_FUNCTIONS = {"nextval", "setval"}  # advance a sequence: a write that a SELECT can make
+# DuckDB's own parse tree (json_serialize_sql) names these query nodes; any other (INSERT_QUERY_NODE,
+# DELETE_QUERY_NODE, COPY_QUERY_NODE...) is a statement that writes.
+_READING_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"}
+_ONLY_READS = (
+    "ilargi_db only reads training data, and DuckDB would run it once for every query ilargi_db builds from "
+    "the training query. Run it on its own first, then train on a plain SELECT."
+)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].upper() in "AEIOU" else "a"
+
+
+def _not_a_select(kind: str) -> PlanError:
+    return PlanError(
+        f"ilargi_db only reads training data, but the query is {_article(kind)} {kind} statement. "
+        "Write the training set as a single SELECT over joined tables."
+    )
+
+
+def _where(node: exp.Expression) -> str:
+    """Where ``node`` sits in the query, in words: the CTE that holds it, or a nested query."""
+    cte = node.find_ancestor(exp.CTE)
+    if cte is not None:
+        return f"in the WITH clause ({cte.alias_or_name})"
+    return "in a nested query"
+
+
+def refuse_writes(statement: exp.Expression) -> exp.Expression:
+    """Refuse any node of ``statement`` that writes: CTE bodies, subqueries and set operations included.
+
+    >>> refuse_writes(sqlglot.parse_one("WITH g AS (DELETE FROM v RETURNING id) SELECT t.x FROM t", read="duckdb"))
+    Traceback (most recent call last):
+    ...
+    ilargi_db.errors.PlanError: the training query holds a DELETE statement in the WITH clause (g): ilargi_db only...
+    """
+    for node in statement.walk():
+        if isinstance(node, _WRITING_STATEMENTS) and node is not statement:
+            kind = node.key.upper() if not isinstance(node, exp.Command) else str(node.this).upper()
+            raise PlanError(
+                f"the training query holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}"
+            )
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _WRITING_FUNCTIONS:
+            raise PlanError(
+                f"the training query calls {node.sql('duckdb')}, which advances a sequence: ilargi_db only reads "
+                "training data and runs the query several times. Number the rows in a table first."
+            )
+    return statement
+
+
+def _query_nodes(tree: object, cte: str | None = None):
+    """``(type, CTE name or None)`` of every query node in DuckDB's JSON parse tree."""
+    if isinstance(tree, dict):
+        kind = tree.get("type")
+        if isinstance(kind, str) and kind.endswith("_NODE"):
+            yield kind, cte
+        for key, value in tree.items():
+            if key == "cte_map":  # {"map": [{"key": <name>, "value": <CTE>}]}
+                for entry in value.get("map", []):
+                    yield from _query_nodes(entry.get("value"), entry.get("key"))
+            else:
+                yield from _query_nodes(value, cte)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _query_nodes(value, cte)
+
+
+def check_reads_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Ask DuckDB's own parser whether ``query`` only reads; raise :class:`PlanError` if it may write.
+
+    sqlglot and DuckDB do not always agree (sqlglot cannot parse a COPY inside WITH, which DuckDB runs): the query
+    must be one statement DuckDB calls a SELECT, and DuckDB's parse tree (``json_serialize_sql``) may hold no
+    query node that writes. Parsing runs nothing. A query DuckDB cannot parse is left to
+    :func:`parse_training_query`, which explains the error (DuckDB could not run it either).
+    """
+    if not isinstance(query, str) or not query.strip():
+        return
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.ParserException:
+        return
+    if len(statements) != 1:
+        return  # parse_training_query counts the statements
+    kind = statements[0].type.name
+    if kind != "SELECT":
+        raise _not_a_select(kind)
+    tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])
+    if tree.get("error"):
+        raise PlanError(
+            f"DuckDB cannot show ilargi_db the parse tree of the training query ({tree.get('error_message')}), so "
+            "ilargi_db cannot check that it only reads. Write it as a plain SELECT over joined tables."
+        )
+    for node, cte in _query_nodes(tree):
+        if node not in _READING_NODES:
+            kind = node.removesuffix("_NODE").removesuffix("_QUERY")
+            where = f" in the WITH clause ({cte})" if cte else ""
+            raise PlanError(f"the training query holds {_article(kind)} {kind} statement{where}: {_ONLY_READS}")
 
 
 def outer_scope(node: exp.Expression):
@@ -52,16 +181,12 @@ def parse_training_query(query: str) -> exp.Select:
             f"{len(statements)} statements. Pass one SELECT."
         )
     statement = statements[0]
+    refuse_writes(statement)  # first: a write anywhere matters more than any other refusal
     if isinstance(statement, exp.SetOperation):
         kind = type(statement).__name__.upper()
         raise PlanError(_NOT_A_TRAINING_SET.format(what=f"a set operation ({kind})"))
     if not isinstance(statement, exp.Select):
-        kind = statement.key.upper()
-        raise PlanError(
-            f"ilargi_db only reads training data, but the query is {'an' if kind[0] in 'AEIOU' else 'a'} {kind} "
-            "statement. "
-            "Write the training set as a single SELECT over joined tables."
-        )
+        raise _not_a_select(statement.key.upper())
     refuse_non_training_clauses(statement)
     return statement
 

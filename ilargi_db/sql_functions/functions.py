@@ -27,6 +27,7 @@ import duckdb
 
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.estimator import explain
+from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions.registry import (
@@ -150,7 +151,8 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
     try:
         cursor = outer.cursor()
         try:
-            return work(cursor)
+            with interruptible(cursor):  # Ctrl-C and interrupt_training() reach it on DuckDB's thread too
+                return work(cursor)
         finally:
             cursor.close()
     except (duckdb.CatalogException, PlanError) as err:
@@ -175,6 +177,7 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
         check_writable(cursor)
         check_macro_parameters(build_join_graph(cursor, query, target).feature_names)  # before, not after, training
         model = train(cursor, query, target, algorithm, **kwargs)
+        check_interrupted()  # the last point where stopping leaves nothing stored
         save_model(cursor, name, model)
         return model
 

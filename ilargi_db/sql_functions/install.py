@@ -8,6 +8,7 @@ import weakref
 import duckdb
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.interruption import watch_sigint
 from ilargi_db.sql_functions.functions import register_functions
 from ilargi_db.sql_functions.registry import ensure_registry, is_read_only
 
@@ -59,6 +60,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     if con not in _INSTALLED:
         register_functions(con)
         _INSTALLED.add(con)
+    watch_sigint()  # DuckDB may run the functions on its own threads, which Ctrl-C does not reach otherwise
     return con
 
 
