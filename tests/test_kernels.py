@@ -1,0 +1,99 @@
+"""Each fused numba kernel equals its plain NumPy reference (ilargi_db.backend.kernels), on any shape."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ilargi_db.backend.kernels import ReferenceKernels
+from ilargi_db.backend.numba_kernels import NumbaKernels
+
+REFERENCE, FUSED = ReferenceKernels(np), NumbaKernels()
+
+
+@st.composite
+def layouts(draw):
+    """A gather layout: an optional dense block, an optional index into padded tables, and operands."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.sampled_from([0, 1, 2, 17, 5000, 70_000]))  # 70,000 rows: several reduction chunks
+    a = draw(st.integers(0, 4))
+    t = draw(st.integers(0, 3))
+    if a == 0 and t == 0:
+        a = 1
+    rows = draw(st.integers(1, 300))
+    m = draw(st.integers(1, 4))
+    dense = np.asfortranarray(rng.normal(size=(n, a))) if a else None
+    if dense is not None and draw(st.booleans()):
+        dense = np.ascontiguousarray(dense)  # both layouts reach the kernels
+    index = np.asfortranarray(rng.integers(0, rows, (n, t))) if t else None
+    return rng, n, dense, index, rows, m
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts())
+def test_fused_kernels_match_reference(layout):
+    rng, n, dense, index, rows, m = layout
+    a = 0 if dense is None else dense.shape[1]
+    t = 0 if index is None else index.shape[1]
+    w, W = rng.normal(size=a), rng.normal(size=(a, m))
+    tables, tables3 = rng.normal(size=(t, rows)), rng.normal(size=(t, rows, m))
+    w_dense = None if dense is None else w
+    W_dense = None if dense is None else W
+    tab = None if index is None else tables
+    tab3 = None if index is None else tables3
+
+    np.testing.assert_allclose(
+        FUSED.gather_sum(dense, w_dense, index, tab), REFERENCE.gather_sum(dense, w_dense, index, tab), atol=1e-9
+    )
+    np.testing.assert_allclose(
+        FUSED.gather_sum(dense, W_dense, index, tab3), REFERENCE.gather_sum(dense, W_dense, index, tab3), atol=1e-9
+    )
+    for v in (rng.normal(size=n), rng.normal(size=(n, m))):
+        for got, want in zip(FUSED.segment_sums(dense, index, rows, v), REFERENCE.segment_sums(dense, index, rows, v)):
+            assert (got is None) == (want is None)
+            if want is not None:
+                np.testing.assert_allclose(got, want, atol=1e-8)
+    offsets = rng.normal(size=m)
+    labels, best = FUSED.nearest(dense, W_dense, index, tab3, offsets)
+    expected_labels, expected_best = REFERENCE.nearest(dense, W_dense, index, tab3, offsets)
+    np.testing.assert_allclose(best, expected_best, atol=1e-9)
+    np.testing.assert_array_equal(labels, expected_labels)
+    sums = FUSED.label_sums(dense, index, rows, labels, m)
+    for got, want in zip(sums, REFERENCE.label_sums(dense, index, rows, labels, m)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(got, want, atol=1e-8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 3, 70_000]))
+def test_fused_logistic_loss_matches_reference(seed, n):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(scale=rng.choice([1.0, 50.0, 800.0]), size=n)  # large |z|: no overflow either way
+    y = (rng.random(n) < 0.5).astype(float)
+    loss, residual = FUSED.logistic_loss_residual(z.copy(), y)
+    expected_loss, expected_residual = REFERENCE.logistic_loss_residual(z, y)
+    assert np.isfinite(loss)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(residual, expected_residual, atol=1e-15)
+
+
+def test_reductions_do_not_depend_on_the_thread_count():
+    import numba
+
+    rng = np.random.default_rng(0)
+    n = 300_000
+    dense, index = np.asfortranarray(rng.normal(size=(n, 3))), np.asfortranarray(rng.integers(0, 50, (n, 2)))
+    v = rng.normal(size=n)
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in {1, before}:
+            numba.set_num_threads(threads)
+            results.append(FUSED.segment_sums(dense, index, 50, v))
+    finally:
+        numba.set_num_threads(before)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got[0], results[0][0])
+        np.testing.assert_array_equal(got[1], results[0][1])
