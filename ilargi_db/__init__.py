@@ -4,23 +4,75 @@
 >>> con = ilargi_db.connect()
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
-from ilargi_db.estimator import explain
-from ilargi_db.interruption import TrainingInterrupted, interrupt_training
-from ilargi_db.linalg import Block, NormalizedMatrix
-from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
-from ilargi_db.normalization import normalize
-from ilargi_db.plan import build_join_graph
-from ilargi_db.sql_functions import (
-    ModelNotFoundError,
-    connect,
-    drop_model,
-    install,
-    load_model,
-    prediction_sql,
-    save_model,
-)
-from ilargi_db.training import evaluate, predict, train
+
+# The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
+# scikit-learn, sqlglot, SciPy and numba before anything asks for them.
+_LAZY = {
+    "explain": "ilargi_db.estimator",
+    "TrainingInterrupted": "ilargi_db.interruption",
+    "interrupt_training": "ilargi_db.interruption",
+    "Block": "ilargi_db.linalg",
+    "NormalizedMatrix": "ilargi_db.linalg",
+    "GaussianNMF": "ilargi_db.models",
+    "KMeans": "ilargi_db.models",
+    "LinearRegression": "ilargi_db.models",
+    "LogisticRegression": "ilargi_db.models",
+    "normalize": "ilargi_db.normalization",
+    "build_join_graph": "ilargi_db.plan",
+    "ModelNotFoundError": "ilargi_db.sql_functions",
+    "connect": "ilargi_db.sql_functions",
+    "drop_model": "ilargi_db.sql_functions",
+    "install": "ilargi_db.sql_functions",
+    "load_model": "ilargi_db.sql_functions",
+    "prediction_sql": "ilargi_db.sql_functions",
+    "save_model": "ilargi_db.sql_functions",
+    "evaluate": "ilargi_db.training",
+    "predict": "ilargi_db.training",
+    "train": "ilargi_db.training",
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from ilargi_db.estimator import explain
+    from ilargi_db.interruption import TrainingInterrupted, interrupt_training
+    from ilargi_db.linalg import Block, NormalizedMatrix
+    from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
+    from ilargi_db.normalization import normalize
+    from ilargi_db.plan import build_join_graph
+    from ilargi_db.sql_functions import (
+        ModelNotFoundError,
+        connect,
+        drop_model,
+        install,
+        load_model,
+        prediction_sql,
+        save_model,
+    )
+    from ilargi_db.training import evaluate, predict, train
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        try:  # a subpackage or module, as `ilargi_db.training` reads after a plain `import ilargi_db`
+            return importlib.import_module(f"ilargi_db.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"ilargi_db.{name}":
+                raise  # the module exists but a dependency of it is missing: say so
+            raise AttributeError(f"module 'ilargi_db' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -25,6 +25,7 @@ from typing import Any
 import duckdb
 
 import ilargi_db
+from ilargi_db.algorithms import NAMES as ALGORITHM_NAMES
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import is_interruption
 
@@ -350,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = commands.add_parser(name, help=about, description=about)
         if name == "train":
             p.add_argument("name", help="the model's name (a plain identifier; creates NAME_predict)")
-        p.add_argument("algorithm", choices=list(ilargi_db.training.ALGORITHMS))
+        p.add_argument("algorithm", choices=list(ALGORITHM_NAMES))
         p.add_argument("query", help="the training query: one SELECT over joined tables")
         p.add_argument("--target", help="the label column (supervised algorithms)")
         p.add_argument("--options", default="{}", help="""JSON object of parameters, e.g. '{"alpha": 1.0}'""")

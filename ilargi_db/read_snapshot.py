@@ -17,6 +17,8 @@ import weakref
 
 import duckdb
 
+from ilargi_db.errors import PlanError
+
 # The snapshot ilargi_db holds open on a connection: nested jobs (train plans, explain plans...) read in it.
 _OPEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -46,6 +48,8 @@ class ReadSnapshot:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        if not isinstance(con, duckdb.DuckDBPyConnection):  # the first thing a job does with it
+            raise PlanError(f"con must be a DuckDB connection (duckdb.connect() or ilargi_db.connect()), got {con!r}.")
         self.con = con
         self.owned = False  # ilargi_db began the transaction, so it ends it
 

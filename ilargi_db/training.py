@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ilargi_db import algorithms
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError
@@ -36,7 +37,8 @@ ALGORITHMS = {
     "kmeans": KMeans,
     "gnmf": GaussianNMF,
 }
-SUPERVISED = {"linear_regression", "logistic_regression"}
+SUPERVISED = set(algorithms.SUPERVISED)
+assert tuple(ALGORITHMS) == algorithms.NAMES
 STRATEGIES = ("auto", "factorized", "materialized")
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when materializing costs > 1.5x the factorized work
 

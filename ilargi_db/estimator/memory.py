@@ -19,6 +19,7 @@ import duckdb
 from ilargi_db.errors import IlargiError
 from ilargi_db.estimator.features import JobStats, job_stats
 from ilargi_db.plan import JoinGraph
+from ilargi_db.read_snapshot import renew_snapshot
 
 FLOAT_BYTES = 8  # one float64 cell of a dense block
 INDEX_BYTES = 8  # one int64 entry of an indicator
@@ -122,6 +123,7 @@ def check_job_memory(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy:
         try:
             needed = array_bytes(job_stats(con, graph))
         except (duckdb.Error, ValueError):  # the counts failed: reading the data will say why
+            renew_snapshot(con)  # a failed statement aborted the job's read transaction
             return
     if not graph.factorizable:
         needed.pop("factorized")

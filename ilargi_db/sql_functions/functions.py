@@ -19,11 +19,13 @@ import json
 import math
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import duckdb
+from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.estimator import explain
@@ -176,7 +178,10 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
     def work(cursor):
         check_writable(cursor)
         check_macro_parameters(build_join_graph(cursor, query, target).feature_names)  # before, not after, training
-        model = train(cursor, query, target, algorithm, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
+            warnings.simplefilter("always", ConvergenceWarning)
+            model = train(cursor, query, target, algorithm, **kwargs)
+        model.sql_warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
         check_interrupted()  # the last point where stopping leaves nothing stored
         save_model(cursor, name, model)
         return model
@@ -188,11 +193,13 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
         "algorithm": algorithm,
         "strategy": model.strategy_,
         "why": model.decision_,
+        **({"solver": model.solver_, "solver_why": model.solver_reason_} if hasattr(model, "solver_") else {}),
         "rows": model.n_rows_,
         "features": list(model.encoder_.feature_names_out_),
         "metrics": model.training_metrics_,
         "seconds": {**model.timings_, "total": time.perf_counter() - start},
         "macros": model.macros_,
+        "warnings": model.sql_warnings_,
     }
     return json.dumps(_finite(summary))
 
