@@ -54,6 +54,16 @@ def test_fused_kernels_match_reference(layout):
             assert (got is None) == (want is None)
             if want is not None:
                 np.testing.assert_allclose(got, want, atol=1e-8)
+    if index is not None:  # I_a^T D I_b S_b: a's index scatters, b's gathers (or row i itself)
+        scatter, gather, weights = index[:, 0], index[:, -1], rng.random(n)
+        table = rng.normal(size=(rows, m))
+        for args in ((scatter, gather, table, rows), (scatter, gather, table, rows, weights)):
+            np.testing.assert_allclose(FUSED.scatter_gathered(*args), REFERENCE.scatter_gathered(*args), atol=1e-8)
+        if dense is not None:
+            np.testing.assert_allclose(
+                FUSED.scatter_gathered(scatter, None, dense, rows),
+                REFERENCE.scatter_gathered(scatter, None, dense, rows),
+            )
     offsets = rng.normal(size=m)
     labels, best = FUSED.nearest(dense, W_dense, index, tab3, offsets)
     expected_labels, expected_best = REFERENCE.nearest(dense, W_dense, index, tab3, offsets)

@@ -52,6 +52,17 @@ class ReferenceKernels:
                         sums[k, :, j] = xp.bincount(index[:, k], weights=v[:, j], minlength=n_table_rows)
         return head, sums
 
+    def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
+        """``out[scatter[i]] += weights[i] * table[gather[i]]`` (``gather`` None: row i): I_a^T D I_b S_b."""
+        xp = self.xp
+        rows = table if gather is None else xp.take(table, gather, axis=0)
+        if weights is not None:
+            rows = rows * weights[:, None]
+        out = xp.zeros((n_out, table.shape[1]), dtype=xp.float64)
+        for j in range(table.shape[1]):
+            out[:, j] = xp.bincount(scatter, weights=rows[:, j], minlength=n_out)
+        return out
+
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         """Row-wise ``argmin_j`` and ``min_j`` of ``gather_sum(...)[:, j] + offsets[j]`` (k-means' assignment)."""
         xp = self.xp

@@ -126,6 +126,26 @@ def _segment_sums_2d(dense, index, n_table_rows, v, chunks):  # pragma: no cover
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
+def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma: no cover - compiled
+    n, c = scatter.shape[0], table.shape[1]
+    gathered, weighted = gather.shape[0] == n, weights.shape[0] == n
+    size = (n + chunks - 1) // chunks
+    sums = np.zeros((chunks, n_out, c))
+    for chunk in numba.prange(chunks):
+        acc = sums[chunk]
+        for i in range(chunk * size, min(n, (chunk + 1) * size)):
+            source = numba.uint64(gather[i]) if gathered else numba.uint64(i)
+            target = numba.uint64(scatter[i])
+            w = weights[i] if weighted else 1.0
+            for j in range(c):
+                acc[target, j] += w * table[source, j]
+    total = np.zeros((n_out, c))
+    for chunk in range(chunks):
+        total += sums[chunk]
+    return total
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cover - compiled
     n, a = labels.shape[0], dense.shape[1]
     t, m = index.shape[1], offsets.shape[0]
@@ -241,6 +261,13 @@ class NumbaKernels:
         kernel = _segment_sums_1d if v.ndim == 1 else _segment_sums_2d
         head, sums = kernel(dense, index, max(n_table_rows, 0), v, chunks)
         return (head if has_dense else None), (sums if has_index else None)
+
+    def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
+        n = scatter.shape[0]
+        gather = np.empty(0, dtype=np.int64) if gather is None else gather
+        weights = np.empty(0) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        chunks = _chunks(n, n_out * table.shape[1])
+        return _scatter_gathered(scatter, gather, np.asarray(table, dtype=np.float64), weights, n_out, chunks)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]

@@ -384,12 +384,18 @@ class NormalizedMatrix:
             return _matmul(a.data.T, scale_rows(a.data, counts), be)
         if a.index is None and b.index is None:
             return _matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
+        if b.index is None:
+            return self._cooccurrence_product(b, a, weights).T
+        if not a.sparse and (a.index is None or a.n_block_rows >= b.n_block_rows or b.sparse):
+            # One fused pass sums a's (gathered) rows into b's rows: (I_b^T D I_a S_a), then S_b^T of it.
+            summed = be.kernels.scatter_gathered(b.index, a.index, a.data, b.n_block_rows, weights)
+            return _matmul(summed.T, b.data, be)
+        if not b.sparse and a.index is not None:
+            summed = be.kernels.scatter_gathered(a.index, b.index, b.data, a.n_block_rows, weights)
+            return _matmul(a.data.T, summed, be)
         if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b (sparse blocks stay sparse)
             left = a.data if weights is None else scale_rows(a.data, weights)
             return _matmul(b.segment_sum(left).T, b.data, be)
-        if b.index is None:
-            right = b.data if weights is None else scale_rows(b.data, weights)
-            return _matmul(a.data.T, a.segment_sum(right), be)
         xp = be.xp
         values = xp.ones(self._n_rows, dtype=self.dtype) if weights is None else weights
         c = be.sparse.coo_matrix((values, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
