@@ -53,6 +53,7 @@ so the tables do not depend on DuckDB's thread count):
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import duckdb
@@ -297,23 +298,35 @@ class HamletSchema:
         return self.query()
 
 
-def _uniform(*parts: object) -> str:
-    """A SQL expression uniform in [0, 1) from the hash of ``parts`` (SQL expressions)."""
-    return f"((hash({', '.join(map(str, parts))}) >> 11)::DOUBLE / 9007199254740992.0)"
+def _salt(seed: int, what: str) -> int:
+    """A 62-bit constant per (seed, purpose): different purposes draw independent numbers."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{what}".encode(), digest_size=8).digest(), "big") >> 2
 
 
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+def _uniform(seed: int, what: str, expr: str, text: bool = False) -> str:
+    """A SQL expression uniform in [0, 1), a hash of the BIGINT (or VARCHAR, ``text``) ``expr`` and a salt.
+
+    The salt enters the hashed value itself: DuckDB's ``hash(a, b)`` combines the hashes of ``a`` and ``b``
+    linearly, so ``hash(salt, row)`` for two salts would give two numbers that determine each other.
+    """
+    salt = _salt(seed, what)
+    value = f"'{salt}:' || {expr}" if text else f"({expr}) + {salt}"
+    return f"((hash({value}) >> 11)::DOUBLE / 9007199254740992.0)"
 
 
-def _effect(seed: int, what: str, value: str) -> str:
+def _weight(seed: int, what: str) -> float:
+    """A constant uniform in [-1, 1]."""
+    return 2 * _salt(seed, what) / 2**62 - 1
+
+
+def _effect(seed: int, what: str, value: str, text: bool = True) -> str:
     """An effect uniform in [-1, 1] per distinct ``value``."""
-    return f"(2 * {_uniform(seed, _lit(what), value)} - 1)"
+    return f"(2 * {_uniform(seed, what, value, text)} - 1)"
 
 
 def _category(seed: int, what: str, row: str, categories: int, skew: float) -> str:
     """Category of ``row``: rows below ``categories`` take each category once, the others a skewed draw."""
-    draw = f"floor({categories} * pow({_uniform(seed, _lit(what), row)}, {skew}))::BIGINT"
+    draw = f"floor({categories} * pow({_uniform(seed, what, row)}, {skew}))::BIGINT"
     return f"CAST(CASE WHEN {row} < {categories} THEN {row} ELSE {draw} END AS VARCHAR)"
 
 
@@ -324,7 +337,7 @@ def make_hamlet_schema(
     seed: int = 0,
     *,
     noise: float = 1.0,
-    skew: float = 2.0,
+    skew: float = 1.5,
     prefix: str | None = None,
 ) -> HamletSchema:
     """Create a star schema shaped like a Hamlet dataset in ``con`` (replacing its tables) and describe it.
@@ -381,32 +394,32 @@ def make_hamlet_schema(
     base = ["range AS row"]
     for d in made.dimensions:
         r = d.rows
-        draw = f"floor({r} * pow({_uniform(seed, _lit(f'fk.{d.name}'), 'range')}, {skew}))::BIGINT"
+        draw = f"floor({r} * pow({_uniform(seed, f'fk.{d.name}', 'range')}, {skew}))::BIGINT"
         key = f"CASE WHEN range < {r} THEN range ELSE {draw} END"
         base.append(f"(({key}) * {_PERMUTE}) % {r} AS {d.name}_id")
     for c in made.fact_numeric:
-        base.append(f"round(10 * {_uniform(seed, _lit(f'x.{c}'), 'range')}, 3) AS {c}")
+        base.append(f"round(10 * {_uniform(seed, f'x.{c}', 'range')}, 3) AS {c}")
     for c in made.fact_binary:
-        base.append(f"CAST({_uniform(seed, _lit(f'b.{c}'), 'range')} < 0.3 AS INTEGER) AS {c}")
+        base.append(f"CAST({_uniform(seed, f'b.{c}', 'range')} < 0.3 AS INTEGER) AS {c}")
     for c, k in made.fact_categorical:
         base.append(f"{_category(seed, f'fact.{c}', 'range', k, skew)} AS {c}")
 
     effects = ["0.0"]
     for c in made.fact_numeric:
-        effects.append(f"(0.2 * {_effect(seed, f'w.{c}', '0')}) * base.{c}")
+        effects.append(f"{0.2 * _weight(seed, f'w.{c}'):.6f} * base.{c}")
     for c in made.fact_binary:
-        effects.append(f"{_effect(seed, f'b.{c}', '0')} * base.{c}")
+        effects.append(f"{_weight(seed, f'b.{c}'):.6f} * base.{c}")
     effects += [_effect(seed, f"fact.{c}", f"base.{c}") for c, _ in made.fact_categorical]
     ctes = [f"base AS (SELECT {', '.join(base)} FROM range({n}))"]
     joins = []
     for d in made.dimensions:
-        parts = [_effect(seed, f"{d.name}.key", "id")]
+        parts = [_effect(seed, f"{d.name}.key", "id", text=False)]
         parts += [_effect(seed, f"{d.name}.{a}", a) for a, _ in d.attributes]
         ctes.append(f"e_{d.name} AS (SELECT id, {' + '.join(parts)} AS e FROM {tables[d.name]})")
         joins.append(f"JOIN e_{d.name} ON base.{d.name}_id = e_{d.name}.id")
         effects.append(f"e_{d.name}.e")
     # Noise: 2 (u1 + u2 + u3 - 1.5) has mean 0, variance 1 and is close to normal.
-    u = [_uniform(seed, _lit(f"noise{j}"), "base.row") for j in range(3)]
+    u = [_uniform(seed, f"noise{j}", "base.row") for j in range(3)]
     noise_sql = f"{noise} * 2 * ({' + '.join(u)} - 1.5)"
     columns = [f"base.{d.name}_id" for d in made.dimensions]
     columns += [f"base.{c}" for c in (*made.fact_numeric, *made.fact_binary)]
