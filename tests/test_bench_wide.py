@@ -78,7 +78,7 @@ def test_both_methods_agree_on_tiny_data(bench, data):
         "iterations": 10,
     }
     text = bench.render(results, setup)
-    assert text.count("| walmart |") == len(bench.ALGORITHMS)
+    assert text.count("| walmart |") == 2 * len(bench.ALGORITHMS)  # the results and the time split
 
 
 def test_failures_are_reported_not_raised(bench, data):
@@ -86,7 +86,7 @@ def test_failures_are_reported_not_raised(bench, data):
     job = bench.make_job(schema, "kmeans")
     assert bench.run(db, "ilargi", job, {}, timeout=0.01, memory_limit=0)["error"].startswith("timeout")
     failed = bench.assess("linear_regression", {"error": "MemoryError"}, {"seconds": 1.0, "peak": 1, "quality": 0.5})
-    assert failed["speedup"] is None and failed["targets"]["speed"].startswith("missed (ilargi: MemoryError")
+    assert failed["speedup"] is None and set(failed["targets"].values()) == {"missed"}
     error = Exception("MemoryError: Unable to allocate 23.0 GiB for an array with shape (55606, 55606) and data type")
     assert bench.describe_error(error) == "MemoryError: 23.0 GiB for a (55606, 55606) array"
 
