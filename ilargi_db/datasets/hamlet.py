@@ -23,8 +23,9 @@ bookcrossing  253,120     users 27,876 -> 28,022; books 49,972 -> 53,641
 ============  ==========  ================================================================
 
 The fact rows and widths of walmart, flights, yelp, lastfm and bookcrossing are
-those of ``/work/shared/background.md`` section 3; the dimension row counts and
-the expedia and movielens widths are Morpheus's table. The published data gives
+those the project's background notes quote (section 3); the dimension row counts
+and the expedia and movielens widths follow Morpheus's dataset table as recalled
+(check them against the paper before citing them). The published data gives
 only the widths, so the split of each dimension's extra columns into attributes
 is a choice made here, with plausible domain sizes (MovieLens's is the real one:
 2 genders, 7 age groups, 21 occupations, 3,439 zip codes); see ``HAMLET_SHAPES``.
