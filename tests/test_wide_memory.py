@@ -51,7 +51,6 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="dense Gram: issue 10", strict=False)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_80000_one_hot_columns_train_under_2_gib():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, check=False)
