@@ -420,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", choices=("auto", "factorized", "materialized"), default="auto")
     parser.add_argument(
         "--linear-solver",
-        choices=("normal", "gd"),
-        help="ilargi's linear regression solver (default: its own default, the normal equations)",
+        choices=("auto", "normal", "cg", "gd"),
+        help="ilargi's linear regression solver (default: its own default, 'auto': chosen by width)",
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
     parser.add_argument(

@@ -213,9 +213,11 @@ def _logistic_loss_residual(z, y, chunks):  # pragma: no cover - compiled
         scores, labels, s = z[start:stop], y[start:stop], 0.0
         for i in range(stop - start):
             zi = scores[i]
-            # log(1 + e^z) - y z without overflow; the residual sigmoid(z) - y overwrites z.
-            s += max(zi, 0.0) + np.log1p(np.exp(-abs(zi))) - labels[i] * zi
-            scores[i] = 0.5 * (1.0 + np.tanh(0.5 * zi)) - labels[i]
+            # log(1 + e^z) - y z and sigmoid(z) from one exp(-|z|), without overflow; the residual
+            # sigmoid(z) - y overwrites z.
+            e = np.exp(-abs(zi))
+            s += max(zi, 0.0) + np.log1p(e) - labels[i] * zi
+            scores[i] = (1.0 if zi >= 0 else e) / (1.0 + e) - labels[i]
         partial[c] = s
     total = 0.0
     for c in range(chunks):
