@@ -17,7 +17,16 @@ def test_train_example_runs():
     assert namespace["model"].strategy_ in ("factorized", "materialized")
 
 
-@pytest.mark.parametrize("block", BLOCKS[1:2])
+def test_wide_categorical_example_runs():
+    (block,) = [b for b in BLOCKS if "make_hamlet_schema" in b]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    model = namespace["model"]
+    assert model.solver_ == "cg" and len(model.coef_) == namespace["yelp"].onehot_width == 11_280
+    assert namespace["clf"].training_metrics_["accuracy"] > 0.7
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if "X.crossprod()" in b])
 def test_normalized_matrix_example_names_real_methods(block):
     import ilargi_db
 
