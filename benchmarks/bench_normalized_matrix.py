@@ -411,12 +411,24 @@ def sweep_summary(sweep: dict) -> list[str]:
 # -- targets and reporting ------------------------------------------------------------------
 
 
+# Issue 10's operator targets: speed-up over NumPy/BLAS on the materialized matrix, at TR 20 / FR 4.
+OPERATOR_TARGETS = (
+    ("lmm", "LMM `X @ w`", 4.0),
+    ("tlmm", "transposed LMM `X.T @ v`", 4.0),
+    ("lmm_matrix", "LMM `X @ W` (8 columns)", 2.0),
+    ("crossprod", "crossprod `X.T @ X`", 2.0),
+)
+
+
 def targets(main: dict, memory: dict) -> list[dict]:
     by_key = {r["key"]: r for r in main["rows"]}
+    byte_ratio = main["t_bytes"] / main["x_bytes"]  # what X @ w reads materialized over factorized
     out = []
-    for key, label in (("lmm", "LMM `X @ w` >= 3x faster"), ("lmm_matrix", "LMM `X @ W` (matrix) >= 3x faster")):
+    for key, label, target in OPERATOR_TARGETS:
         s = by_key[key]["mat"] / by_key[key]["fact"]
-        out.append(dict(label=label, value=f"{s:.2f}x", ok=s >= TARGET_SPEEDUP, miss=_speed_miss(s)))
+        value = f"{s:.2f}x ({s / byte_ratio:.0%} of the {byte_ratio:.1f}x byte ratio)"
+        miss = f"{s:.2f}x vs {target:g}x: reaches {s / target:.0%} of the target; needs {target / s:.2f}x more"
+        out.append(dict(label=f"{label} >= {target:g}x faster", value=value, ok=s >= target, miss=miss))
     s = by_key["build"]["mat"] / by_key["build"]["fact"]
     out.append(dict(label="building >= 3x faster", value=f"{s:.2f}x", ok=s >= TARGET_SPEEDUP, miss=_speed_miss(s)))
     ratio = memory["ratio"]
