@@ -89,6 +89,17 @@ def test_fused_logistic_loss_matches_reference(seed, n):
     np.testing.assert_allclose(residual, expected_residual, atol=1e-15)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 7, 5000]), st.integers(1, 6))
+def test_fused_multiplicative_update_matches_reference(seed, n, r):
+    rng = np.random.default_rng(seed)
+    W, numerator, gram = rng.random((n, r)), rng.random((n, r)), rng.random((r, r))
+    W[rng.random((n, r)) < 0.1] = 0.0  # zero denominators take epsilon
+    gram[rng.random((r, r)) < 0.3] = 0.0
+    expected = REFERENCE.multiplicative_update(W, numerator, gram, 1e-12)
+    np.testing.assert_allclose(FUSED.multiplicative_update(W.copy(), numerator, gram, 1e-12), expected, rtol=1e-12)
+
+
 def test_reductions_do_not_depend_on_the_thread_count():
     import numba
 

@@ -87,6 +87,12 @@ class ReferenceKernels:
                 counts[c] = flat.reshape(n_table_rows, k)
         return head, counts
 
+    def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
+        """NMF's ``W * numerator / (W gram)`` row by row (a zero denominator counts as ``epsilon``)."""
+        xp = self.xp
+        denominator = W @ gram
+        return W * numerator / xp.where(denominator == 0, epsilon, denominator)
+
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
         """``(sum_i log(1 + e^z_i) - y_i z_i, sigmoid(z) - y)``; the residual may overwrite ``z``."""
         xp = self.xp

@@ -172,6 +172,25 @@ def _label_sums(dense, index, n_table_rows, labels, m, chunks):  # pragma: no co
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
+def _multiplicative_update(W, numerator, gram, epsilon):  # pragma: no cover - compiled
+    n, r = W.shape
+    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+        start = tile * TILE_ROWS
+        stop = min(n, start + TILE_ROWS)
+        denominator = np.zeros((stop - start, r))
+        for j in range(r):  # (W gram) for the tile, column by column over contiguous slices of W
+            column = W[start:stop, j]
+            for q in range(r):
+                g = gram[j, q]
+                for i in range(stop - start):
+                    denominator[i, q] += column[i] * g
+        for q in range(r):
+            for i in range(stop - start):
+                d = denominator[i, q]
+                W[start + i, q] *= numerator[start + i, q] / (d if d != 0 else epsilon)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
 def _logistic_loss_residual(z, y, chunks):  # pragma: no cover - compiled
     n = z.shape[0]
     size = (n + chunks - 1) // chunks
@@ -264,6 +283,11 @@ class NumbaKernels:
         labels = np.ascontiguousarray(labels, dtype=np.int64)
         head, counts = _label_sums(dense, index, max(n_table_rows, 0), labels, k, chunks)
         return (head if has_dense else None), (counts if has_index else None)
+
+    def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
+        W = np.asfortranarray(W, dtype=np.float64)  # updated in place, column-major: X.T @ W reads columns
+        _multiplicative_update(W, numerator, np.ascontiguousarray(gram, dtype=np.float64), float(epsilon))
+        return W
 
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
         z = np.ascontiguousarray(z, dtype=np.float64)

@@ -101,13 +101,12 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
             H = M.backend.asarray(np.abs(avg * rng.standard_normal(size=(r, d))))
             W = M.backend.asarray(np.abs(avg * rng.standard_normal(size=(n, r))))
         norm_x = float(to_host(M.row_norms_squared().sum()))
+        kernels = M.backend.kernels
         losses: list[float] = []
         with M.backend.hot_loop(), progress(self.max_iter, "gaussian NMF") as bar:
             for _ in range(self.max_iter):
                 # W <- W * (X H^T) / (W H H^T), then H <- H * (W^T X) / (W^T W H)
-                numerator = M @ H.T
-                denominator = W @ (H @ H.T)
-                W = W * numerator / xp.where(denominator == 0, EPSILON, denominator)
+                W = kernels.multiplicative_update(W, M @ H.T, H @ H.T, EPSILON)  # one fused pass over W
                 numerator = (M.T @ W).T
                 gram = W.T @ W
                 denominator = gram @ H
