@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import duckdb
 import numpy as np
@@ -275,3 +276,108 @@ def test_features_named_like_the_registry_columns(monkeypatch):
     model = ilargi_db.train(con, query, target="y", alpha=0.1)
     ilargi_db.save_model(con, "clash", model)
     assert_same_scores(macro_scores(con, model, query), ilargi_db.predict(con, model, query))
+
+
+REGISTRY_OBJECTS = (
+    "SELECT table_name, sql FROM duckdb_tables() WHERE schema_name = 'ilargi' "
+    "UNION ALL SELECT view_name, sql FROM duckdb_views() WHERE schema_name = 'ilargi' ORDER BY ALL"
+)
+
+
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        "CREATE VIEW ilargi.current_models AS SELECT 42 AS answer",
+        "CREATE TABLE ilargi.models (id INTEGER, note VARCHAR)",
+        "CREATE TABLE ilargi.current_models (id INTEGER)",
+        "CREATE VIEW ilargi.category_weights AS SELECT 'x' AS model",
+    ],
+    ids=["own current_models view", "own models table", "table for the view", "view for a table"],
+)
+def test_install_never_replaces_a_users_objects_in_schema_ilargi(theirs):
+    con = duckdb.connect()
+    con.execute(f"CREATE SCHEMA ilargi; {theirs}")
+    before = con.sql(REGISTRY_OBJECTS).fetchall()
+    name = theirs.split()[2].split(".")[1]
+    with pytest.raises(ilargi_db.IlargiError, match=f"already has a .* {name} that ilargi_db did not create") as err:
+        ilargi_db.install(con)
+    assert f"RENAME TO my_{name}" in str(err.value)
+    assert con.sql(REGISTRY_OBJECTS).fetchall() == before  # nothing replaced, nothing added
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y")
+    with pytest.raises(ilargi_db.IlargiError, match="did not create"):  # saving without install refuses too
+        ilargi_db.save_model(con, "m", model)
+    assert con.sql(REGISTRY_OBJECTS).fetchall() == before
+    con.execute(f"ALTER {theirs.split()[1]} ilargi.{name} RENAME TO my_{name}")  # what the message says to do
+    ilargi_db.install(con)
+    assert ilargi_db.save_model(con, "m", model) == 1
+
+
+def test_install_accepts_its_registry_from_an_earlier_version(tmp_path):
+    """A registry made by the earlier DDL (CREATE OR REPLACE VIEW) is ilargi_db's: kept, models and all."""
+    from ilargi_db.sql_functions.registry import registry_ddl
+
+    path = str(tmp_path / "old.duckdb")
+    con = duckdb.connect(path)
+    old_ddl = registry_ddl().replace("CREATE VIEW IF NOT EXISTS", "CREATE OR REPLACE VIEW")
+    for statement in con.extract_statements(old_ddl):
+        con.execute(statement.query)
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    ilargi_db.save_model(con, "old", ilargi_db.train(con, "SELECT x, y FROM t", target="y"))
+    con.close()
+    con = ilargi_db.connect(path)
+    ilargi_db.install(con)
+    assert con.sql("SELECT name, version FROM ilargi.current_models").fetchall() == [("old", 1)]
+    con.close()
+
+
+def _save_concurrently(con, names: list[str], model) -> dict[str, str]:
+    """Save ``names`` from one thread and cursor each; every save has read the registry before any commits."""
+    from ilargi_db.sql_functions import registry
+
+    barrier = threading.Barrier(len(names))
+    read_registry = registry._foreign_functions
+    errors: dict[str, str] = {}
+
+    def wait_for_the_others(*args):
+        barrier.wait(timeout=30)
+        return read_registry(*args)
+
+    def save(i: int, name: str) -> None:
+        cursor = con.cursor()
+        try:
+            ilargi_db.save_model(cursor, name, model)
+        except ilargi_db.IlargiError as err:
+            errors[f"{i}:{name}"] = str(err)
+        finally:
+            cursor.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "_foreign_functions", wait_for_the_others)
+        threads = [threading.Thread(target=save, args=(i, name)) for i, name in enumerate(names)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return errors
+
+
+def test_two_cursors_save_models_at_the_same_time():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 AS y FROM range(30)"
+    )
+    model = ilargi_db.train(con, "SELECT x, c, y FROM t", target="y", alpha=0.1)
+    assert _save_concurrently(con, ["first", "second"], model) == {}
+    assert con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall() == [("first", 1), ("second", 1)]
+    # The same name: one save wins, the other is told which model to save again.
+    errors = _save_concurrently(con, ["first", "first"], model)
+    assert len(errors) == 1
+    (message,) = errors.values()
+    assert "another connection saved model 'first' at the same time, so nothing was saved: try again" in message
+    assert con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall() == [
+        ("first", 1),
+        ("first", 2),
+        ("second", 1),
+    ]
+    assert con.sql("SELECT count(*) FROM ilargi.category_weights WHERE model = 'first'").fetchall() == [(4,)]
