@@ -244,10 +244,12 @@ def test_without_imputation_a_null_feature_scores_null():
         con.execute(
             f"SELECT ilargi_train('{name}', '{algorithm}', 'SELECT {columns} FROM t', {target}, '{options}')"
         ).fetchall()
-    found = con.sql(
-        "SELECT lin_predict(NULL, 'a'), logit_predict(NULL, 'a'), logit_predict_class(NULL, 'a'), km_predict(NULL, 'a')"
-    ).fetchall()
-    assert found == [(None, None, None, None)]
+    for missing in ("NULL", "'NaN'::DOUBLE", "'-NaN'::FLOAT"):  # NaN is missing too, as in training
+        found = con.sql(
+            f"SELECT lin_predict({missing}, 'a'), logit_predict({missing}, 'a'), logit_predict_class({missing}, 'a'), "
+            f"km_predict({missing}, 'a')"
+        ).fetchall()
+        assert found == [(None, None, None, None)]
     assert None not in con.sql("SELECT km_predict(1.0, NULL), logit_predict_class(1.0, 'z')").fetchall()[0]
 
 
@@ -381,3 +383,106 @@ def test_two_cursors_save_models_at_the_same_time():
         ("second", 1),
     ]
     assert con.sql("SELECT count(*) FROM ilargi.category_weights WHERE model = 'first'").fetchall() == [(4,)]
+
+
+WIDE = 5_000  # features: a left-deep sum of 1,000 terms exceeds DuckDB's expression depth limit
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """A 5,000-column table (half INTEGER, half DOUBLE: casts bind differently) of 40 rows, and its rows as X."""
+    con = ilargi_db.connect()
+    columns = ", ".join(
+        f"CAST((range * {7 * i + 3}) % 13 + {i % 5} AS {'INTEGER' if i % 2 else 'DOUBLE'}) AS x{i}" for i in range(WIDE)
+    )
+    con.execute(f"CREATE TABLE wide AS SELECT range AS id, {columns}, (range % 3 = 0)::DOUBLE AS y FROM range(40)")
+    rows = con.sql("SELECT * EXCLUDE (id, y) FROM wide ORDER BY id").fetchnumpy()
+    X = np.column_stack([rows[f"x{i}"].astype(float) for i in range(WIDE)])
+    yield con, X
+    con.close()
+
+
+@pytest.mark.parametrize("algorithm", ["linear_regression", "logistic_regression", "kmeans"])
+def test_macros_of_a_model_with_5000_features(wide, algorithm):
+    con, X = wide
+    features = ", ".join(f"x{i}" for i in range(WIDE))
+    if algorithm == "kmeans":
+        model = ilargi_db.train(con, f"SELECT {features} FROM wide", algorithm=algorithm, n_clusters=2, random_state=0)
+    else:
+        # A few cheap steps: the test compares the macro with the fitted model, however well it fits.
+        params = {"alpha": 1.0, "solver": "gd", "max_iter": 5} if algorithm == "linear_regression" else {}
+        model = ilargi_db.train(con, f"SELECT {features}, y FROM wide", target="y", algorithm=algorithm, **params)
+    ilargi_db.save_model(con, f"wide_{algorithm}", model)
+    macros = ", ".join(f"{macro}({features})" for macro in model.macros_)
+    scored = np.array(con.sql(f"SELECT {macros} FROM wide ORDER BY id").fetchall(), dtype=float)
+    if algorithm == "logistic_regression":
+        assert_same_scores(scored[:, 0], model.predict_proba(X)[:, 1])
+        np.testing.assert_array_equal(scored[:, 1], model.predict(X))
+    elif algorithm == "kmeans":
+        assert len(set(model.predict(X))) == 2  # both clusters are used: the test compares a real choice
+        np.testing.assert_array_equal(scored[:, 0], model.predict(X))
+    else:
+        assert_same_scores(scored[:, 0], model.predict(X))
+
+
+@pytest.mark.parametrize(
+    "algorithm, target, params",
+    [
+        ("linear_regression", "y", {"alpha": 0.1}),
+        ("logistic_regression", "y > 20", {}),
+        ("kmeans", None, {"n_clusters": 3, "random_state": 0}),
+    ],
+)
+def test_a_nan_feature_is_imputed_as_in_training(algorithm, target, params):
+    """train and predict read NaN as missing (NULL) and impute the mean: the macro must too."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT CASE WHEN range % 5 = 1 THEN 'NaN'::DOUBLE WHEN range % 7 = 2 THEN NULL "
+        "ELSE (range % 11) * 1.5 END AS x, CASE WHEN range % 4 = 3 THEN 'NaN'::FLOAT ELSE range % 3 END AS z, "
+        "['a', 'b', NULL][range % 3 + 1] AS c, range * 1.0 AS y FROM range(60)"
+    )
+    label = f", {target} AS label" if target else ""
+    query = f"SELECT x, z, c{label} FROM t"
+    model = ilargi_db.train(con, query, target="label" if target else None, algorithm=algorithm, **params)
+    ilargi_db.save_model(con, "nan_model", model)
+    python = ilargi_db.predict(con, model, query).astype(float)
+    if algorithm == "logistic_regression":
+        (macro,) = [m for m in model.macros_ if m.endswith("_class")]
+        found = np.array(con.sql(f"SELECT {macro}(x, z, c) FROM t").fetchall(), dtype=float).ravel()
+        np.testing.assert_array_equal(np.sort(found), np.sort(python))
+    else:
+        assert_same_scores(macro_scores(con, model, query), python, rtol=0 if algorithm == "kmeans" else 1e-9)
+    nan_row = con.sql("SELECT nan_model_predict('NaN'::DOUBLE, 1, 'a') = nan_model_predict(NULL, 1, 'a')").fetchall()
+    assert nan_row == [(True,)]
+
+
+def test_a_wide_category_macro_called_through_attach(tmp_path):
+    """Categories looked up in the model's own database's ilargi.category_weights, not the caller's."""
+    path = str(tmp_path / "models.duckdb")
+    table = (
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, 'c' || (range % 80) AS c, "
+        "(range % 80) * {sign} + range * 0.1 AS y FROM range(400)"
+    )
+    con = ilargi_db.connect(path)
+    con.execute(table.format(sign=2.0))
+    model = ilargi_db.train(con, "SELECT x, c, y FROM t", target="y", alpha=0.1)
+    assert model.encoder_.specs_[1].width > macros.INLINE_CATEGORIES  # scored by the lookup, not a CASE
+    ilargi_db.save_model(con, "wide_cat", model)
+    expected = np.array(con.sql("SELECT wide_cat_predict(x, c) FROM t ORDER BY x").fetchall(), dtype=float).ravel()
+    assert_same_scores(expected, ilargi_db.predict(con, model, "SELECT x, c, y FROM t"))
+    con.close()
+    # The caller has a model of the same name and version, with other weights, in its own registry.
+    caller = ilargi_db.connect()
+    caller.execute(table.format(sign=-3.0))
+    ilargi_db.save_model(caller, "wide_cat", ilargi_db.train(caller, "SELECT x, c, y FROM t", target="y", alpha=0.1))
+    caller.execute(f"ATTACH '{path}' AS models (READ_ONLY)")
+    found = caller.sql("SELECT models.wide_cat_predict(x, c) FROM models.t ORDER BY x").fetchall()
+    np.testing.assert_allclose(np.array(found, dtype=float).ravel(), expected, rtol=1e-12)
+    own = caller.sql("SELECT wide_cat_predict(x, c) FROM t ORDER BY x").fetchall()
+    assert not np.allclose(np.array(own, dtype=float).ravel(), expected)
+    # Attached under another name the macro cannot find its weights: an error, not the caller's numbers.
+    caller.execute("DETACH models")
+    caller.execute(f"ATTACH '{path}' AS elsewhere (READ_ONLY)")
+    with pytest.raises(duckdb.CatalogException, match="models"):
+        caller.sql("SELECT elsewhere.wide_cat_predict(x, c) FROM elsewhere.t").fetchall()
+    caller.close()

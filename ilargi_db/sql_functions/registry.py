@@ -208,7 +208,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     """The writes of :func:`save_model`, inside its transaction."""
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
-    writer = MacroWriter(name, version, model)
+    (database,) = con.execute("SELECT current_database()").fetchall()[0]
+    writer = MacroWriter(name, version, model, database)
     statements = writer.statements()
     foreign = _foreign_functions(con, name, list(statements))
     if foreign:
