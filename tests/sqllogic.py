@@ -8,14 +8,15 @@ Records, separated by blank lines (DuckDB's dialect of the format):
   tab-separated; ``NULL`` and ``(empty)`` spelled out, floats as Python prints them.
 - ``require ilargi_db``: install ilargi_db's functions on the connection (a
   test starts from a plain DuckDB connection, as an extension's does).
-- ``load <path>``: reopen on a database file (``__TEST_DIR__`` is a fresh
-  temporary directory); ``restart``: reconnect to it with plain DuckDB.
+- ``load <path>``: reopen on a database file (``__TEST_DIR__``, here and in
+  SQL, is a fresh temporary directory); ``restart``: reconnect to it with
+  plain DuckDB.
 - ``# ...`` lines are comments.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -100,6 +101,7 @@ class Runner:
         self.con = duckdb.connect(self.path)
 
     def run(self, record: Record, where: str) -> None:
+        record = replace(record, sql=record.sql.replace("__TEST_DIR__", str(self.test_dir)))
         if record.kind == "require":
             assert record.argument == "ilargi_db", f"{where}: only ilargi_db can be required"
             ilargi_db.install(self.con)
