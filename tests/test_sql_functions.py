@@ -349,8 +349,8 @@ def _save_concurrently(con, names: list[str], model) -> dict[str, str]:
         cursor = con.cursor()
         try:
             ilargi_db.save_model(cursor, name, model)
-        except ilargi_db.IlargiError as err:
-            errors[f"{i}:{name}"] = str(err)
+        except Exception as err:  # noqa: BLE001 - reported to the test, whatever it is
+            errors[f"{i}:{name}"] = f"{type(err).__name__}: {err}"
         finally:
             cursor.close()
 
@@ -498,3 +498,26 @@ def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
     with pytest.raises(duckdb.Error, match="already has a view current_models that ilargi_db did not create"):
         con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
     assert con.sql("SELECT * FROM ilargi.current_models").fetchall() == [(42,)]
+
+
+def test_a_save_that_loses_the_race_for_a_version_is_told_to_try_again(monkeypatch):
+    """The other cursor commits the same version between this save's read and its insert (deterministic)."""
+    from ilargi_db.sql_functions import registry
+
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y")
+    other, this = con.cursor(), con.cursor()
+    read_registry = registry._foreign_functions
+
+    def the_other_saves_first(cursor, *args):
+        if cursor is this:
+            monkeypatch.setattr(registry, "_foreign_functions", read_registry)
+            assert ilargi_db.save_model(other, "race", model) == 1
+        return read_registry(cursor, *args)
+
+    monkeypatch.setattr(registry, "_foreign_functions", the_other_saves_first)
+    with pytest.raises(ilargi_db.IlargiError, match="another connection saved model 'race' at the same time"):
+        ilargi_db.save_model(this, "race", model)
+    assert con.sql("SELECT name, version FROM ilargi.models").fetchall() == [("race", 1)]
+    assert ilargi_db.save_model(this, "race", model) == 2  # trying again works

@@ -191,8 +191,8 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         con.commit()
     except (duckdb.TransactionException, duckdb.ConstraintException) as err:
         con.rollback()
-        if isinstance(err, duckdb.ConstraintException) and "duplicate key" not in str(err):
-            raise  # not a concurrent save of the same version
+        if isinstance(err, duckdb.ConstraintException) and "duplicate key" not in str(err).lower():
+            raise  # not a concurrent save of the same version (the other committed before this one inserted)
         also = "" if complete else " or created the model registry"
         raise IlargiError(
             f"another connection saved model {name!r}{also} at the same time, so nothing was saved: try again "
