@@ -1,5 +1,8 @@
 -- The ilargi_db model registry: lives in the database itself, schema `ilargi`.
--- ilargi_db.install(con) runs this file (every statement is idempotent).
+-- ilargi_db.install(con) runs this file when part of the registry is missing
+-- (every statement is idempotent and never replaces an existing object; install
+-- first checks that objects with these names are exactly these, and refuses
+-- to use a schema `ilargi` whose tables or view are someone else's).
 -- Each ilargi_train call adds one row to ilargi.models (a new version of the
 -- name); the newest version is the current one. JSON columns hold what a
 -- client needs to rebuild the model; the N_predict macros read only
@@ -39,6 +42,6 @@ CREATE TABLE IF NOT EXISTS ilargi.category_weights (
     weights  DOUBLE[] NOT NULL
 );
 
-CREATE OR REPLACE VIEW ilargi.current_models AS
+CREATE VIEW IF NOT EXISTS ilargi.current_models AS
 SELECT * FROM ilargi.models
 QUALIFY version = max(version) OVER (PARTITION BY name);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import duckdb
 import numpy as np
@@ -243,10 +244,12 @@ def test_without_imputation_a_null_feature_scores_null():
         con.execute(
             f"SELECT ilargi_train('{name}', '{algorithm}', 'SELECT {columns} FROM t', {target}, '{options}')"
         ).fetchall()
-    found = con.sql(
-        "SELECT lin_predict(NULL, 'a'), logit_predict(NULL, 'a'), logit_predict_class(NULL, 'a'), km_predict(NULL, 'a')"
-    ).fetchall()
-    assert found == [(None, None, None, None)]
+    for missing in ("NULL", "'NaN'::DOUBLE", "'-NaN'::FLOAT"):  # NaN is missing too, as in training
+        found = con.sql(
+            f"SELECT lin_predict({missing}, 'a'), logit_predict({missing}, 'a'), logit_predict_class({missing}, 'a'), "
+            f"km_predict({missing}, 'a')"
+        ).fetchall()
+        assert found == [(None, None, None, None)]
     assert None not in con.sql("SELECT km_predict(1.0, NULL), logit_predict_class(1.0, 'z')").fetchall()[0]
 
 
@@ -275,3 +278,246 @@ def test_features_named_like_the_registry_columns(monkeypatch):
     model = ilargi_db.train(con, query, target="y", alpha=0.1)
     ilargi_db.save_model(con, "clash", model)
     assert_same_scores(macro_scores(con, model, query), ilargi_db.predict(con, model, query))
+
+
+REGISTRY_OBJECTS = (
+    "SELECT table_name, sql FROM duckdb_tables() WHERE schema_name = 'ilargi' "
+    "UNION ALL SELECT view_name, sql FROM duckdb_views() WHERE schema_name = 'ilargi' ORDER BY ALL"
+)
+
+
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        "CREATE VIEW ilargi.current_models AS SELECT 42 AS answer",
+        "CREATE TABLE ilargi.models (id INTEGER, note VARCHAR)",
+        "CREATE TABLE ilargi.current_models (id INTEGER)",
+        "CREATE VIEW ilargi.category_weights AS SELECT 'x' AS model",
+    ],
+    ids=["own current_models view", "own models table", "table for the view", "view for a table"],
+)
+def test_install_never_replaces_a_users_objects_in_schema_ilargi(theirs):
+    con = duckdb.connect()
+    con.execute(f"CREATE SCHEMA ilargi; {theirs}")
+    before = con.sql(REGISTRY_OBJECTS).fetchall()
+    name = theirs.split()[2].split(".")[1]
+    with pytest.raises(ilargi_db.IlargiError, match=f"already has a .* {name} that ilargi_db did not create") as err:
+        ilargi_db.install(con)
+    assert f"RENAME TO my_{name}" in str(err.value)
+    assert con.sql(REGISTRY_OBJECTS).fetchall() == before  # nothing replaced, nothing added
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y")
+    with pytest.raises(ilargi_db.IlargiError, match="did not create"):  # saving without install refuses too
+        ilargi_db.save_model(con, "m", model)
+    assert con.sql(REGISTRY_OBJECTS).fetchall() == before
+    con.execute(f"ALTER {theirs.split()[1]} ilargi.{name} RENAME TO my_{name}")  # what the message says to do
+    ilargi_db.install(con)
+    assert ilargi_db.save_model(con, "m", model) == 1
+
+
+def test_install_accepts_its_registry_from_an_earlier_version(tmp_path):
+    """A registry made by the earlier DDL (CREATE OR REPLACE VIEW) is ilargi_db's: kept, models and all."""
+    from ilargi_db.sql_functions.registry import registry_ddl
+
+    path = str(tmp_path / "old.duckdb")
+    con = duckdb.connect(path)
+    old_ddl = registry_ddl().replace("CREATE VIEW IF NOT EXISTS", "CREATE OR REPLACE VIEW")
+    for statement in con.extract_statements(old_ddl):
+        con.execute(statement.query)
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    ilargi_db.save_model(con, "old", ilargi_db.train(con, "SELECT x, y FROM t", target="y"))
+    con.close()
+    con = ilargi_db.connect(path)
+    ilargi_db.install(con)
+    assert con.sql("SELECT name, version FROM ilargi.current_models").fetchall() == [("old", 1)]
+    con.close()
+
+
+def _save_concurrently(con, names: list[str], model) -> dict[str, str]:
+    """Save ``names`` from one thread and cursor each; every save has read the registry before any commits."""
+    from ilargi_db.sql_functions import registry
+
+    barrier = threading.Barrier(len(names))
+    read_registry = registry._foreign_functions
+    errors: dict[str, str] = {}
+
+    def wait_for_the_others(*args):
+        barrier.wait(timeout=30)
+        return read_registry(*args)
+
+    def save(i: int, name: str) -> None:
+        cursor = con.cursor()
+        try:
+            ilargi_db.save_model(cursor, name, model)
+        except Exception as err:  # noqa: BLE001 - reported to the test, whatever it is
+            errors[f"{i}:{name}"] = f"{type(err).__name__}: {err}"
+        finally:
+            cursor.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "_foreign_functions", wait_for_the_others)
+        threads = [threading.Thread(target=save, args=(i, name)) for i, name in enumerate(names)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return errors
+
+
+def test_two_cursors_save_models_at_the_same_time():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 AS y FROM range(30)"
+    )
+    model = ilargi_db.train(con, "SELECT x, c, y FROM t", target="y", alpha=0.1)
+    assert _save_concurrently(con, ["first", "second"], model) == {}
+    assert con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall() == [("first", 1), ("second", 1)]
+    # The same name: one save wins, the other is told which model to save again.
+    errors = _save_concurrently(con, ["first", "first"], model)
+    assert len(errors) == 1
+    (message,) = errors.values()
+    assert "another connection saved model 'first' at the same time, so nothing was saved: try again" in message
+    assert con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall() == [
+        ("first", 1),
+        ("first", 2),
+        ("second", 1),
+    ]
+    assert con.sql("SELECT count(*) FROM ilargi.category_weights WHERE model = 'first'").fetchall() == [(4,)]
+
+
+WIDE = 5_000  # features: a left-deep sum of 1,000 terms exceeds DuckDB's expression depth limit
+
+
+@pytest.fixture(scope="module")
+def wide():
+    """A 5,000-column table (half INTEGER, half DOUBLE: casts bind differently) of 40 rows, and its rows as X."""
+    con = ilargi_db.connect()
+    columns = ", ".join(
+        f"CAST((range * {7 * i + 3}) % 13 + {i % 5} AS {'INTEGER' if i % 2 else 'DOUBLE'}) AS x{i}" for i in range(WIDE)
+    )
+    con.execute(f"CREATE TABLE wide AS SELECT range AS id, {columns}, (range % 3 = 0)::DOUBLE AS y FROM range(40)")
+    rows = con.sql("SELECT * EXCLUDE (id, y) FROM wide ORDER BY id").fetchnumpy()
+    X = np.column_stack([rows[f"x{i}"].astype(float) for i in range(WIDE)])
+    yield con, X
+    con.close()
+
+
+@pytest.mark.parametrize("algorithm", ["linear_regression", "logistic_regression", "kmeans"])
+def test_macros_of_a_model_with_5000_features(wide, algorithm):
+    con, X = wide
+    features = ", ".join(f"x{i}" for i in range(WIDE))
+    if algorithm == "kmeans":
+        model = ilargi_db.train(con, f"SELECT {features} FROM wide", algorithm=algorithm, n_clusters=2, random_state=0)
+    else:
+        # A few cheap steps: the test compares the macro with the fitted model, however well it fits.
+        params = {"alpha": 1.0, "solver": "gd", "max_iter": 5} if algorithm == "linear_regression" else {}
+        model = ilargi_db.train(con, f"SELECT {features}, y FROM wide", target="y", algorithm=algorithm, **params)
+    ilargi_db.save_model(con, f"wide_{algorithm}", model)
+    macros = ", ".join(f"{macro}({features})" for macro in model.macros_)
+    scored = np.array(con.sql(f"SELECT {macros} FROM wide ORDER BY id").fetchall(), dtype=float)
+    if algorithm == "logistic_regression":
+        assert_same_scores(scored[:, 0], model.predict_proba(X)[:, 1])
+        np.testing.assert_array_equal(scored[:, 1], model.predict(X))
+    elif algorithm == "kmeans":
+        assert len(set(model.predict(X))) == 2  # both clusters are used: the test compares a real choice
+        np.testing.assert_array_equal(scored[:, 0], model.predict(X))
+    else:
+        assert_same_scores(scored[:, 0], model.predict(X))
+
+
+@pytest.mark.parametrize(
+    "algorithm, target, params",
+    [
+        ("linear_regression", "y", {"alpha": 0.1}),
+        ("logistic_regression", "y > 20", {}),
+        ("kmeans", None, {"n_clusters": 3, "random_state": 0}),
+    ],
+)
+def test_a_nan_feature_is_imputed_as_in_training(algorithm, target, params):
+    """train and predict read NaN as missing (NULL) and impute the mean: the macro must too."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT CASE WHEN range % 5 = 1 THEN 'NaN'::DOUBLE WHEN range % 7 = 2 THEN NULL "
+        "ELSE (range % 11) * 1.5 END AS x, CASE WHEN range % 4 = 3 THEN 'NaN'::FLOAT ELSE range % 3 END AS z, "
+        "['a', 'b', NULL][range % 3 + 1] AS c, range * 1.0 AS y FROM range(60)"
+    )
+    label = f", {target} AS label" if target else ""
+    query = f"SELECT x, z, c{label} FROM t"
+    model = ilargi_db.train(con, query, target="label" if target else None, algorithm=algorithm, **params)
+    ilargi_db.save_model(con, "nan_model", model)
+    python = ilargi_db.predict(con, model, query).astype(float)
+    if algorithm == "logistic_regression":
+        (macro,) = [m for m in model.macros_ if m.endswith("_class")]
+        found = np.array(con.sql(f"SELECT {macro}(x, z, c) FROM t").fetchall(), dtype=float).ravel()
+        np.testing.assert_array_equal(np.sort(found), np.sort(python))
+    else:
+        assert_same_scores(macro_scores(con, model, query), python, rtol=0 if algorithm == "kmeans" else 1e-9)
+    nan_row = con.sql("SELECT nan_model_predict('NaN'::DOUBLE, 1, 'a') = nan_model_predict(NULL, 1, 'a')").fetchall()
+    assert nan_row == [(True,)]
+
+
+def test_a_wide_category_macro_called_through_attach(tmp_path):
+    """Categories looked up in the model's own database's ilargi.category_weights, not the caller's."""
+    path = str(tmp_path / "models.duckdb")
+    table = (
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, 'c' || (range % 80) AS c, "
+        "(range % 80) * {sign} + range * 0.1 AS y FROM range(400)"
+    )
+    con = ilargi_db.connect(path)
+    con.execute(table.format(sign=2.0))
+    model = ilargi_db.train(con, "SELECT x, c, y FROM t", target="y", alpha=0.1)
+    assert model.encoder_.specs_[1].width > macros.INLINE_CATEGORIES  # scored by the lookup, not a CASE
+    ilargi_db.save_model(con, "wide_cat", model)
+    expected = np.array(con.sql("SELECT wide_cat_predict(x, c) FROM t ORDER BY x").fetchall(), dtype=float).ravel()
+    assert_same_scores(expected, ilargi_db.predict(con, model, "SELECT x, c, y FROM t"))
+    con.close()
+    # The caller has a model of the same name and version, with other weights, in its own registry.
+    caller = ilargi_db.connect()
+    caller.execute(table.format(sign=-3.0))
+    ilargi_db.save_model(caller, "wide_cat", ilargi_db.train(caller, "SELECT x, c, y FROM t", target="y", alpha=0.1))
+    caller.execute(f"ATTACH '{path}' AS models (READ_ONLY)")
+    found = caller.sql("SELECT models.wide_cat_predict(x, c) FROM models.t ORDER BY x").fetchall()
+    np.testing.assert_allclose(np.array(found, dtype=float).ravel(), expected, rtol=1e-12)
+    own = caller.sql("SELECT wide_cat_predict(x, c) FROM t ORDER BY x").fetchall()
+    assert not np.allclose(np.array(own, dtype=float).ravel(), expected)
+    # Attached under another name the macro cannot find its weights: an error, not the caller's numbers.
+    caller.execute("DETACH models")
+    caller.execute(f"ATTACH '{path}' AS elsewhere (READ_ONLY)")
+    with pytest.raises(duckdb.CatalogException, match="models"):
+        caller.sql("SELECT elsewhere.wide_cat_predict(x, c) FROM elsewhere.t").fetchall()
+    caller.close()
+
+
+def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
+    from ilargi_db.sql_functions import functions
+
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    con.execute("DROP VIEW ilargi.current_models; CREATE VIEW ilargi.current_models AS SELECT 42 AS answer")
+    monkeypatch.setattr(functions, "train", lambda *args, **kwargs: pytest.fail("trained before refusing"))
+    with pytest.raises(duckdb.Error, match="already has a view current_models that ilargi_db did not create"):
+        con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
+    assert con.sql("SELECT * FROM ilargi.current_models").fetchall() == [(42,)]
+
+
+def test_a_save_that_loses_the_race_for_a_version_is_told_to_try_again(monkeypatch):
+    """The other cursor commits the same version between this save's read and its insert (deterministic)."""
+    from ilargi_db.sql_functions import registry
+
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y")
+    other, this = con.cursor(), con.cursor()
+    read_registry = registry._foreign_functions
+
+    def the_other_saves_first(cursor, *args):
+        if cursor is this:
+            monkeypatch.setattr(registry, "_foreign_functions", read_registry)
+            assert ilargi_db.save_model(other, "race", model) == 1
+        return read_registry(cursor, *args)
+
+    monkeypatch.setattr(registry, "_foreign_functions", the_other_saves_first)
+    with pytest.raises(ilargi_db.IlargiError, match="another connection saved model 'race' at the same time"):
+        ilargi_db.save_model(this, "race", model)
+    assert con.sql("SELECT name, version FROM ilargi.models").fetchall() == [("race", 1)]
+    assert ilargi_db.save_model(this, "race", model) == 2  # trying again works

@@ -103,7 +103,8 @@ def compute_indicators(
         rows = column_to_numpy(table.column(row_column(position)))
         scan = scans[source.alias]
         result[source.alias] = scan.positions(rows) if scan.native else rows
+    returned = set(table.column_names)  # a new list on each access
     for name in (TARGET, *(winner_column(j) for j in range(len(graph.features)))):
-        if name in table.column_names:
+        if name in returned:
             result[name] = column_to_numpy(table.column(name))
     return result, table

@@ -7,6 +7,7 @@ stage reads them to build one scan per source and one key-only join.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -29,7 +30,11 @@ class Source:
     nullable: bool = False
 
     def has_column(self, name: str) -> bool:
-        return name.lower() in {c.lower() for c in self.columns}
+        return name.lower() in self._lower_columns
+
+    @functools.cached_property
+    def _lower_columns(self) -> frozenset[str]:  # once: a query of n columns asks n times
+        return frozenset(c.lower() for c in self.columns)
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,8 @@ class FeatureEncoder:
         numeric = [j for j, s in enumerate(self.specs_) if s.kind == "numeric"]
         blocks = []
         if numeric:
-            data = arrow_to_block(table, [table.column_names[j] for j in numeric])
+            names = table.column_names  # a new list on each access
+            data = arrow_to_block(table, [names[j] for j in numeric])
             blocks.append(Block(self._impute(data, np.array(numeric)), columns=self.offsets_[numeric]))
         for j, spec in enumerate(self.specs_):
             if spec.kind == "categorical" and spec.width:

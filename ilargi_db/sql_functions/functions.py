@@ -35,6 +35,7 @@ from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
+    check_registry,
     check_writable,
     drop_model,
     load_model,
@@ -177,6 +178,7 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
 
     def work(cursor):
         check_writable(cursor)
+        check_registry(cursor)  # someone else's ilargi.models is refused before, not after, training
         check_macro_parameters(build_join_graph(cursor, query, target).feature_names)  # before, not after, training
         with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
             warnings.simplefilter("always", ConvergenceWarning)

@@ -10,7 +10,7 @@ import duckdb
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import watch_sigint
 from ilargi_db.sql_functions.functions import register_functions
-from ilargi_db.sql_functions.registry import ensure_registry, is_read_only
+from ilargi_db.sql_functions.registry import check_registry, ensure_registry, is_read_only
 
 MIN_DUCKDB = (1, 4)
 _INSTALLED: weakref.WeakSet = weakref.WeakSet()
@@ -37,7 +37,9 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     Adds ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate`` and
     ``ilargi_drop_model`` (see ``ilargi_db.sql_functions.functions``) and schema
     ``ilargi`` (``sql/registry.sql``; skipped on a read-only database).
-    Idempotent.
+    Idempotent. Refuses (``ForeignRegistryError``) a table or view of a
+    registry name in schema ``ilargi`` that ilargi_db did not create: it never
+    replaces a user's objects.
 
     >>> import duckdb
     >>> con = install(duckdb.connect())
@@ -55,7 +57,9 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         read_only = is_read_only(con)
     except duckdb.ConnectionException as err:
         raise IlargiError(f"the DuckDB connection is not usable ({err}); open a new one.") from None
-    if not read_only:
+    if read_only:
+        check_registry(con)  # refuse someone else's ilargi.models here too: load_model would misread it
+    else:
         ensure_registry(con)
     if con not in _INSTALLED:
         register_functions(con)

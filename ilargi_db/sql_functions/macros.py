@@ -4,9 +4,16 @@ A macro holds the whole model (coefficients or centroids, training means for
 imputation) as DOUBLE literals in native SQL, so DuckDB scores rows in parallel
 and any client can call it after a reconnect, without ilargi_db. A one-hot
 feature with up to ``INLINE_CATEGORIES`` categories is a CASE inside the macro;
-a wider one is looked up in ``ilargi.category_weights`` with a scalar subquery,
-which DuckDB decorrelates into a hash join (no giant CASE). Unseen categories
-(and NULL, unless training saw it) weigh zero, as in the encoder.
+a wider one is looked up in ``ilargi.category_weights`` of the model's own
+database with a scalar subquery, which DuckDB decorrelates into a hash join (no
+giant CASE). Unseen categories (and NULL, unless training saw it) weigh zero, as
+in the encoder. A numeric NaN is missing, as NULL is in training.
+
+A linear score is a sum of scalar terms written as a balanced tree, and
+k-means takes one list of the numeric features to native ``list_distance``:
+a model of thousands of features stays under DuckDB's expression depth limit
+(1,000) and binds in about a second, and no expression is repeated (DuckDB's
+common-subexpression pass takes time quadratic in repeated ones).
 """
 
 from __future__ import annotations
@@ -68,16 +75,43 @@ def double(value: float) -> str:
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
 
 
+def double_list(values: np.ndarray) -> str:
+    """A DOUBLE[] literal.
+
+    >>> double_list(np.array([0.5, -2.0]))
+    '[5.0000000000000000e-01, -2.0000000000000000e+00]'
+    """
+    return "[" + ", ".join(double(v) for v in values) + "]"
+
+
+def balanced_sum(terms: list[str]) -> str:
+    """``terms`` added as a balanced tree of depth log2(n): a left-deep sum of 1,000 terms cannot be bound.
+
+    >>> balanced_sum(["a", "b", "c"])
+    '(a + (b + c))'
+    >>> balanced_sum([])
+    '0.0'
+    """
+    if not terms:
+        return "0.0"
+    if len(terms) == 1:
+        return terms[0]
+    half = len(terms) // 2
+    return f"({balanced_sum(terms[:half])} + {balanced_sum(terms[half:])})"
+
+
 class MacroWriter:
     """Writes the SQL of one model version: macro bodies and the category-weight rows they read.
 
     A feature with at most ``inline_categories`` categories is scored by a CASE
-    inside the macro; a wider one by a lookup in ``ilargi.category_weights``.
-    The weights of every category are stored either way (the registry shows them).
+    inside the macro; a wider one by a lookup in ``database``'s
+    ``ilargi.category_weights`` (qualified: a macro called through ATTACH would
+    otherwise read the caller's registry). The weights of every category are
+    stored either way (the registry shows them).
     """
 
-    def __init__(self, name: str, version: int, model: Any, inline_categories: int | None = None):
-        self.name, self.version, self.model = name, version, model
+    def __init__(self, name: str, version: int, model: Any, database: str, inline_categories: int | None = None):
+        self.name, self.version, self.model, self.database = name, version, model, database
         self.inline_categories = INLINE_CATEGORIES if inline_categories is None else inline_categories
         self.specs: list[ColumnSpec] = model.encoder_.specs_
         self.offsets = model.encoder_.offsets_
@@ -85,9 +119,14 @@ class MacroWriter:
 
     # -- pieces --------------------------------------------------------------------------
 
-    def _numeric(self, spec: ColumnSpec) -> str:
-        value = f"CAST({quote_identifier(spec.name)} AS DOUBLE)"
-        return f"coalesce({value}, {double(spec.mean)})" if self.model.encoder_.impute else value
+    def _numeric_value(self, spec: ColumnSpec) -> str:
+        """The feature as DOUBLE; NULL and NaN are both missing (training reads NULL as NaN): the mean, or NULL."""
+        column = quote_identifier(spec.name)
+        missing = double(spec.mean) if self.model.encoder_.impute else "NULL"
+        # NOT isnan(NULL) is NULL, so NULL reaches ELSE too. THEN says TRY_CAST only to differ from WHEN's CAST
+        # (which has already refused a value that is no number): DuckDB's common-subexpression pass takes time
+        # quadratic in repeated casts, seconds to bind a model of a few thousand INTEGER or DECIMAL features.
+        return f"CASE WHEN NOT isnan(CAST({column} AS DOUBLE)) THEN TRY_CAST({column} AS DOUBLE) ELSE {missing} END"
 
     def _category_weight(self, spec: ColumnSpec, weights: np.ndarray, output: int) -> str:
         """The weight of the row's category for ``output`` (1-based), 0 for a category training never saw.
@@ -114,7 +153,7 @@ class MacroWriter:
         return (
             f"coalesce((SELECT __ilargi_weights[{output}] FROM (SELECT w.model AS __ilargi_model, "
             "w.version AS __ilargi_version, w.feature AS __ilargi_feature, w.category AS __ilargi_category, "
-            "w.weights AS __ilargi_weights FROM ilargi.category_weights w) "
+            f"w.weights AS __ilargi_weights FROM {quote_identifier(self.database)}.ilargi.category_weights w) "
             f"WHERE __ilargi_model = {quote_string(self.name)} AND __ilargi_version = {self.version} "
             f"AND __ilargi_feature = {quote_string(spec.name)} "
             f"AND __ilargi_category IS NOT DISTINCT FROM CAST({quote_identifier(spec.name)} AS VARCHAR)), 0.0)"
@@ -135,37 +174,51 @@ class MacroWriter:
         terms = [double(self.model.intercept_)]
         for j, spec in enumerate(self.specs):
             if spec.kind == "numeric":
-                terms.append(f"{double(coef[self.offsets[j]])} * {self._numeric(spec)}")
+                terms.append(f"{double(coef[self.offsets[j]])} * {self._numeric_value(spec)}")
             elif spec.width:
                 weights = coef[self._columns(spec, j)].reshape(-1, 1)
                 self._add_weights(spec, weights)
                 terms.append(self._category_weight(spec, weights, 1))
-        return " + ".join(terms)
+        return balanced_sum(terms)
 
     def nearest_centroid(self) -> str:
         """Index (from 0) of the nearest centroid, by squared Euclidean distance."""
         centers = np.asarray(self.model.cluster_centers_, dtype=float)
-        distances = []
-        for k, center in enumerate(centers):
-            terms = []
-            for j, spec in enumerate(self.specs):
-                if spec.kind == "numeric":
-                    terms.append(f"power({self._numeric(spec)} - {double(center[self.offsets[j]])}, 2)")
-                elif spec.width:
-                    # (one_hot - c)^2 summed = sum(c^2) + (1 - 2 c_v) for the row's category v, if known.
+        n_clusters = len(centers)
+        numeric_part = "[" + ", ".join(["0.0"] * n_clusters) + "]"
+        if numeric := [j for j, spec in enumerate(self.specs) if spec.kind == "numeric"]:
+            # One list of the numeric features, built once, and one native list_distance per centroid: faster
+            # than scalar terms, and no feature written once per centroid (DuckDB's common-subexpression pass
+            # takes time quadratic in repeated expressions). Without imputation a missing numeric makes the
+            # distances NULL (list_distance would refuse the NULL element).
+            values = ", ".join(self._numeric_value(self.specs[j]) for j in numeric)
+            squared = ", ".join(
+                f"power(list_distance(__ilargi_x, {double_list(c[self.offsets[numeric]])}), 2)" for c in centers
+            )
+            numeric_part = f"[{squared}]"
+            if not self.model.encoder_.impute:
+                numeric_part = f"CASE WHEN list_count(__ilargi_x) = {len(numeric)} THEN {numeric_part} END"
+            numeric_part = f"[{numeric_part} FOR __ilargi_x IN [[{values}]]][1]"
+        categorical: list[list[str]] = [[] for _ in centers]
+        for j, spec in enumerate(self.specs):
+            if spec.kind == "categorical" and spec.width:
+                # (one_hot - c)^2 summed = sum(c^2) + (1 - 2 c_v) for the row's category v, if known.
+                weights = (1.0 - 2.0 * centers[:, self._columns(spec, j)]).T
+                self._add_weights(spec, weights)
+                for k, center in enumerate(centers):
                     c = center[self._columns(spec, j)]
-                    weights = (1.0 - 2.0 * centers[:, self._columns(spec, j)]).T
-                    if k == 0:
-                        self._add_weights(spec, weights)
-                    terms.append(f"{double(float(c @ c))} + {self._category_weight(spec, weights, k + 1)}")
-            distances.append(" + ".join(terms) or "0.0")
-        listed = ", ".join(f"({d})" for d in distances)
-        # The comprehension binds the distance list once (written twice, DuckDB would compute it twice).
-        # A NULL distance (a NULL numeric without imputation) gives NULL, not the nearest of the others.
-        return (
-            f"[CASE WHEN list_count(d) = {len(distances)} THEN list_position(d, list_min(d)) - 1 END "
-            f"FOR d IN [[{listed}]]][1]"
+                    categorical[k] += [double(float(c @ c)), self._category_weight(spec, weights, k + 1)]
+        categorical_part = "[" + ", ".join(balanced_sum(terms) for terms in categorical) + "]"
+        # Comprehensions bind each list once (written twice, DuckDB would compute it twice); the category lookups
+        # stay outside them (DuckDB allows no subquery in a lambda). A NULL distance (a missing numeric without
+        # imputation) gives NULL, not the nearest of the others.
+        distances = ", ".join(f"__ilargi_p[1][{k}] + __ilargi_p[2][{k}]" for k in range(1, n_clusters + 1))
+        nearest = (
+            f"[CASE WHEN list_count(__ilargi_d) = {n_clusters} "
+            "THEN list_position(__ilargi_d, list_min(__ilargi_d)) - 1 END "
+            f"FOR __ilargi_d IN [[{distances}]]][1]"
         )
+        return f"[{nearest} FOR __ilargi_p IN [[{numeric_part}, {categorical_part}]]][1]"
 
     # -- whole macros -------------------------------------------------------------------
 
@@ -180,10 +233,9 @@ class MacroWriter:
             score = self.linear_score()
             low, high = (double(c) for c in np.asarray(self.model.classes_, dtype=float))
             bodies[f"{self.name}_predict"] = f"0.5 * (1.0 + tanh(0.5 * ({score})))"  # P(classes_[1]), overflow-free
-            # No ELSE: a NULL score (a NULL numeric without imputation) gives NULL, not the first class.
-            bodies[f"{self.name}_predict_class"] = (
-                f"CASE WHEN ({score}) > 0 THEN {high} WHEN ({score}) <= 0 THEN {low} END"
-            )
+            # The score written once (twice, DuckDB would bind and compute it twice); a NULL score (a missing
+            # numeric without imputation) gives a NULL index, so NULL, not the first class.
+            bodies[f"{self.name}_predict_class"] = f"[{low}, {high}][CAST(({score}) > 0 AS INTEGER) + 1]"
         elif algorithm == "kmeans":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {

@@ -7,6 +7,7 @@ registry (and the macros) exactly as they were.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from importlib import resources
@@ -39,8 +40,62 @@ def registry_ddl() -> str:
     return resources.files("ilargi_db.sql_functions").joinpath("registry.sql").read_text()
 
 
+class ForeignRegistryError(IlargiError):
+    """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
+
+
+def _registry_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
+    """``{name: (kind, SQL)}`` of the tables and views in schema ``ilargi`` of the current database.
+
+    The SQL is DuckDB's own normalized ``CREATE`` statement, so two objects with
+    the same definition compare equal whatever spacing or DDL version made them.
+    """
+    found = con.execute(
+        "SELECT lower(table_name), 'table', sql FROM duckdb_tables() "
+        "WHERE database_name = current_database() AND lower(schema_name) = 'ilargi' "
+        "UNION ALL SELECT lower(view_name), 'view', sql FROM duckdb_views() "
+        "WHERE database_name = current_database() AND lower(schema_name) = 'ilargi' AND NOT internal"
+    ).fetchall()
+    return {name: (kind, sql) for name, kind, sql in found}
+
+
+@functools.cache
+def _expected_objects() -> dict[str, tuple[str, str]]:
+    """The registry's objects as ``registry.sql`` creates them (in a scratch in-memory database)."""
+    scratch = duckdb.connect()
+    try:
+        for statement in scratch.extract_statements(registry_ddl()):
+            scratch.execute(statement.query)
+        return _registry_objects(scratch)
+    finally:
+        scratch.close()
+
+
+def check_registry(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the whole registry exists; refuse a table or view of one of its names that is not ilargi_db's.
+
+    ilargi_db never replaces a user's objects: a ``models``, ``category_weights``
+    or ``current_models`` in schema ``ilargi`` must be exactly what
+    ``registry.sql`` creates (as an earlier ilargi_db with the same DDL did).
+    """
+    expected = _expected_objects()
+    found = {name: obj for name, obj in _registry_objects(con).items() if name in expected}
+    for name, (kind, sql) in sorted(found.items()):
+        want_kind, want_sql = expected[name]
+        if (kind, sql) != (want_kind, want_sql):
+            differs = f"where ilargi_db keeps a {want_kind}" if kind != want_kind else "not as in sql/registry.sql"
+            raise ForeignRegistryError(
+                f"schema ilargi already has a {kind} {name} that ilargi_db did not create ({differs}). "
+                "ilargi_db keeps its model registry in schema ilargi and never replaces your objects: rename "
+                f"yours (ALTER {kind.upper()} ilargi.{name} RENAME TO my_{name}) or drop it, then install again."
+            )
+    return len(found) == len(expected)
+
+
 def ensure_registry(con: duckdb.DuckDBPyConnection) -> None:
-    """Create schema ``ilargi`` and its tables unless they exist (idempotent)."""
+    """Create what is missing of schema ``ilargi``'s registry (nothing when it is all there; never a replacement)."""
+    if check_registry(con):
+        return  # no DDL at all: concurrent writers of the registry never conflict on it
     for statement in con.extract_statements(registry_ddl()):
         con.execute(statement.query)
 
@@ -127,14 +182,21 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         raise IlargiError("save_model needs a model returned by ilargi_db.train().")
     check_writable(con)
     check_macro_parameters([s.name for s in model.encoder_.specs_])
+    complete = check_registry(con)  # refuses someone else's ilargi.models before anything is written
     con.begin()
     try:
+        if not complete:  # never installed here: the registry is created with the model, in its transaction
+            ensure_registry(con)
         version = _save(con, name, model)
         con.commit()
-    except duckdb.TransactionException as err:
+    except (duckdb.TransactionException, duckdb.ConstraintException) as err:
         con.rollback()
+        if isinstance(err, duckdb.ConstraintException) and "duplicate key" not in str(err).lower():
+            raise  # not a concurrent save of the same version (the other committed before this one inserted)
+        also = "" if complete else " or created the model registry"
         raise IlargiError(
-            f"another connection changed model {name!r} at the same time ({err}): nothing was saved; try again."
+            f"another connection saved model {name!r}{also} at the same time, so nothing was saved: try again "
+            f"({str(err).replace(chr(92) + '0', '.')})."
         ) from None
     except BaseException:
         con.rollback()
@@ -144,10 +206,10 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
 
 def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     """The writes of :func:`save_model`, inside its transaction."""
-    ensure_registry(con)
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
-    writer = MacroWriter(name, version, model)
+    (database,) = con.execute("SELECT current_database()").fetchall()[0]
+    writer = MacroWriter(name, version, model, database)
     statements = writer.statements()
     foreign = _foreign_functions(con, name, list(statements))
     if foreign:
