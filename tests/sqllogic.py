@@ -15,7 +15,7 @@ Records, separated by blank lines (DuckDB's dialect of the format):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
