@@ -222,7 +222,8 @@ def render(results: dict, sizes: dict, command: str, seconds: float, images: lis
             f"{r['baseline']['seconds']:.2f} | **{speed:.2f}x** | {peaks} | {mem:.2f} |"
         )
     lines += ["", "Targets (star schema, tuple ratio 20, feature ratio 4):", ""]
-    for algorithm, target in (("linear_regression", 3.0), ("logistic_regression", 3.0), ("kmeans", 1.5)):
+    # Issue 10's targets against DuckDB join + scikit-learn.
+    for algorithm, target in (("linear_regression", 5.0), ("logistic_regression", 3.0), ("kmeans", 1.5), ("gnmf", 1.5)):
         r = {m: results[("star", algorithm, m)] for m in METHODS}
         speed = r["baseline"]["seconds"] / r["factorized"]["seconds"]
         mem = r["factorized"]["peak"] / max(r["baseline"]["peak"], 1)
