@@ -402,6 +402,7 @@ def wide():
     con.close()
 
 
+@pytest.mark.filterwarnings("ignore:linear regression \\(gd\\) stopped at max_iter")  # a few steps on purpose
 @pytest.mark.parametrize("algorithm", ["linear_regression", "logistic_regression", "kmeans"])
 def test_macros_of_a_model_with_5000_features(wide, algorithm):
     con, X = wide
