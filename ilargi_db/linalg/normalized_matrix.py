@@ -391,6 +391,8 @@ class NormalizedMatrix:
             return data.multiply(d[:, None]).tocsr() if be.is_sparse(data) else data * d[:, None]
 
         if a is b:
+            if a.index is None and weights is None:
+                return _matmul(a.data.T, a.data, be)  # every row once: no counts to scale by
             counts = a.counts() if weights is None else a.segment_sum(weights)
             return _matmul(a.data.T, scale_rows(a.data, counts), be)
         if a.index is None and b.index is None:
@@ -416,9 +418,13 @@ class NormalizedMatrix:
 
     def _crossprod(self, weights: Any = None) -> Any:
         """T^T D T block-wise: diagonal blocks S^T diag(counts) S, off-diagonal via co-occurrence."""
-        xp = self.backend.xp
         if weights is not None:
             weights = self._vector(weights, self._n_rows, "crossprod weights")
+        with self.backend.hot_loop():  # fused scatters and small products: BLAS must not spin beside numba
+            return self._crossprod_blocks(weights)
+
+    def _crossprod_blocks(self, weights: Any) -> Any:
+        xp = self.backend.xp
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
