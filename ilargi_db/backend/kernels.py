@@ -83,7 +83,7 @@ class ReferenceKernels:
             t = index.shape[1]
             counts = xp.zeros((t, n_table_rows, k), dtype=xp.float64)
             for c in range(t):
-                flat = xp.bincount(index[:, c] * k + labels, minlength=n_table_rows * k)
+                flat = xp.bincount(index[:, c].astype(xp.int64) * k + labels, minlength=n_table_rows * k)
                 counts[c] = flat.reshape(n_table_rows, k)
         return head, counts
 

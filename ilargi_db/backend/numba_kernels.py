@@ -44,27 +44,33 @@ def _gather_sum_1d(dense, w, index, tables, out):  # pragma: no cover - compiled
                 acc[i] += table[numba.uint64(rows[i])]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_rows(dense, w, index, tables, start, stop, acc):  # pragma: no cover - compiled
+    """acc[i - start] += dense[i] @ w + sum_k tables[k, index[i, k]] for the rows of one tile."""
+    m = acc.shape[1]
+    for j in range(dense.shape[1]):
+        column = dense[start:stop, j]
+        for i in range(stop - start):
+            x = column[i]
+            for q in range(m):
+                acc[i, q] += x * w[j, q]
+    for k in range(index.shape[1]):
+        rows, table = index[start:stop, k], tables[k]
+        for i in range(stop - start):
+            row = table[numba.uint64(rows[i])]
+            for q in range(m):
+                acc[i, q] += row[q]
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _gather_sum_2d(dense, w, index, tables, out):  # pragma: no cover - compiled
-    n, m = out.shape[0], out.shape[1]
-    a, t = dense.shape[1], index.shape[1]
+    n = out.shape[0]
     for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         acc = out[start:stop]
         acc[:] = 0.0
-        for j in range(a):
-            column = dense[start:stop, j]
-            for i in range(stop - start):
-                x = column[i]
-                for q in range(m):
-                    acc[i, q] += x * w[j, q]
-        for k in range(t):
-            rows, table = index[start:stop, k], tables[k]
-            for i in range(stop - start):
-                row = table[numba.uint64(rows[i])]
-                for q in range(m):
-                    acc[i, q] += row[q]
+        _add_rows(dense, w, index, tables, start, stop, acc)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -116,26 +122,14 @@ def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cover - compiled
-    n, a = labels.shape[0], dense.shape[1]
-    t, m = index.shape[1], offsets.shape[0]
+    n, m = labels.shape[0], offsets.shape[0]
     for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         scores = np.empty((stop - start, m))
         for i in range(stop - start):
             scores[i] = offsets
-        for j in range(a):
-            column = dense[start:stop, j]
-            for i in range(stop - start):
-                x = column[i]
-                for q in range(m):
-                    scores[i, q] += x * w[j, q]
-        for k in range(t):
-            rows, table = index[start:stop, k], tables[k]
-            for i in range(stop - start):
-                row = table[numba.uint64(rows[i])]
-                for q in range(m):
-                    scores[i, q] += row[q]
+        _add_rows(dense, w, index, tables, start, stop, scores)
         for i in range(stop - start):
             low, pick = scores[i, 0], 0
             for q in range(1, m):

@@ -259,8 +259,8 @@ class NormalizedMatrix:
                 data = xp.concatenate([data, rows], axis=0)
         elif len(index) == r and bool((index == xp.arange(r)).all()):
             return _Part(data, columns, None, be)  # row i takes block row i: no gather needed
-        # Pointer-sized indices: gathers and bincounts with int32 ones convert them on every call.
-        return _Part(data, columns, index.astype(xp.int64, copy=False), be)
+        # Any integer type here: the gather layout (the hot paths) stacks every index into int32 once.
+        return _Part(data, columns, index, be)
 
     @classmethod
     def _from_parts(cls, parts: list[_Part], like: NormalizedMatrix) -> NormalizedMatrix:
