@@ -125,7 +125,7 @@ def run_ilargi(con, job: dict, options: dict | None = None) -> dict:
         "seconds": seconds,
         "quality": quality,
         "strategy": summary["strategy"],
-        "features": len(summary["features"]),
+        "features": summary["columns"],
         "split": {k: split[k] for k in ("planning", "data", "training", "total")},
     }
 

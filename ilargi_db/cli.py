@@ -303,7 +303,7 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
         ("strategy", summary["strategy"]),
         ("why", summary["why"]),
         ("training rows", f"{summary['rows']:,}"),
-        ("model columns", str(len(summary["features"]))),
+        ("model columns", f"{summary['columns']:,} from {summary['features']} features"),
         ("seconds", ", ".join(f"{k} {v:.2f}" for k, v in timings.items())),
         ("train metrics", ", ".join(f"{k} {v:.3f}" for k, v in summary["metrics"].items())),
         ("held-out metrics", ", ".join(f"{k} {v:.3f}" for k, v in held_out.items())),

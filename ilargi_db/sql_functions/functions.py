@@ -197,7 +197,10 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
         "why": model.decision_,
         **({"solver": model.solver_, "solver_why": model.solver_reason_} if hasattr(model, "solver_") else {}),
         "rows": model.n_rows_,
-        "features": list(model.encoder_.feature_names_out_),
+        # Counts, not names: a model with a 20,000-category key has 20,000 columns (their names and
+        # weights are in ilargi.models and ilargi.category_weights).
+        "features": len(model.encoder_.specs_),
+        "columns": len(model.encoder_.feature_names_out_),
         "metrics": model.training_metrics_,
         "seconds": {**model.timings_, "total": time.perf_counter() - start},
         "macros": model.macros_,
