@@ -50,6 +50,7 @@ class TrainingData:
     X: NormalizedMatrix
     y: Any
     encoder: FeatureEncoder
+    unlabelled: int = 0  # rows left out because their target is NULL
 
 
 def check_algorithm(algorithm: Any) -> str:
@@ -152,12 +153,21 @@ def _categorical_flags(graph: JoinGraph) -> list[bool]:
 
 
 def _factorized(
-    con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend, check: bool = False
+    con,
+    graph: JoinGraph,
+    encoder: FeatureEncoder,
+    fit: bool,
+    backend,
+    check: bool = False,
+    labelled_only: bool = True,
 ) -> TrainingData:
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
     meta = extract_metadata(con, graph, categorical=categorical)
-    if meta.target is not None and np.isnan(meta.target).any():
-        meta = meta.take_rows(np.flatnonzero(~np.isnan(meta.target)))  # unlabelled rows teach nothing
+    unlabelled = 0
+    if labelled_only and meta.target is not None and np.isnan(meta.target).any():
+        labelled = np.flatnonzero(~np.isnan(meta.target))
+        unlabelled = meta.n_rows - len(labelled)
+        meta = meta.take_rows(labelled)  # unlabelled rows teach nothing
         for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
             clear_unused_nonfinite(block)
     if check:  # inf, or values whose squares overflow, before they turn into NaN
@@ -166,19 +176,27 @@ def _factorized(
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
     X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=backend)
-    return TrainingData(X, meta.target, encoder)
+    return TrainingData(X, meta.target, encoder, unlabelled)
 
 
 def _materialized(
-    con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend, check: bool = False
+    con,
+    graph: JoinGraph,
+    encoder: FeatureEncoder,
+    fit: bool,
+    backend,
+    check: bool = False,
+    labelled_only: bool = True,
 ) -> TrainingData:
     # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
     table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
     y = None
+    unlabelled = 0
     if graph.target is not None:
         y = column_to_numpy(table.column(TARGET))
-        if np.isnan(y).any():
+        if labelled_only and np.isnan(y).any():
             keep = ~np.isnan(y)
+            unlabelled = int((~keep).sum())
             table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
         table = table.drop_columns([TARGET])
     names = graph.feature_names
@@ -188,7 +206,7 @@ def _materialized(
         encoder.fit_table(table, names)
     blocks = encoder.transform_table(table, names)
     X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
-    return TrainingData(X, y, encoder)
+    return TrainingData(X, y, encoder, unlabelled)
 
 
 @interruptible_job
@@ -360,10 +378,18 @@ def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph
     return dataclasses.replace(graph, features=features)
 
 
-def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str, check: bool = False) -> TrainingData:
+def _encoded(
+    con: duckdb.DuckDBPyConnection,
+    model: Any,
+    query: str,
+    backend: str,
+    check: bool = False,
+    labelled_only: bool = True,
+) -> TrainingData:
     """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
 
-    ``check`` refuses inf and values whose squares overflow, as training does.
+    ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
+    leaves out rows whose target (when the query selects it) is NULL.
     """
     encoder = getattr(model, "encoder_", None)
     if encoder is None:
@@ -383,7 +409,7 @@ def _encoded(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
                 )
         graph = _mark_categorical_coalesce(graph, encoder.categorical)
         build = _factorized if graph.factorizable else _materialized
-        return build(con, graph, encoder, False, get_backend(backend), check=check)
+        return build(con, graph, encoder, False, get_backend(backend), check=check, labelled_only=labelled_only)
 
 
 @interruptible_job
@@ -394,9 +420,10 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     categories; unseen categories weigh zero) and the prediction runs
     factorized when the query allows it (a prediction is an LMM). Predictions
     come in the query's row order: add ORDER BY to line them up with rows.
-    Rows whose target is NULL, if the query selects the target, are left out.
+    Every row gets one: the query need not select the target, and a row whose
+    target is NULL is scored like any other.
     """
-    return np.asarray(model.predict(_encoded(con, model, query, backend).X))
+    return np.asarray(model.predict(_encoded(con, model, query, backend, labelled_only=False).X))
 
 
 @interruptible_job
@@ -404,14 +431,19 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 
     Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
-    roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error.
+    roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
+    also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
+    whose target is NULL: they cannot be scored against a label).
     """
     data = _encoded(con, model, query, backend, check=True)
     if data.X.shape[0] == 0:
         raise IlargiError("the query to evaluate on returned no rows (with a non-NULL target): check its WHERE clause.")
     if model.algorithm_ in SUPERVISED and data.y is None:
         raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
-    return metrics_of(model, data.X, data.y)
+    metrics = metrics_of(model, data.X, data.y)
+    if model.algorithm_ in SUPERVISED:
+        metrics.update(rows=int(data.X.shape[0]), unlabelled_rows_left_out=int(data.unlabelled))
+    return metrics
 
 
 def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:

@@ -455,3 +455,23 @@ def test_predict_and_evaluate_refuse_what_the_model_cannot_read(con):
         ilargi_db.evaluate(
             con, model, "SELECT f.dep_delay, f.origin, f.arr_delay / (f.id - 3) AS arr_delay FROM flights f"
         )
+
+
+def test_predict_scores_every_row_and_evaluate_counts_the_unlabelled():
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(5)")
+    con.sql(
+        "CREATE TABLE f AS SELECT range AS id, range % 5 AS k, range * 1.0 AS x, "
+        "CASE WHEN range % 4 = 0 THEN NULL ELSE 3.0 * range + 1 END AS y FROM range(40)"
+    )
+    with_target = "SELECT f.x, d.z, f.y FROM f JOIN d USING (k) ORDER BY f.id"
+    for strategy in ("factorized", "materialized"):
+        model = ilargi_db.train(con, with_target, target="y", strategy=strategy, backend="numpy")
+        assert model.n_rows_ == 30  # rows with a NULL target teach nothing
+        predicted = ilargi_db.predict(con, model, with_target)
+        assert len(predicted) == 40  # one per row of the query, NULL targets included
+        without_target = ilargi_db.predict(con, model, "SELECT f.x, d.z FROM f JOIN d USING (k) ORDER BY f.id")
+        np.testing.assert_allclose(predicted, without_target)
+        np.testing.assert_allclose(predicted, 3.0 * np.arange(40) + 1, atol=1e-6)
+        metrics = ilargi_db.evaluate(con, model, with_target)
+        assert metrics["rows"] == 30 and metrics["unlabelled_rows_left_out"] == 10
