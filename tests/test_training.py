@@ -475,3 +475,17 @@ def test_predict_scores_every_row_and_evaluate_counts_the_unlabelled():
         np.testing.assert_allclose(predicted, 3.0 * np.arange(40) + 1, atol=1e-6)
         metrics = ilargi_db.evaluate(con, model, with_target)
         assert metrics["rows"] == 30 and metrics["unlabelled_rows_left_out"] == 10
+
+
+def test_an_unfinished_result_on_the_connection_does_not_stop_the_python_api():
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE d AS SELECT range AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
+    query = "SELECT x, y FROM d"
+    con.execute("SELECT * FROM range(10000000)").fetchone()  # the user stops reading half-way
+    model = ilargi_db.train(con, query, target="y", backend="numpy")
+    con.execute("SELECT * FROM range(10000000)").fetchone()
+    assert len(ilargi_db.predict(con, model, query)) == 10
+    con.execute("SELECT * FROM range(10000000)").fetchone()
+    assert ilargi_db.evaluate(con, model, query)["rows"] == 10
+    con.execute("SELECT * FROM range(10000000)").fetchone()
+    assert ilargi_db.explain(con, query, target="y").strategy in ("factorized", "materialized")
