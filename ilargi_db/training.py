@@ -66,7 +66,8 @@ def _estimator(algorithm: str, params: dict) -> Any:
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise IlargiError(
-            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}."
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}, "
+            "and train() also takes strategy, backend, standardize and impute."
         )
     check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
     estimator = cls(**params)

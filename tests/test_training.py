@@ -489,3 +489,17 @@ def test_an_unfinished_result_on_the_connection_does_not_stop_the_python_api():
     assert ilargi_db.evaluate(con, model, query)["rows"] == 10
     con.execute("SELECT * FROM range(10000000)").fetchone()
     assert ilargi_db.explain(con, query, target="y").strategy in ("factorized", "materialized")
+
+
+def test_small_messages_in_the_callers_terms():
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 0.5 AS y FROM range(20)")
+    with pytest.raises(ValueError, match=r"target is continuous \(20 distinct values.*use linear_regression"):
+        ilargi_db.train(con, "SELECT x, y FROM t", target="y", algorithm="logistic_regression", backend="numpy")
+    with pytest.raises(IlargiError, match="also takes strategy, backend, standardize and impute"):
+        ilargi_db.train(con, "SELECT x, y FROM t", target="y", stratgy="factorized")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y", backend="numpy")
+    ilargi_db.save_model(con, "lower_case", model)
+    sql = ilargi_db.prediction_sql(con, model, "SELECT x FROM t")
+    assert "lower_case_predict(" in sql  # the macro's name as created, not upper-cased
+    assert len(con.sql(sql).fetchall()) == 20

@@ -363,6 +363,12 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
         self._validate_params()
         X, y_host = check_input(self, X, y, reset=True)
+        if type_of_target(y_host) == "continuous":
+            raise ValueError(
+                f"logistic regression needs two classes, but the target is continuous ({len(np.unique(y_host))} "
+                "distinct values; Unknown label type: continuous): turn it into a label in the query (e.g. "
+                "y > 15 AS late), or use linear_regression."
+            )
         check_classification_targets(y_host)
         self.classes_ = np.unique(y_host)
         if len(self.classes_) != 2:

@@ -267,4 +267,4 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     items = [item for i, item in enumerate(select.expressions) if i != graph.target_index]
     call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
     select.set("expressions", [*select.expressions, exp.alias_(call, column, quoted=True)])
-    return select.sql("duckdb")
+    return select.sql("duckdb", normalize_functions=False)  # the macro's name as created (sqlglot upper-cases)
