@@ -310,8 +310,8 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
         ("training rows", f"{summary['rows']:,}"),
         ("model columns", f"{summary['columns']:,} from {summary['features']} features"),
         ("seconds", ", ".join(f"{k} {v:.2f}" for k, v in timings.items())),
-        ("train metrics", ", ".join(f"{k} {v:.3f}" for k, v in summary["metrics"].items())),
-        ("held-out metrics", ", ".join(f"{k} {v:.3f}" for k, v in held_out.items())),
+        ("train metrics", _metrics_line(summary["metrics"])),
+        ("held-out metrics", _metrics_line(held_out)),
         ("macro scoring", f"{scored:,} rows in {scoring:.2f} s"),
         ("demo total", f"{time.perf_counter() - start:.1f} s"),
     ]
@@ -320,6 +320,11 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
         lines = textwrap.wrap(value, 100 - width) or [""]
         print(label.ljust(width) + ("\n" + " " * width).join(lines), file=out)
     return {"summary": summary, "held_out": held_out, "explain": explanation, "scored_rows": scored}
+
+
+def _metrics_line(metrics: dict) -> str:
+    """Metrics to 3 decimals, counts as integers."""
+    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v:.3f}" for k, v in metrics.items())
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
