@@ -48,7 +48,7 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell
     bb    NULL
     """
     if len(columns) == 1 and len(rows) == 1:
-        return _cell(rows[0][0], max_cell=None)
+        max_cell = None  # a single value (a JSON summary, say) is printed whole, under its header
     cells = [[_cell(v, max_cell) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     widths = [max(w, 4) for w in widths]
@@ -65,18 +65,36 @@ def _cell(value: Any, max_cell: int | None) -> str:
     return text
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
-    """Run every statement of ``sql``, printing the results of those that return rows."""
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None, timer: bool = False) -> None:
+    """Run every statement of ``sql``, printing the results of those that return rows.
+
+    A failing statement stops the run with an error that names it: its number, its line in ``sql``
+    and its first line.
+    """
     out = out or sys.stdout
-    for statement in con.extract_statements(sql):
-        cursor = con.execute(statement.query)
-        if cursor.description is None:
-            continue
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchall()
-        if statement.type.name in ("CREATE", "INSERT", "UPDATE", "DELETE") and columns == ["Count"]:
-            continue  # the changed-row count, as the duckdb shell, is not shown
-        print(format_table(columns, rows), file=out)
+    position = 0
+    for number, statement in enumerate(con.extract_statements(sql), start=1):
+        text = statement.query.strip()
+        found = sql.find(text[:40], position) if text else -1
+        line = sql.count("\n", 0, found) + 1 if found >= 0 else None
+        position = found + len(text) if found >= 0 else position
+        start = time.perf_counter()
+        try:
+            cursor = con.execute(statement.query)
+        except duckdb.Error as err:
+            if is_interruption(err):
+                raise  # Ctrl-C: the caller stops the statement, not an error of it
+            where = f"statement {number}" + (f" (line {line})" if line else "")
+            first = text.splitlines()[0] if text else ""
+            raise IlargiError(f"{where}, {first[:80]!r}: {clean_error(err)}") from None
+        if cursor.description is not None:
+            columns = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+            # The changed-row count, as the duckdb shell, is not shown.
+            if not (statement.type.name in ("CREATE", "INSERT", "UPDATE", "DELETE") and columns == ["Count"]):
+                print(format_table(columns, rows), file=out)
+        if timer:
+            print(f"Run Time: {time.perf_counter() - start:.3f} s", file=out)
 
 
 def _read_only(db: str) -> duckdb.DuckDBPyConnection:
@@ -87,6 +105,56 @@ def _read_only(db: str) -> duckdb.DuckDBPyConnection:
 # -- ilargi sql ----------------------------------------------------------------------------
 
 
+DOT_COMMANDS = {
+    ".help": "this list",
+    ".tables": "the tables and views",
+    ".schema [TABLE]": "the CREATE statements (of one table)",
+    ".models": "the current models in ilargi's registry",
+    ".timer on|off": "print each statement's run time",
+    ".quit": "leave (also .exit, Ctrl-D)",
+}
+
+
+def dot_command(con: duckdb.DuckDBPyConnection, command: str, timer: bool, out=None) -> bool:
+    """Run one of the shell's dot commands (as in the duckdb shell); returns the timer setting."""
+    out = out or sys.stdout
+    name, _, argument = command.partition(" ")
+    argument = argument.strip()
+    if name == ".help":
+        for usage, about in DOT_COMMANDS.items():
+            print(f"{usage:<18}{about}", file=out)
+    elif name == ".tables":
+        run_sql(
+            con,
+            "SELECT table_name AS name FROM duckdb_tables() WHERE NOT internal UNION SELECT view_name "
+            "FROM duckdb_views() WHERE NOT internal ORDER BY name",
+            out,
+        )
+    elif name == ".schema":
+        found = con.execute(
+            "SELECT sql FROM duckdb_tables() WHERE NOT internal AND (? = '' OR table_name = ?) "
+            "UNION ALL SELECT sql FROM duckdb_views() WHERE NOT internal AND (? = '' OR view_name = ?)",
+            [argument, argument, argument, argument],
+        ).fetchall()
+        if not found:
+            raise IlargiError(f"no table or view named {argument!r}: .tables lists them.")
+        print("\n".join(sql for (sql,) in found), file=out)
+    elif name == ".models":
+        run_sql(
+            con,
+            "SELECT name, version, algorithm, strategy, n_rows AS rows, metrics FROM ilargi.current_models "
+            "ORDER BY name",
+            out,
+        )
+    elif name == ".timer":
+        if argument not in ("on", "off"):
+            raise IlargiError(".timer takes on or off.")
+        return argument == "on"
+    else:
+        raise IlargiError(f"unknown command {name}: .help lists the dot commands.")
+    return timer
+
+
 def shell(con: duckdb.DuckDBPyConnection) -> None:
     """Read statements until EOF or .quit; a statement ends with ';'."""
     try:
@@ -94,8 +162,9 @@ def shell(con: duckdb.DuckDBPyConnection) -> None:
     except ImportError:  # pragma: no cover - not on every platform
         pass
     print("ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.")
-    print("End statements with ';'. .quit or Ctrl-D leaves.")
+    print("End statements with ';'. .help lists the dot commands; .quit or Ctrl-D leaves.")
     buffer: list[str] = []
+    timer = False
     while True:
         try:
             line = input("ilargi> " if not buffer else "   ...> ")
@@ -108,11 +177,17 @@ def shell(con: duckdb.DuckDBPyConnection) -> None:
             continue
         if not buffer and line.strip() in (".quit", ".exit", "\\q"):
             return
+        if not buffer and line.strip().startswith("."):
+            try:
+                timer = dot_command(con, line.strip(), timer)
+            except (duckdb.Error, IlargiError) as err:
+                print(f"Error: {clean_error(err)}", file=sys.stderr)
+            continue
         buffer.append(line)
         if line.rstrip().endswith(";"):
             sql, buffer = "\n".join(buffer), []
             try:
-                run_sql(con, sql)
+                run_sql(con, sql, timer=timer)
             except (duckdb.Error, IlargiError) as err:
                 print(f"Error: {clean_error(err)}", file=sys.stderr)
             except (KeyboardInterrupt, RuntimeError) as err:  # Ctrl-C stops the statement, not the shell

@@ -75,14 +75,14 @@ def test_sql_batch_train_models_and_errors(db, capsys):
     assert cli.main(["sql", db, "-c", "SELECT * FROM nope"]) == 1
     assert "Table with name nope does not exist" in capsys.readouterr().err
     assert cli.main(["sql", db, "-c", "SELECT count(*) FROM t; SELECT count(*) FROM ilargi.models"]) == 0
-    assert capsys.readouterr().out.split() == ["60", "2"]
+    assert capsys.readouterr().out.split() == ["count_star()", "-" * 12, "60", "count_star()", "-" * 12, "2"]
 
 
 def test_sql_file_and_stdin(db, tmp_path, capsys):
     script = tmp_path / "s.sql"
     script.write_text("CREATE TABLE u AS SELECT 1 AS one;\nSELECT one + 1 AS two FROM u;\n")
     assert cli.main(["sql", db, "-f", str(script)]) == 0
-    assert capsys.readouterr().out.strip() == "2"  # CREATE's row count is not printed
+    assert capsys.readouterr().out.strip() == "two\n----\n2"  # CREATE's row count is not printed
     done = subprocess.run(
         [sys.executable, "-m", "ilargi_db.cli", "sql", db],
         input="SELECT 40 + 2 AS answer;\n",
@@ -90,7 +90,7 @@ def test_sql_file_and_stdin(db, tmp_path, capsys):
         text=True,
         check=True,
     )
-    assert done.stdout.strip() == "42" and "leaked" not in done.stderr
+    assert done.stdout.strip() == "answer\n------\n42" and "leaked" not in done.stderr
 
 
 def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
@@ -100,7 +100,7 @@ def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
     cli.shell(con)
     con.close()
     captured = capsys.readouterr()
-    assert "60" in captured.out and "Error: Catalog Error" in captured.err
+    assert "60" in captured.out and "Error: statement 1 (line 1)" in captured.err and "Catalog Error" in captured.err
 
 
 def test_format_table_truncates_long_cells():
@@ -146,3 +146,33 @@ def test_train_needs_an_existing_database(tmp_path, capsys):
     assert cli.main(["train", "m", "linear_regression", query, "--target", "y", "--db", missing]) == 1
     assert f"there is no database at {missing}" in capsys.readouterr().err
     assert not (tmp_path / "nowhere.duckdb").exists()  # refused before anything was created
+
+
+def test_sql_file_errors_name_the_statement_and_its_line(tmp_path, capsys):
+    script = tmp_path / "job.sql"
+    script.write_text("CREATE TABLE t AS SELECT 1 AS x;\n\nSELECT x FROM t;\nSELECT nope\n  FROM t;\nSELECT 2;\n")
+    assert cli.main(["sql", str(tmp_path / "db.duckdb"), "-f", str(script)]) == 1
+    captured = capsys.readouterr()
+    assert "statement 3 (line 4), 'SELECT nope'" in captured.err and "nope" in captured.err
+    assert captured.out.startswith("x\n----\n1")  # a 1 x 1 result keeps its header
+
+
+def test_shell_dot_commands(monkeypatch, capsys):
+    con = ilargi_db.connect()
+    con.sql("CREATE TABLE sales AS SELECT 1 AS id")
+    lines = iter([".help", ".tables", ".schema sales", ".timer on", "SELECT 42 AS answer;", ".models", ".nope"])
+
+    def typed(prompt):
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", typed)
+    cli.shell(con)
+    out, err = capsys.readouterr()
+    assert ".schema [TABLE]" in out and ".timer on|off" in out  # .help
+    assert "sales" in out and "CREATE TABLE sales(id INTEGER);" in out  # .tables, .schema
+    assert "answer\n------\n42" in out and "Run Time: " in out  # headers, .timer
+    assert "name  version  algorithm" in out  # .models (an empty registry still shows its columns)
+    assert "unknown command .nope: .help lists the dot commands." in err
