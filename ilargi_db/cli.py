@@ -272,11 +272,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     con = _read_only(args.db)
     try:
         table = "ilargi.models" if args.all else "ilargi.current_models"
-        run_sql(
-            con,
+        cursor = con.execute(
             f"SELECT name, version, algorithm, strategy, n_rows AS rows, target, metrics, "
-            f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version",
+            f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version"
         )
+        columns = [d[0] for d in cursor.description]
+        rows = [
+            (*row[:6], ", ".join(f"{k} {_number(v)}" for k, v in json.loads(row[6]).items()), row[7])
+            for row in cursor.fetchall()
+        ]
+        print(format_table(columns, rows, max_cell=None))  # metrics whole, as "r2 0.845, rmse 17.88"
     finally:
         con.close()
     return 0

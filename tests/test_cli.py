@@ -61,6 +61,7 @@ def test_sql_batch_train_models_and_errors(db, capsys):
     assert cli.main(["models", "--db", db]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].split()[:3] == ["name", "version", "algorithm"] and listed[2].split()[:2] == ["line", "2"]
+    assert "r2 " in listed[2] and ", rmse " in listed[2] and ", mae " in listed[2]  # every metric, none cut
     assert cli.main(["models", "--db", db, "--all"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 4
 
