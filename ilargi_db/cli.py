@@ -288,7 +288,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ilargi_db.estimator import calibrate
+    from ilargi_db.calibration import calibrate
 
     result = calibrate(budget_seconds=args.budget, grid=args.grid, backend=args.backend, cache_dir=args.cache_dir)
     print(result)

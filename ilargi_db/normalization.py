@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import duckdb
@@ -15,17 +14,10 @@ from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.preprocess import is_numeric
 from ilargi_db.read_snapshot import ReadSnapshot
 
-_NUMERIC = re.compile(
-    r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|"
-    r"FLOAT|DOUBLE|REAL|BOOLEAN|DECIMAL(\(\d+,\s*\d+\))?|\"NULL\"|NULL)$"
-)
 SPARSE_DENSITY = 0.1  # sparse="auto" keeps a block sparse below this share of non-zeros
-
-
-def is_numeric(duckdb_type: str) -> bool:
-    return bool(_NUMERIC.match(duckdb_type.upper()))
 
 
 def check_factorizable(graph: JoinGraph) -> JoinGraph:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +12,8 @@ import pyarrow as pa
 
 from ilargi_db import algorithms
 from ilargi_db._terminal import progress
-from ilargi_db.backend import get_backend
+from ilargi_db.algorithms import check_algorithm, make_estimator
+from ilargi_db.backend import get_backend, to_host
 from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
@@ -22,23 +21,20 @@ from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import TARGET, materialized_sql
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
-from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
-from ilargi_db.models._base import to_host
-from ilargi_db.normalization import check_factorizable, is_numeric
-from ilargi_db.parameters import check_python_types
+from ilargi_db.normalization import check_factorizable
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.plan.sources import with_prefix
-from ilargi_db.preprocess import FeatureEncoder, is_categorical
+from ilargi_db.preprocess import (
+    FeatureEncoder,
+    categorical_flags,
+    is_categorical,
+    is_numeric,
+    mark_categorical_coalesce,
+)
 from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
 
-ALGORITHMS = {
-    "linear_regression": LinearRegression,
-    "logistic_regression": LogisticRegression,
-    "kmeans": KMeans,
-    "gnmf": GaussianNMF,
-}
+ALGORITHMS = {name: algorithms.estimator_class(name) for name in algorithms.NAMES}
 SUPERVISED = set(algorithms.SUPERVISED)
-assert tuple(ALGORITHMS) == algorithms.NAMES
 STRATEGIES = ("auto", "factorized", "materialized")
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when materializing costs > 1.5x the factorized work
 
@@ -51,28 +47,6 @@ class TrainingData:
     y: Any
     encoder: FeatureEncoder
     unlabelled: int = 0  # rows left out because their target is NULL
-
-
-def check_algorithm(algorithm: Any) -> str:
-    """``algorithm`` if ilargi_db knows it, else an error naming the choices."""
-    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
-        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}.")
-    return algorithm
-
-
-def _estimator(algorithm: str, params: dict) -> Any:
-    cls = ALGORITHMS[check_algorithm(algorithm)]
-    allowed = list(inspect.signature(cls).parameters)
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise IlargiError(
-            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}, "
-            "and train() also takes strategy, backend, standardize and impute."
-        )
-    check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
-    estimator = cls(**params)
-    estimator._validate_params()  # bad values fail here, before the data is read, with scikit-learn's message
-    return estimator
 
 
 def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
@@ -136,21 +110,6 @@ def _cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[
     ratio = materialized / factorized
     chosen = "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
     return chosen, f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix (Amalur's rule)"
-
-
-def _categorical_flags(graph: JoinGraph) -> list[bool]:
-    flags = []
-    for f in graph.features:
-        if is_categorical(f.duckdb_type):
-            flags.append(True)
-        elif is_numeric(f.duckdb_type):
-            flags.append(False)
-        else:
-            raise PlanError(
-                f"feature {f.name!r} has type {f.duckdb_type}: ilargi_db trains on numbers, text, ENUM and "
-                "BOOLEAN columns. Cast it or leave it out."
-            )
-    return flags
 
 
 def _factorized(
@@ -265,7 +224,7 @@ def train(
     stages = progress(3, "planning")  # a bar over the three stages, in a terminal only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
     try:
-        estimator = _estimator(algorithm, params)
+        estimator = make_estimator(algorithm, params)
         supervised = algorithm in SUPERVISED
         if supervised and target is None:
             raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
@@ -284,13 +243,13 @@ def train(
         graph = build_join_graph(con, query, target)
         if not graph.features:
             raise IlargiError("the training query selects no feature column: add the columns to learn from.")
-        flags = _categorical_flags(graph)
+        flags = categorical_flags(graph)
         if graph.target is not None and not is_numeric(graph.target.duckdb_type):
             raise PlanError(
                 f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
                 "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
             )
-        graph = _mark_categorical_coalesce(graph, flags)
+        graph = mark_categorical_coalesce(graph, flags)
         chosen, why, explanation = explain_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
@@ -370,15 +329,6 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     return {"accuracy": float(((z > 0) == truth).mean()), "log_loss": float(log_loss.mean())}
 
 
-def _mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph:
-    """A categorical COALESCE across sources is trained materialized (its categories span sources)."""
-    features = tuple(
-        dataclasses.replace(f, kind="cross_source", parts=()) if flag and f.kind == "coalesce" else f
-        for f, flag in zip(graph.features, flags, strict=True)
-    )
-    return dataclasses.replace(graph, features=features)
-
-
 def _encoded(
     con: duckdb.DuckDBPyConnection,
     model: Any,
@@ -408,7 +358,7 @@ def _encoded(
                     f"feature {feature.name!r} has type {t} in this query, but the model learned it as {learned}: "
                     "cast it in the query."
                 )
-        graph = _mark_categorical_coalesce(graph, encoder.categorical)
+        graph = mark_categorical_coalesce(graph, encoder.categorical)
         build = _factorized if graph.factorizable else _materialized
         return build(con, graph, encoder, False, get_backend(backend), check=check, labelled_only=labelled_only)
 

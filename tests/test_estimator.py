@@ -8,11 +8,11 @@ import duckdb
 import pytest
 
 import ilargi_db
+from ilargi_db.calibration import calibrate
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
 from ilargi_db.estimator import (
     Explanation,
-    calibrate,
     detect_hardware,
     explain,
     grid_jobs,

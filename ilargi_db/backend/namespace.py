@@ -142,3 +142,8 @@ def backend_of(a: Any) -> Backend:
     if module.startswith("cupy"):
         return _cupy_backend()
     return NUMPY
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A NumPy array of a backend array or scalar (no copy on NumPy)."""
+    return np.asarray(backend_of(a).to_host(a))

@@ -9,6 +9,7 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.algorithms import make_estimator
 from ilargi_db.errors import IlargiError
 from ilargi_db.estimator import analytical, learned
 from ilargi_db.estimator.analytical import STRATEGIES
@@ -18,6 +19,7 @@ from ilargi_db.estimator.hardware import Hardware, detect_hardware
 from ilargi_db.estimator.memory import array_bytes, format_bytes, memory_limit_bytes
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.preprocess import categorical_flags, mark_categorical_coalesce
 from ilargi_db.read_snapshot import ReadSnapshot
 
 
@@ -57,20 +59,14 @@ class Explanation:
 
 def prepare_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
     """The join graph ``train`` would plan (a categorical COALESCE across sources counts as cross-source)."""
-    from ilargi_db.training import _categorical_flags, _mark_categorical_coalesce
-
     graph = build_join_graph(con, query, target)
     if not graph.features:
         raise IlargiError("the training query selects no feature column: add the columns to learn from.")
-    return _mark_categorical_coalesce(graph, _categorical_flags(graph))
+    return mark_categorical_coalesce(graph, categorical_flags(graph))
 
 
 def _check(algorithm: str, params: dict) -> None:
-    from ilargi_db.training import _estimator
-
-    _estimator(
-        algorithm, params
-    )  # an unknown algorithm or parameter fails here  # names the allowed parameters on a typo; builds, never fits
+    make_estimator(algorithm, params)  # an unknown algorithm or parameter fails here; builds, never fits
 
 
 def job_features_for(

@@ -17,15 +17,14 @@ from typing import Any
 import duckdb
 import sqlglot
 
+from ilargi_db.algorithms import NAMES, check_algorithm
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.plan import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.preprocess import is_categorical
-from ilargi_db.training import ALGORITHMS as ESTIMATORS
-from ilargi_db.training import check_algorithm
 
-ALGORITHMS = tuple(ESTIMATORS)  # in this order they encode the learned model's input: do not reorder
+ALGORITHMS = NAMES  # in this order they encode the learned model's input: do not reorder
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 

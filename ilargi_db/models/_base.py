@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
-from ilargi_db.backend import backend_of
+from ilargi_db.backend import backend_of, to_host  # noqa: F401 - to_host: the models' import of it
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
 
@@ -100,6 +100,3 @@ def warn_not_converged(what: str, max_iter: int) -> None:
     )
 
 
-def to_host(a: Any) -> np.ndarray:
-    """A NumPy array of a backend array or scalar (no copy on NumPy)."""
-    return np.asarray(backend_of(a).to_host(a))

@@ -1,5 +1,19 @@
-"""Preprocessing between the metadata and the normalized matrix: encoding, imputation."""
+"""Preprocessing between the metadata and the normalized matrix: feature kinds, encoding, imputation."""
 
-from ilargi_db.preprocess.encoder import ColumnSpec, FeatureEncoder, is_categorical
+from ilargi_db.preprocess.encoder import (
+    ColumnSpec,
+    FeatureEncoder,
+    categorical_flags,
+    is_categorical,
+    is_numeric,
+    mark_categorical_coalesce,
+)
 
-__all__ = ["ColumnSpec", "FeatureEncoder", "is_categorical"]
+__all__ = [
+    "ColumnSpec",
+    "FeatureEncoder",
+    "categorical_flags",
+    "is_categorical",
+    "is_numeric",
+    "mark_categorical_coalesce",
+]
