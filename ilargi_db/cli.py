@@ -26,7 +26,7 @@ import duckdb
 
 import ilargi_db
 from ilargi_db.algorithms import NAMES as ALGORITHM_NAMES
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, speaking_to
 from ilargi_db.interruption import is_interruption
 
 UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
@@ -237,12 +237,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if not Path(args.db).exists():
         raise IlargiError(f"there is no database at {args.db}: pass --db with the DuckDB file that holds the tables.")
+    from ilargi_db.sql_functions.functions import train_and_store
+
     con = ilargi_db.connect(args.db)
-    try:
-        found = con.execute(
-            "SELECT ilargi_train(?, ?, ?, ?, ?)", [args.name, args.algorithm, args.query, args.target, args.options]
-        ).fetchall()
-        summary = json.loads(found[0][0])
+    try:  # what ilargi_train runs, on this thread, with errors in --flag terms
+        summary = train_and_store(con, args.name, args.algorithm, args.query, args.target, args.options)
     finally:
         con.close()
     if args.json:
@@ -469,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with speaking_to("cli"):
+            return args.run(args)
     except (
         duckdb.Error,
         ValueError,

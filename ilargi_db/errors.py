@@ -6,6 +6,11 @@ Every error says what was wrong and what to do about it. They derive from
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 
 class IlargiError(ValueError):
     """Base class of every error ilargi_db raises on bad input."""
@@ -30,3 +35,67 @@ class NotFactorizableError(IlargiError):
 
 class BackendUnavailableError(IlargiError):
     """The requested array backend (e.g. CuPy) cannot run on this machine."""
+
+
+# -- the caller's language -------------------------------------------------------------------
+#
+# One message serves three surfaces: Python keywords, SQL arguments and JSON options, CLI flags.
+# Entry points set CALLER (the SQL functions on DuckDB's thread, the command line in main); a
+# message names a setting through ``spell`` and reads right wherever it surfaces.
+
+CALLER: ContextVar[str] = ContextVar("ilargi_caller", default="python")
+
+# Settings that are arguments of the SQL functions and of the command line, not options.
+ARGUMENTS = frozenset({"target", "algorithm", "query", "name"})
+
+
+@contextmanager
+def speaking_to(caller: str) -> Iterator[None]:
+    """Word the errors raised inside for ``caller``: "python", "sql" or "cli"."""
+    token = CALLER.set(caller)
+    try:
+        yield
+    finally:
+        CALLER.reset(token)
+
+
+def spell(name: str, value: object = ...) -> str:
+    """How the current caller passes setting ``name`` (with ``value``, when one is given).
+
+    A string value in angle brackets is a placeholder (``"<label column>"``).
+
+    >>> spell("standardize", True)
+    'standardize=True'
+    >>> with speaking_to("sql"):
+    ...     spell("standardize", True), spell("target", "<label column>")
+    ('options := \\'{"standardize": true}\\'', "the target argument ('<label column>')")
+    >>> with speaking_to("cli"):
+    ...     spell("standardize", True), spell("target", "<label column>"), spell("target", None)
+    ('--options \\'{"standardize": true}\\'', '--target <label column>', 'no --target')
+    """
+    caller = CALLER.get()
+    given = value is not ...
+    placeholder = isinstance(value, str) and value.startswith("<")
+    if caller == "python":
+        if not given:
+            return name
+        return f"{name}={value!r}"
+    if name in ARGUMENTS:
+        if caller == "cli":
+            if not given:
+                return f"--{name}"
+            return f"no --{name}" if value is None else f"--{name} {value}"
+        if not given:
+            return f"the {name} argument"
+        return f"the {name} argument ({'NULL' if value is None else repr(value) if placeholder else _sql(value)})"
+    option = f"'{{{json.dumps(name)}: {json.dumps(value)}}}'" if given else f"'{{{json.dumps(name)}: ...}}'"
+    return f"options := {option}" if caller == "sql" else f"--options {option}"
+
+
+def literal(value: object) -> str:
+    """``value`` as the current caller writes it: ``None`` in Python, ``NULL`` in SQL and the command line."""
+    return repr(value) if CALLER.get() == "python" else "NULL" if value is None else _sql(value)
+
+
+def _sql(value: object) -> str:
+    return "'" + str(value).replace("'", "''") + "'" if isinstance(value, str) else json.dumps(value)

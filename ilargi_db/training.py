@@ -14,7 +14,7 @@ from ilargi_db import algorithms
 from ilargi_db._terminal import progress
 from ilargi_db.algorithms import check_algorithm, make_estimator
 from ilargi_db.backend import get_backend, to_host
-from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
 from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
@@ -227,17 +227,19 @@ def train(
         estimator = make_estimator(algorithm, params)
         supervised = algorithm in SUPERVISED
         if supervised and target is None:
-            raise IlargiError(f"{algorithm} needs a target: pass target='<label column>'.")
+            raise IlargiError(f"{algorithm} needs a target: pass {spell('target', '<label column>')}.")
         if not supervised and target is not None:
             raise IlargiError(
-                f"{algorithm} is unsupervised and learns from every selected column: pass no target (NULL in SQL), "
+                f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
                 f"and leave {target!r} out of the SELECT list unless it should be a feature."
             )
         for name, flag in (("standardize", standardize), ("impute", impute)):
             if not isinstance(flag, (bool, np.bool_)):
                 raise IlargiError(f"{name} must be True or False, got {flag!r}.")
         if standardize and not supervised:
-            raise IlargiError("standardize=True is for linear and logistic regression; scale columns in the query.")
+            raise IlargiError(
+                f"{spell('standardize', True)} is for linear and logistic regression; scale columns in the query."
+            )
         be = get_backend(backend)
         snapshot.open()
         graph = build_join_graph(con, query, target)
@@ -290,6 +292,7 @@ def train(
     estimator.algorithm_ = algorithm
     estimator.query_ = query
     estimator.target_ = target
+    estimator.target_type_ = graph.target.duckdb_type if graph.target is not None else None  # class labels' type
     estimator.n_rows_ = int(X.shape[0])
     estimator.feature_types_ = [f.duckdb_type for f in graph.features]
     estimator.standardize_ = standardize

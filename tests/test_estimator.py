@@ -253,3 +253,28 @@ def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkey
 def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
     with pytest.raises(ilargi_db.BackendUnavailableError):
         calibrate(grid="tiny", backend="cupy", cache_dir=fresh_cache)
+
+
+def test_a_near_tie_is_not_called_a_win():
+    """11 ms against 11 ms reads as "either way", not "factorized wins there" (issue 11)."""
+    from ilargi_db.estimator.explain import _reasons
+    from ilargi_db.estimator.hardware import Hardware
+
+    features = {
+        "comp_ratio": 1.0,
+        "n_dimensions": 0,
+        "iterations": 20,
+        "algorithm": "logistic_regression",
+        "fact_fanout": 1.0,
+        "categorical_features": 0,
+    }
+    phases = {"factorized": {"data": 0.0110, "iterations": 0.50}, "materialized": {"data": 0.0112, "iterations": 1.0}}
+    predicted = {s: {"analytical": 1.0, "correction": 1.0} for s in phases}
+    reasons = _reasons(features, phases, predicted, Hardware(2, 10.0, 50.0), "numpy", chosen="factorized")
+    data = next(r for r in reasons if r.startswith("joins and data transfers"))
+    assert data == "joins and data transfers out of DuckDB take about 11 ms either way (roofline)"
+    iterations = next(r for r in reasons if r.startswith("the training iterations"))
+    assert iterations.endswith(
+        "500 ms factorized vs 1,000 ms materialized (roofline) over 20 expected iterations "
+        "of logistic_regression: factorized wins there"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from ilargi_db.errors import BackendUnavailableError
+from ilargi_db.errors import BackendUnavailableError, spell
 
 BACKENDS = ("auto", "numpy", "cupy")
 
@@ -99,9 +99,9 @@ def _cupy_backend() -> Backend:
         import cupyx.scipy.sparse
     except Exception as err:  # ImportError, or a CUDA library failing to load
         raise BackendUnavailableError(
-            f"backend='cupy' needs CuPy, which cannot be imported here ({type(err).__name__}: {err}). "
+            f"{spell('backend', 'cupy')} needs CuPy, which cannot be imported here ({type(err).__name__}: {err}). "
             "Install it with `pip install 'ilargi_db[gpu]'` on a machine with an NVIDIA GPU, "
-            "or use backend='numpy' (or 'auto', which falls back to NumPy)."
+            f"or use {spell('backend', 'numpy')} (or 'auto', which falls back to NumPy)."
         ) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
@@ -110,8 +110,9 @@ def _cupy_backend() -> Backend:
         cupy.zeros(1).sum().item()
     except Exception as err:
         raise BackendUnavailableError(
-            f"backend='cupy' needs a usable CUDA GPU, but CuPy cannot use one ({type(err).__name__}: {err}). "
-            "Run on a machine with an NVIDIA GPU and driver, or use backend='numpy' (or 'auto')."
+            f"{spell('backend', 'cupy')} needs a usable CUDA GPU, but CuPy cannot use one "
+            f"({type(err).__name__}: {err}). "
+            f"Run on a machine with an NVIDIA GPU and driver, or use {spell('backend', 'numpy')} (or 'auto')."
         ) from None
     return Backend("cupy", cupy, cupyx.scipy.sparse)
 

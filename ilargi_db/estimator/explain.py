@@ -121,13 +121,18 @@ def _reasons(
         fa, ma = phases["factorized"][phase], phases["materialized"][phase]
         if fa + ma <= 0:
             continue
-        faster = "factorized" if fa < ma else "materialized"
         weight = abs(fa - ma) / max(predicted["factorized"]["analytical"], predicted["materialized"]["analytical"])
-        text = f"{words} take about {_fmt(fa * 1e3)} ms factorized vs {_fmt(ma * 1e3)} ms materialized (roofline)"
+        fa_ms, ma_ms = _fmt(fa * 1e3), _fmt(ma * 1e3)
+        tie = fa_ms == ma_ms or abs(fa - ma) <= 0.1 * max(fa, ma)  # within the model's own error
+        if tie:
+            text = f"{words} take about {_fmt(max(fa, ma) * 1e3)} ms either way (roofline)"
+        else:
+            text = f"{words} take about {fa_ms} ms factorized vs {ma_ms} ms materialized (roofline)"
         if phase == "iterations":
             n_iter = f["iterations"]
             text += f" over {n_iter:g} expected {'pass' if n_iter == 1 else 'iterations'} of {f['algorithm']}"
-        weighted.append((weight * 2, f"{text}: {faster} wins there", faster))
+        faster = None if tie else "factorized" if fa < ma else "materialized"
+        weighted.append((weight * 2, f"{text}: {faster} wins there" if faster else text, faster))
     if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
         fanout = _fmt(f["fact_fanout"])
         weighted.append((0.5, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", "factorized"))

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import backend_of, to_host  # noqa: F401 - to_host: the models' import of it
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
 
 MatrixLike = NormalizedMatrix | ScaledMatrix
@@ -85,7 +85,7 @@ def check_finite(value: Any, what: str) -> None:
     """Stop with a helpful error when training diverged."""
     if not bool(np.all(np.isfinite(np.asarray(value if np.ndim(value) else [value], dtype=float)))):
         raise DivergenceError(
-            f"training diverged: {what} became NaN or inf. Standardize the features (standardize=True, or "
+            f"training diverged: {what} became NaN or inf. Standardize the features ({spell('standardize', True)}, or "
             "scale the columns in the query), lower the learning rate, or raise the regularization."
         )
 

@@ -14,6 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
+from ilargi_db.errors import spell
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
@@ -43,9 +44,9 @@ def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:
     needed = 8 * d * d
     if needed > max_gram_bytes:
         raise ValueError(
-            f"{what} forms a dense {d:,} x {d:,} matrix ({needed / 2**20:,.0f} MiB), above max_gram_bytes="
-            f"{max_gram_bytes:,} bytes: use the default solver='auto' (an iterative solver that never forms it), "
-            "or raise max_gram_bytes."
+            f"{what} forms a dense {d:,} x {d:,} matrix ({needed / 2**20:,.0f} MiB), above "
+            f"{spell('max_gram_bytes', max_gram_bytes)} bytes: use the default {spell('solver', 'auto')} (an "
+            f"iterative solver that never forms it), or raise {spell('max_gram_bytes')}."
         )
 
 

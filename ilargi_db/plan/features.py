@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ilargi_db.errors import PlanError
+from ilargi_db.errors import PlanError, spell
 from ilargi_db.plan.join_graph import Feature, FeaturePart, Predicate, Source
 from ilargi_db.plan.joins import conjuncts, referenced_sources
 
@@ -86,8 +86,8 @@ def pick_target(features: list[Feature], target: str | None) -> tuple[list[Featu
     if not matches:
         raise PlanError(
             f"target {target!r} is not a column of the query's SELECT list (columns: "
-            f"{', '.join(f.name for f in features)}). Add it to the SELECT list, or pass "
-            "target=None for unsupervised work."
+            f"{', '.join(f.name for f in features)}). Add it to the SELECT list, or for unsupervised work pass "
+            f"{spell('target', None)}."
         )
     if len(matches) > 1:
         raise PlanError(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 
-from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
@@ -209,7 +209,8 @@ class FeatureEncoder:
             names = sorted({self.specs_[j].name for j in np.asarray(columns)[missing.any(axis=0)]})
             raise IlargiError(
                 f"feature(s) {', '.join(map(repr, names))} hold NULLs (or rows an outer join left empty): pass "
-                "impute=True (the default) to use the training mean, or filter or COALESCE them in the query."
+                f"{spell('impute', True)} (the default) to use the training mean, or filter or COALESCE them in the "
+                "query."
             )
         means = np.array([self.specs_[j].mean for j in columns])
         return np.where(missing, means, data)

@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 from sklearn.exceptions import ConvergenceWarning
 
-from ilargi_db.errors import IlargiError, PlanError
+from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.estimator import explain
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.parameters import check_json_types
@@ -169,26 +169,26 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
         _RUNNING.release()
 
 
-def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
-    """``ilargi_train``: train, store as the next version of ``name``, create the macros; a JSON summary."""
+def train_and_store(
+    con: duckdb.DuckDBPyConnection, name: str, algorithm: str, query: str, target: str | None, options: str | None
+) -> dict:
+    """Train, store as the next version of ``name``, create the macros; the short summary ``ilargi_train`` prints.
+
+    ``ilargi_train`` runs it on its own cursor; ``ilargi train`` on the command line calls it directly.
+    """
     start = time.perf_counter()
     name = check_model_name(name)
     kwargs = parse_options(_required(algorithm, "the algorithm"), options)
     query = _required(query, "the training query")
-
-    def work(cursor):
-        check_writable(cursor)
-        check_registry(cursor)  # someone else's ilargi.models is refused before, not after, training
-        check_macro_parameters(build_join_graph(cursor, query, target).feature_names)  # before, not after, training
-        with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
-            warnings.simplefilter("always", ConvergenceWarning)
-            model = train(cursor, query, target, algorithm, **kwargs)
-        model.sql_warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-        check_interrupted()  # the last point where stopping leaves nothing stored
-        save_model(cursor, name, model)
-        return model
-
-    model = _on_cursor(con, work)
+    check_writable(con)
+    check_registry(con)  # someone else's ilargi.models is refused before, not after, training
+    check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
+    with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
+        warnings.simplefilter("always", ConvergenceWarning)
+        model = train(con, query, target, algorithm, **kwargs)
+    model.sql_warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    check_interrupted()  # the last point where stopping leaves nothing stored
+    save_model(con, name, model)
     summary = {
         "name": model.name_,
         "version": model.version_,
@@ -206,7 +206,12 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
         "macros": model.macros_,
         "warnings": model.sql_warnings_,
     }
-    return json.dumps(_finite(summary))
+    return _finite(summary)
+
+
+def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+    """``ilargi_train``: train, store as the next version of ``name``, create the macros; a JSON summary."""
+    return json.dumps(_on_cursor(con, lambda cursor: train_and_store(cursor, name, algorithm, query, target, options)))
 
 
 def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
@@ -246,6 +251,17 @@ FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
 WITH_OPTIONS = {"ilargi_train", "ilargi_explain"}
 
 
+def _in_sql_terms(impl: Callable[..., str]) -> Callable[..., str]:
+    """``impl`` run on DuckDB's thread with its errors worded for SQL (arguments, JSON options)."""
+
+    @functools.wraps(impl)  # keeps impl's signature: DuckDB counts its parameters
+    def udf(*args: Any) -> str:
+        with speaking_to("sql"):
+            return impl(*args)
+
+    return udf
+
+
 def register_functions(con: duckdb.DuckDBPyConnection) -> None:
     """Register the SQL functions on ``con`` (``install`` calls it once per connection)."""
     ref = weakref.ref(con)  # the UDF must not keep its own connection alive
@@ -257,7 +273,12 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         udf = f"__{sql_name}_{suffix}"
         arity = len(params) + (sql_name in WITH_OPTIONS)
         con.create_function(
-            udf, functools.partial(impl, ref), ["VARCHAR"] * arity, "JSON", side_effects=True, null_handling="special"
+            udf,
+            _in_sql_terms(functools.partial(impl, ref)),
+            ["VARCHAR"] * arity,
+            "JSON",
+            side_effects=True,
+            null_handling="special",
         )
         signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
         arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")

@@ -19,6 +19,7 @@ common-subexpression pass takes time quadratic in repeated ones).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import duckdb
@@ -72,6 +73,8 @@ def double(value: float) -> str:
     return f"{value:.16e}"
 
 
+# A target type as DuckDB spells it (BOOLEAN, INTEGER, DECIMAL(18,3)): safe to paste into a CAST.
+SQL_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\(\d+(, ?\d+)?\))?")
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
 
 
@@ -235,7 +238,11 @@ class MacroWriter:
             bodies[f"{self.name}_predict"] = f"0.5 * (1.0 + tanh(0.5 * ({score})))"  # P(classes_[1]), overflow-free
             # The score written once (twice, DuckDB would bind and compute it twice); a NULL score (a missing
             # numeric without imputation) gives a NULL index, so NULL, not the first class.
-            bodies[f"{self.name}_predict_class"] = f"[{low}, {high}][CAST(({score}) > 0 AS INTEGER) + 1]"
+            labels = f"[{low}, {high}]"
+            target_type = getattr(self.model, "target_type_", None)
+            if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
+                labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
+            bodies[f"{self.name}_predict_class"] = f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]"
         elif algorithm == "kmeans":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, literal
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
 from ilargi_db.training import ALGORITHMS
@@ -104,7 +104,7 @@ def check_model_name(name: Any) -> str:
     """The model name, lower-cased, if it is a plain SQL identifier (it names macros)."""
     if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
         raise IlargiError(
-            f"model name {name!r} is not a plain identifier: use letters, digits and underscores, "
+            f"model name {literal(name)} is not a plain identifier: use letters, digits and underscores, "
             "starting with a letter or underscore, at most 63 characters (e.g. 'delay_model')."
         )
     return name.lower()
@@ -219,7 +219,11 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         )
     types = getattr(model, "feature_types_", [None] * len(model.encoder_.specs_))
     features = [{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(model.encoder_.specs_, types)]
-    preprocessing = {**model.encoder_.to_state(), "standardize": bool(getattr(model, "standardize_", False))}
+    preprocessing = {
+        **model.encoder_.to_state(),
+        "standardize": bool(getattr(model, "standardize_", False)),
+        "target_type": getattr(model, "target_type_", None),
+    }
     fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
     fitted["feature_names_out"] = list(model.feature_names_in_)
     timings = dict(model.timings_)
@@ -299,6 +303,7 @@ def _rebuild(row: dict) -> Any:
     preprocessing = json.loads(row["preprocessing"])
     model.encoder_ = FeatureEncoder.from_state(preprocessing)
     model.standardize_ = preprocessing["standardize"]
+    model.target_type_ = preprocessing.get("target_type")  # absent in models stored before it was kept
     model.algorithm_, model.query_, model.target_ = algorithm, row["training_query"], row["target"]
     model.strategy_, model.decision_ = row["strategy"], row["decision"]
     model.timings_, model.training_metrics_ = json.loads(row["timings"]), json.loads(row["metrics"])
