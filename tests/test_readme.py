@@ -47,3 +47,52 @@ def test_sql_example_runs(capsys):
     out = capsys.readouterr().out
     assert "delay_predict" in out and '"dropped": "delay"' in out
     con.close()
+
+
+SHOWN = re.findall(r"```text\n(.*?)```", README.read_text(), re.S)
+# What may differ from machine to machine in a shown output: timings, ratios of timings, the throughput
+# measured, and so the strategy those favour. Everything else (counts, shapes, ratios of the data) must match.
+MACHINE_DEPENDENT = re.compile(
+    r"(?<![\w.,])\d[\d,]*(\.\d+)?(?=( ?(s|ms|x faster|x better|GB/s|GFLOP/s|cores)\b))|factorized|materialized"
+)
+
+
+def logical_lines(text: str) -> list[str]:
+    """The README wraps long lines, continuing them indented by four spaces (not a "  - " bullet)."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith("    ") and not line.lstrip().startswith("- "):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines
+
+
+def shown_pattern(line: str) -> re.Pattern:
+    literal = [re.escape(p) for p in MACHINE_DEPENDENT.sub("\0", line).split("\0")]
+    return re.compile(r"[\w.,]+".join(literal) + "$")
+
+
+def test_shown_cli_session_gives_the_output_shown(tmp_path, monkeypatch, capsys):
+    """Each ``$ ilargi ...`` command of the README's text blocks runs; its output matches the shown lines."""
+    import shlex
+
+    from ilargi_db import cli
+
+    monkeypatch.chdir(tmp_path)
+    for block in SHOWN:
+        sessions = re.split(r"^\$ ", "\n".join(logical_lines(block)), flags=re.M)[1:]
+        for session in sessions:
+            command, _, shown = session.partition("\n")
+            argv = shlex.split(command.replace("> /dev/null", ""))
+            assert argv[0] == "ilargi"
+            capsys.readouterr()
+            assert cli.main(argv[1:]) == 0, command
+            actual = capsys.readouterr().out.splitlines()
+            for line in shown.splitlines():
+                if line.strip() in ("", "..."):
+                    continue
+                pattern = shown_pattern(line)
+                assert any(pattern.match(a) for a in actual), f"README shows\n{line}\nbut `{command}` printed\n" + (
+                    "\n".join(actual)
+                )
