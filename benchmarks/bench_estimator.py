@@ -36,9 +36,9 @@ from report import write_section  # noqa: E402
 
 from ilargi_db.calibration import time_strategies  # noqa: E402
 from ilargi_db.datasets import load_nycflights13  # noqa: E402
-from ilargi_db.estimator import explain, job_stats  # noqa: E402
-from ilargi_db.estimator.calibration import SEEDS, Job, build_job  # noqa: E402
-from ilargi_db.estimator.explain import prepare_graph  # noqa: E402
+from ilargi_db.cost_model import explain, job_stats  # noqa: E402
+from ilargi_db.cost_model.calibration import SEEDS, Job, build_job  # noqa: E402
+from ilargi_db.cost_model.explain import prepare_graph  # noqa: E402
 
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")
 # Held-out parameters differ from the calibration grid's (iterations, clusters, components).
@@ -163,8 +163,8 @@ def save(results: list[dict], path: Path) -> None:
 
 def load(path: Path) -> tuple[list[dict], list[dict]]:
     """Saved measurements, re-decided by the current model (the timings stay as measured)."""
-    from ilargi_db.estimator.calibration import read_rows
-    from ilargi_db.estimator.learned import hardware_of, load_model
+    from ilargi_db.cost_model.calibration import read_rows
+    from ilargi_db.cost_model.learned import hardware_of, load_model
 
     model = load_model()
     synthetic, flights = [], []
@@ -220,8 +220,8 @@ def score(results: list[dict]) -> dict[str, dict[str, float]]:
 
 def explain_latency(con, query: str, target: str | None, algorithm: str, params: dict, calls: int = 15) -> dict:
     """Median milliseconds of explain, and of its parts: planning, the two statistics queries, the model."""
-    from ilargi_db.estimator import explain_graph
-    from ilargi_db.estimator.features import job_features
+    from ilargi_db.cost_model import explain_graph
+    from ilargi_db.cost_model.features import job_features
 
     explain(con, query, target=target, algorithm=algorithm, backend="numpy", **params)  # fit + hardware, once
     total, plan, stats_q = [], [], []
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     # A fresh cache: no calibration of this machine, so `auto` uses the shipped model, as out of the box.
     os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi-bench-")
-    from ilargi_db.estimator.learned import load_model
+    from ilargi_db.cost_model.learned import load_model
 
     calibration = load_model().description
     con = duckdb.connect()

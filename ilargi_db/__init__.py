@@ -14,7 +14,7 @@ from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizab
 # The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
 # scikit-learn, sqlglot, SciPy and numba before anything asks for them.
 _LAZY = {
-    "explain": "ilargi_db.estimator",
+    "explain": "ilargi_db.cost_model",
     "TrainingInterrupted": "ilargi_db.interruption",
     "interrupt_training": "ilargi_db.interruption",
     "Block": "ilargi_db.linalg",
@@ -38,7 +38,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from ilargi_db.estimator import explain
+    from ilargi_db.cost_model import explain
     from ilargi_db.interruption import TrainingInterrupted, interrupt_training
     from ilargi_db.linalg import Block, NormalizedMatrix
     from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression

@@ -1,7 +1,7 @@
 """``calibrate``: time both strategies on this machine's grid of synthetic jobs and refit the cost model.
 
 It trains models end to end, so it sits above :mod:`ilargi_db.training`; the grid, the measurement files
-and the model it refits are the cost estimator's (:mod:`ilargi_db.estimator`).
+and the model it refits are the cost estimator's (:mod:`ilargi_db.cost_model`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import duckdb
 from ilargi_db._terminal import progress as progress_bar
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError
-from ilargi_db.estimator import learned
-from ilargi_db.estimator.calibration import (
+from ilargi_db.cost_model import learned
+from ilargi_db.cost_model.calibration import (
     CalibrationResult,
     Job,
     build_job,
@@ -26,8 +26,8 @@ from ilargi_db.estimator.calibration import (
     read_rows,
     write_rows,
 )
-from ilargi_db.estimator.explain import job_features_for
-from ilargi_db.estimator.hardware import detect_hardware
+from ilargi_db.cost_model.explain import job_features_for
+from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.training import train
 
 

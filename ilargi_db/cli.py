@@ -252,7 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ilargi_db.estimator import explain
+    from ilargi_db.cost_model import explain
     from ilargi_db.sql_functions.functions import explain_options
 
     params = explain_options(args.algorithm, args.options)

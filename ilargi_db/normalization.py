@@ -124,7 +124,7 @@ def normalize(
     >>> y
     array([0., 2., 4., 6.])
     """
-    from ilargi_db.estimator.memory import check_job_memory
+    from ilargi_db.cost_model.memory import check_job_memory
 
     be = get_backend(backend)
     with ReadSnapshot(con):  # every read sees one committed state of the database

@@ -68,9 +68,9 @@ def explain_strategy(
 ) -> tuple[str, str, Any]:
     """``(strategy, why, explanation)``: the caller's strategy, or the cost estimator's choice for ``"auto"``.
 
-    ``explanation`` is the estimator's :class:`~ilargi_db.estimator.Explanation` (None when it was not asked).
+    ``explanation`` is the estimator's :class:`~ilargi_db.cost_model.Explanation` (None when it was not asked).
     """
-    from ilargi_db.estimator import explain_graph
+    from ilargi_db.cost_model import explain_graph
 
     if strategy not in STRATEGIES:
         raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
@@ -255,7 +255,7 @@ def train(
         chosen, why, explanation = explain_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
-        from ilargi_db.estimator.memory import check_job_memory
+        from ilargi_db.cost_model.memory import check_job_memory
 
         check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
         planned = time.perf_counter()

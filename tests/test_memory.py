@@ -95,8 +95,8 @@ def test_a_job_no_strategy_can_hold_is_refused_before_any_data_is_read():
 
 
 def test_array_bytes_count_the_rows_a_filtered_source_keeps():
-    from ilargi_db.estimator import JobStats, SourceStats
-    from ilargi_db.estimator.memory import array_bytes
+    from ilargi_db.cost_model import JobStats, SourceStats
+    from ilargi_db.cost_model.memory import array_bytes
 
     # WHERE keeps 1,000 of a million fact rows: the fact's block holds those, not the table.
     fact = SourceStats(

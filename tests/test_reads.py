@@ -149,7 +149,7 @@ def test_reads_end_their_transaction_and_keep_the_callers(con):
 
 def test_the_estimator_failing_inside_the_snapshot_still_trains(con, monkeypatch):
     # A statement that fails aborts the transaction; the fallback rule reads on in a fresh snapshot.
-    from ilargi_db.estimator import features
+    from ilargi_db.cost_model import features
 
     monkeypatch.setattr(features, "_join_query", lambda con, graph: "SELECT error('the estimator broke')")
     model = ilargi_db.train(con, GOOD, "y")

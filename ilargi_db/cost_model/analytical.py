@@ -13,7 +13,7 @@ them for a machine after calibration.
 
 from __future__ import annotations
 
-from ilargi_db.estimator.hardware import Hardware
+from ilargi_db.cost_model.hardware import Hardware
 
 STRATEGIES = ("factorized", "materialized")
 HASH_PROBE_S = 25e-9  # one probe of a DuckDB hash join, per row and core
@@ -112,7 +112,7 @@ def breakdown(features: dict, strategy: str, hardware: Hardware, backend: str = 
 def predict_seconds(features: dict, strategy: str, hardware: Hardware, backend: str = "numpy") -> float:
     """Roofline seconds of ``strategy``: overhead + data phase + iterations x max(compute, memory).
 
-    >>> from ilargi_db.estimator.hardware import Hardware
+    >>> from ilargi_db.cost_model.hardware import Hardware
     >>> hw = Hardware(cores=2, memory_bandwidth_gbs=10.0, gflops=50.0)
     >>> f = {"rows": 10**6, "rows_fact": 10**6, "rows_dimensions": 10**4, "n_dimensions": 1, "n_sources": 2,
     ...      "columns": 45, "columns_fact": 5, "columns_dimensions": 40, "columns_onehot": 0,

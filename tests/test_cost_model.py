@@ -11,7 +11,7 @@ import ilargi_db
 from ilargi_db.calibration import calibrate
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
-from ilargi_db.estimator import (
+from ilargi_db.cost_model import (
     Explanation,
     detect_hardware,
     explain,
@@ -20,8 +20,8 @@ from ilargi_db.estimator import (
     job_stats,
     load_model,
 )
-from ilargi_db.estimator.explain import prepare_graph
-from ilargi_db.estimator.features import expected_iterations
+from ilargi_db.cost_model.explain import prepare_graph
+from ilargi_db.cost_model.features import expected_iterations
 from tests.conftest import _gpu_usable
 
 
@@ -213,8 +213,8 @@ def test_train_auto_uses_the_estimator(star):
 def test_the_fitted_model_is_cached_on_disk_and_predicts_like_scikit_learn(fresh_cache, monkeypatch):
     import numpy as np
 
-    from ilargi_db.estimator import learned
-    from ilargi_db.estimator.calibration import read_rows
+    from ilargi_db.cost_model import learned
+    from ilargi_db.cost_model.calibration import read_rows
 
     rows = read_rows(learned.shipped_path())
     X = np.asarray([learned.design_row(r, learned.hardware_of(r))[0] for r in rows])
@@ -238,12 +238,12 @@ def test_the_fitted_model_is_cached_on_disk_and_predicts_like_scikit_learn(fresh
 
 
 def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkeypatch):
-    import ilargi_db.estimator
+    import ilargi_db.cost_model
 
     def broken(*args, **kwargs):
         raise duckdb.IOException("cannot read")
 
-    monkeypatch.setattr(ilargi_db.estimator, "explain_graph", broken)
+    monkeypatch.setattr(ilargi_db.cost_model, "explain_graph", broken)
     model = ilargi_db.train(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
     assert "Amalur's rule" in model.decision_ and "the cost estimator failed: cannot read" in model.decision_
     assert model.explanation_ is None
@@ -257,8 +257,8 @@ def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
 
 def test_a_near_tie_is_not_called_a_win():
     """11 ms against 11 ms reads as "either way", not "factorized wins there" (issue 11)."""
-    from ilargi_db.estimator.explain import _reasons
-    from ilargi_db.estimator.hardware import Hardware
+    from ilargi_db.cost_model.explain import _reasons
+    from ilargi_db.cost_model.hardware import Hardware
 
     features = {
         "comp_ratio": 1.0,

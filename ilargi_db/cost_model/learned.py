@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ilargi_db.estimator.analytical import STRATEGIES, breakdown
-from ilargi_db.estimator.features import ALGORITHMS
-from ilargi_db.estimator.hardware import Hardware
+from ilargi_db.cost_model.analytical import STRATEGIES, breakdown
+from ilargi_db.cost_model.features import ALGORITHMS
+from ilargi_db.cost_model.hardware import Hardware
 
 SHIPPED = "data/default_calibration.csv"
 # Job features the regressor reads, log-scaled (all are positive counts or ratios).
@@ -195,7 +195,7 @@ class CostModel:
 
 def shipped_path() -> Path:
     """The default calibration shipped with the package (measured on the development machine)."""
-    return Path(str(resources.files("ilargi_db.estimator").joinpath(SHIPPED)))
+    return Path(str(resources.files("ilargi_db.cost_model").joinpath(SHIPPED)))
 
 
 # A CPU calibration of fewer jobs than this (e.g. cut short by a budget) is fitted together with the shipped
@@ -213,8 +213,8 @@ def load_model(
     (``cache``, default the cache directory) as exported trees keyed by the
     measurements' hash and scikit-learn's version.
     """
-    from ilargi_db.estimator.calibration import read_rows
-    from ilargi_db.estimator.hardware import cache_dir
+    from ilargi_db.cost_model.calibration import read_rows
+    from ilargi_db.cost_model.hardware import cache_dir
 
     shipped = path is None
     path = Path(shipped_path() if shipped else path)

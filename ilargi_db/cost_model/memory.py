@@ -5,7 +5,7 @@ DuckDB keeps its own memory (joins, the Arrow results it hands over) under
 one-hot columns ilargi_db builds are NumPy arrays: DuckDB's buffer manager
 never sees them, so the limit cannot bound them. Before any feature column is
 read, ilargi_db estimates a lower bound of those arrays from the job's row
-counts (:func:`~ilargi_db.estimator.features.job_stats`) and refuses a job that
+counts (:func:`~ilargi_db.cost_model.features.job_stats`) and refuses a job that
 needs more than the limit, rather than exceed it.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.estimator.features import JobStats, job_stats
+from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import renew_snapshot
 
@@ -115,7 +115,7 @@ def check_job_memory(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy:
     """Refuse training ``graph`` with ``strategy`` when its arrays would exceed DuckDB's ``memory_limit``.
 
     Reuses the sizes the cost estimator's ``explanation`` holds; otherwise counts the
-    job's rows (:func:`~ilargi_db.estimator.features.job_stats`, two aggregate queries).
+    job's rows (:func:`~ilargi_db.cost_model.features.job_stats`, two aggregate queries).
     """
     if explanation is not None and "array_bytes_factorized" in explanation.features:
         needed = {s: int(explanation.features[f"array_bytes_{s}"]) for s in ("factorized", "materialized")}

@@ -6,7 +6,7 @@ and an algorithm; both strategies run the end-to-end :func:`ilargi_db.train`
 (planning, data and training: what a user waits for), each ``repeats`` times
 alternately, and the fastest run of each counts (the others met noise). The
 measurements, with the job's features and this machine's hardware, go to a
-CSV file in the cache directory; :mod:`ilargi_db.estimator.learned` fits the
+CSV file in the cache directory; :mod:`ilargi_db.cost_model.learned` fits the
 model from it at first use.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.estimator.hardware import Hardware, cache_dir
+from ilargi_db.cost_model.hardware import Hardware, cache_dir
 
 GRIDS = ("tiny", "default")
 SHAPES = ("star", "left", "mn")

@@ -11,12 +11,12 @@ import duckdb
 
 from ilargi_db.algorithms import make_estimator
 from ilargi_db.errors import IlargiError
-from ilargi_db.estimator import analytical, learned
-from ilargi_db.estimator.analytical import STRATEGIES
-from ilargi_db.estimator.calibration import calibration_path
-from ilargi_db.estimator.features import job_features, job_stats
-from ilargi_db.estimator.hardware import Hardware, detect_hardware
-from ilargi_db.estimator.memory import array_bytes, format_bytes, memory_limit_bytes
+from ilargi_db.cost_model import analytical, learned
+from ilargi_db.cost_model.analytical import STRATEGIES
+from ilargi_db.cost_model.calibration import calibration_path
+from ilargi_db.cost_model.features import job_features, job_stats
+from ilargi_db.cost_model.hardware import Hardware, detect_hardware
+from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.preprocess import categorical_flags, mark_categorical_coalesce
