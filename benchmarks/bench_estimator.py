@@ -35,10 +35,10 @@ from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM, FLIGHTS_NUMERIC  # no
 from report import write_section  # noqa: E402
 
 from ilargi_db.calibration import time_strategies  # noqa: E402
-from ilargi_db.datasets import load_nycflights13  # noqa: E402
 from ilargi_db.cost_model import explain, job_stats  # noqa: E402
 from ilargi_db.cost_model.calibration import SEEDS, Job, build_job  # noqa: E402
 from ilargi_db.cost_model.explain import prepare_graph  # noqa: E402
+from ilargi_db.datasets import load_nycflights13  # noqa: E402
 
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")
 # Held-out parameters differ from the calibration grid's (iterations, clusters, components).

@@ -15,7 +15,6 @@ import duckdb
 
 from ilargi_db._terminal import progress as progress_bar
 from ilargi_db.backend import get_backend
-from ilargi_db.errors import IlargiError
 from ilargi_db.cost_model import learned
 from ilargi_db.cost_model.calibration import (
     CalibrationResult,
@@ -28,6 +27,7 @@ from ilargi_db.cost_model.calibration import (
 )
 from ilargi_db.cost_model.explain import job_features_for
 from ilargi_db.cost_model.hardware import detect_hardware
+from ilargi_db.errors import IlargiError
 from ilargi_db.training import train
 
 

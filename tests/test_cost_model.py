@@ -9,8 +9,6 @@ import pytest
 
 import ilargi_db
 from ilargi_db.calibration import calibrate
-from ilargi_db.datasets import make_star_schema
-from ilargi_db.errors import IlargiError
 from ilargi_db.cost_model import (
     Explanation,
     detect_hardware,
@@ -22,6 +20,8 @@ from ilargi_db.cost_model import (
 )
 from ilargi_db.cost_model.explain import prepare_graph
 from ilargi_db.cost_model.features import expected_iterations
+from ilargi_db.datasets import make_star_schema
+from ilargi_db.errors import IlargiError
 from tests.conftest import _gpu_usable
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.errors import IlargiError
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
+from ilargi_db.errors import IlargiError
 
 GRIDS = ("tiny", "default")
 SHAPES = ("star", "left", "mn")

@@ -16,8 +16,8 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.errors import IlargiError
 from ilargi_db.cost_model.features import JobStats, job_stats
+from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import renew_snapshot
 

@@ -27,8 +27,8 @@ from typing import Any
 import duckdb
 from sklearn.exceptions import ConvergenceWarning
 
-from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.cost_model import explain
+from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
