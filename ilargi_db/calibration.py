@@ -1,71 +1,250 @@
-"""``calibrate``: time both strategies on this machine's grid of synthetic jobs and refit the cost model.
+"""``calibrate``: fit the kernel cost models to this machine with micro-benchmarks (under a minute).
 
-It trains models end to end, so it sits above :mod:`ilargi_db.training`; the grid, the measurement files
-and the model it refits are the cost estimator's (:mod:`ilargi_db.cost_model`).
+Each kernel of a plan (:mod:`ilargi_db.cost_model.kernels`) is timed on a set of
+shapes chosen to vary its work terms independently: the matrix operators on
+normalized matrices built directly from random blocks, the data steps on a
+small generated star schema read the way ``train`` reads it. Non-negative least
+squares on relative error fits each kernel's coefficients; a kernel whose fit
+fails keeps its roofline prior. The result goes to the user's cache, where
+``explain`` and ``train`` find it. It reads the data through the training
+pipeline, so it sits above :mod:`ilargi_db.training`.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import math
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
+import scipy.optimize
+import scipy.sparse
 
 from ilargi_db._terminal import progress as progress_bar
 from ilargi_db.backend import get_backend
-from ilargi_db.cost_model import learned
-from ilargi_db.cost_model.calibration import (
-    CalibrationResult,
-    Job,
-    build_job,
-    calibration_path,
-    grid_jobs,
-    read_rows,
-    write_rows,
-)
-from ilargi_db.cost_model.explain import job_features_for
+from ilargi_db.cost_model.features import job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
+from ilargi_db.cost_model.kernels import (
+    GatheredPart,
+    KernelCosts,
+    MatrixShape,
+    data_terms,
+    kernel_costs_path,
+    matrix_terms,
+    probe_seconds,
+    solve_terms,
+)
+from ilargi_db.cost_model.plan import data_shape
 from ilargi_db.errors import IlargiError
-from ilargi_db.training import train
+from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.plan import build_join_graph
+from ilargi_db.training import read_training_data
+
+GRIDS = ("tiny", "default")
 
 
-def time_strategies(
-    con: duckdb.DuckDBPyConnection,
-    query: str,
-    target: str | None,
-    algorithm: str,
-    params: dict[str, Any],
-    backend: str = "numpy",
-    repeats: int = 2,
-) -> dict[str, float]:
-    """Fastest end-to-end ``train`` seconds of each strategy, the strategies alternating."""
-    best = {"factorized": float("inf"), "materialized": float("inf")}
-    for r in range(repeats):
-        order = ("factorized", "materialized") if r % 2 == 0 else ("materialized", "factorized")
-        for strategy in order:
-            start = time.perf_counter()
-            train(con, query, target=target, algorithm=algorithm, strategy=strategy, backend=backend, **params)
-            best[strategy] = min(best[strategy], time.perf_counter() - start)
+@dataclass
+class Measurement:
+    kernel: str
+    terms: dict[str, float]
+    seconds: float
+    shape: str
+
+
+@dataclass
+class CalibrationResult:
+    """What ``calibrate`` measured and fitted."""
+
+    costs: KernelCosts
+    path: Path
+    backend: str
+    grid: str
+    seconds: float
+    measurements: list[Measurement] = field(repr=False, default_factory=list)
+
+    @property
+    def n_measurements(self) -> int:
+        return len(self.measurements)
+
+    def __str__(self) -> str:
+        lines = [
+            f"calibrated {self.backend}: {self.n_measurements} kernel timings in {self.seconds:.1f} s "
+            f"(grid {self.grid}), stored in {self.path}",
+            "fit error per kernel (geometric mean of |predicted / measured - 1|):",
+        ]
+        lines += [f"  {kernel:<18} {error:6.1%}" for kernel, error in sorted(self.costs.errors.items())]
+        return "\n".join(lines)
+
+
+# -- matrix kernels on random layouts -------------------------------------------------------------
+
+
+def _layouts(grid: str, rng: np.random.Generator) -> list[tuple[int, int, list[tuple[str, int, int]]]]:
+    """(n, dense columns, gathered parts as (kind, rows, width)) spanning the work terms."""
+    if grid == "tiny":
+        ns, count = (20_000,), 6
+    else:
+        ns, count = (40_000, 150_000, 400_000), 18
+    kinds = [
+        ("dense", 500, 4),
+        ("dense", 20_000, 12),
+        ("dense", 2_000, 40),
+        ("identity", 30, 30),
+        ("identity", 3_000, 3_000),
+        ("identity", 40_000, 40_000),
+    ]
+    layouts = [(ns[-1], 8, []), (ns[0], 2, [kinds[0]])]  # a dense-only one and a small one
+    while len(layouts) < count:
+        n = int(rng.choice(ns))
+        dense = int(rng.choice([0, 1, 4, 12, 30]))
+        parts = [kinds[i] for i in rng.choice(len(kinds), size=int(rng.integers(0 if dense else 1, 4)))]
+        layouts.append((n, dense, parts))
+    return layouts
+
+
+def _matrix(n: int, dense: int, parts: list[tuple[str, int, int]], rng: np.random.Generator, xp: Any, sparse: Any):
+    blocks, column = [], 0
+    if dense:
+        blocks.append(Block(xp.asarray(rng.standard_normal((n, dense))), list(range(dense))))
+        column += dense
+    shape_parts = []
+    for kind, rows, width in parts:
+        if kind == "dense":
+            data = xp.asarray(rng.standard_normal((rows, width)))
+            nnz = rows * width
+        else:
+            data = sparse.csr_matrix(scipy.sparse.identity(rows, format="csr"))
+            nnz = rows
+        index = xp.asarray(rng.integers(0, rows, size=n).astype(np.int64))
+        blocks.append(Block(data, list(range(column, column + width)), index))
+        column += width
+        shape_parts.append(GatheredPart(rows, width, nnz))
+    return NormalizedMatrix(blocks, n_rows=n), MatrixShape(n, dense, tuple(shape_parts))
+
+
+def _best_of(run: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+    run()
+    sync()  # warm: caches, compiled kernels
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        sync()
+        best = min(best, time.perf_counter() - start)
     return best
 
 
-def measure_job(con: duckdb.DuckDBPyConnection, job: Job, backend: str = "numpy", repeats: int = 2) -> dict:
-    """One calibration row: the job's features (as :func:`explain` computes them) and both timings."""
-    query, target = build_job(con, job)
-    features = job_features_for(con, query, target, job.algorithm, job.params)
-    seconds = time_strategies(con, query, target, job.algorithm, job.params, backend, repeats)
-    return {
-        **features,
-        "backend": backend,
-        "job": job.describe(),
-        "job_tuple_ratio": job.tuple_ratio,
-        "job_feature_ratio": job.feature_ratio,
-        "job_shape": job.shape,
-        "seconds_factorized": seconds["factorized"],
-        "seconds_materialized": seconds["materialized"],
-    }
+def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measurement]:
+    """Time X @ w, X.T @ v (one and eight columns) and X.T @ X on random layouts."""
+    be = get_backend(backend)
+    xp = be.xp
+    sync = (lambda: xp.cuda.Stream.null.synchronize()) if be.name == "cupy" else (lambda: None)
+    rng = np.random.default_rng(seed)
+    found = []
+    for n, dense, parts in _layouts(grid, rng):
+        X, shape = _matrix(n, dense, parts, rng, xp, be.sparse)
+        d = X.shape[1]
+        w, v = xp.asarray(rng.standard_normal(d)), xp.asarray(rng.standard_normal(n))
+        W, V = xp.asarray(rng.standard_normal((d, 8))), xp.asarray(rng.standard_normal((8, n)))
+        XT = X.T
+        runs = [("lmm", 1, X.__matmul__, w), ("rmm", 1, XT.__matmul__, v), ("lmm", 8, X.__matmul__, W)]
+        runs.append(("rmm", 8, X.__rmatmul__, V))
+        if d <= 3_200:  # the Gram matrix of the widest layouts would take seconds: its terms are spanned anyway
+            runs.append(("crossprod", 1, X.crossprod, None))
+        for kernel, k, operator, operand in runs:
+            seconds = _best_of(functools.partial(operator, operand), 3, sync)
+            found.append(Measurement(kernel, matrix_terms(kernel, shape, k), seconds, shape.describe()))
+    for d in (50, 400, 1_200):
+        a = rng.standard_normal((d, d))
+        gram, rhs = xp.asarray(a @ a.T + d * np.eye(d)), xp.asarray(rng.standard_normal(d))
+        solve = be.xp.linalg.solve
+        seconds = _best_of(functools.partial(solve, gram, rhs), 3, sync)
+        found.append(Measurement("solve", solve_terms(d), seconds, f"{d} x {d}"))
+    return found
+
+
+# -- data steps on a generated star ----------------------------------------------------------------
+
+
+def _star(con: duckdb.DuckDBPyConnection, n: int, dims: int, numeric: int, strings: int) -> str:
+    """A fact of ``n`` rows and ``dims`` dimensions; the training query over it."""
+    select, joins = [], []
+    fact_cols = ", ".join(f"random() AS x{j}" for j in range(numeric)) or "1 AS x0"
+    keys = ", ".join(f"(hash(range + {i}) % 2000)::INTEGER AS k{i}" for i in range(dims))
+    cats = ", ".join(f"'c' || (range % {17 + 40 * j}) AS s{j}" for j in range(strings))
+    con.execute(
+        f"CREATE OR REPLACE TABLE fact AS SELECT {', '.join(c for c in (fact_cols, keys, cats) if c)}, "
+        f"random() AS y FROM range({n})"
+    )
+    select += [f"f.x{j}" for j in range(max(numeric, 1))] + [f"f.s{j}" for j in range(strings)]
+    for i in range(dims):
+        cols = ", ".join(f"random() AS z{j}" for j in range(4))
+        con.execute(
+            f"CREATE OR REPLACE TABLE dim{i} AS SELECT range::INTEGER AS k, {cols}, "
+            f"'g' || (range % 25) AS g FROM range(2000)"
+        )
+        joins.append(f"JOIN dim{i} d{i} ON f.k{i} = d{i}.k")
+        select += [f"d{i}.z{j}" for j in range(4)] + [f"d{i}.g"]
+    return f"SELECT {', '.join(select)}, f.y FROM fact f {' '.join(joins)}"
+
+
+def measure_data_steps(grid: str, backend: str) -> list[Measurement]:
+    """Time reading a star schema both ways, as ``train`` reads it."""
+    shapes = (
+        [(30_000, 1, 2, 0), (30_000, 2, 1, 1)]
+        if grid == "tiny"
+        else [
+            (50_000, 1, 2, 0),
+            (200_000, 1, 8, 0),
+            (200_000, 3, 2, 1),
+            (400_000, 2, 1, 2),
+            (100_000, 0, 12, 0),
+            (400_000, 1, 4, 0),
+        ]
+    )
+    found = []
+    con = duckdb.connect()
+    try:
+        for n, dims, numeric, strings in shapes:
+            query = _star(con, n, dims, numeric, strings)
+            graph = build_join_graph(con, query, "y")
+            stats = job_stats(con, graph)
+            for strategy in ("factorized", "materialized"):
+                seconds = _best_of(
+                    functools.partial(read_training_data, con, graph, strategy, backend), 2, lambda: None
+                )
+                shape = data_shape(stats, strategy)
+                found.append(Measurement(f"{strategy}_data", data_terms(shape), seconds, shape.describe()))
+    finally:
+        con.close()
+    return found
+
+
+# -- the fit ---------------------------------------------------------------------------------------
+
+
+def fit_kernel(rows: list[Measurement], prior: dict[str, float]) -> tuple[dict[str, float], float]:
+    """Coefficients minimising the relative error of ``rows`` (non-negative), and its geometric-mean error."""
+    terms = [t for t in prior if t != "fixed"]
+    design = np.array([[1.0] + [r.terms.get(t, 0.0) for t in terms] for r in rows])
+    seconds = np.array([r.seconds for r in rows])
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-300)
+    relative = design / scale / seconds[:, None]  # each row divided by its time: relative error
+    solution, _ = scipy.optimize.nnls(relative, np.ones(len(rows)))
+    coefficients = solution / scale
+    # A term no measurement exercised keeps its prior.
+    fitted = {"fixed": float(coefficients[0])}
+    for j, t in enumerate(terms, start=1):
+        fitted[t] = float(coefficients[j]) if design[:, j].any() else prior[t]
+    predicted = design @ np.array([fitted["fixed"], *[fitted[t] for t in terms]])
+    errors = np.maximum(np.abs(predicted / seconds - 1), 1e-3)
+    return fitted, float(np.exp(np.log(errors).mean()))
 
 
 def calibrate(
@@ -75,57 +254,57 @@ def calibrate(
     cache_dir: str | os.PathLike | None = None,
     progress: bool | None = None,
 ) -> CalibrationResult:
-    """Measure both strategies on a grid of synthetic jobs on this machine and refit the cost model.
+    """Time each kernel on this machine, fit its cost model, and store the fit for ``explain`` and ``train``.
 
     Parameters
     ----------
     budget_seconds : float or None
-        Stop starting new jobs after this many seconds (the jobs run in a
-        shuffled order, so a cut grid still spans the ratios). None: the whole grid.
+        Only a limit on the checks (the default grid takes under a minute on two cores).
     grid : {"tiny", "default"}
-        ``"tiny"`` takes seconds; ``"default"`` 5 to 8 minutes on two cores.
+        ``"tiny"`` takes a few seconds (for tests); ``"default"`` under a minute.
     backend : {"numpy", "cupy"}
         The backend to calibrate; ``explain`` uses the calibration of the backend it runs on.
     cache_dir : path or None
         Where to store it: default ``$ILARGI_CACHE_DIR`` or the platform's cache (``~/.cache/ilargi_db``).
     progress : bool or None
         Show a progress bar; None shows one when stderr is a terminal.
-
-    Returns
-    -------
-    CalibrationResult
     """
     if budget_seconds is not None and not (budget_seconds > 0):
         raise IlargiError(
             f"budget_seconds must be a positive number of seconds (or None for no limit), got {budget_seconds!r}."
         )
-    jobs = grid_jobs(grid)
+    if grid not in GRIDS:
+        raise IlargiError(f"grid must be one of {', '.join(GRIDS)}, got {grid!r}.")
     if backend not in ("numpy", "cupy"):
         raise IlargiError(f"calibrate a concrete backend: 'numpy' or 'cupy', got {backend!r}.")
     get_backend(backend)  # raises with the install hint when CuPy or the GPU is missing
     hardware = detect_hardware(cache_dir)
-    bar = progress_bar(len(jobs), f"calibrating {backend}", show=progress, leave=True)
     start = time.perf_counter()
-    rows = []
-    con = duckdb.connect()
+    bar = progress_bar(2, f"calibrating {backend}", show=progress, leave=True)
     try:
-        for job in jobs:
-            if budget_seconds is not None and rows and time.perf_counter() - start > budget_seconds:
-                break
-            rows.append(measure_job(con, job, backend))
-            bar.update(1)
+        idle = probe_seconds(max(hardware.cores, 1), 0.05)
+        measurements = measure_matrix_kernels(grid, backend)
+        bar.update(1)
+        if budget_seconds is None or time.perf_counter() - start < budget_seconds:
+            measurements += measure_data_steps(grid, backend)
+        bar.update(1)
     finally:
-        con.close()
         bar.close()
-    path = calibration_path(backend, cache_dir)
-    write_rows(path, rows, hardware)
-    model = learned.load_model(path, refresh=True, cache=cache_dir)
-    accuracy = model.accuracy(read_rows(path))
-    summary = {"grid": grid, "jobs": len(rows), "seconds": time.perf_counter() - start, "accuracy": accuracy}
-    path.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    return CalibrationResult(
-        len(rows), time.perf_counter() - start, path, backend, grid, accuracy, skipped=len(jobs) - len(rows)
+    prior = KernelCosts.prior(hardware, backend)
+    coefficients, errors = dict(prior.coefficients), {}
+    for kernel in sorted({m.kernel for m in measurements}):
+        rows = [m for m in measurements if m.kernel == kernel]
+        coefficients[kernel], errors[kernel] = fit_kernel(rows, prior.coefficients[kernel])
+    when = time.strftime("%Y-%m-%d %H:%M")
+    costs = KernelCosts(
+        coefficients,
+        f"calibrated on this machine ({hardware.cores} cores, {when}, {len(measurements)} kernel timings)",
+        True,
+        errors,
+        idle,
     )
+    path = costs.save(kernel_costs_path(backend, cache_dir))
+    return CalibrationResult(costs, path, backend, grid, time.perf_counter() - start, measurements)
 
 
-__all__ = ["calibrate", "measure_job", "time_strategies"]
+__all__ = ["CalibrationResult", "calibrate", "fit_kernel", "measure_data_steps", "measure_matrix_kernels"]

@@ -14,6 +14,8 @@ from ilargi_db import algorithms
 from ilargi_db._terminal import progress
 from ilargi_db.algorithms import check_algorithm, make_estimator
 from ilargi_db.backend import get_backend, to_host
+from ilargi_db.cost_model.iterations import record as record_iterations
+from ilargi_db.cost_model.plan import SOLVERS
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
@@ -90,8 +92,8 @@ def explain_strategy(
         return chosen, f"{why} (the cost estimator failed: {err})", None
     seconds = explanation.predicted_seconds
     why = (
-        f"{explanation.strategy}: predicted {seconds['factorized']:.3g} s factorized vs "
-        f"{seconds['materialized']:.3g} s materialized ({explanation.model}); {explanation.reasons[0]}."
+        f"{explanation.plan.label}: predicted {seconds['factorized']:.3g} s factorized vs "
+        f"{seconds['materialized']:.3g} s materialized; {explanation.reasons[0]}."
     )
     return explanation.strategy, why, explanation
 
@@ -167,6 +169,15 @@ def _materialized(
     blocks = encoder.transform_table(table, names)
     X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=backend)
     return TrainingData(X, y, encoder, unlabelled)
+
+
+def read_training_data(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str, backend: str = "numpy"
+) -> TrainingData:
+    """Read ``graph``'s training set the way ``train`` does with ``strategy`` (what calibration times)."""
+    encoder = FeatureEncoder(categorical_flags(graph))
+    reader = _factorized if strategy == "factorized" else _materialized
+    return reader(con, graph, encoder, True, get_backend(backend))
 
 
 @interruptible_job
@@ -255,6 +266,9 @@ def train(
         chosen, why, explanation = explain_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
+        plan = explanation.plan if explanation is not None else None
+        if plan is not None and algorithm == "linear_regression" and estimator.solver == "auto":
+            estimator.set_params(solver=plan.solver)  # the plan's solver, which the cost model chose
         from ilargi_db.cost_model.memory import check_job_memory
 
         check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
@@ -285,6 +299,17 @@ def train(
         snapshot.close()
         stages.close()
     trained = time.perf_counter()
+    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or SOLVERS[algorithm][0]
+    if plan is not None and algorithm == "linear_regression" and params.get("solver", "auto") == "auto":
+        estimator.set_params(solver="auto")  # the caller's setting; solver_ says what ran
+        estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
+    if hasattr(estimator, "n_iter_"):
+        record_iterations(algorithm, solver, params, float(estimator.n_iter_))
+    estimator.plan_ = (
+        plan.to_dict()
+        if plan is not None
+        else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
+    )
     estimator.strategy_ = chosen
     estimator.decision_ = why
     estimator.explanation_ = explanation

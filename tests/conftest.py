@@ -1,7 +1,14 @@
 from __future__ import annotations
 
+import os
+import tempfile
+
 import duckdb
 import pytest
+
+# The cost model's calibration and iteration history live in the user's cache: the tests use their own,
+# so that neither the machine's calibration changes their plans nor they change the user's.
+os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi_test_cache_")
 
 
 def _gpu_usable() -> bool:

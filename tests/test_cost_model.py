@@ -1,25 +1,20 @@
-"""The cost estimator: job features, the shipped model, calibration, explain and the auto strategy."""
+"""The cost model: job features, plans and their steps, kernel costs, calibration, explain and auto."""
 
 from __future__ import annotations
 
 import json
 
 import duckdb
+import numpy as np
 import pytest
 
 import ilargi_db
 from ilargi_db.calibration import calibrate
-from ilargi_db.cost_model import (
-    Explanation,
-    detect_hardware,
-    explain,
-    grid_jobs,
-    job_features,
-    job_stats,
-    load_model,
-)
+from ilargi_db.cost_model import Explanation, detect_hardware, explain, job_features, job_stats
 from ilargi_db.cost_model.explain import prepare_graph
-from ilargi_db.cost_model.features import expected_iterations
+from ilargi_db.cost_model.iterations import expected_iterations, load_history
+from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, matrix_terms, probe_load
+from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
 from tests.conftest import _gpu_usable
@@ -27,7 +22,7 @@ from tests.conftest import _gpu_usable
 
 @pytest.fixture(autouse=True)
 def fresh_cache(tmp_path, monkeypatch):
-    """No calibration of this machine unless a test makes one: the shipped model decides."""
+    """No calibration of this machine unless a test makes one: the priors decide."""
     monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -88,16 +83,16 @@ def test_features_match_the_synthetic_schema_ratios():
     _, f = stats_and_features(con, schema.query(), "y", "kmeans", n_clusters=3, max_iter=7, tol=0.0)
     assert f["tuple_ratio_min"] == schema.tuple_ratio == 40
     assert f["feature_ratio_max"] == schema.feature_ratio == 3 and f["feature_ratio"] == 6
-    assert f["iterations"] == 7 and f["rank"] == 3 and f["redundancy_max"] == pytest.approx(40, rel=0.02)
+    assert f["rank"] == 3 and f["redundancy_max"] == pytest.approx(40, rel=0.02)
 
 
 def test_expected_iterations_follow_the_parameters():
-    assert expected_iterations("linear_regression", {}) == 1  # one crossprod
-    assert expected_iterations("linear_regression", {"solver": "gd", "max_iter": 50}) == 50
-    assert expected_iterations("gnmf", {"max_iter": 500, "tol": 0.0}) == 500
-    assert expected_iterations("logistic_regression", {"max_iter": 10}) == 10
+    assert expected_iterations("linear_regression", "normal", {}).iterations == 1  # one crossprod
+    assert expected_iterations("linear_regression", "gd", {"max_iter": 50, "tol": 0}).iterations == 50
+    assert expected_iterations("gnmf", "mu", {"max_iter": 500, "tol": 0.0}).iterations == 500
+    assert expected_iterations("logistic_regression", "lbfgs", {"max_iter": 10}).iterations == 10
     with pytest.raises(IlargiError, match="choose one of"):
-        expected_iterations("svm", {})
+        expected_iterations("svm", "lbfgs", {})
 
 
 def _obvious(con, tuple_ratio, dim_features, n_dims):
@@ -113,13 +108,12 @@ def _obvious(con, tuple_ratio, dim_features, n_dims):
     return explain(con, schema.query(), target="y", backend="numpy")
 
 
-def test_shipped_model_decides_the_obvious_cases():
-    assert load_model().description.startswith("shipped default")
+def test_the_priors_decide_the_obvious_cases():
     con = duckdb.connect()
     high = _obvious(con, 50, 20, 2)  # tuple ratio 50, feature ratio 8 over both dimensions
-    assert high.strategy == "factorized"
+    assert high.strategy == "factorized" and high.plan.strategy == "factorized"
     assert high.predicted_seconds["factorized"] < high.predicted_seconds["materialized"]
-    assert high.model.startswith("shipped default")
+    assert high.model.startswith("priors scaled to this machine")
     one_to_one = _obvious(con, 1, 5, 1)
     assert one_to_one.strategy == "materialized"
     assert one_to_one.features["tuple_ratio"] == 1.0
@@ -130,18 +124,24 @@ def test_explanation_reads_and_serialises(star):
     assert isinstance(e, Explanation) and e.strategy in ("factorized", "materialized")
     assert set(e.predicted_seconds) == {"factorized", "materialized"}
     assert all(t > 0 for t in e.predicted_seconds.values())
-    assert e.reasons[0].startswith(f"{e.strategy} is predicted") and e.reasons[-1].startswith("hardware:")
+    assert e.reasons[0].startswith(f"{e.plan.label} is predicted") and e.reasons[-1].startswith("hardware:")
     back = json.loads(json.dumps(e.to_dict()))
     assert back["strategy"] == e.strategy and back["features"]["rows"] == 100
+    assert back["plan"]["solver"] == e.solver == "normal" and back["runner_up"]["label"] == e.runner_up.label
+    names = [s["name"] for s in back["plan"]["steps"]]
+    assert names == ["reading the data", "X.T @ X", "X.T @ y", "solve", "training metrics (X @ w)"]
+    assert back["plan"]["seconds"] == pytest.approx(sum(s["seconds"] for s in back["plan"]["steps"]))
     text = str(e)
     assert text.startswith(f"strategy: {e.strategy}") and "why:" in text and e.model in text
+    assert f"plan: {e.plan.label}" in text and f"runner-up: {e.runner_up.label}" in text
     assert ilargi_db.explain is explain
 
 
 def test_a_cross_source_feature_is_explained_as_materialized(star):
     e = explain(star, "SELECT f.x1 * d1.a AS p, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
     assert e.strategy == "materialized" and list(e.predicted_seconds) == ["materialized"]
-    assert "cannot be computed inside one source" in e.reasons[0] and e.reasons[1].startswith("hardware:")
+    assert "cannot be computed inside one source" in e.reasons[0] and e.reasons[-1].startswith("hardware:")
+    assert {p.strategy for p in e.plans} == {"materialized"}
 
 
 def test_explain_never_trains_nor_writes(tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_explain_never_trains_nor_writes(tmp_path, monkeypatch):
         monkeypatch.setattr(cls, "fit", no_fit)
     read_only = duckdb.connect(path, read_only=True)  # any write would raise
     e = explain(read_only, schema.query(), target="y", algorithm="logistic_regression", max_iter=5)
-    assert e.features["iterations"] == 5
+    assert e.plan.iterations.iterations == 5
     assert sorted(r[0] for r in read_only.sql("SHOW TABLES").fetchall()) == ["dim0", "fact"]
 
 
@@ -170,27 +170,94 @@ def test_explain_errors_name_the_fix(star):
 
 
 def test_calibrate_rejects_bad_arguments(fresh_cache):
-    with pytest.raises(IlargiError, match="choose one of tiny, default"):
+    with pytest.raises(IlargiError, match="grid must be one of tiny, default"):
         calibrate(grid="huge", cache_dir=fresh_cache)
     for budget in (0, -5):
-        with pytest.raises(IlargiError, match="positive number of seconds"):
+        with pytest.raises(IlargiError, match="budget_seconds must be a positive number"):
             calibrate(budget_seconds=budget, grid="tiny", cache_dir=fresh_cache)
-    with pytest.raises(IlargiError, match="'numpy' or 'cupy'"):
+    with pytest.raises(IlargiError, match="calibrate a concrete backend"):
         calibrate(grid="tiny", backend="auto", cache_dir=fresh_cache)
-    assert not (fresh_cache / "calibration-numpy.csv").exists()
+    assert not list(fresh_cache.glob("kernel_costs*"))
 
 
 def test_tiny_calibration_is_used_by_explain(fresh_cache, star):
     result = calibrate(grid="tiny", progress=False)  # the cache directory comes from ILARGI_CACHE_DIR
-    assert result.n_jobs == len(grid_jobs("tiny")) == 6 and result.skipped == 0
-    assert result.path == fresh_cache / "calibration-numpy.csv" and result.path.exists()
-    assert 0 <= result.accuracy <= 1 and "6 jobs" in str(result)
+    assert result.path == fresh_cache / "kernel_costs_numpy.json" and result.path.exists()
+    assert {"lmm", "rmm", "crossprod", "solve", "factorized_data", "materialized_data"} <= set(result.costs.errors)
+    assert "kernel timings" in str(result) and result.costs.idle_probe_seconds > 0
     e = explain(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", backend="numpy")
-    assert e.model.startswith("calibrated on this machine") and str(result.path) in e.model
-    assert "plus the 288 shipped ones" in e.model  # six jobs refine the shipped model, not replace it
-    # A budget cut stops after the first job, and says so.
-    cut = calibrate(budget_seconds=1e-9, grid="tiny", progress=False, cache_dir=fresh_cache / "cut")
-    assert cut.n_jobs == 1 and cut.skipped == 5 and "left out by the time budget" in str(cut)
+    assert e.model.startswith("calibrated on this machine")
+    assert kernel_costs(detect_hardware()).coefficients["lmm"] == result.costs.coefficients["lmm"]
+
+
+def test_fit_kernel_recovers_known_coefficients():
+    from ilargi_db.calibration import Measurement, fit_kernel
+
+    truth = {"fixed": 2e-5, "dense_cells": 1e-10, "block_entries": 3e-10, "gathered_rows": 5e-10, "parts": 1e-5}
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(30):
+        terms = {t: float(rng.integers(0, 10**7)) for t in truth if t != "fixed"}
+        terms["parts"] = float(rng.integers(0, 5))
+        seconds = truth["fixed"] + sum(truth[t] * v for t, v in terms.items())
+        rows.append(Measurement("lmm", terms, seconds, ""))
+    fitted, error = fit_kernel(rows, {t: 1.0 for t in truth})
+    for term, value in truth.items():
+        assert fitted[term] == pytest.approx(value, rel=1e-6)
+    assert error < 0.01
+
+
+def test_plan_shapes_are_the_matrices_train_builds(star):
+    """The cost model's picture of each strategy's matrix matches what reading the data builds."""
+    from ilargi_db.training import read_training_data
+
+    query = (
+        "SELECT f.x1, f.x2, d1.a, d1.b, d1.colour, d2.w, f.y FROM fact f JOIN d1 ON f.k = d1.k LEFT JOIN d2 USING (c)"
+    )
+    graph = prepare_graph(star, query, "y")
+    stats = job_stats(star, graph)
+    for strategy in ("factorized", "materialized"):
+        shape = matrix_shape(stats, strategy)
+        X = read_training_data(star, graph, strategy).X
+        assert (shape.n, shape.columns) == X.shape, strategy
+        assert data_shape(stats, strategy).join_rows == 100
+    factorized, materialized = matrix_shape(stats, "factorized"), matrix_shape(stats, "materialized")
+    assert factorized.dense == 2 and len(factorized.parts) == 2
+    assert materialized.dense == 5 and len(materialized.parts) == 1
+    terms = matrix_terms("lmm", factorized)
+    assert terms["dense_cells"] == 200 and terms["gathered_rows"] == 200 and terms["block_entries"] == 20 * 3 + 4
+
+
+def test_a_busy_machine_slows_the_parallel_steps(star):
+    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")
+    stats = job_stats(star, graph)
+    costs = KernelCosts.prior(detect_hardware())
+    idle = candidate_plans(stats, "linear_regression", {}, costs)
+    busy = candidate_plans(stats, "linear_regression", {}, costs, load=2.0)
+    by_label = {p.label: p.seconds for p in idle}
+    assert all(p.seconds == pytest.approx(2 * by_label[p.label]) for p in busy)  # every step here is parallel
+    assert 1.0 <= probe_load(2) <= 8.0
+
+
+def test_a_gram_above_the_bound_is_not_planned(star):
+    costs = KernelCosts.prior(detect_hardware())
+    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")
+    stats = job_stats(star, graph)
+    plans = candidate_plans(stats, "linear_regression", {"max_gram_bytes": 8}, costs)
+    assert [p.fits for p in plans] == [True, True, False, False] and plans[0].solver == "cg"
+    assert {p.limit for p in plans[2:]} == {"max_gram_bytes"}
+    only_normal = candidate_plans(stats, "linear_regression", {"solver": "normal"}, costs)
+    assert {p.solver for p in only_normal} == {"normal"}
+
+
+def test_iterations_are_learned_from_earlier_runs(star, fresh_cache):
+    query = "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k"
+    model = ilargi_db.train(star, query, target="big", algorithm="logistic_regression", backend="numpy")
+    runs = load_history()["logistic_regression/lbfgs/tol=0.0001/max_iter=100"]
+    assert runs == [float(model.n_iter_)]
+    e = explain(star, query, target="big", algorithm="logistic_regression", backend="numpy")
+    assert e.plan.iterations.iterations == model.n_iter_
+    assert e.plan.iterations.source.startswith("median of 1 earlier run")
 
 
 def test_hardware_is_measured_once_and_cached(fresh_cache):
@@ -200,41 +267,21 @@ def test_hardware_is_measured_once_and_cached(fresh_cache):
     assert detect_hardware(fresh_cache) is hw
 
 
-def test_train_auto_uses_the_estimator(star):
+def test_train_runs_and_records_the_plan(star):
     model = ilargi_db.train(star, "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
-    assert model.strategy_ == model.explanation_.strategy
-    assert model.decision_.startswith(f"{model.strategy_}: predicted") and "shipped default" in model.decision_
+    assert model.strategy_ == model.explanation_.strategy == model.plan_["strategy"]
+    assert model.solver_ == model.plan_["solver"] and model.get_params()["solver"] == "auto"
+    assert model.solver_reason_.startswith(f"the cost model's plan: {model.plan_['label']}")
+    assert model.decision_.startswith(f"{model.plan_['label']}: predicted")
     forced = ilargi_db.train(
         star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", strategy="materialized"
     )
     assert forced.strategy_ == "materialized" and forced.explanation_ is None
-
-
-def test_the_fitted_model_is_cached_on_disk_and_predicts_like_scikit_learn(fresh_cache, monkeypatch):
-    import numpy as np
-
-    from ilargi_db.cost_model import learned
-    from ilargi_db.cost_model.calibration import read_rows
-
-    rows = read_rows(learned.shipped_path())
-    X = np.asarray([learned.design_row(r, learned.hardware_of(r))[0] for r in rows])
-    y = np.log([r["seconds_factorized"] for r in rows])
-    fitted = learned._regressor().fit(X, y)
-    trees = learned.Trees.export(fitted)
-    ours = [trees.predict_one(x.astype(np.float32)) for x in X]
-    np.testing.assert_allclose(ours, fitted.predict(X), rtol=1e-12, atol=1e-12)
-
-    first = load_model(refresh=True)
-    assert list(fresh_cache.glob("model-v*.npz"))
-
-    def no_fit(*args, **kwargs):
-        raise AssertionError("refitted although the exported trees were cached")
-
-    monkeypatch.setattr(learned.CostModel, "fit", no_fit)
-    monkeypatch.setattr(learned, "_MODELS", {})
-    second = load_model()
-    row = rows[0]
-    assert second.predict(row, learned.hardware_of(row)) == first.predict(row, learned.hardware_of(row))
+    caller = {"strategy": "materialized", "solver": "normal", "backend": "numpy", "chosen_by": "the caller"}
+    assert forced.plan_ == caller
+    ilargi_db.install(star)
+    ilargi_db.save_model(star, "m", model)
+    assert ilargi_db.load_model(star, "m").plan_ == json.loads(json.dumps(model.plan_))
 
 
 def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkeypatch):
@@ -256,25 +303,18 @@ def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
 
 
 def test_a_near_tie_is_not_called_a_win():
-    """11 ms against 11 ms reads as "either way", not "factorized wins there" (issue 11)."""
-    from ilargi_db.cost_model.explain import _reasons
-    from ilargi_db.cost_model.hardware import Hardware
+    """Steps within 10% of each other read as "either way", not as a win (issue 11)."""
+    from ilargi_db.cost_model.explain import _step_reasons
+    from ilargi_db.cost_model.iterations import IterationEstimate
+    from ilargi_db.cost_model.plan import PhysicalPlan, Step
 
-    features = {
-        "comp_ratio": 1.0,
-        "n_dimensions": 0,
-        "iterations": 20,
-        "algorithm": "logistic_regression",
-        "fact_fanout": 1.0,
-        "categorical_features": 0,
-    }
-    phases = {"factorized": {"data": 0.0110, "iterations": 0.50}, "materialized": {"data": 0.0112, "iterations": 1.0}}
-    predicted = {s: {"analytical": 1.0, "correction": 1.0} for s in phases}
-    reasons = _reasons(features, phases, predicted, Hardware(2, 10.0, 50.0), "numpy", chosen="factorized")
-    data = next(r for r in reasons if r.startswith("joins and data transfers"))
-    assert data == "joins and data transfers out of DuckDB take about 11 ms either way (roofline)"
-    iterations = next(r for r in reasons if r.startswith("the training iterations"))
-    assert iterations.endswith(
-        "500 ms factorized vs 1,000 ms materialized (roofline) over 20 expected iterations "
-        "of logistic_regression: factorized wins there"
-    )
+    def plan(strategy, data, lmm):
+        steps = (
+            Step("reading the data", f"{strategy}_data", "rows", 1, data),
+            Step("X @ w", "lmm", "n", 20, lmm, True),
+        )
+        return PhysicalPlan(strategy, "lbfgs", "numpy", steps, IterationEstimate(20, "typical"), 1.0, 0, True)
+
+    reasons = [text for _, text, _ in _step_reasons(plan("factorized", 0.0110, 0.5), plan("materialized", 0.0112, 1))]
+    assert reasons[0] == "reading the data takes about 11 ms either way"
+    assert reasons[1].startswith("X @ w takes 500 ms factorized/lbfgs (n) vs 1 s materialized/lbfgs (n)")

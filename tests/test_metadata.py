@@ -63,3 +63,12 @@ def test_null_free_arrow_columns_become_views():
     block = arrow_to_block(table, ["a", "b"])
     assert block.flags.f_contiguous
     np.testing.assert_array_equal(block, [[1.0, 4.0], [2.0, np.nan], [3.0, 6.0]])
+
+
+def test_categorical_metadata_counts_its_source_rows():
+    import pyarrow as pa
+
+    from ilargi_db.metadata.di_metadata import CategoricalMetadata
+
+    meta = CategoricalMetadata("d", 0, pa.array(["a", "b", None]), np.array([0, 1, 1, 2]), None)
+    assert meta.n_source_rows == 3  # it read a field the class does not have (issue 12)

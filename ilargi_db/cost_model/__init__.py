@@ -1,34 +1,39 @@
-"""The cost estimator: pick factorized or materialized training per job, and say why.
+"""The cost model: the physical plans a training job can run, their predicted seconds, and the choice.
 
-- :mod:`~ilargi_db.cost_model.features`: the job's features from two cheap aggregate queries.
+- :mod:`~ilargi_db.cost_model.features`: the job's shape from two cheap aggregate queries.
 - :mod:`~ilargi_db.cost_model.hardware`: cores, measured memory bandwidth and FLOP rate, the GPU.
-- :mod:`~ilargi_db.cost_model.analytical`: FLOPs and bytes of each strategy over throughput (roofline).
-- :mod:`~ilargi_db.cost_model.learned`: gradient boosting on the roofline's log-residual.
-- :mod:`~ilargi_db.cost_model.calibration`: the grid of synthetic jobs and its measurements (running it,
-  ``ilargi_db.calibration.calibrate``, trains models, so it lives above training).
-- :mod:`~ilargi_db.cost_model.explain`: the decision, both predicted times, the features and the reasons.
+- :mod:`~ilargi_db.cost_model.kernels`: a cost model per kernel (seconds from its shape's work terms),
+  roofline priors, this machine's calibration, and a 10 ms probe of how busy the cores are.
+- :mod:`~ilargi_db.cost_model.iterations`: expected iterations per solver, learned from earlier runs.
+- :mod:`~ilargi_db.cost_model.plan`: candidate plans (strategy x solver x backend) as steps with seconds.
+- :mod:`~ilargi_db.cost_model.memory`: each strategy's arrays against DuckDB's ``memory_limit``.
+- :mod:`~ilargi_db.cost_model.explain`: the chosen plan, the runner-up and the reasons.
+
+Fitting the kernels (``ilargi_db.calibration.calibrate``) reads data through the training pipeline,
+so it lives above training; this package never imports it.
 """
 
-from ilargi_db.cost_model.calibration import CalibrationResult, calibration_path, grid_jobs
 from ilargi_db.cost_model.explain import Explanation, explain, explain_graph
 from ilargi_db.cost_model.features import JobStats, SourceStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import Hardware, cache_dir, detect_hardware
-from ilargi_db.cost_model.learned import CostModel, load_model
+from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, kernel_costs_path
+from ilargi_db.cost_model.plan import PhysicalPlan, Step, candidate_plans
 
 __all__ = [
-    "CalibrationResult",
-    "CostModel",
     "Explanation",
     "Hardware",
     "JobStats",
+    "KernelCosts",
+    "PhysicalPlan",
     "SourceStats",
+    "Step",
     "cache_dir",
-    "calibration_path",
+    "candidate_plans",
     "detect_hardware",
     "explain",
     "explain_graph",
-    "grid_jobs",
     "job_features",
     "job_stats",
-    "load_model",
+    "kernel_costs",
+    "kernel_costs_path",
 ]

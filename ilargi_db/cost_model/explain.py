@@ -1,22 +1,23 @@
-"""``explain``: which strategy ``train(strategy="auto")`` picks for a query, the predicted times, and why."""
+"""``explain``: the physical plan ``train(strategy="auto")`` would run, the runner-up, and why."""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 
 from ilargi_db.algorithms import make_estimator
-from ilargi_db.errors import IlargiError
-from ilargi_db.cost_model import analytical, learned
-from ilargi_db.cost_model.analytical import STRATEGIES
-from ilargi_db.cost_model.calibration import calibration_path
 from ilargi_db.cost_model.features import job_features, job_stats
-from ilargi_db.cost_model.hardware import Hardware, detect_hardware
+from ilargi_db.cost_model.hardware import detect_hardware
+from ilargi_db.cost_model.iterations import load_history
+from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
+from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans
+from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.plan import JoinGraph, build_join_graph
 from ilargi_db.preprocess import categorical_flags, mark_categorical_coalesce
@@ -25,20 +26,26 @@ from ilargi_db.read_snapshot import ReadSnapshot
 
 @dataclass(frozen=True)
 class Explanation:
-    """The cost estimator's decision for one training job.
+    """The cost model's decision for one training job.
 
     Attributes
     ----------
     strategy : {"factorized", "materialized"}
     predicted_seconds : dict
-        Predicted end-to-end ``train`` seconds per strategy. A job that cannot
-        be factorized (a feature mixes sources) has only ``"materialized"``.
+        Predicted seconds of the best plan of each strategy. A job that cannot be factorized (a feature
+        mixes sources) has only ``"materialized"``.
     features : dict
-        The job's features (JSON-serialisable scalars).
+        The job's shape (JSON-serialisable scalars).
     reasons : list of str
         The top reasons, in plain words, most important first.
     model : str
-        Which model decided.
+        Where the kernel costs come from (roofline priors or this machine's calibration).
+    plan : PhysicalPlan
+        The plan ``train`` runs: strategy, solver, backend and the predicted seconds of each step.
+    runner_up : PhysicalPlan or None
+        The next-cheapest plan.
+    decide_seconds : float
+        What deciding cost (the statistics queries and the load probe).
     """
 
     strategy: str
@@ -46,13 +53,39 @@ class Explanation:
     features: dict[str, float | int | str]
     reasons: list[str]
     model: str
+    plan: PhysicalPlan | None = None
+    runner_up: PhysicalPlan | None = None
+    decide_seconds: float = 0.0
+    plans: tuple[PhysicalPlan, ...] = field(default=(), repr=False)
+
+    @property
+    def solver(self) -> str | None:
+        return self.plan.solver if self.plan is not None else None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "strategy": self.strategy,
+            "solver": self.solver,
+            "predicted_seconds": self.predicted_seconds,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "runner_up": self.runner_up.to_dict() if self.runner_up else None,
+            "decide_seconds": self.decide_seconds,
+            "features": self.features,
+            "reasons": self.reasons,
+            "model": self.model,
+        }
 
     def __str__(self) -> str:
         times = ", ".join(f"{s} {t:.3g} s" for s, t in self.predicted_seconds.items())
-        lines = [f"strategy: {self.strategy} (predicted {times})", f"model: {self.model}", "why:"]
+        lines = [f"strategy: {self.strategy} (predicted {times})"]
+        for title, plan in (("plan", self.plan), ("runner-up", self.runner_up)):
+            if plan is not None:
+                lines.append(
+                    f"{title}: {plan.label}, {plan.seconds:.3g} s predicted"
+                    + ("" if plan.fits else f" (exceeds {plan.limit})")
+                )
+                lines.append(plan.describe("    "))
+        lines += [f"kernel costs: {self.model}", "why:"]
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
 
@@ -69,35 +102,41 @@ def _check(algorithm: str, params: dict) -> None:
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails here; builds, never fits
 
 
-def job_features_for(
-    con: duckdb.DuckDBPyConnection, query: str, target: str | None, algorithm: str, params: dict
-) -> dict[str, float | int | str]:
-    """The shape features of a job (no hardware), as calibration stores them."""
-    return job_features(job_stats(con, prepare_graph(con, query, target)), algorithm, params)
-
-
-def select_model(backend: str, cache: str | os.PathLike | None = None) -> learned.CostModel:
-    """This machine's calibration of ``backend`` if there is one; else the shipped model (CPU) or the roofline."""
-    path = calibration_path(backend, cache)
-    if path.exists():
-        return learned.load_model(path, cache=cache)
-    if backend == "numpy":
-        return learned.load_model(cache=cache)
-    return learned.analytical_model()  # a GPU never calibrated: CPU timings would mislead
-
-
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
 
 
-def _reasons(
-    f: dict, phases: dict, predicted: dict, hardware: Hardware, backend: str, chosen: str | None = None
-) -> list[str]:
-    """Plain-words reasons, weighted by how much each moves the log-ratio of the two predictions.
+def _seconds(x: float) -> str:
+    return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:.3g} s"
 
-    Reasons that favour ``chosen`` come first, so the lead reason never argues for the other strategy.
-    """
-    weighted: list[tuple[float, str, str | None]] = []  # (weight, text, the strategy it favours)
+
+def _step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float, str, str | None]]:
+    """The steps that differ most between two plans, in the plans' own terms."""
+    found = []
+    mine = {s.name: s for s in chosen.steps}
+    theirs = {s.name: s for s in other.steps}
+    for name in dict.fromkeys([*mine, *theirs]):
+        a, b = mine.get(name), theirs.get(name)
+        sa, sb = (a.seconds if a else 0.0), (b.seconds if b else 0.0)
+        if max(sa, sb) <= 0.01 * max(chosen.seconds, other.seconds):
+            continue  # a step too small to matter either way
+        weight = abs(sa - sb) / max(chosen.seconds, other.seconds, 1e-9)
+        if a is None or b is None:
+            step = a or b
+            who = chosen.label if a else other.label
+            text = f"only {who} runs {step.describe()} ({_seconds(step.seconds)})"
+        elif abs(sa - sb) <= 0.1 * max(sa, sb):
+            text = f"{name} takes about {_seconds(max(sa, sb))} either way"
+        else:
+            text = f"{name} takes {_seconds(sa)} {chosen.label} ({a.shape}) vs {_seconds(sb)} {other.label} ({b.shape})"
+        favours = chosen.strategy if sa < sb else other.strategy if sb < sa else None
+        found.append((weight, text, favours))
+    return found
+
+
+def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
+    """What the data's shape says: tuple and feature ratios, fan-out, one-hot width."""
+    found: list[tuple[float, str, str | None]] = []
     comp = float(f["comp_ratio"])
     if f["n_dimensions"]:
         low, high = _fmt(f["tuple_ratio_min"]), _fmt(f["tuple_ratio_max"])
@@ -116,64 +155,20 @@ def _reasons(
                 f"{where}: the joined matrix ({_fmt(f['cells_materialized'])} cells) is no bigger than the sources "
                 f"plus their row indices ({_fmt(f['cells_factorized'])}), so factorizing saves little work"
             )
-        weighted.append((abs(math.log(max(comp, 1e-9))), text, "factorized" if comp > 1.5 else "materialized"))
-    for phase, words in (("data", "joins and data transfers out of DuckDB"), ("iterations", "the training iterations")):
-        fa, ma = phases["factorized"][phase], phases["materialized"][phase]
-        if fa + ma <= 0:
-            continue
-        weight = abs(fa - ma) / max(predicted["factorized"]["analytical"], predicted["materialized"]["analytical"])
-        fa_ms, ma_ms = _fmt(fa * 1e3), _fmt(ma * 1e3)
-        tie = fa_ms == ma_ms or abs(fa - ma) <= 0.1 * max(fa, ma)  # within the model's own error
-        if tie:
-            text = f"{words} take about {_fmt(max(fa, ma) * 1e3)} ms either way (roofline)"
-        else:
-            text = f"{words} take about {fa_ms} ms factorized vs {ma_ms} ms materialized (roofline)"
-        if phase == "iterations":
-            n_iter = f["iterations"]
-            text += f" over {n_iter:g} expected {'pass' if n_iter == 1 else 'iterations'} of {f['algorithm']}"
-        faster = None if tie else "factorized" if fa < ma else "materialized"
-        weighted.append((weight * 2, f"{text}: {faster} wins there" if faster else text, faster))
+        found.append((0.05 + abs(math.log(max(comp, 1e-9))) / 10, text, "factorized" if comp > 1.5 else "materialized"))
     if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
         fanout = _fmt(f["fact_fanout"])
-        weighted.append((0.5, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", "factorized"))
+        found.append((0.04, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", "factorized"))
     if f["categorical_features"]:
-        weighted.append(
+        found.append(
             (
-                0.3,
+                0.03,
                 f"{f['categorical_features']} categorical feature(s) one-hot encoded into {f['columns_onehot']} "
                 "columns: materializing encodes one value per joined row, factorizing one per source row",
                 "factorized",
             )
         )
-    cf, cm = predicted["factorized"]["correction"], predicted["materialized"]["correction"]
-    if abs(math.log(cf / cm)) > 0.05:
-        who = "factorized" if cf < cm else "materialized"
-        weighted.append(
-            (
-                abs(math.log(cf / cm)),
-                f"measured jobs like this one ran {who} {max(cf / cm, cm / cf):.1f}x better than the roofline "
-                "alone predicts (the calibration's correction)",
-                who,
-            )
-        )
-    if chosen is not None and not any(favours == chosen for _, _, favours in weighted):
-        work = max(phases[s]["data"] + phases[s]["iterations"] for s in STRATEGIES)
-        weighted.append(
-            (
-                float("inf"),
-                f"little work either way (the roofline puts it under {_fmt(work * 1e3)} ms): fixed costs (planning, "
-                f"query start-up, Python) make up most of the time, and measured jobs of this size ran {chosen} faster",
-                chosen,
-            )
-        )
-    weighted.sort(key=lambda wr: (wr[2] != chosen, -wr[0]))  # for the choice first, then the heaviest
-    reasons = [r for _, r, _ in weighted[:4]]
-    gpu = f", GPU {hardware.gpu_name}" if backend == "cupy" and hardware.gpu_name else ""
-    reasons.append(
-        f"hardware: {hardware.cores} cores, {hardware.memory_bandwidth_gbs:.0f} GB/s memory, "
-        f"{hardware.gflops:.0f} GFLOP/s{gpu}; backend {backend}"
-    )
-    return reasons
+    return found
 
 
 def explain_graph(
@@ -183,51 +178,95 @@ def explain_graph(
     backend: str = "auto",
     params: dict[str, Any] | None = None,
     cache: str | os.PathLike | None = None,
+    strategies: tuple[str, ...] = STRATEGIES,
 ) -> Explanation:
-    """:func:`explain` for a planned join graph (what ``train`` calls)."""
+    """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates."""
     from ilargi_db.backend import get_backend
 
+    start = time.perf_counter()
     params = dict(params or {})
     _check(algorithm, params)
     name = get_backend(backend).name
     hardware = detect_hardware(cache)
     stats = job_stats(con, graph)
-    f = job_features(stats, algorithm, params)
-    f.update(backend=name, **hardware.as_features())
-    model = select_model(name, cache)
-    predicted = model.predict(f, hardware, name)
-    phases = {s: analytical.breakdown(f, s, hardware, name) for s in STRATEGIES}
-    for s in STRATEGIES:
-        w = analytical.work(f, s)
-        f[f"flops_per_iteration_{s}"] = w["flops_per_iteration"]
-        f[f"bytes_per_iteration_{s}"] = w["bytes_per_iteration"]
-        f[f"data_bytes_{s}"] = w["data_bytes"]
-        f[f"analytical_seconds_{s}"] = predicted[s]["analytical"]
-    seconds = {s: float(predicted[s]["seconds"]) for s in STRATEGIES}
+    costs = kernel_costs(hardware, name, cache)
+    load = probe_load(hardware.cores, costs.idle_probe_seconds)
     needed = array_bytes(stats)
     limit = memory_limit_bytes(con)
+    mixed = graph.cross_source_features
+    allowed = ("materialized",) if mixed else strategies
+    plans = candidate_plans(
+        stats,
+        algorithm,
+        params,
+        costs,
+        backend=name,
+        strategies=allowed,
+        array_bytes=needed,
+        memory_limit=limit,
+        load=load,
+        history=load_history(cache),
+    )
+    decided = time.perf_counter() - start
+    chosen, runner_up = plans[0], (plans[1] if len(plans) > 1 else None)
+    f = job_features(stats, algorithm, params)
+    f.update(backend=name, load=load, **hardware.as_features())
     for s in STRATEGIES:
         f[f"array_bytes_{s}"] = needed[s]
-    fits = {s: limit is None or needed[s] <= limit for s in STRATEGIES}
-    chosen = min(STRATEGIES, key=lambda s: (not fits[s], seconds[s]))  # the fastest of those that fit
-    reasons = _reasons(f, phases, predicted, hardware, name, chosen)
-    mixed = graph.cross_source_features
+    seconds = {s: min(p.seconds for p in plans if p.strategy == s) for s in allowed}
+    hardware_line = (
+        f"hardware: {hardware.cores} cores, {hardware.memory_bandwidth_gbs:.0f} GB/s memory, "
+        f"{hardware.gflops:.0f} GFLOP/s"
+        + (f", GPU {hardware.gpu_name}" if name == "cupy" and hardware.gpu_name else "")
+        + f"; backend {name}"
+    )
+    iterations = f"iterations: {chosen.iterations.iterations:g} expected ({chosen.iterations.source})"
     if mixed:
         why = "; ".join(feature.describe_sources() for feature in mixed)
         only = f"{why}, so it cannot be computed inside one source: only the materialized join can train it"
-        reasons = [only, reasons[-1]]  # and the hardware line
-        return Explanation("materialized", {"materialized": seconds["materialized"]}, f, reasons, model.description)
-    other = "materialized" if chosen == "factorized" else "factorized"
-    speedup = seconds[other] / seconds[chosen]
-    lead = f"{chosen} is predicted {speedup:.2f}x faster"
-    if speedup < 1.1:
-        lead += " (a near tie: either strategy costs about the same)"
-    if fits[chosen] and not fits[other]:
-        lead = (
-            f"{other}'s arrays ({format_bytes(needed[other])}) would exceed DuckDB's memory_limit of "
-            f"{format_bytes(limit)}, {chosen}'s ({format_bytes(needed[chosen])}) fit"
-        ) + ("" if speedup >= 1 else f", though {other} is predicted {1 / speedup:.2f}x faster")
-    return Explanation(chosen, seconds, f, [f"{lead}: {reasons[0]}", *reasons[1:]], model.description)
+        return Explanation(
+            "materialized",
+            seconds,
+            f,
+            [only, iterations, hardware_line],
+            costs.source,
+            chosen,
+            runner_up,
+            decided,
+            tuple(plans),
+        )
+    weighted = _shape_reasons(f)
+    if runner_up is not None:
+        weighted += _step_reasons(chosen, runner_up)
+    if load > 1.2:
+        weighted.append(
+            (
+                0.2,
+                f"the cores run {load:.1f}x slower than idle now (a 10 ms probe): every parallel "
+                "step is predicted that much slower",
+                None,
+            )
+        )
+    weighted.sort(key=lambda w: (w[2] not in (chosen.strategy, None), -w[0]))  # for the choice first
+    reasons = [text for _, text, _ in weighted[:4]] + [iterations, hardware_line]
+    if runner_up is not None:
+        speedup = runner_up.seconds / max(chosen.seconds, 1e-12)
+        lead = f"{chosen.label} is predicted {speedup:.2f}x faster than {runner_up.label}"
+        if speedup < 1.1:
+            lead += " (a near tie: either costs about the same)"
+        if not runner_up.fits:
+            lead = (
+                f"{runner_up.label} would exceed {runner_up.limit}"
+                + (
+                    f" ({format_bytes(runner_up.array_bytes)} of arrays)"
+                    if runner_up.limit.startswith("DuckDB")
+                    else ""
+                )
+                + f"; {chosen.label} fits"
+                + ("" if speedup >= 1 else f", though predicted {1 / speedup:.2f}x slower")
+            )
+        reasons[0] = f"{lead}: {reasons[0]}"
+    return Explanation(chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans))
 
 
 @interruptible_job
@@ -239,10 +278,11 @@ def explain(
     backend: str = "auto",
     **params: Any,
 ) -> Explanation:
-    """Which strategy ``train(..., strategy="auto")`` would pick, the predicted seconds of both, and why.
+    """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
 
-    Runs two aggregate queries (row counts, and the join's size and fan-outs);
-    never reads a feature block, never trains, never writes to the database.
+    Runs two aggregate queries (row counts, and the join's size and fan-outs)
+    and a 10 ms probe of how busy the cores are; never reads a feature block,
+    never trains, never writes to the database.
 
     Parameters
     ----------
@@ -268,8 +308,8 @@ def explain(
     >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, " + ", ".join(f"random() AS z{j}" for j in range(20))
     ...             + " FROM range(100)")
     >>> e = ilargi_db.explain(con, "SELECT f.x, d.*, f.y FROM f JOIN d USING (k)", target="y", backend="numpy")
-    >>> e.strategy, sorted(e.predicted_seconds), e.features["tuple_ratio"]
-    ('factorized', ['factorized', 'materialized'], 2000.0)
+    >>> e.strategy, sorted(e.predicted_seconds), e.features["tuple_ratio"], e.plan.solver
+    ('factorized', ['factorized', 'materialized'], 2000.0, 'normal')
     """
     _check(algorithm, params)  # before the query is planned
     with ReadSnapshot(con):  # every read sees one committed state of the database

@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import sqlglot
 
-from ilargi_db.algorithms import NAMES, check_algorithm
+from ilargi_db.algorithms import NAMES
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.plan import JoinGraph
@@ -168,34 +168,6 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
     return JobStats(n_rows, tuple(sources), fact, cross, zero_cells / numeric_cells if numeric_cells else 0.0)
 
 
-def expected_iterations(algorithm: str, params: dict[str, Any]) -> float:
-    """Passes over the data an algorithm is expected to make, from its parameters.
-
-    Tolerance 0 runs ``max_iter`` iterations; otherwise iterative solvers stop
-    early, typically after a few dozen. Linear regression's normal equations
-    make one pass (one crossprod).
-
-    >>> expected_iterations("kmeans", {"max_iter": 20, "tol": 0.0, "n_init": 2})
-    40.0
-    """
-    check_algorithm(algorithm)
-    defaults = {
-        "linear_regression": (1000, 1e-8),
-        "logistic_regression": (100, 1e-6),
-        "kmeans": (300, 1e-4),
-        "gnmf": (200, 1e-4),
-    }[algorithm]
-    max_iter = float(params.get("max_iter", defaults[0]))
-    tol = float(params.get("tol", defaults[1]))
-    if algorithm == "linear_regression" and params.get("solver", "normal") == "normal":
-        return 1.0
-    typical = {"linear_regression": 100.0, "logistic_regression": 25.0, "kmeans": 30.0, "gnmf": 60.0}[algorithm]
-    iters = max_iter if tol <= 0 else min(max_iter, typical)
-    if algorithm == "kmeans":
-        iters *= max(1, int(params.get("n_init", 1)))
-    return float(iters)
-
-
 def rank(algorithm: str, params: dict[str, Any]) -> int:
     """Columns of the iterate: clusters for k-means, components for NMF, 1 for linear models."""
     if algorithm == "kmeans":
@@ -254,6 +226,5 @@ def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dic
         "cells_materialized": cells_materialized,
         "cells_factorized": float(cells_factorized),
         "comp_ratio": float(cells_materialized / max(cells_factorized, 1.0)),
-        "iterations": expected_iterations(algorithm, params),
         "rank": rank(algorithm, params),
     }

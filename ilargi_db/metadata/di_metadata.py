@@ -50,7 +50,7 @@ class CategoricalMetadata:
 
     @property
     def n_source_rows(self) -> int:
-        return self.data.shape[0]
+        return len(self.values)
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     }
     fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
     fitted["feature_names_out"] = list(model.feature_names_in_)
+    fitted["plan"] = getattr(model, "plan_", None)  # the physical plan that trained it
     timings = dict(model.timings_)
     con.execute(
         "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
@@ -298,6 +299,7 @@ def _rebuild(row: dict) -> Any:
         value = fitted[attr]
         setattr(model, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
     names = fitted["feature_names_out"]
+    model.plan_ = fitted.get("plan")
     model.n_features_in_ = len(names)
     model.feature_names_in_ = np.asarray(names, dtype=object)
     preprocessing = json.loads(row["preprocessing"])

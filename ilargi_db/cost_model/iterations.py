@@ -1,0 +1,121 @@
+"""How many iterations a solver will run: from its parameters, and learned from earlier runs.
+
+Direct solvers make one pass. An iterative one stops at ``max_iter`` or when it
+converges; before any run on this machine the typical counts below (what the
+benchmarks in docs/benchmarks.md measured at the default tolerances) stand in.
+Every training records the iterations it ran (``record``) in the user's cache,
+keyed by algorithm, solver, tolerance and ``max_iter``; later predictions use
+the median of the recent runs with the same key, and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ilargi_db.algorithms import check_algorithm
+from ilargi_db.cost_model.hardware import cache_dir
+
+DEFAULTS = {  # (max_iter, tol) of each solver's estimator defaults
+    ("linear_regression", "cg"): (1000, 1e-6),
+    ("linear_regression", "gd"): (1000, 1e-6),
+    ("logistic_regression", "lbfgs"): (100, 1e-4),
+    ("logistic_regression", "newton"): (100, 1e-4),
+    ("kmeans", "lloyd"): (300, 1e-4),
+    ("gnmf", "mu"): (200, 1e-4),
+}
+TYPICAL = {  # iterations to converge at the default tolerance, in the benchmarks' runs
+    ("linear_regression", "cg"): 60.0,
+    ("linear_regression", "gd"): 300.0,
+    ("logistic_regression", "lbfgs"): 25.0,
+    ("logistic_regression", "newton"): 8.0,
+    ("kmeans", "lloyd"): 30.0,
+    ("gnmf", "mu"): 60.0,
+}
+KEEP = 20  # recent runs remembered per key
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class IterationEstimate:
+    """Expected iterations and where the number comes from."""
+
+    iterations: float
+    source: str
+
+
+def _key(algorithm: str, solver: str, params: dict[str, Any]) -> str:
+    max_iter, tol = DEFAULTS.get((algorithm, solver), (1, 0.0))
+    return (
+        f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={int(params.get('max_iter', max_iter))}"
+    )
+
+
+def history_path(cache: str | os.PathLike | None = None) -> Path:
+    return cache_dir(cache) / "iterations.json"
+
+
+def load_history(cache: str | os.PathLike | None = None) -> dict[str, list[float]]:
+    """Recent iteration counts by key (empty when nothing was recorded or the file is unreadable)."""
+    try:
+        found = json.loads(history_path(cache).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def record(
+    algorithm: str, solver: str, params: dict[str, Any], n_iter: float, cache: str | os.PathLike | None = None
+) -> None:
+    """Remember that a run with these parameters took ``n_iter`` iterations (best effort: never fails a training)."""
+    if (algorithm, solver) not in DEFAULTS:
+        return
+    path = history_path(cache)
+    with _LOCK:
+        try:
+            history = load_history(cache)
+            runs = [*history.get(_key(algorithm, solver, params), []), float(n_iter)][-KEEP:]
+            history[_key(algorithm, solver, params)] = runs
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(history))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+
+def expected_iterations(
+    algorithm: str, solver: str, params: dict[str, Any], history: dict[str, list[float]] | None = None
+) -> IterationEstimate:
+    """Iterations ``solver`` is expected to run for ``algorithm`` with ``params``.
+
+    >>> expected_iterations("linear_regression", "normal", {}).iterations
+    1.0
+    >>> expected_iterations("kmeans", "lloyd", {"max_iter": 20, "tol": 0.0, "n_init": 2})
+    IterationEstimate(iterations=40.0, source='max_iter=20 (tol=0 never stops early) x 2 initializations')
+    >>> expected_iterations("logistic_regression", "lbfgs", {}, {"logistic_regression/lbfgs/tol=0.0001/max_iter=100":
+    ...                     [12, 14, 13]}).source
+    'median of 3 earlier runs with these settings on this machine'
+    """
+    check_algorithm(algorithm)
+    if (algorithm, solver) not in DEFAULTS:
+        return IterationEstimate(1.0, "one pass (a direct solver)")
+    max_iter, tol = DEFAULTS[(algorithm, solver)]
+    max_iter = int(params.get("max_iter", max_iter))
+    tol = float(params.get("tol", tol))
+    runs = (history or {}).get(_key(algorithm, solver, params), [])
+    inits = max(1, int(params.get("n_init", 1))) if algorithm == "kmeans" else 1
+    times = f" x {inits} initializations" if inits > 1 else ""
+    if tol <= 0:
+        return IterationEstimate(float(max_iter * inits), f"max_iter={max_iter} (tol=0 never stops early){times}")
+    if runs:
+        median = min(float(statistics.median(runs)), float(max_iter)) * inits
+        where = f"median of {len(runs)} earlier runs with these settings on this machine"
+        return IterationEstimate(median, where + times)
+    typical = min(TYPICAL[(algorithm, solver)], float(max_iter)) * inits
+    return IterationEstimate(typical, f"typical of {solver} at these settings in the benchmarks (no run here yet)")

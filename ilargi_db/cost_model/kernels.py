@@ -1,0 +1,332 @@
+"""Kernel cost models: the seconds of each step a training runs, from its shape.
+
+A plan (:mod:`~ilargi_db.cost_model.plan`) is a list of steps; each step is one
+*kernel* run on a shape. A kernel's seconds are linear in a few *work terms* of
+its shape (cells of a dense block, stored entries of a sparse one, rows
+gathered per block, ...) plus a fixed cost per call:
+
+    seconds = fixed + sum_t coefficient_t * term_t
+
+so one model per kernel carries to shapes it never saw. The coefficients start
+as roofline priors (bytes over the measured memory bandwidth, FLOPs over the
+measured FLOP rate, per-row costs of DuckDB's hash joins and string encoding)
+and are refitted per machine by micro-benchmarks (``ilargi calibrate``,
+:mod:`ilargi_db.calibration`) with non-negative least squares.
+
+The matrix kernels work on a :class:`MatrixShape`: what the normalized matrix
+of either strategy is made of. Both strategies build the same kinds of parts:
+a dense block in output order (the fact's numeric columns; all numeric columns
+of the materialized join) and *gathered* parts, each a small block read through
+an index of length n (a dimension's rows; a categorical feature's identity
+block of its categories). Factorizing moves work from n-row dense blocks into
+small blocks and gathers; the cost model weighs exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ilargi_db.cost_model.hardware import Hardware, cache_dir
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GatheredPart:
+    """A block read through an index of length n: ``rows`` x ``width``, ``nnz`` stored entries."""
+
+    rows: int
+    width: int
+    nnz: int
+
+    @property
+    def density(self) -> float:
+        """Stored entries per block row: what one gathered output row reads."""
+        return self.nnz / max(self.rows, 1)
+
+
+@dataclass(frozen=True)
+class MatrixShape:
+    """The parts of one strategy's matrix: ``n`` rows, a dense block of ``dense`` columns, gathered parts."""
+
+    n: int
+    dense: int
+    parts: tuple[GatheredPart, ...] = ()
+
+    @property
+    def columns(self) -> int:
+        return self.dense + sum(p.width for p in self.parts)
+
+    def describe(self) -> str:
+        """E.g. ``336,776 rows: 3 dense columns, 2 gathered blocks (1,200 x 14)``."""
+        text = f"{self.n:,} rows"
+        pieces = []
+        if self.dense:
+            pieces.append(f"{self.dense} dense column{'s' * (self.dense != 1)}")
+        if self.parts:
+            rows = sum(p.rows for p in self.parts)
+            width = sum(p.width for p in self.parts)
+            pieces.append(f"{len(self.parts)} gathered block{'s' * (len(self.parts) != 1)} ({rows:,} x {width:,})")
+        return text + (": " + ", ".join(pieces) if pieces else "")
+
+
+def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float]:
+    """The work terms of a matrix kernel on ``shape`` with an iterate of ``k`` columns.
+
+    >>> shape = MatrixShape(1000, 2, (GatheredPart(10, 3, 30),))
+    >>> matrix_terms("lmm", shape)
+    {'dense_cells': 2000.0, 'block_entries': 30.0, 'gathered_rows': 1000.0, 'parts': 1.0}
+    """
+    n, p, parts = float(shape.n), float(shape.dense), shape.parts
+    if kernel in ("lmm", "rmm"):
+        return {
+            "dense_cells": n * p * k,
+            "block_entries": float(sum(q.nnz for q in parts)) * k,
+            "gathered_rows": n * len(parts) * k,
+            "parts": float(len(parts)),
+        }
+    if kernel == "crossprod":
+        densities = [q.density for q in parts]
+        pairs = sum(a * b for i, a in enumerate(densities) for b in densities[i + 1 :])
+        return {
+            "dense_gram": n * p * p,
+            "dense_by_gathered": n * p * sum(densities),
+            "gathered_pairs": n * pairs,
+            "block_gram": float(sum(q.nnz * q.density for q in parts)),
+            "parts": float(len(parts)) ** 2,
+        }
+    raise ValueError(f"unknown matrix kernel {kernel!r}")
+
+
+def solve_terms(d: int) -> dict[str, float]:
+    """A dense symmetric solve of order ``d``."""
+    return {"flops": float(d) ** 3 / 3}
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What one strategy reads out of DuckDB."""
+
+    join_rows: int  # rows the join produces (key-only or full)
+    join_sources: int  # sources joined (probes per output row)
+    numeric_cells: int  # numeric values fetched through Arrow
+    string_values: int  # categorical values fetched and encoded
+    index_entries: int  # row numbers of the key-only join (factorized) fetched
+
+    def describe(self) -> str:
+        text = f"{self.join_rows:,} rows x {self.join_sources} source{'s' * (self.join_sources != 1)}"
+        return text + f", {self.numeric_cells:,} numbers, {self.string_values:,} category values"
+
+
+def data_terms(shape: DataShape) -> dict[str, float]:
+    return {
+        "probes": float(shape.join_rows) * max(shape.join_sources - 1, 0),
+        "numeric_cells": float(shape.numeric_cells),
+        "string_values": float(shape.string_values),
+        "index_entries": float(shape.index_entries),
+    }
+
+
+def transfer_terms(nbytes: float) -> dict[str, float]:
+    return {"bytes": float(nbytes)}
+
+
+# What each kernel is, for explanations and for the calibration report.
+KERNELS: dict[str, str] = {
+    "factorized_data": "the key-only join and a scan of each source, Arrow to arrays, categories encoded",
+    "materialized_data": "the joined rows from DuckDB, Arrow to arrays, categories encoded",
+    "to_device": "copying the arrays to the GPU",
+    "lmm": "X @ W (dense block product, small-block products, gathers)",
+    "rmm": "X.T @ V (dense block product, segment sums, small-block products)",
+    "crossprod": "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
+    "solve": "a dense d x d solve",
+}
+# Kernels that use every core: a busy machine slows them most.
+PARALLEL = frozenset({"factorized_data", "materialized_data", "lmm", "rmm", "crossprod", "solve"})
+
+
+def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
+    """Priors: seconds per unit of each work term, scaled to the measured cores, bandwidth and FLOP rate.
+
+    Calibration on the machine replaces them.
+    """
+    # This code base's coefficients as calibrated on a 2-core, 43 GB/s, 67 GFLOP/s machine (2026-11), scaled to
+    # this one: per-row costs by cores, streaming terms by bandwidth, arithmetic terms by FLOP rate.
+    cores = max(hardware.cores, 1)
+    per_core = 2.0 / cores
+    per_byte = 43.0 / max(hardware.memory_bandwidth_gbs, 1.0)
+    per_flop = 67.0 / max(hardware.gflops, 1.0)
+    flops = max(hardware.gflops, 1.0) * 1e9
+    coefficients = {
+        "factorized_data": {
+            "fixed": 0.006,
+            "probes": 4e-9 * per_core,
+            "numeric_cells": 8e-9 * per_byte,
+            "string_values": 30e-9 * per_core,
+            "index_entries": 12e-9 * per_byte,
+        },
+        "materialized_data": {
+            "fixed": 0.004,
+            "probes": 4e-9 * per_core,
+            "numeric_cells": 8e-9 * per_byte,
+            "string_values": 35e-9 * per_core,
+            "index_entries": 0.0,
+        },
+        "to_device": {"fixed": 1e-4, "bytes": 1 / 12e9},
+        "lmm": {
+            "fixed": 20e-6,
+            "dense_cells": 0.11e-9 * per_byte,
+            "block_entries": 0.15e-9 * per_byte,
+            "gathered_rows": 0.25e-9 * per_core,
+            "parts": 8e-6,
+        },
+        "rmm": {
+            "fixed": 40e-6,
+            "dense_cells": 0.38e-9 * per_byte,
+            "block_entries": 0.2e-9 * per_byte,
+            "gathered_rows": 0.55e-9 * per_core,
+            "parts": 5e-6,
+        },
+        "crossprod": {
+            "fixed": 25e-6,
+            "dense_gram": 0.08e-9 * per_flop,
+            "dense_by_gathered": 2e-9 * per_core,
+            "gathered_pairs": 0.11e-9 * per_core,
+            "block_gram": 0.1e-9 * per_flop,
+            "parts": 10e-6,
+        },
+        "solve": {"fixed": 20e-6, "flops": 2 / flops},
+    }
+    if backend == "cupy":
+        gpu_bandwidth = max(hardware.gpu_bandwidth_gbs, 100.0) * 1e9
+        gpu_flops = max(hardware.gpu_gflops, 1000.0) * 1e9
+        launch = 15e-6
+        for kernel in ("lmm", "rmm", "crossprod", "solve"):
+            c = coefficients[kernel]
+            for term in c:
+                if term == "fixed":
+                    c[term] = launch * 4
+                elif term == "parts":
+                    c[term] = launch * 3
+                elif term in ("dense_gram", "block_gram", "flops"):
+                    c[term] *= flops / gpu_flops
+                else:
+                    c[term] *= hardware.memory_bandwidth_gbs * 1e9 / gpu_bandwidth
+    return coefficients
+
+
+@dataclass
+class KernelCosts:
+    """The coefficients of every kernel on one machine and backend, and where they came from."""
+
+    coefficients: dict[str, dict[str, float]]
+    source: str  # "roofline priors ..." or "calibrated on this machine ..."
+    calibrated: bool = False
+    errors: dict[str, float] = field(default_factory=dict)  # per-kernel geomean relative error of the fit
+    idle_probe_seconds: float | None = None  # probe_seconds() on the idle machine, at calibration
+
+    def seconds(self, kernel: str, terms: dict[str, float], count: float = 1.0) -> float:
+        """Predicted seconds of ``count`` runs of ``kernel`` with these work terms."""
+        c = self.coefficients[kernel]
+        one = c.get("fixed", 0.0) + sum(c.get(t, 0.0) * v for t, v in terms.items())
+        return count * one
+
+    @classmethod
+    def prior(cls, hardware: Hardware, backend: str = "numpy") -> KernelCosts:
+        where = f"GPU {hardware.gpu_name}" if backend == "cupy" and hardware.gpu_name else f"{hardware.cores} cores"
+        return cls(
+            prior_coefficients(hardware, backend),
+            f"priors scaled to this machine ({where}, {hardware.memory_bandwidth_gbs:.0f} GB/s, "
+            f"{hardware.gflops:.0f} GFLOP/s measured; run `ilargi calibrate` to fit the kernels to this machine)",
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": FORMAT_VERSION,
+                "coefficients": self.coefficients,
+                "source": self.source,
+                "errors": self.errors,
+                "idle_probe_seconds": self.idle_probe_seconds,
+            },
+            indent=1,
+        )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.to_json())
+        os.replace(tmp, path)  # a reader never sees half a file
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> KernelCosts | None:
+        """The stored calibration, or None when there is none or it is of another format."""
+        try:
+            stored = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(stored, dict) or stored.get("format") != FORMAT_VERSION:
+            return None
+        return cls(
+            stored["coefficients"], stored["source"], True, stored.get("errors", {}), stored.get("idle_probe_seconds")
+        )
+
+
+def kernel_costs_path(backend: str = "numpy", cache: str | os.PathLike | None = None) -> Path:
+    return cache_dir(cache) / f"kernel_costs_{backend}.json"
+
+
+def kernel_costs(hardware: Hardware, backend: str = "numpy", cache: str | os.PathLike | None = None) -> KernelCosts:
+    """This machine's calibrated kernel costs for ``backend``, else the roofline priors.
+
+    A kernel the calibration did not fit keeps its prior.
+    """
+    prior = KernelCosts.prior(hardware, backend)
+    stored = KernelCosts.load(kernel_costs_path(backend, cache))
+    if stored is None:
+        return prior
+    merged = {k: {**v, **stored.coefficients.get(k, {})} for k, v in prior.coefficients.items()}
+    return KernelCosts(merged, stored.source, True, stored.errors, stored.idle_probe_seconds)
+
+
+# -- how busy the cores are ---------------------------------------------------------------
+
+_PROBE_ELEMENTS = 1 << 15  # 256 KiB per thread: fits in a core's cache, so the probe measures cycles, not DRAM
+_FASTEST_PROBE: list[float] = []  # the fastest probe this process has seen: the machine at its least busy
+
+
+def probe_seconds(threads: int, budget_seconds: float = 0.01) -> float:
+    """Seconds one round of a fixed loop takes on ``threads`` threads at once (the fastest of ~10 ms of rounds)."""
+    import numpy as np
+
+    arrays = [np.ones(_PROBE_ELEMENTS) for _ in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:  # NumPy releases the GIL: the threads share the cores
+        best = math.inf
+        start = time.perf_counter()
+        while time.perf_counter() - start < budget_seconds:
+            t = time.perf_counter()
+            list(pool.map(lambda a: [a.sum() for _ in range(4)], arrays))
+            best = min(best, time.perf_counter() - t)
+    return best
+
+
+def probe_load(cores: int, idle_seconds: float | None = None, budget_seconds: float = 0.01) -> float:
+    """How much slower than idle every core runs now (1.0 = idle), from about 10 ms of probing.
+
+    One thread per core runs a fixed cache-resident loop; another process on some cores makes the round
+    wait for them. Compared with ``idle_seconds`` (the calibration's probe) or else the fastest round this
+    process has seen. Clipped to [1, 8].
+    """
+    best = probe_seconds(max(cores, 1), budget_seconds)
+    if not _FASTEST_PROBE or best < _FASTEST_PROBE[0]:
+        _FASTEST_PROBE[:] = [best]
+    baseline = min(idle_seconds, _FASTEST_PROBE[0]) if idle_seconds else _FASTEST_PROBE[0]
+    return float(min(max(best / baseline, 1.0), 8.0))

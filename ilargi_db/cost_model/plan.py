@@ -1,0 +1,271 @@
+"""Physical plans: each way a training job can run, as a list of steps with predicted seconds.
+
+A candidate is a strategy (factorized or materialized) x a solver (where the
+algorithm has a choice) on the job's backend. Its steps are the one-off data
+steps (the key-only join and source scans, or the materialized join; the copy
+to a GPU) and the per-iteration kernels with their shapes, times the expected
+iterations. Each step's seconds come from the kernel cost models
+(:mod:`~ilargi_db.cost_model.kernels`); a plan's seconds are their sum, scaled
+for how busy the cores are. ``train`` runs the cheapest plan that fits in
+memory and records it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ilargi_db.cost_model.features import JobStats, SourceStats
+from ilargi_db.cost_model.iterations import IterationEstimate, expected_iterations
+from ilargi_db.cost_model.kernels import (
+    PARALLEL,
+    DataShape,
+    GatheredPart,
+    KernelCosts,
+    MatrixShape,
+    data_terms,
+    matrix_terms,
+    solve_terms,
+    transfer_terms,
+)
+
+STRATEGIES = ("factorized", "materialized")
+# The solvers a plan may pick per algorithm when the caller leaves the choice open ("auto").
+SOLVERS = {
+    "linear_regression": ("normal", "cg"),
+    "logistic_regression": ("lbfgs",),
+    "kmeans": ("lloyd",),
+    "gnmf": ("mu",),
+}
+GRAM_SOLVERS = frozenset({"normal", "newton"})  # they form a dense d x d matrix
+LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a plan: ``count`` runs of ``kernel`` on ``shape``, ``seconds`` in all."""
+
+    name: str
+    kernel: str
+    shape: str
+    count: float
+    seconds: float
+    per_iteration: bool = False
+
+    def describe(self) -> str:
+        times = f" x {self.count:g}" if self.count != 1 else ""
+        return f"{self.name}: {self.shape}{times}"
+
+
+@dataclass(frozen=True)
+class PhysicalPlan:
+    """One way to run a training job, with the predicted seconds of each step."""
+
+    strategy: str
+    solver: str
+    backend: str
+    steps: tuple[Step, ...]
+    iterations: IterationEstimate
+    load: float  # how much slower than idle the cores ran when it was predicted
+    array_bytes: int
+    fits: bool  # within DuckDB's memory_limit and the solver's max_gram_bytes
+    limit: str = ""  # what it exceeds when it does not fit
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
+
+    @property
+    def label(self) -> str:
+        return f"{self.strategy}/{self.solver}" + ("" if self.backend == "numpy" else f"/{self.backend}")
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds of the one-off data steps and of the iterations."""
+        data = sum(s.seconds for s in self.steps if not s.per_iteration)
+        return {"data": data, "iterations": self.seconds - data}
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["seconds"] = self.seconds
+        out["label"] = self.label
+        return out
+
+    def describe(self, indent: str = "  ") -> str:
+        """The plan's steps, one per line, with their predicted seconds."""
+        width = max(len(s.describe()) for s in self.steps)
+        lines = [f"{indent}{s.describe():<{width}}  {s.seconds:9.4f} s" for s in self.steps]
+        return "\n".join(lines)
+
+
+# -- shapes of each strategy -------------------------------------------------------------------
+
+
+def _numeric(source: SourceStats) -> int:
+    return source.width - source.categorical_width
+
+
+def _categorical_parts(source: SourceStats) -> list[GatheredPart]:
+    """One identity block per categorical feature of ``source`` (its categories, one entry each)."""
+    if not source.categorical_features:
+        return []
+    categories = max(source.categorical_width // source.categorical_features, 1)
+    return [GatheredPart(categories, categories, categories)] * source.categorical_features
+
+
+def matrix_shape(stats: JobStats, strategy: str) -> MatrixShape:
+    """What ``strategy`` builds for this job: its dense block and gathered parts."""
+    n = stats.n_rows
+    with_features = [s for s in stats.sources if s.width]
+    if strategy == "materialized":
+        dense = sum(_numeric(s) for s in with_features) + stats.cross_width
+        parts = [p for s in with_features for p in _categorical_parts(s)]
+        return MatrixShape(n, dense, tuple(parts))
+    fact = stats.source(stats.fact)
+    parts = _categorical_parts(fact)
+    for s in with_features:
+        if s.alias != stats.fact:  # a dimension: one block of its rows, numeric and one-hot columns together
+            parts.append(GatheredPart(s.rows, s.width, s.rows * (_numeric(s) + s.categorical_features)))
+    return MatrixShape(n, _numeric(fact), tuple(parts))
+
+
+def data_shape(stats: JobStats, strategy: str) -> DataShape:
+    """What ``strategy`` reads out of DuckDB for this job."""
+    n, sources = stats.n_rows, len(stats.sources)
+    with_features = [s for s in stats.sources if s.width]
+    if strategy == "materialized":
+        numeric = sum(_numeric(s) for s in with_features) + stats.cross_width
+        strings = sum(s.categorical_features for s in with_features)
+        return DataShape(n, sources, n * numeric, n * strings, 0)
+    return DataShape(
+        n,
+        sources,
+        sum(s.rows * _numeric(s) for s in with_features),
+        sum(s.rows * s.categorical_features for s in with_features),
+        n * len(with_features),
+    )
+
+
+# -- the steps of each candidate ----------------------------------------------------------------
+
+
+def _matrix_step(costs: KernelCosts, name: str, kernel: str, shape: MatrixShape, count: float, k: int = 1) -> Step:
+    seconds = costs.seconds(kernel, matrix_terms(kernel, shape, k), count)
+    what = shape.describe() + (f", {k} columns" if k > 1 else "")
+    return Step(name, kernel, what, count, seconds, per_iteration=True)
+
+
+def plan_steps(
+    stats: JobStats,
+    strategy: str,
+    solver: str,
+    algorithm: str,
+    params: dict[str, Any],
+    iterations: float,
+    costs: KernelCosts,
+    backend: str = "numpy",
+) -> list[Step]:
+    """The steps of one candidate, their seconds not yet scaled for load."""
+    shape = matrix_shape(stats, strategy)
+    data = data_shape(stats, strategy)
+    kernel = f"{strategy}_data"
+    how = "key-only join and source scans" if strategy == "factorized" else "the materialized join"
+    steps = [Step("reading the data", kernel, f"{how}, {data.describe()}", 1, costs.seconds(kernel, data_terms(data)))]
+    if backend == "cupy":
+        nbytes = 8 * (data.numeric_cells + data.index_entries) + 4 * data.string_values
+        steps.append(
+            Step(
+                "copy to the GPU",
+                "to_device",
+                f"{nbytes / 2**20:,.0f} MiB",
+                1,
+                costs.seconds("to_device", transfer_terms(nbytes)),
+            )
+        )
+    d = shape.columns + 1
+    k = int(params.get("n_clusters", 8)) if algorithm == "kmeans" else int(params.get("n_components", 2))
+    if solver == "normal":
+        steps += [
+            _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
+            _matrix_step(costs, "X.T @ y", "rmm", shape, 1),
+            Step("solve", "solve", f"{d:,} x {d:,}", 1, costs.seconds("solve", solve_terms(d)), True),
+        ]
+    elif solver in ("cg", "gd", "lbfgs"):
+        evaluations = iterations * (LBFGS_EVALUATIONS if solver == "lbfgs" else 1.0)
+        steps += [
+            _matrix_step(costs, "X @ w", "lmm", shape, evaluations),
+            _matrix_step(costs, "X.T @ v", "rmm", shape, evaluations),
+        ]
+    elif solver == "newton":
+        steps += [
+            _matrix_step(costs, "X.T @ diag(w) @ X", "crossprod", shape, iterations),
+            _matrix_step(costs, "X @ w", "lmm", shape, iterations),
+            _matrix_step(costs, "X.T @ v", "rmm", shape, iterations),
+            Step(
+                "solve", "solve", f"{d:,} x {d:,}", iterations, costs.seconds("solve", solve_terms(d), iterations), True
+            ),
+        ]
+    elif solver in ("lloyd", "mu"):
+        what = ("distances X @ C.T", "cluster sums") if solver == "lloyd" else ("X @ H.T", "W.T @ X")
+        steps += [
+            _matrix_step(costs, what[0], "lmm", shape, iterations, k),
+            _matrix_step(costs, what[1], "rmm", shape, iterations, k),
+        ]
+    else:
+        raise ValueError(f"no plan for solver {solver!r}")
+    steps.append(
+        _matrix_step(costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in ("lloyd", "mu") else 1)
+    )
+    return steps
+
+
+def candidate_plans(
+    stats: JobStats,
+    algorithm: str,
+    params: dict[str, Any],
+    costs: KernelCosts,
+    *,
+    backend: str = "numpy",
+    strategies: tuple[str, ...] = STRATEGIES,
+    array_bytes: dict[str, int] | None = None,
+    memory_limit: int | None = None,
+    load: float = 1.0,
+    history: Any = None,
+) -> list[PhysicalPlan]:
+    """Every plan the job may run, cheapest first (those that fit in memory before those that do not)."""
+    from ilargi_db.models import MAX_GRAM_BYTES
+
+    solver_param = params.get("solver", "auto")
+    if algorithm == "logistic_regression":
+        solvers: tuple[str, ...] = (solver_param if solver_param != "auto" else "lbfgs",)
+    elif solver_param != "auto" and algorithm == "linear_regression":
+        solvers = (solver_param,)
+    else:
+        solvers = SOLVERS[algorithm]
+    max_gram = int(params.get("max_gram_bytes", MAX_GRAM_BYTES))
+    plans = []
+    for strategy in strategies:
+        shape_columns = matrix_shape(stats, strategy).columns + 1
+        for solver in solvers:
+            estimate = expected_iterations(algorithm, solver, params, history)
+            steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend)
+            steps = [
+                Step(
+                    s.name,
+                    s.kernel,
+                    s.shape,
+                    s.count,
+                    s.seconds * (load if s.kernel in PARALLEL else 1.0),
+                    s.per_iteration,
+                )
+                for s in steps
+            ]
+            needed = (array_bytes or {}).get(strategy, 0)
+            limit = ""
+            if memory_limit is not None and needed > memory_limit:
+                limit = "DuckDB's memory_limit"
+            elif solver in GRAM_SOLVERS and 8 * shape_columns**2 > max_gram:
+                limit = "max_gram_bytes"
+            plans.append(
+                PhysicalPlan(strategy, solver, backend, tuple(steps), estimate, load, needed, not limit, limit)
+            )
+    return sorted(plans, key=lambda p: (not p.fits, p.seconds))
