@@ -1,4 +1,6 @@
-"""make_hamlet_schema: the sizes it states are the sizes it makes, the same seed makes the same tables."""
+"""make_hamlet_schema: the sizes it states are the sizes it makes, the same seed makes the same tables.
+
+write_retail_files: the files it writes, the same per seed, alike in Parquet and CSV, and learnable."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import duckdb
 import pytest
 
 import ilargi_db
-from ilargi_db.datasets import HAMLET_SHAPES, DimensionShape, HamletShape, make_hamlet_schema
+from ilargi_db.datasets import HAMLET_SHAPES, DimensionShape, HamletShape, make_hamlet_schema, write_retail_files
 
 SCALE = 0.01
 
@@ -137,3 +139,96 @@ def test_the_noise_is_noise():
     schema = make_hamlet_schema(con, "walmart", scale=0.05)
     model = ilargi_db.train(con, schema.regression_query, target="y", strategy="materialized", backend="numpy")
     assert 0.5 < model.training_metrics_["r2"] < 0.95
+
+
+def read(path) -> str:
+    """The SQL that reads a file written by write_retail_files."""
+    reader = "read_parquet" if path.suffix == ".parquet" else "read_csv"
+    return f"{reader}('{path.as_posix()}')"
+
+
+def test_retail_files(tmp_path):
+    files = write_retail_files(tmp_path / "new", rows=2_000)
+    assert list(files) == ["sales", "stores", "products", "customers"]
+    assert all(path == tmp_path / "new" / f"{table}.parquet" and path.exists() for table, path in files.items())
+    con = duckdb.connect()
+    sales, stores, products, customers = (read(path) for path in files.values())
+    counts = [one(con, f"SELECT count(*) FROM {table}")[0] for table in (sales, stores, products, customers)]
+    assert counts == [2_000, 40, 800, 5_000]
+    columns = "sale_id sale_date store_id product_id customer_id promo units"
+    assert con.sql(f"SELECT * FROM {sales}").columns == columns.split()
+    # Every key matches its dimension (customer_id is NULL for anonymous shoppers); the last 4 weeks have no label.
+    joined, unmatched, anonymous, unlabelled, future, first, last = one(
+        con,
+        "SELECT count(*), count(*) FILTER (WHERE s.customer_id IS NOT NULL AND c.customer_id IS NULL), "
+        "count(*) FILTER (WHERE s.customer_id IS NULL), count(*) - count(s.units), "
+        "count(*) FILTER (WHERE s.sale_date >= DATE '2024-12-30'), "
+        "min(s.sale_date)::VARCHAR, max(s.sale_date)::VARCHAR "
+        f"FROM {sales} s JOIN {stores} st USING (store_id) JOIN {products} p USING (product_id) "
+        f"LEFT JOIN {customers} c USING (customer_id)",
+    )
+    assert (joined, unmatched) == (2_000, 0) and 100 < anonymous < 300
+    assert unlabelled == future == 2_000 - 1_858  # 52 of 56 weeks labelled: rows 0..1857
+    assert (first, last) == ("2024-01-01", "2025-01-26")
+    assert one(con, f"SELECT min(units) >= 0, avg(promo::INT) BETWEEN 0.15 AND 0.25 FROM {sales}") == (True, True)
+
+
+def test_retail_same_seed_same_files(tmp_path):
+    a = write_retail_files(tmp_path / "a", rows=3_000, seed=3)
+    b = write_retail_files(tmp_path / "b", rows=3_000, seed=3)
+    c = write_retail_files(tmp_path / "c", rows=3_000, seed=4)
+    con = duckdb.connect()
+
+    def rows(files):
+        return [con.sql(f"SELECT * FROM {read(path)} ORDER BY 1").fetchall() for path in files.values()]
+
+    assert rows(a) == rows(b)
+    assert all(x != z for x, z in zip(rows(a), rows(c)))  # every table changes with the seed
+
+
+def test_retail_csv_and_parquet_alike(tmp_path):
+    parquet = write_retail_files(tmp_path, rows=3_000, format="parquet")
+    csv = write_retail_files(tmp_path, rows=3_000, format="csv")
+    assert all(path.suffix == ".csv" and path.exists() for path in csv.values())
+    con = duckdb.connect()
+    for table in parquet:
+        from_parquet = con.sql(f"SELECT * FROM {read(parquet[table])}")
+        from_csv = con.sql(f"SELECT * FROM {read(csv[table])}")
+        assert from_csv.columns == from_parquet.columns
+        # DuckDB's CSV sniffer finds the types back (dates, booleans, NULLs), up to the integer widths.
+        assert [t.id for t in from_csv.types] == [
+            "bigint" if t.id == "integer" else t.id for t in from_parquet.types
+        ], table
+        assert from_csv.fetchall() == from_parquet.fetchall(), table
+
+
+def test_retail_labels_are_learnable(tmp_path):
+    files = write_retail_files(tmp_path, rows=20_000)
+    con = ilargi_db.connect()
+    for table, path in files.items():
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM {read(path)}")
+    query = (
+        "SELECT s.promo, st.region, st.floor_m2, p.category, p.price, c.segment, c.age, {label} "
+        "FROM sales s JOIN stores st USING (store_id) JOIN products p USING (product_id) "
+        "LEFT JOIN customers c USING (customer_id) WHERE s.units IS NOT NULL"
+    )
+    linear = ilargi_db.train(con, query.format(label="s.units"), target="units", backend="numpy")
+    assert 0.65 < linear.training_metrics_["r2"] < 0.85
+    logistic = ilargi_db.train(
+        con,
+        query.format(label="s.units >= 7 AS big_basket"),
+        target="big_basket",
+        algorithm="logistic_regression",
+        backend="numpy",
+        standardize=True,
+    )
+    assert logistic.training_metrics_["accuracy"] > 0.75
+    con.close()
+
+
+def test_retail_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="format"):
+        write_retail_files(tmp_path, format="json")
+    with pytest.raises(ValueError, match="rows"):
+        write_retail_files(tmp_path, rows=0)
+    assert not list(tmp_path.iterdir())

