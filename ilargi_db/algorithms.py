@@ -7,7 +7,7 @@ import importlib
 import inspect
 from typing import Any
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import CALLER, IlargiError
 
 SUPERVISED = ("linear_regression", "logistic_regression")
 UNSUPERVISED = ("kmeans", "gnmf")
@@ -32,18 +32,35 @@ def estimator_class(algorithm: str) -> type:
     return getattr(importlib.import_module("ilargi_db.models"), _CLASSES[check_algorithm(algorithm)])
 
 
+TRAIN_SETTINGS = ("strategy", "backend", "standardize", "impute")  # what train() takes besides the parameters
+
+
+def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = TRAIN_SETTINGS) -> None:
+    """Refuse setting names ``algorithm``'s estimator and ``train`` do not know, listing those they do.
+
+    Worded for the caller: keyword parameters in Python, options in SQL and on the command line.
+    """
+    params = list(inspect.signature(estimator_class(algorithm)).parameters)
+    unknown = sorted(set(names) - set(params) - set(extra))
+    if not unknown:
+        return
+    if CALLER.get() == "python":
+        raise IlargiError(
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
+            f"and train() also takes {', '.join(TRAIN_SETTINGS[:-1])} and {TRAIN_SETTINGS[-1]}."
+        )
+    raise IlargiError(
+        f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
+        f"{', '.join(params + list(extra))}."
+    )
+
+
 def make_estimator(algorithm: str, params: dict) -> Any:
     """The estimator with ``params``, checked before any data is read (unknown names, JSON-ish types, values)."""
     from ilargi_db.parameters import check_python_types
 
     cls = estimator_class(algorithm)
-    allowed = list(inspect.signature(cls).parameters)
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise IlargiError(
-            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(allowed)}, "
-            "and train() also takes strategy, backend, standardize and impute."
-        )
+    check_known_settings(algorithm, params, extra=())
     check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
     estimator = cls(**params)
     estimator._validate_params()  # bad values fail here, with scikit-learn's message

@@ -16,6 +16,7 @@ import functools
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from ilargi_db.cost_model.kernels import (
     data_terms,
     kernel_costs_path,
     matrix_terms,
-    probe_seconds,
+    probe_load,
     solve_terms,
 )
 from ilargi_db.cost_model.plan import data_shape
@@ -47,6 +48,7 @@ from ilargi_db.plan import build_join_graph
 from ilargi_db.training import read_training_data
 
 GRIDS = ("tiny", "default")
+BUSY = 1.3  # a load probe above this: other processes hold the cores
 
 
 @dataclass
@@ -247,6 +249,13 @@ def fit_kernel(rows: list[Measurement], prior: dict[str, float]) -> tuple[dict[s
     return fitted, float(np.exp(np.log(errors).mean()))
 
 
+def prior_error(rows: list[Measurement], coefficients: dict[str, float]) -> float:
+    """Geometric-mean relative error of ``coefficients`` on ``rows`` (a kernel kept at its prior)."""
+    costs = KernelCosts({"k": coefficients}, "")
+    errors = [max(abs(costs.seconds("k", r.terms) / r.seconds - 1), 1e-3) for r in rows]
+    return float(np.exp(np.mean(np.log(errors))))
+
+
 def calibrate(
     budget_seconds: float | None = None,
     grid: str = "default",
@@ -282,7 +291,13 @@ def calibrate(
     start = time.perf_counter()
     bar = progress_bar(2, f"calibrating {backend}", show=progress, leave=True)
     try:
-        idle = probe_seconds(max(hardware.cores, 1), 0.05)
+        load = probe_load(hardware.cores, 0.05)
+        if load > BUSY:
+            warnings.warn(
+                f"the cores run {load:.1f}x slower than idle (other processes are using them): kernel timings "
+                "taken now would be fitted as this machine's speed. Calibrate when the machine is quiet.",
+                stacklevel=2,
+            )
         measurements = measure_matrix_kernels(grid, backend)
         bar.update(1)
         if budget_seconds is None or time.perf_counter() - start < budget_seconds:
@@ -294,14 +309,16 @@ def calibrate(
     coefficients, errors = dict(prior.coefficients), {}
     for kernel in sorted({m.kernel for m in measurements}):
         rows = [m for m in measurements if m.kernel == kernel]
-        coefficients[kernel], errors[kernel] = fit_kernel(rows, prior.coefficients[kernel])
+        if len(rows) >= 2 * len(prior.coefficients[kernel]):  # else the fit is underdetermined: keep the prior
+            coefficients[kernel], errors[kernel] = fit_kernel(rows, prior.coefficients[kernel])
+        else:
+            errors[kernel] = prior_error(rows, prior.coefficients[kernel])
     when = time.strftime("%Y-%m-%d %H:%M")
     costs = KernelCosts(
         coefficients,
         f"calibrated on this machine ({hardware.cores} cores, {when}, {len(measurements)} kernel timings)",
         True,
         errors,
-        idle,
     )
     path = costs.save(kernel_costs_path(backend, cache_dir))
     return CalibrationResult(costs, path, backend, grid, time.perf_counter() - start, measurements)

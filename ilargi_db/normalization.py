@@ -9,40 +9,26 @@ import numpy as np
 import scipy.sparse as sp
 
 from ilargi_db.backend import Backend, get_backend
-from ilargi_db.errors import NotFactorizableError, PlanError
+from ilargi_db.errors import PlanError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
-from ilargi_db.plan import JoinGraph, build_join_graph
-from ilargi_db.preprocess import is_numeric
+from ilargi_db.plan import JoinGraph, build_join_graph, check_single_source, check_target_type, is_numeric
 from ilargi_db.read_snapshot import ReadSnapshot
 
 SPARSE_DENSITY = 0.1  # sparse="auto" keeps a block sparse below this share of non-zeros
 
 
 def check_factorizable(graph: JoinGraph) -> JoinGraph:
-    """Refuse features that mix sources, naming each expression and its sources."""
-    mixed = graph.cross_source_features
-    if mixed:
-        described = "; ".join(
-            f"{f.name!r} = {f.sql} reads {' and '.join(f.sources) or 'the joined row'}" for f in mixed
-        )
-        raise NotFactorizableError(
-            f"cannot factorize: {described}. A feature must be computable inside one source. "
-            "Split it into one feature per source, or train on the materialized join.",
-            tuple((f.name, f.sql, f.sources) for f in mixed),
-        )
+    """Refuse features that mix sources or are not numbers, naming each expression and what to do."""
+    check_single_source(graph)
     for feature in graph.features:
         if not is_numeric(feature.duckdb_type):
             raise PlanError(
                 f"feature {feature.name!r} ({feature.sql}) has type {feature.duckdb_type}; the "
                 "normalized matrix holds numbers. Cast it (CAST(... AS DOUBLE)) or leave it out."
             )
-    if graph.target is not None and not is_numeric(graph.target.duckdb_type):
-        raise PlanError(
-            f"target {graph.target.name!r} has type {graph.target.duckdb_type}; it must be numeric "
-            "or BOOLEAN. Cast it, or encode the labels as numbers."
-        )
+    check_target_type(graph)
     return graph
 
 

@@ -14,6 +14,7 @@ from ilargi_db import algorithms
 from ilargi_db._terminal import progress
 from ilargi_db.algorithms import check_algorithm, make_estimator
 from ilargi_db.backend import get_backend, to_host
+from ilargi_db.cost_model.choose import choose_strategy
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.cost_model.plan import SOLVERS
 from ilargi_db.errors import IlargiError, PlanError, spell
@@ -23,22 +24,20 @@ from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import TARGET, materialized_sql
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
-from ilargi_db.normalization import check_factorizable
-from ilargi_db.plan import JoinGraph, build_join_graph
-from ilargi_db.plan.sources import with_prefix
-from ilargi_db.preprocess import (
-    FeatureEncoder,
+from ilargi_db.plan import (
+    JoinGraph,
+    build_join_graph,
     categorical_flags,
+    check_target_type,
     is_categorical,
     is_numeric,
     mark_categorical_coalesce,
 )
-from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
+from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.read_snapshot import ReadSnapshot
 
 ALGORITHMS = {name: algorithms.estimator_class(name) for name in algorithms.NAMES}
 SUPERVISED = set(algorithms.SUPERVISED)
-STRATEGIES = ("auto", "factorized", "materialized")
-FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when materializing costs > 1.5x the factorized work
 
 
 @dataclass(frozen=True)
@@ -49,69 +48,6 @@ class TrainingData:
     y: Any
     encoder: FeatureEncoder
     unlabelled: int = 0  # rows left out because their target is NULL
-
-
-def _source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
-    """Row counts per source, in one query, before any feature column is read."""
-    prefix = with_prefix(graph.select)
-    counts = ", ".join(f"(SELECT count(*) FROM {s.relation_sql})" for s in graph.sources)
-    found = con.sql(f"{prefix}SELECT {counts}").fetchall()[0]
-    return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
-
-
-def explain_strategy(
-    con: duckdb.DuckDBPyConnection,
-    graph: JoinGraph,
-    strategy: str,
-    *,
-    algorithm: str = "linear_regression",
-    backend: str = "auto",
-    params: dict | None = None,
-) -> tuple[str, str, Any]:
-    """``(strategy, why, explanation)``: the caller's strategy, or the cost estimator's choice for ``"auto"``.
-
-    ``explanation`` is the estimator's :class:`~ilargi_db.cost_model.Explanation` (None when it was not asked).
-    """
-    from ilargi_db.cost_model import explain_graph
-
-    if strategy not in STRATEGIES:
-        raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
-    mixed = graph.cross_source_features
-    if mixed:
-        why = "; ".join(feature.describe_sources() for feature in mixed)
-        if strategy == "factorized":
-            check_factorizable(graph)  # raises the planner's message
-        return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", None
-    if strategy != "auto":
-        return strategy, f"{strategy}: chosen by the caller.", None
-    try:
-        explanation = explain_graph(con, graph, algorithm, backend, params)
-    except (duckdb.Error, OSError, ValueError) as err:  # the estimator must never stop a training that can run
-        renew_snapshot(con)  # a failed statement aborts the transaction it ran in
-        chosen, why = _cell_ratio_rule(con, graph)
-        return chosen, f"{why} (the cost estimator failed: {err})", None
-    seconds = explanation.predicted_seconds
-    why = (
-        f"{explanation.plan.label}: predicted {seconds['factorized']:.3g} s factorized vs "
-        f"{seconds['materialized']:.3g} s materialized; {explanation.reasons[0]}."
-    )
-    return explanation.strategy, why, explanation
-
-
-def _cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[str, str]:
-    """Amalur's rule, the fallback when the estimator cannot run: factorize when the join holds 1.5x the cells."""
-    rows = _source_rows(con, graph)
-    widths = {s.alias: 0 for s in graph.sources}
-    for f in graph.features:
-        for part in f.parts:
-            widths[part.source] += 1
-    # The join has (about) as many rows as its largest source, the fact table of a star or snowflake.
-    n = max(rows.values())
-    materialized = n * sum(widths.values())
-    factorized = sum(rows[a] * w for a, w in widths.items() if w) + n * sum(1 for w in widths.values() if w)
-    ratio = materialized / factorized
-    chosen = "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
-    return chosen, f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix (Amalur's rule)"
 
 
 def _factorized(
@@ -257,13 +193,9 @@ def train(
         if not graph.features:
             raise IlargiError("the training query selects no feature column: add the columns to learn from.")
         flags = categorical_flags(graph)
-        if graph.target is not None and not is_numeric(graph.target.duckdb_type):
-            raise PlanError(
-                f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
-                "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
-            )
+        check_target_type(graph)
         graph = mark_categorical_coalesce(graph, flags)
-        chosen, why, explanation = explain_strategy(
+        chosen, why, explanation = choose_strategy(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
         plan = explanation.plan if explanation is not None else None
@@ -453,17 +385,13 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
         }
     if model.algorithm_ == "kmeans":
         return {"inertia": -float(model.score(X))}
-    W = model.transform(X)
-    reconstruction = X.row_norms_squared().sum() - 2 * float(((X.T @ W).T * model.components_).sum())
-    reconstruction += float(((W.T @ W) * (model.components_ @ model.components_.T)).sum())
-    return {"reconstruction_error": float(np.sqrt(max(float(to_host(reconstruction)), 0.0)))}
+    return {"reconstruction_error": model.reconstruction_error(X)}
 
 
 __all__ = [
     "ALGORITHMS",
     "check_algorithm",
     "evaluate",
-    "explain_strategy",
     "metrics_of",
     "predict",
     "training_metrics",

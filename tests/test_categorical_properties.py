@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ilargi_db.backend import NUMPY
-from ilargi_db.plan import build_join_graph
-from ilargi_db.preprocess import FeatureEncoder, is_categorical
+from ilargi_db.plan import build_join_graph, is_categorical
+from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.training import _factorized
 from tests.oracle import assert_close
 

@@ -129,7 +129,7 @@ def test_explanation_reads_and_serialises(star):
     assert back["strategy"] == e.strategy and back["features"]["rows"] == 100
     assert back["plan"]["solver"] == e.solver == "normal" and back["runner_up"]["label"] == e.runner_up.label
     names = [s["name"] for s in back["plan"]["steps"]]
-    assert names == ["reading the data", "X.T @ X", "X.T @ y", "solve", "training metrics (X @ w)"]
+    assert names == ["planning", "reading the data", "X.T @ X", "X.T @ y", "solve", "training metrics (X @ w)"]
     assert back["plan"]["seconds"] == pytest.approx(sum(s["seconds"] for s in back["plan"]["steps"]))
     text = str(e)
     assert text.startswith(f"strategy: {e.strategy}") and "why:" in text and e.model in text
@@ -184,7 +184,7 @@ def test_tiny_calibration_is_used_by_explain(fresh_cache, star):
     result = calibrate(grid="tiny", progress=False)  # the cache directory comes from ILARGI_CACHE_DIR
     assert result.path == fresh_cache / "kernel_costs_numpy.json" and result.path.exists()
     assert {"lmm", "rmm", "crossprod", "solve", "factorized_data", "materialized_data"} <= set(result.costs.errors)
-    assert "kernel timings" in str(result) and result.costs.idle_probe_seconds > 0
+    assert "kernel timings" in str(result)
     e = explain(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", backend="numpy")
     assert e.model.startswith("calibrated on this machine")
     assert kernel_costs(detect_hardware()).coefficients["lmm"] == result.costs.coefficients["lmm"]
@@ -285,12 +285,12 @@ def test_train_runs_and_records_the_plan(star):
 
 
 def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkeypatch):
-    import ilargi_db.cost_model
+    import ilargi_db.cost_model.choose
 
     def broken(*args, **kwargs):
         raise duckdb.IOException("cannot read")
 
-    monkeypatch.setattr(ilargi_db.cost_model, "explain_graph", broken)
+    monkeypatch.setattr(ilargi_db.cost_model.choose, "explain_graph", broken)
     model = ilargi_db.train(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
     assert "Amalur's rule" in model.decision_ and "the cost estimator failed: cannot read" in model.decision_
     assert model.explanation_ is None

@@ -20,11 +20,11 @@ import sqlglot
 from ilargi_db.algorithms import NAMES
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
-from ilargi_db.plan import JoinGraph
+from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
-from ilargi_db.preprocess import is_categorical
 
 ALGORITHMS = NAMES  # in this order they encode the learned model's input: do not reorder
+FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 
@@ -69,11 +69,22 @@ def _parts_by_source(graph: JoinGraph, flags: list[bool]) -> dict[str, list[tupl
     return parts
 
 
+def _count_sql(source: Any) -> str:
+    return f"(SELECT count(*) FROM {source.relation_sql})"
+
+
+def source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
+    """Row counts per source (at least 1), in one query, before any feature column is read."""
+    counts = ", ".join(_count_sql(s) for s in graph.sources)
+    found = con.sql(f"{with_prefix(graph.select)}SELECT {counts}").fetchall()[0]
+    return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
+
+
 def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) -> tuple[str, list[tuple]]:
     """One query: rows per source, approximate categories per categorical part, sampled zero shares."""
     items, layout = [], []
     for s in graph.sources:
-        items.append(f"(SELECT count(*) FROM {s.relation_sql})")
+        items.append(_count_sql(s))
         layout.append(("rows", s.alias))
         numeric = [sql for sql, flag in parts[s.alias] if not flag]
         for sql, flag in parts[s.alias]:

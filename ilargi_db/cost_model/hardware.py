@@ -62,7 +62,7 @@ def _measure_bandwidth() -> float:
     a = np.ones(4_000_000)  # 32 MB: larger than the caches of a laptop or a server core
     b = np.empty_like(a)
     best = float("inf")
-    for _ in range(4):
+    for _ in range(6):
         start = time.perf_counter()
         np.copyto(b, a)
         best = min(best, time.perf_counter() - start)
@@ -71,14 +71,14 @@ def _measure_bandwidth() -> float:
 
 def _measure_gflops() -> float:
     rng = np.random.default_rng(0)
-    a = rng.random((384, 384))
+    a = rng.random((768, 768))  # about 1 GFLOP: long enough that scheduler noise does not decide the rate
     a @ a  # warm the BLAS threads
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         start = time.perf_counter()
         a @ a
         best = min(best, time.perf_counter() - start)
-    return 2 * 384**3 / best / 1e9
+    return 2 * 768**3 / best / 1e9
 
 
 def _gpu() -> tuple[str, float, float, float]:
@@ -107,8 +107,11 @@ def _gpu() -> tuple[str, float, float, float]:
         return "", 0.0, 0.0, 0.0
 
 
+MEASURE_VERSION = 2  # bump when the measurements change: older cached figures are measured again
+
+
 def _key() -> str:
-    return f"{platform.node()}-{platform.machine()}-{os.cpu_count()}"
+    return f"v{MEASURE_VERSION}-{platform.node()}-{platform.machine()}-{os.cpu_count()}"
 
 
 def detect_hardware(cache: str | os.PathLike | None = None, refresh: bool = False) -> Hardware:

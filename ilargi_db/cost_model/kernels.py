@@ -25,10 +25,8 @@ small blocks and gathers; the cost model weighs exactly that.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,12 +154,12 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
 
     Calibration on the machine replaces them.
     """
-    # This code base's coefficients as calibrated on a 2-core, 43 GB/s, 67 GFLOP/s machine (2026-11), scaled to
-    # this one: per-row costs by cores, streaming terms by bandwidth, arithmetic terms by FLOP rate.
+    # This code base's coefficients as calibrated on a 2-core machine measured at 50 GB/s and 123 GFLOP/s
+    # (2026-11), scaled to this one: per-row costs by cores, streaming terms by bandwidth, arithmetic by FLOPs.
     cores = max(hardware.cores, 1)
     per_core = 2.0 / cores
-    per_byte = 43.0 / max(hardware.memory_bandwidth_gbs, 1.0)
-    per_flop = 67.0 / max(hardware.gflops, 1.0)
+    per_byte = 50.0 / max(hardware.memory_bandwidth_gbs, 1.0)
+    per_flop = 123.0 / max(hardware.gflops, 1.0)
     flops = max(hardware.gflops, 1.0) * 1e9
     coefficients = {
         "factorized_data": {
@@ -229,7 +227,6 @@ class KernelCosts:
     source: str  # "roofline priors ..." or "calibrated on this machine ..."
     calibrated: bool = False
     errors: dict[str, float] = field(default_factory=dict)  # per-kernel geomean relative error of the fit
-    idle_probe_seconds: float | None = None  # probe_seconds() on the idle machine, at calibration
 
     def seconds(self, kernel: str, terms: dict[str, float], count: float = 1.0) -> float:
         """Predicted seconds of ``count`` runs of ``kernel`` with these work terms."""
@@ -253,7 +250,6 @@ class KernelCosts:
                 "coefficients": self.coefficients,
                 "source": self.source,
                 "errors": self.errors,
-                "idle_probe_seconds": self.idle_probe_seconds,
             },
             indent=1,
         )
@@ -275,9 +271,7 @@ class KernelCosts:
             return None
         if not isinstance(stored, dict) or stored.get("format") != FORMAT_VERSION:
             return None
-        return cls(
-            stored["coefficients"], stored["source"], True, stored.get("errors", {}), stored.get("idle_probe_seconds")
-        )
+        return cls(stored["coefficients"], stored["source"], True, stored.get("errors", {}))
 
 
 def kernel_costs_path(backend: str = "numpy", cache: str | os.PathLike | None = None) -> Path:
@@ -294,39 +288,51 @@ def kernel_costs(hardware: Hardware, backend: str = "numpy", cache: str | os.Pat
     if stored is None:
         return prior
     merged = {k: {**v, **stored.coefficients.get(k, {})} for k, v in prior.coefficients.items()}
-    return KernelCosts(merged, stored.source, True, stored.errors, stored.idle_probe_seconds)
+    return KernelCosts(merged, stored.source, True, stored.errors)
 
 
 # -- how busy the cores are ---------------------------------------------------------------
 
-_PROBE_ELEMENTS = 1 << 15  # 256 KiB per thread: fits in a core's cache, so the probe measures cycles, not DRAM
-_FASTEST_PROBE: list[float] = []  # the fastest probe this process has seen: the machine at its least busy
 
+def _other_running_tasks() -> float | None:
+    """Tasks of other processes running or ready to run right now (Linux), else None.
 
-def probe_seconds(threads: int, budget_seconds: float = 0.01) -> float:
-    """Seconds one round of a fixed loop takes on ``threads`` threads at once (the fastest of ~10 ms of rounds)."""
-    import numpy as np
-
-    arrays = [np.ones(_PROBE_ELEMENTS) for _ in range(threads)]
-    with ThreadPoolExecutor(threads) as pool:  # NumPy releases the GIL: the threads share the cores
-        best = math.inf
-        start = time.perf_counter()
-        while time.perf_counter() - start < budget_seconds:
-            t = time.perf_counter()
-            list(pool.map(lambda a: [a.sum() for _ in range(4)], arrays))
-            best = min(best, time.perf_counter() - t)
-    return best
-
-
-def probe_load(cores: int, idle_seconds: float | None = None, budget_seconds: float = 0.01) -> float:
-    """How much slower than idle every core runs now (1.0 = idle), from about 10 ms of probing.
-
-    One thread per core runs a fixed cache-resident loop; another process on some cores makes the round
-    wait for them. Compared with ``idle_seconds`` (the calibration's probe) or else the fastest round this
-    process has seen. Clipped to [1, 8].
+    The kernel's count (``/proc/loadavg``) includes this process's own threads, such as BLAS threads
+    spinning after a product: those are counted from ``/proc/self/task`` and left out.
     """
-    best = probe_seconds(max(cores, 1), budget_seconds)
-    if not _FASTEST_PROBE or best < _FASTEST_PROBE[0]:
-        _FASTEST_PROBE[:] = [best]
-    baseline = min(idle_seconds, _FASTEST_PROBE[0]) if idle_seconds else _FASTEST_PROBE[0]
-    return float(min(max(best / baseline, 1.0), 8.0))
+    try:
+        with open("/proc/loadavg") as f:
+            running = float(f.read().split()[3].split("/")[0])
+        own = 0
+        for task in os.scandir("/proc/self/task"):
+            try:
+                with open(os.path.join(task.path, "stat")) as f:
+                    own += f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except OSError:  # the thread ended
+                continue
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(running - max(own, 1), 0.0)
+
+
+def probe_load(cores: int, budget_seconds: float = 0.01) -> float:
+    """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~10 ms of sampling.
+
+    Samples the kernel's count of runnable tasks of other processes about once a millisecond; they
+    compete for the cores, so a step that wants all ``cores`` gets cores / (cores +
+    others) of them. Where there is no ``/proc`` it uses the one-minute load average. Clipped to [1, 8].
+    """
+    cores = max(cores, 1)
+    samples = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < budget_seconds:
+        others = _other_running_tasks()
+        if others is None:
+            break
+        samples.append(others)
+        time.sleep(0.001)
+    if samples:
+        others = sum(samples) / len(samples)
+    else:
+        others = max(os.getloadavg()[0] - 1.0, 0.0) if hasattr(os, "getloadavg") else 0.0
+    return float(min(max((cores + others) / cores, 1.0), 8.0))

@@ -230,6 +230,7 @@ def candidate_plans(
     memory_limit: int | None = None,
     load: float = 1.0,
     history: Any = None,
+    planning_seconds: float = 0.0,
 ) -> list[PhysicalPlan]:
     """Every plan the job may run, cheapest first (those that fit in memory before those that do not)."""
     from ilargi_db.models import MAX_GRAM_BYTES
@@ -248,6 +249,9 @@ def candidate_plans(
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history)
             steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend)
+            if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice
+                what = f"{len(stats.sources)} sources, statistics queries measured"
+                steps.insert(0, Step("planning", "planning", what, 1, planning_seconds))
             steps = [
                 Step(
                     s.name,

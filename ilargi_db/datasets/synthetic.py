@@ -75,7 +75,10 @@ def make_star_schema(
         raise ValueError(f"join must be 'inner' or 'left', got {join!r}.")
     if not (0 <= sparsity <= 1 and 0 <= dangling <= 1):
         raise ValueError("sparsity and dangling are shares between 0 and 1.")
-    con.execute(f"SELECT setseed({(seed % 1000) / 1000})")
+    # Seeds 0-999 keep their old streams (seed / 1000); larger ones map to negative values, so no two
+    # seeds below 10**6 share a stream (seed % 1000 used to make seed 1000 + i repeat seed i).
+    stream = seed / 1000 if 0 <= seed < 1000 else -((seed * 0.6180339887498949) % 1.0)
+    con.execute(f"SELECT setseed({stream!r})")
     value = f"CASE WHEN random() < {sparsity} THEN 0.0 ELSE random() END" if sparsity else "random()"
     for d in range(n_dims):
         columns = ", ".join(f"{value} AS z{j}" for j in range(dim_features))

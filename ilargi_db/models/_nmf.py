@@ -17,6 +17,13 @@ from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, ch
 EPSILON = np.finfo(np.float64).eps
 
 
+def squared_residual(norm_x: float, wt_x: Any, wt_w: Any, H: Any) -> float:
+    """||X - W H||_F^2 from ||X||^2, W^T X and W^T W: no n x d product is formed."""
+    cross = float(to_host((H * wt_x).sum()))
+    quad = float(to_host((wt_w * (H @ H.T)).sum()))
+    return max(norm_x - 2 * cross + quad, 0.0)
+
+
 class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
     """Non-negative matrix factorization X ~ W H (Frobenius loss), multiplicative updates.
 
@@ -111,10 +118,7 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
                 gram = W.T @ W
                 denominator = gram @ H
                 H = H * numerator / xp.where(denominator == 0, EPSILON, denominator)
-                # 0.5 ||X - WH||^2 from products already at hand: W^T X and W^T W.
-                cross = float(to_host((H * numerator).sum()))
-                quad = float(to_host((gram * (H @ H.T)).sum()))
-                losses.append(0.5 * max(norm_x - 2 * cross + quad, 0.0))
+                losses.append(0.5 * squared_residual(norm_x, numerator, gram, H))  # products already at hand
                 check_finite(losses[-1], "the reconstruction loss")
                 bar.update()
                 if len(losses) > 1 and (losses[-2] - losses[-1]) <= self.tol * max(losses[0], EPSILON):
@@ -124,6 +128,14 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
         self.reconstruction_err_ = float(np.sqrt(2 * losses[-1]))
         self.n_iter_, self.loss_curve_ = len(losses), losses
         return to_host(W)
+
+    def reconstruction_error(self, X: Any) -> float:
+        """||X - W H||_F with W = transform(X): on other rows what ``reconstruction_err_`` is on the training rows."""
+        M = as_matrix(X)
+        W = M.backend.asarray(self.transform(X))
+        H = M.backend.asarray(self.components_)
+        norm_x = float(to_host(M.row_norms_squared().sum()))
+        return float(np.sqrt(squared_residual(norm_x, (M.T @ W).T, W.T @ W, H)))
 
     def fit(self, X: Any, y: Any = None) -> GaussianNMF:
         self.fit_transform(X)

@@ -1,19 +1,8 @@
-"""Preprocessing between the metadata and the normalized matrix: feature kinds, encoding, imputation."""
+"""Preprocessing between the metadata and the normalized matrix: encoding and imputation.
 
-from ilargi_db.preprocess.encoder import (
-    ColumnSpec,
-    FeatureEncoder,
-    categorical_flags,
-    is_categorical,
-    is_numeric,
-    mark_categorical_coalesce,
-)
+Feature types are the planner's (:mod:`ilargi_db.plan.feature_types`).
+"""
 
-__all__ = [
-    "ColumnSpec",
-    "FeatureEncoder",
-    "categorical_flags",
-    "is_categorical",
-    "is_numeric",
-    "mark_categorical_coalesce",
-]
+from ilargi_db.preprocess.encoder import ColumnSpec, FeatureEncoder
+
+__all__ = ["ColumnSpec", "FeatureEncoder"]

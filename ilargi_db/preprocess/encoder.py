@@ -9,8 +9,6 @@ materialized Arrow table, and both give the same columns.
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,57 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 
-from ilargi_db.errors import IlargiError, PlanError, spell
+from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
-from ilargi_db.plan import JoinGraph
 
 NULL_CATEGORY = "NULL"
-CATEGORICAL_TYPES = ("VARCHAR", "ENUM", "BOOLEAN")
-
-
-_NUMERIC = re.compile(
-    r"^(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|UHUGEINT|"
-    r"FLOAT|DOUBLE|REAL|BOOLEAN|DECIMAL(\(\d+,\s*\d+\))?|\"NULL\"|NULL)$"
-)
-
-
-def is_numeric(duckdb_type: str) -> bool:
-    """Types read as numbers (DOUBLE)."""
-    return bool(_NUMERIC.match(duckdb_type.upper()))
-
-
-def categorical_flags(graph: JoinGraph) -> list[bool]:
-    """For each feature of ``graph``, whether it is one-hot encoded; other types are refused."""
-    flags = []
-    for f in graph.features:
-        if is_categorical(f.duckdb_type):
-            flags.append(True)
-        elif is_numeric(f.duckdb_type):
-            flags.append(False)
-        else:
-            raise PlanError(
-                f"feature {f.name!r} has type {f.duckdb_type}: ilargi_db trains on numbers, text, ENUM and "
-                "BOOLEAN columns. Cast it or leave it out."
-            )
-    return flags
-
-
-def mark_categorical_coalesce(graph: JoinGraph, flags: list[bool]) -> JoinGraph:
-    """A categorical COALESCE across sources is trained materialized (its categories span sources)."""
-    features = tuple(
-        dataclasses.replace(f, kind="cross_source", parts=()) if flag and f.kind == "coalesce" else f
-        for f, flag in zip(graph.features, flags, strict=True)
-    )
-    return dataclasses.replace(graph, features=features)
-
-
-def is_categorical(duckdb_type: str) -> bool:
-    """VARCHAR, ENUM and BOOLEAN features are one-hot encoded (not lists of them, such as VARCHAR[])."""
-    return duckdb_type.upper().startswith(CATEGORICAL_TYPES) and not duckdb_type.endswith("]")
-
-
 @dataclass(frozen=True)
 class ColumnSpec:
     """How one SELECT feature becomes model columns."""

@@ -13,7 +13,6 @@ Python UDFs cannot be overloaded. Every function returns JSON.
 from __future__ import annotations
 
 import functools
-import inspect
 import itertools
 import json
 import math
@@ -27,6 +26,7 @@ from typing import Any
 import duckdb
 from sklearn.exceptions import ConvergenceWarning
 
+from ilargi_db.algorithms import check_known_settings
 from ilargi_db.cost_model import explain
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
@@ -75,12 +75,7 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
         ) from None
     if not isinstance(parsed, dict):
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
-    allowed = list(inspect.signature(ALGORITHMS[algorithm]).parameters) + list(allowed_extra)
-    unknown = sorted(set(parsed) - set(allowed))
-    if unknown:
-        raise IlargiError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are {', '.join(allowed)}."
-        )
+    check_known_settings(algorithm, parsed, tuple(allowed_extra))
     for key, kind in allowed_extra.items():
         if key in parsed and not isinstance(parsed[key], kind):
             expected = "a string" if kind is str else "true or false"
