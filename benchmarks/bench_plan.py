@@ -516,7 +516,7 @@ def prediction_errors(results: list[Result]) -> dict[str, float]:
     for r in results:
         a = r.auto
         if a.get("plan") and math.isfinite(a.get("predicted", math.nan)):
-            whole.append((a["predicted"] + a["decide"], a["seconds"]))
+            whole.append((a["predicted"], a["seconds"]))  # the plan's planning step holds the deciding
         measured = {k: p for k, p in r.plans.items() if math.isfinite(p["seconds"]) and "predicted" in p}
         for p in measured.values():
             plans.append((p["predicted"], p["seconds"]))
@@ -716,8 +716,8 @@ def render(results: list[Result], context: dict[str, Any]) -> str:
     lines += [
         "",
         "Prediction error (geometric mean of |predicted / measured - 1|): whole job = the chosen plan's seconds "
-        "plus `decide_seconds` against `auto`'s measured seconds; every plan = each plan's predicted seconds "
-        "against its forced run (which also spends the unmodelled planning: the query's join graph); data = "
+        "(its planning step holds the measured statistics queries) against `auto`'s measured seconds; every plan "
+        "= each plan's predicted seconds against its forced run; data = "
         'the plan\'s one-off steps against `timings_["data"]`; iterations = its per-iteration steps and '
         'metrics against `timings_["training"] + timings_["metrics"]`. Ordered right = plan pairs of a job '
         "whose measured seconds differ by > 10% and whose predictions order them the same way.",
@@ -759,7 +759,7 @@ def render(results: list[Result], context: dict[str, Any]) -> str:
         auto = r.auto
         pick = (
             f"auto: {auto['plan']} (regret {_pct(r.regret('ilargi auto'))}; {auto['seconds']:.3f} s measured, "
-            f"{auto['predicted'] + auto['decide']:.3f} s predicted with {1e3 * auto['decide']:.0f} ms deciding)"
+            f"{auto['predicted']:.3f} s predicted with {1e3 * auto['decide']:.0f} ms deciding)"
             if auto.get("plan")
             else "auto failed"
         )

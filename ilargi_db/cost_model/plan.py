@@ -80,9 +80,10 @@ class PhysicalPlan:
         return f"{self.strategy}/{self.solver}" + ("" if self.backend == "numpy" else f"/{self.backend}")
 
     def phase_seconds(self) -> dict[str, float]:
-        """Seconds of the one-off data steps and of the iterations."""
-        data = sum(s.seconds for s in self.steps if not s.per_iteration)
-        return {"data": data, "iterations": self.seconds - data}
+        """Seconds of planning, of the one-off data steps and of the iterations (as ``train``'s ``timings_``)."""
+        planning = sum(s.seconds for s in self.steps if s.kernel == "planning")
+        data = sum(s.seconds for s in self.steps if not s.per_iteration) - planning
+        return {"planning": planning, "data": data, "iterations": self.seconds - data - planning}
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
