@@ -25,9 +25,9 @@ from typing import Any
 import duckdb
 
 import ilargi_db
-from ilargi_db.algorithms import NAMES as ALGORITHM_NAMES
 from ilargi_db.errors import IlargiError, speaking_to
 from ilargi_db.interruption import is_interruption
+from ilargi_db.models.catalog import NAMES as ALGORITHM_NAMES
 
 UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
 MAX_CELL = 60

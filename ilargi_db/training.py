@@ -10,13 +10,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ilargi_db import algorithms
 from ilargi_db._terminal import progress
-from ilargi_db.algorithms import check_algorithm, make_estimator
 from ilargi_db.backend import get_backend, to_host
 from ilargi_db.cost_model.choose import choose_strategy
 from ilargi_db.cost_model.iterations import record as record_iterations
-from ilargi_db.cost_model.plan import SOLVERS
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
@@ -24,6 +21,7 @@ from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import TARGET, materialized_sql
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
+from ilargi_db.models.catalog import CATALOG, NAMES, SUPERVISED, algorithm_facts, check_algorithm, make_estimator
 from ilargi_db.plan import (
     JoinGraph,
     build_join_graph,
@@ -36,8 +34,7 @@ from ilargi_db.plan import (
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.read_snapshot import ReadSnapshot
 
-ALGORITHMS = {name: algorithms.estimator_class(name) for name in algorithms.NAMES}
-SUPERVISED = set(algorithms.SUPERVISED)
+ALGORITHMS = {name: CATALOG[name].estimator_class() for name in NAMES}
 
 
 @dataclass(frozen=True)
@@ -199,8 +196,12 @@ def train(
             con, graph, strategy, algorithm=algorithm, backend=backend, params=params
         )
         plan = explanation.plan if explanation is not None else None
-        if plan is not None and algorithm == "linear_regression" and estimator.solver == "auto":
-            estimator.set_params(solver=plan.solver)  # the plan's solver, which the cost model chose
+        facts = algorithm_facts(algorithm)
+        plan_picks_solver = (
+            plan is not None and facts.solver_parameter and params.get(facts.solver_parameter, "auto") == "auto"
+        )
+        if plan_picks_solver:
+            estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
         from ilargi_db.cost_model.memory import check_job_memory
 
         check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
@@ -231,9 +232,9 @@ def train(
         snapshot.close()
         stages.close()
     trained = time.perf_counter()
-    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or SOLVERS[algorithm][0]
-    if plan is not None and algorithm == "linear_regression" and params.get("solver", "auto") == "auto":
-        estimator.set_params(solver="auto")  # the caller's setting; solver_ says what ran
+    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
+    if plan_picks_solver:
+        estimator.set_params(**{facts.solver_parameter: "auto"})  # the caller's setting; solver_ says what ran
         estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
     if hasattr(estimator, "n_iter_"):
         record_iterations(algorithm, solver, params, float(estimator.n_iter_))
@@ -270,13 +271,14 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
 
     Ranking metrics (ROC AUC) and the like cost a sort of every row: :func:`evaluate` reports them.
     """
-    if model.algorithm_ == "kmeans":
+    kind = algorithm_facts(model.algorithm_).metrics
+    if kind == "clustering":
         return {"inertia": float(model.inertia_)}
-    if model.algorithm_ == "gnmf":
+    if kind == "factorization":
         return {"reconstruction_error": float(model.reconstruction_err_)}
     y = np.asarray(to_host(y), dtype=float)
     z = np.asarray(to_host(model._decision(X)))
-    if model.algorithm_ == "linear_regression":
+    if kind == "regression":
         residual = z - y
         total = float(((y - y.mean()) ** 2).sum())
         return {
@@ -361,16 +363,17 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
     """The metrics ``evaluate`` reports, of a fitted ``model`` on encoded rows ``X`` (and labels ``y``)."""
     from sklearn import metrics
 
+    kind = algorithm_facts(model.algorithm_).metrics
     if model.algorithm_ in SUPERVISED:
         y = np.asarray(to_host(y), dtype=float)
-    if model.algorithm_ == "linear_regression":
+    if kind == "regression":
         p = model.predict(X)
         return {
             "r2": float(metrics.r2_score(y, p)) if len(y) > 1 else float("nan"),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
             "mae": float(metrics.mean_absolute_error(y, p)),
         }
-    if model.algorithm_ == "logistic_regression":
+    if kind == "classification":
         proba = model.predict_proba(X)[:, 1]
         truth = y == model.classes_[1]
         guess = proba > 0.5
@@ -383,7 +386,7 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
             "log_loss": float(metrics.log_loss(truth, proba, labels=[False, True])),
             "roc_auc": float(metrics.roc_auc_score(truth, proba)) if both else float("nan"),
         }
-    if model.algorithm_ == "kmeans":
+    if kind == "clustering":
         return {"inertia": -float(model.score(X))}
     return {"reconstruction_error": model.reconstruction_error(X)}
 

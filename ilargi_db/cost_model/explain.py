@@ -10,7 +10,6 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.algorithms import make_estimator
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
@@ -19,6 +18,7 @@ from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_
 from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
+from ilargi_db.models.catalog import make_estimator
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
 from ilargi_db.read_snapshot import ReadSnapshot
 

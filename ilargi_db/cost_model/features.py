@@ -17,13 +17,12 @@ from typing import Any
 import duckdb
 import sqlglot
 
-from ilargi_db.algorithms import NAMES
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
+from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
 
-ALGORITHMS = NAMES  # in this order they encode the learned model's input: do not reorder
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
@@ -179,15 +178,6 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
     return JobStats(n_rows, tuple(sources), fact, cross, zero_cells / numeric_cells if numeric_cells else 0.0)
 
 
-def rank(algorithm: str, params: dict[str, Any]) -> int:
-    """Columns of the iterate: clusters for k-means, components for NMF, 1 for linear models."""
-    if algorithm == "kmeans":
-        return int(params.get("n_clusters", 8))
-    if algorithm == "gnmf":
-        return int(params.get("n_components", 2))
-    return 1
-
-
 def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dict[str, float | int | str]:
     """The job's shape features (no hardware, no costs): rows, ratios, redundancy, sparsity.
 
@@ -237,5 +227,5 @@ def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dic
         "cells_materialized": cells_materialized,
         "cells_factorized": float(cells_factorized),
         "comp_ratio": float(cells_materialized / max(cells_factorized, 1.0)),
-        "rank": rank(algorithm, params),
+        "rank": algorithm_facts(algorithm).width(params),
     }

@@ -1,8 +1,8 @@
 """How many iterations a solver will run: from its parameters, and learned from earlier runs.
 
 Direct solvers make one pass. An iterative one stops at ``max_iter`` or when it
-converges; before any run on this machine the typical counts below (what the
-benchmarks in docs/benchmarks.md measured at the default tolerances) stand in.
+converges; before any run on this machine the catalog's typical counts
+(:mod:`ilargi_db.models.catalog`, measured at the default tolerances) stand in.
 Every training records the iterations it ran (``record``) in the user's cache,
 keyed by algorithm, solver, tolerance and ``max_iter``; later predictions use
 the median of the recent runs with the same key, and say so.
@@ -18,25 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ilargi_db.algorithms import check_algorithm
 from ilargi_db.cost_model.hardware import cache_dir
+from ilargi_db.models.catalog import Solver, algorithm_facts
 
-DEFAULTS = {  # (max_iter, tol) of each solver's estimator defaults
-    ("linear_regression", "cg"): (1000, 1e-6),
-    ("linear_regression", "gd"): (1000, 1e-6),
-    ("logistic_regression", "lbfgs"): (100, 1e-4),
-    ("logistic_regression", "newton"): (100, 1e-4),
-    ("kmeans", "lloyd"): (300, 1e-4),
-    ("gnmf", "mu"): (200, 1e-4),
-}
-TYPICAL = {  # iterations to converge at the default tolerance, in the benchmarks' runs
-    ("linear_regression", "cg"): 60.0,
-    ("linear_regression", "gd"): 300.0,
-    ("logistic_regression", "lbfgs"): 25.0,
-    ("logistic_regression", "newton"): 8.0,
-    ("kmeans", "lloyd"): 30.0,
-    ("gnmf", "mu"): 60.0,
-}
 KEEP = 20  # recent runs remembered per key
 _LOCK = threading.Lock()
 
@@ -49,8 +33,18 @@ class IterationEstimate:
     source: str
 
 
+def _solver(algorithm: str, solver: str) -> Solver | None:
+    """The solver's facts when it iterates (None for a direct solver or one the catalog does not know)."""
+    try:
+        facts = algorithm_facts(algorithm).solver(solver)
+    except KeyError:
+        return None
+    return facts if facts.iterative else None
+
+
 def _key(algorithm: str, solver: str, params: dict[str, Any]) -> str:
-    max_iter, tol = DEFAULTS.get((algorithm, solver), (1, 0.0))
+    facts = _solver(algorithm, solver)
+    max_iter, tol = (facts.max_iter, facts.tol) if facts else (1, 0.0)
     return (
         f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={int(params.get('max_iter', max_iter))}"
     )
@@ -73,7 +67,7 @@ def record(
     algorithm: str, solver: str, params: dict[str, Any], n_iter: float, cache: str | os.PathLike | None = None
 ) -> None:
     """Remember that a run with these parameters took ``n_iter`` iterations (best effort: never fails a training)."""
-    if (algorithm, solver) not in DEFAULTS:
+    if _solver(algorithm, solver) is None:
         return
     path = history_path(cache)
     with _LOCK:
@@ -102,14 +96,14 @@ def expected_iterations(
     ...                     [12, 14, 13]}).source
     'median of 3 earlier runs with these settings on this machine'
     """
-    check_algorithm(algorithm)
-    if (algorithm, solver) not in DEFAULTS:
+    algorithm_facts(algorithm)  # an unknown algorithm is an error, not one pass
+    facts = _solver(algorithm, solver)
+    if facts is None:
         return IterationEstimate(1.0, "one pass (a direct solver)")
-    max_iter, tol = DEFAULTS[(algorithm, solver)]
-    max_iter = int(params.get("max_iter", max_iter))
-    tol = float(params.get("tol", tol))
+    max_iter = int(params.get("max_iter", facts.max_iter))
+    tol = float(params.get("tol", facts.tol))
     runs = (history or {}).get(_key(algorithm, solver, params), [])
-    inits = max(1, int(params.get("n_init", 1))) if algorithm == "kmeans" else 1
+    inits = max(1, int(params.get("n_init", 1)))  # k-means restarts; other solvers have no n_init
     times = f" x {inits} initializations" if inits > 1 else ""
     if tol <= 0:
         return IterationEstimate(float(max_iter * inits), f"max_iter={max_iter} (tol=0 never stops early){times}")
@@ -117,5 +111,5 @@ def expected_iterations(
         median = min(float(statistics.median(runs)), float(max_iter)) * inits
         where = f"median of {len(runs)} earlier runs with these settings on this machine"
         return IterationEstimate(median, where + times)
-    typical = min(TYPICAL[(algorithm, solver)], float(max_iter)) * inits
+    typical = min(facts.typical_iterations, float(max_iter)) * inits
     return IterationEstimate(typical, f"typical of {solver} at these settings in the benchmarks (no run here yet)")

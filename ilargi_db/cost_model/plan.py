@@ -28,15 +28,9 @@ from ilargi_db.cost_model.kernels import (
     solve_terms,
     transfer_terms,
 )
+from ilargi_db.models.catalog import MAX_GRAM_BYTES, algorithm_facts
 
 STRATEGIES = ("factorized", "materialized")
-# The solvers a plan may pick per algorithm when the caller leaves the choice open ("auto").
-SOLVERS = {
-    "linear_regression": ("normal", "cg"),
-    "logistic_regression": ("lbfgs",),
-    "kmeans": ("lloyd",),
-    "gnmf": ("mu",),
-}
 GRAM_SOLVERS = frozenset({"normal", "newton"})  # they form a dense d x d matrix
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
 
@@ -183,7 +177,7 @@ def plan_steps(
             )
         )
     d = shape.columns + 1
-    k = int(params.get("n_clusters", 8)) if algorithm == "kmeans" else int(params.get("n_components", 2))
+    k = algorithm_facts(algorithm).width(params)
     if solver == "normal":
         steps += [
             _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
@@ -234,15 +228,9 @@ def candidate_plans(
     planning_seconds: float = 0.0,
 ) -> list[PhysicalPlan]:
     """Every plan the job may run, cheapest first (those that fit in memory before those that do not)."""
-    from ilargi_db.models import MAX_GRAM_BYTES
-
-    solver_param = params.get("solver", "auto")
-    if algorithm == "logistic_regression":
-        solvers: tuple[str, ...] = (solver_param if solver_param != "auto" else "lbfgs",)
-    elif solver_param != "auto" and algorithm == "linear_regression":
-        solvers = (solver_param,)
-    else:
-        solvers = SOLVERS[algorithm]
+    facts = algorithm_facts(algorithm)
+    named = params.get("solver", "auto")  # the estimators that take a solver call the parameter "solver"
+    solvers = (named,) if named != "auto" else tuple(s.name for s in facts.solvers)
     max_gram = int(params.get("max_gram_bytes", MAX_GRAM_BYTES))
     plans = []
     for strategy in strategies:

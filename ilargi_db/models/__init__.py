@@ -1,8 +1,30 @@
-"""Estimators that train on a normalized matrix (factorized) or on any array, scikit-learn style."""
+"""Estimators that train on a normalized matrix (factorized) or on any array, scikit-learn style.
 
-from ilargi_db.models._base import DivergenceError
-from ilargi_db.models._kmeans import KMeans
-from ilargi_db.models._linear import MAX_GRAM_BYTES, LinearRegression, LogisticRegression
-from ilargi_db.models._nmf import GaussianNMF
+The estimators load on first use (they import scikit-learn); :mod:`ilargi_db.models.catalog`, the table
+of the algorithms and their facts, is light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "DivergenceError": "_base",
+    "GaussianNMF": "_nmf",
+    "KMeans": "_kmeans",
+    "LinearRegression": "_linear",
+    "LogisticRegression": "_linear",
+}
 
 __all__ = ["MAX_GRAM_BYTES", "DivergenceError", "GaussianNMF", "KMeans", "LinearRegression", "LogisticRegression"]
+
+from ilargi_db.models.catalog import MAX_GRAM_BYTES  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"ilargi_db.models.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ilargi_db.models' has no attribute {name!r}")

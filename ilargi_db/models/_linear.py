@@ -23,6 +23,7 @@ from ilargi_db.models._base import (
     to_host,
     warn_not_converged,
 )
+from ilargi_db.models.catalog import MAX_GRAM_BYTES
 
 
 class _LinearModel(SparseInputMixin, BaseEstimator):
@@ -36,7 +37,6 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
 
 
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
-MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix (256 MiB: d up to about 5,800)
 
 
 def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:

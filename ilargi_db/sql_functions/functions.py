@@ -26,10 +26,10 @@ from typing import Any
 import duckdb
 from sklearn.exceptions import ConvergenceWarning
 
-from ilargi_db.algorithms import check_known_settings
 from ilargi_db.cost_model import explain
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
+from ilargi_db.models.catalog import check_known_settings
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions.registry import (

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import quote
+from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import build_join_graph
 from ilargi_db.preprocess import ColumnSpec
 
@@ -228,11 +229,11 @@ class MacroWriter:
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}`` for this model (none for NMF: its transform iterates)."""
         params = ", ".join(quote_identifier(s.name) for s in self.specs)
-        algorithm = self.model.algorithm_
+        kind = algorithm_facts(self.model.algorithm_).macro
         bodies: dict[str, str] = {}
-        if algorithm == "linear_regression":
+        if kind == "linear":
             bodies[f"{self.name}_predict"] = self.linear_score()
-        elif algorithm == "logistic_regression":
+        elif kind == "logistic":
             score = self.linear_score()
             low, high = (double(c) for c in np.asarray(self.model.classes_, dtype=float))
             bodies[f"{self.name}_predict"] = f"0.5 * (1.0 + tanh(0.5 * ({score})))"  # P(classes_[1]), overflow-free
@@ -243,7 +244,7 @@ class MacroWriter:
             if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
                 labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
             bodies[f"{self.name}_predict_class"] = f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]"
-        elif algorithm == "kmeans":
+        elif kind == "nearest_centroid":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {
             macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"

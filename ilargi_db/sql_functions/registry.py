@@ -17,18 +17,12 @@ import duckdb
 import numpy as np
 
 from ilargi_db.errors import IlargiError, literal
+from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
 from ilargi_db.training import ALGORITHMS
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# Learned state each algorithm needs to predict (besides n_features_in_ / feature_names_in_).
-FITTED = {
-    "linear_regression": ("coef_", "intercept_"),
-    "logistic_regression": ("coef_", "intercept_", "classes_"),
-    "kmeans": ("cluster_centers_", "inertia_", "n_iter_"),
-    "gnmf": ("components_", "n_components_", "reconstruction_err_", "n_iter_"),
-}
 
 
 class ModelNotFoundError(IlargiError):
@@ -224,7 +218,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         "standardize": bool(getattr(model, "standardize_", False)),
         "target_type": getattr(model, "target_type_", None),
     }
-    fitted = {attr: getattr(model, attr) for attr in FITTED[model.algorithm_]}
+    fitted = {attr: getattr(model, attr) for attr in algorithm_facts(model.algorithm_).fitted}
     fitted["feature_names_out"] = list(model.feature_names_in_)
     fitted["plan"] = getattr(model, "plan_", None)  # the physical plan that trained it
     timings = dict(model.timings_)
@@ -295,7 +289,7 @@ def _rebuild(row: dict) -> Any:
     known = model.get_params()
     model.set_params(**{k: v for k, v in params.items() if k in known})  # for display; the model is not refitted
     fitted = json.loads(row["model"])
-    for attr in FITTED[algorithm]:
+    for attr in algorithm_facts(algorithm).fitted:
         value = fitted[attr]
         setattr(model, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
     names = fitted["feature_names_out"]

@@ -1,0 +1,168 @@
+"""The algorithms ilargi_db trains and their facts, in one table.
+
+Everything that differs per algorithm outside its estimator reads this table: whether it needs a
+target, which solvers a plan may pick, the solvers' iteration defaults, the width of the iterate,
+what the registry stores, which SQL macro scores it and which metrics report it. Importing it is
+light (no scikit-learn): the command line lists the algorithms without loading the models, which
+load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from ilargi_db.errors import CALLER, IlargiError
+
+
+@dataclass(frozen=True)
+class Solver:
+    """One way an algorithm's estimator fits: its iteration defaults and what it typically needs."""
+
+    name: str
+    max_iter: int = 1  # the estimator's default (1: a direct solver)
+    tol: float = 0.0  # the estimator's default tolerance
+    typical_iterations: float = 1.0  # iterations to converge at the default tolerance, in the benchmarks' runs
+
+    @property
+    def iterative(self) -> bool:
+        return self.max_iter > 1
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One algorithm: its estimator class and the facts the rest of the pipeline needs."""
+
+    name: str
+    estimator: str  # class name in ilargi_db.models
+    supervised: bool
+    solvers: tuple[Solver, ...]  # what a plan may pick when the caller leaves the choice open
+    solver_parameter: str | None = None  # the parameter the plan sets when the caller leaves it at "auto"
+    width_parameter: str | None = None  # the parameter giving the iterate's columns (clusters, components)
+    default_width: int = 1
+    fitted: tuple[str, ...] = ()  # learned state the registry stores to predict again
+    macro: str | None = None  # how a SQL macro scores it: "linear", "logistic", "nearest_centroid" or none
+    metrics: str = "regression"  # "regression" | "classification" | "clustering" | "factorization"
+
+    def solver(self, name: str) -> Solver:
+        """The named solver's facts (any solver the estimator accepts, not only the plan's candidates)."""
+        for s in (*self.solvers, *EXTRA_SOLVERS.get(self.name, ())):
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def width(self, params: dict[str, Any]) -> int:
+        """Columns of the iterate: clusters for k-means, components for NMF, 1 for linear models."""
+        return int(params.get(self.width_parameter, self.default_width)) if self.width_parameter else 1
+
+    def estimator_class(self) -> type:
+        return getattr(importlib.import_module("ilargi_db.models"), self.estimator)
+
+
+CATALOG: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm(
+            "linear_regression",
+            "LinearRegression",
+            supervised=True,
+            solvers=(Solver("normal"), Solver("cg", 1000, 1e-6, 60.0)),
+            solver_parameter="solver",
+            fitted=("coef_", "intercept_"),
+            macro="linear",
+            metrics="regression",
+        ),
+        Algorithm(
+            "logistic_regression",
+            "LogisticRegression",
+            supervised=True,
+            solvers=(Solver("lbfgs", 100, 1e-4, 25.0),),
+            fitted=("coef_", "intercept_", "classes_"),
+            macro="logistic",
+            metrics="classification",
+        ),
+        Algorithm(
+            "kmeans",
+            "KMeans",
+            supervised=False,
+            solvers=(Solver("lloyd", 300, 1e-4, 30.0),),
+            width_parameter="n_clusters",
+            default_width=8,
+            fitted=("cluster_centers_", "inertia_", "n_iter_"),
+            macro="nearest_centroid",
+            metrics="clustering",
+        ),
+        Algorithm(
+            "gnmf",
+            "GaussianNMF",
+            supervised=False,
+            solvers=(Solver("mu", 200, 1e-4, 60.0),),
+            width_parameter="n_components",
+            default_width=2,
+            fitted=("components_", "n_components_", "reconstruction_err_", "n_iter_"),
+            macro=None,  # its transform iterates: no closed-form macro
+            metrics="factorization",
+        ),
+    )
+}
+# Solvers the caller may name that no plan picks on its own.
+EXTRA_SOLVERS = {
+    "linear_regression": (Solver("gd", 1000, 1e-6, 300.0),),
+    "logistic_regression": (Solver("newton", 100, 1e-4, 8.0),),
+}
+NAMES = tuple(CATALOG)
+SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
+UNSUPERVISED = tuple(n for n, a in CATALOG.items() if not a.supervised)
+TRAIN_SETTINGS = ("strategy", "backend", "standardize", "impute")  # what train() takes besides the parameters
+MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver forms (256 MiB: d up to about 5,800)
+
+
+def check_algorithm(algorithm: Any) -> str:
+    """``algorithm`` if ilargi_db knows it, else an error naming the choices."""
+    if not isinstance(algorithm, str) or algorithm not in CATALOG:
+        raise IlargiError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(NAMES)}.")
+    return algorithm
+
+
+def algorithm_facts(algorithm: str) -> Algorithm:
+    """The catalog entry of ``algorithm`` (checked)."""
+    return CATALOG[check_algorithm(algorithm)]
+
+
+def estimator_class(algorithm: str) -> type:
+    """The scikit-learn-style estimator class of ``algorithm``."""
+    return algorithm_facts(algorithm).estimator_class()
+
+
+def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = TRAIN_SETTINGS) -> None:
+    """Refuse setting names ``algorithm``'s estimator and ``train`` do not know, listing those they do.
+
+    Worded for the caller: keyword parameters in Python, options in SQL and on the command line.
+    """
+    params = list(inspect.signature(estimator_class(algorithm)).parameters)
+    unknown = sorted(set(names) - set(params) - set(extra))
+    if not unknown:
+        return
+    if CALLER.get() == "python":
+        raise IlargiError(
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
+            f"and train() also takes {', '.join(TRAIN_SETTINGS[:-1])} and {TRAIN_SETTINGS[-1]}."
+        )
+    raise IlargiError(
+        f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
+        f"{', '.join(params + list(extra))}."
+    )
+
+
+def make_estimator(algorithm: str, params: dict) -> Any:
+    """The estimator with ``params``, checked before any data is read (unknown names, JSON-ish types, values)."""
+    from ilargi_db.parameters import check_python_types
+
+    cls = estimator_class(algorithm)
+    check_known_settings(algorithm, params, extra=())
+    check_python_types(algorithm, cls, params)  # scikit-learn would read True as 1
+    estimator = cls(**params)
+    estimator._validate_params()  # bad values fail here, with scikit-learn's message
+    return estimator
