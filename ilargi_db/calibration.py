@@ -198,18 +198,15 @@ def _star(con: duckdb.DuckDBPyConnection, n: int, dims: int, numeric: int, strin
 
 def measure_data_steps(grid: str, backend: str) -> list[Measurement]:
     """Time reading a star schema both ways, as ``train`` reads it."""
-    shapes = (
-        [(30_000, 1, 2, 0), (30_000, 2, 1, 1)]
-        if grid == "tiny"
-        else [
-            (50_000, 1, 2, 0),
-            (200_000, 1, 8, 0),
-            (200_000, 3, 2, 1),
-            (400_000, 2, 1, 2),
-            (100_000, 0, 12, 0),
-            (400_000, 1, 4, 0),
-        ]
-    )
+    # (fact rows, dimensions, fact numeric columns, fact text columns): sizes, join widths and column types
+    # varied apart, so that each work term (probes, numbers, category values, row numbers, queries) is fitted.
+    tiny = [(30_000, 1, 2, 0), (30_000, 2, 1, 1)]
+    default = [
+        (50_000, 1, 2, 0), (200_000, 1, 8, 0), (200_000, 3, 2, 1), (400_000, 2, 1, 2), (100_000, 0, 12, 0),
+        (400_000, 1, 4, 0), (20_000, 0, 2, 0), (20_000, 3, 1, 0), (100_000, 2, 0, 3), (300_000, 0, 1, 1),
+        (150_000, 4, 2, 0), (60_000, 1, 20, 0), (250_000, 2, 6, 1), (80_000, 3, 3, 2),
+    ]  # fmt: skip
+    shapes = tiny if grid == "tiny" else default
     found = []
     con = duckdb.connect()
     try:

@@ -101,6 +101,7 @@ def _check(algorithm: str, params: dict) -> None:
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails here; builds, never fits
 
 
+NEAR_TIE = 0.10  # plans predicted this close are a tie: the data's shape and the solver's kind decide
 PLANNING_PER_SOURCE = 0.004  # parsing and binding the training query, per source (sqlglot, DuckDB DESCRIBE)
 
 
@@ -110,6 +111,35 @@ def _fmt(x: float) -> str:
 
 def _seconds(x: float) -> str:
     return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:.3g} s"
+
+
+def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
+    """The cheapest plan; among plans predicted within ``NEAR_TIE`` of it, the one the data's shape favours.
+
+    Within that margin the kernel models cannot tell the plans apart (their errors are about that size), so
+    the shape decides, as Amalur's rule does (factorize when the join holds more than 1.5x the sources'
+    cells), then a direct solver before an iterative one (whose iteration count is a guess).
+    Returns the plan and, when the tie-break changed the choice, why.
+    """
+    best = plans[0]
+    close = [p for p in plans if p.fits and p.seconds <= best.seconds * (1 + NEAR_TIE)]
+    if len(close) < 2:
+        return best, ""
+    shape = "factorized" if f["comp_ratio"] > FACTORIZE_ABOVE else "materialized"
+    chosen = min(close, key=lambda p: (p.strategy != shape, p.iterations.iterations > 1, p.seconds))
+    if chosen is best:
+        return best, ""
+    why = (
+        f"{chosen.label} is predicted within {NEAR_TIE:.0%} of {best.label} ({chosen.seconds:.3g} s vs "
+        f"{best.seconds:.3g} s), closer than the kernel models can tell: "
+    )
+    if chosen.strategy != best.strategy:
+        why += (
+            f"the join holds {f['comp_ratio']:.2g}x the sources' cells, so {shape} (factorize above {FACTORIZE_ABOVE}x)"
+        )
+    else:
+        why += "a direct solver, whose cost does not hang on an iteration count"
+    return chosen, why
 
 
 def _step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float, str, str | None]]:
@@ -215,9 +245,10 @@ def explain_graph(
         history=load_history(cache),
         planning_seconds=planning,
     )
-    decided = time.perf_counter() - start
-    chosen, runner_up = plans[0], (plans[1] if len(plans) > 1 else None)
     f = job_features(stats, algorithm, params)
+    chosen, tie_break = _choose(plans, f)
+    decided = time.perf_counter() - start
+    runner_up = next((p for p in plans if p is not chosen), None)
     f.update(backend=name, load=load, **hardware.as_features())
     for s in STRATEGIES:
         f[f"array_bytes_{s}"] = needed[s]
@@ -244,6 +275,8 @@ def explain_graph(
             tuple(plans),
         )
     weighted = _shape_reasons(f)
+    if tie_break:
+        weighted.append((1.0, tie_break, chosen.strategy))
     if runner_up is not None:
         weighted += _step_reasons(chosen, runner_up)
     if load > 1.2:
@@ -251,7 +284,7 @@ def explain_graph(
             (
                 0.2,
                 f"other processes hold the cores: parallel steps run {load:.1f}x slower than on idle cores "
-                "(a 10 ms probe of the runnable tasks), and are predicted so",
+                "(a 5 ms probe of the runnable tasks), and are predicted so",
                 None,
             )
         )
@@ -260,8 +293,11 @@ def explain_graph(
     if runner_up is not None:
         speedup = runner_up.seconds / max(chosen.seconds, 1e-12)
         lead = f"{chosen.label} is predicted {speedup:.2f}x faster than {runner_up.label}"
-        if speedup < 1.1:
-            lead += " (a near tie: either costs about the same)"
+        if speedup < 1 + NEAR_TIE:
+            lead = (
+                f"{chosen.label} and {runner_up.label} are a near tie ({chosen.seconds:.3g} s vs "
+                f"{runner_up.seconds:.3g} s predicted)"
+            )
         if not runner_up.fits:
             lead = (
                 f"{runner_up.label} would exceed {runner_up.limit}"

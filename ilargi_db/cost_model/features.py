@@ -6,7 +6,9 @@ prefix of each numeric one), one runs the user's joins and filters with the
 projection replaced by aggregates: the join's rows and, per source, how many
 distinct source rows it references (HyperLogLog's approximate count: fan-out,
 the M:N redundancy) and how many output rows it fills (LEFT-join gaps). No
-feature column is joined or fetched.
+feature column is joined or fetched. A fact of more than 500,000 rows is read
+as a seeded system sample of about 500,000 (the counts scale with it): deciding
+costs a bounded time whatever the job's size.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import duckdb
 import sqlglot
+from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
@@ -24,6 +27,7 @@ from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
 
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
+SAMPLE_JOIN_ROWS = 500_000  # above this many fact rows the statistics join reads a (seeded) sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 
@@ -99,8 +103,25 @@ def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) ->
     return f"{with_prefix(graph.select)}SELECT {', '.join(items)}", layout
 
 
-def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> str:
-    """The user's FROM/WHERE with aggregates as projection: join rows, referenced and filled rows per source."""
+def _sample(select: exp.Select, alias: str, percent: float) -> None:
+    """Read ``percent`` of source ``alias``'s rows in ``select`` (DuckDB's vector-wise system sample)."""
+    items = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
+    for item in items:
+        if item.alias_or_name == alias:
+            item.set(
+                "sample",
+                exp.TableSample(
+                    method=exp.var("SYSTEM"), percent=exp.Literal.number(f"{percent:.4g}"), seed=exp.Literal.number(7)
+                ),
+            )
+            return
+
+
+def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, sample: tuple[str, float] | None = None) -> str:
+    """The user's FROM/WHERE with aggregates as projection: join rows, referenced and filled rows per source.
+
+    ``sample`` = (alias, percent) reads only that share of one source (the fact of a large job).
+    """
     keys = join_columns(graph)
     prefix = with_prefix(graph.select)
     items = ["count(*)"]
@@ -118,6 +139,8 @@ def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> str:
     select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
     for arg in ("order", "limit", "offset"):
         select.set(arg, None)
+    if sample is not None:
+        _sample(select, *sample)
     return select.sql("duckdb")
 
 
@@ -140,10 +163,19 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
     sql, layout = _source_query(graph, parts)
     try:
         found = con.sql(sql).fetchall()[0]
-        joined = con.sql(_join_query(con, graph)).fetchall()[0]
+        rows = {alias: int(v) for (what, alias), v in zip(layout, found) if what == "rows"}
+        # The fact (the largest source with features) of a large job is sampled: the join's size, fill and
+        # fan-out scale with the share read; a dimension's distinct rows read are then a lower bound.
+        with_parts = [s.alias for s in graph.sources if parts[s.alias]] or [s.alias for s in graph.sources]
+        fact_alias = max(with_parts, key=lambda a: rows[a])
+        scale = 1.0
+        sample = None
+        if rows[fact_alias] > SAMPLE_JOIN_ROWS:
+            percent = max(100.0 * SAMPLE_JOIN_ROWS / rows[fact_alias], 0.01)
+            sample, scale = (fact_alias, percent), 100.0 / percent
+        joined = con.sql(_join_query(con, graph, sample)).fetchall()[0]
     except duckdb.Error as err:
         raise IlargiError(f"could not count the rows of the training query's sources: {err}") from err
-    rows = {s.alias: 0 for s in graph.sources}
     categories: dict[str, list[int]] = {s.alias: [] for s in graph.sources}
     zeros: dict[str, float] = {}
     for (what, alias), value in zip(layout, found):
@@ -153,7 +185,7 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
             categories[alias].append(int(value or 0) + 1)  # NULL is a category of its own
         else:
             zeros[alias] = float(value or 0.0)
-    n_rows = int(joined[0])
+    n_rows = int(round(joined[0] * scale))
     sources = []
     numeric_cells = zero_cells = 0.0
     for i, s in enumerate(graph.sources):
@@ -163,8 +195,9 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
             SourceStats(
                 alias=s.alias,
                 rows=rows[s.alias],
-                referenced=min(int(joined[1 + 2 * i]), rows[s.alias]),  # HyperLogLog may overshoot
-                filled=int(joined[2 + 2 * i]),
+                # HyperLogLog may overshoot; only the sampled source's distinct rows scale with the sample
+                referenced=min(int(joined[1 + 2 * i] * (scale if s.alias == fact_alias else 1.0)), rows[s.alias]),
+                filled=min(int(round(joined[2 + 2 * i] * scale)), n_rows),
                 width=n_numeric + onehot,
                 categorical_width=onehot,
                 categorical_features=len(categories[s.alias]),

@@ -116,6 +116,7 @@ class DataShape:
     numeric_cells: int  # numeric values fetched through Arrow
     string_values: int  # categorical values fetched and encoded
     index_entries: int  # row numbers of the key-only join (factorized) fetched
+    queries: int = 1  # statements DuckDB runs (factorized: the key-only join and one scan per source)
 
     def describe(self) -> str:
         text = f"{self.join_rows:,} rows x {self.join_sources} source{'s' * (self.join_sources != 1)}"
@@ -128,6 +129,7 @@ def data_terms(shape: DataShape) -> dict[str, float]:
         "numeric_cells": float(shape.numeric_cells),
         "string_values": float(shape.string_values),
         "index_entries": float(shape.index_entries),
+        "queries": float(shape.queries),
     }
 
 
@@ -163,18 +165,20 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
     flops = max(hardware.gflops, 1.0) * 1e9
     coefficients = {
         "factorized_data": {
-            "fixed": 0.006,
+            "fixed": 0.002,
             "probes": 4e-9 * per_core,
             "numeric_cells": 8e-9 * per_byte,
             "string_values": 30e-9 * per_core,
             "index_entries": 12e-9 * per_byte,
+            "queries": 0.002,
         },
         "materialized_data": {
-            "fixed": 0.004,
+            "fixed": 0.002,
             "probes": 4e-9 * per_core,
             "numeric_cells": 8e-9 * per_byte,
             "string_values": 35e-9 * per_core,
             "index_entries": 0.0,
+            "queries": 0.002,
         },
         "to_device": {"fixed": 1e-4, "bytes": 1 / 12e9},
         "lmm": {
@@ -315,8 +319,8 @@ def _other_running_tasks() -> float | None:
     return max(running - max(own, 1), 0.0)
 
 
-def probe_load(cores: int, budget_seconds: float = 0.01) -> float:
-    """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~10 ms of sampling.
+def probe_load(cores: int, budget_seconds: float = 0.005) -> float:
+    """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~5 ms of sampling.
 
     Samples the kernel's count of runnable tasks of other processes about once a millisecond; they
     compete for the cores, so a step that wants all ``cores`` gets cores / (cores +

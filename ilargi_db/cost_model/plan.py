@@ -137,6 +137,7 @@ def data_shape(stats: JobStats, strategy: str) -> DataShape:
         sum(s.rows * _numeric(s) for s in with_features),
         sum(s.rows * s.categorical_features for s in with_features),
         n * len(with_features),
+        1 + len(with_features),  # the key-only join, then a scan of each source with features
     )
 
 
