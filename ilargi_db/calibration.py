@@ -92,11 +92,13 @@ def _layouts(grid: str, rng: np.random.Generator) -> list[tuple[int, int, list[t
     if grid == "tiny":
         ns, count = (20_000,), 6
     else:
-        ns, count = (40_000, 150_000, 400_000), 18
+        ns, count = (40_000, 150_000, 400_000), 24
     kinds = [
         ("dense", 500, 4),
         ("dense", 20_000, 12),
         ("dense", 2_000, 40),
+        ("dense", 150_000, 4),  # larger than the caches: gathers miss
+        ("dense", 400_000, 8),
         ("identity", 30, 30),
         ("identity", 3_000, 3_000),
         ("identity", 40_000, 40_000),
@@ -154,9 +156,13 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
         d = X.shape[1]
         w, v = xp.asarray(rng.standard_normal(d)), xp.asarray(rng.standard_normal(n))
         W, V = xp.asarray(rng.standard_normal((d, 8))), xp.asarray(rng.standard_normal((8, n)))
+        offsets = xp.asarray(rng.standard_normal(8))
+        labels = xp.asarray(rng.integers(0, 8, size=n).astype(np.int64))
         XT = X.T
         runs = [("lmm", 1, X.__matmul__, w), ("rmm", 1, XT.__matmul__, v), ("lmm", 8, X.__matmul__, W)]
         runs.append(("rmm", 8, X.__rmatmul__, V))
+        runs.append(("nearest", 8, functools.partial(X.nearest, W), offsets))
+        runs.append(("group_sums", 8, functools.partial(X.group_sums, labels), 8))
         if d <= 3_200:  # the Gram matrix of the widest layouts would take seconds: its terms are spanned anyway
             runs.append(("crossprod", 1, X.crossprod, None))
         for kernel, k, operator, operand in runs:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,18 @@ def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float
     """The work terms of a matrix kernel on ``shape`` with an iterate of ``k`` columns.
 
     >>> shape = MatrixShape(1000, 2, (GatheredPart(10, 3, 30),))
-    >>> matrix_terms("lmm", shape)
-    {'dense_cells': 2000.0, 'block_entries': 30.0, 'gathered_rows': 1000.0, 'parts': 1.0}
+    >>> matrix_terms("lmm", shape)["gathered_rows"], matrix_terms("crossprod", shape)["dense_gram"]
+    (1000.0, 4000.0)
     """
     n, p, parts = float(shape.n), float(shape.dense), shape.parts
-    if kernel in ("lmm", "rmm"):
+    if kernel in ("lmm", "rmm", "nearest", "group_sums"):
+        # A gather from a block larger than the caches misses them on most rows: counted apart.
+        uncached = sum(min(1.0, 8.0 * q.nnz / CACHE_BYTES) for q in parts)
         return {
             "dense_cells": n * p * k,
             "block_entries": float(sum(q.nnz for q in parts)) * k,
             "gathered_rows": n * len(parts) * k,
+            "uncached_rows": n * uncached * k,
             "parts": float(len(parts)),
         }
     if kernel == "crossprod":
@@ -144,11 +148,15 @@ KERNELS: dict[str, str] = {
     "to_device": "copying the arrays to the GPU",
     "lmm": "X @ W (dense block product, small-block products, gathers)",
     "rmm": "X.T @ V (dense block product, segment sums, small-block products)",
+    "nearest": "each row's nearest centroid (k-means: X @ C.T and the arg-min, fused)",
+    "group_sums": "sums of the rows of each cluster (k-means)",
     "crossprod": "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
     "solve": "a dense d x d solve",
 }
 # Kernels that use every core: a busy machine slows them most.
-PARALLEL = frozenset({"factorized_data", "materialized_data", "lmm", "rmm", "crossprod", "solve"})
+PARALLEL = frozenset(
+    {"factorized_data", "materialized_data", "lmm", "rmm", "nearest", "group_sums", "crossprod", "solve"}
+)
 
 
 def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
@@ -186,6 +194,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "dense_cells": 0.11e-9 * per_byte,
             "block_entries": 0.15e-9 * per_byte,
             "gathered_rows": 0.25e-9 * per_core,
+            "uncached_rows": 1.0e-9 * per_core,
             "parts": 8e-6,
         },
         "rmm": {
@@ -193,7 +202,24 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "dense_cells": 0.38e-9 * per_byte,
             "block_entries": 0.2e-9 * per_byte,
             "gathered_rows": 0.55e-9 * per_core,
+            "uncached_rows": 1.5e-9 * per_core,
             "parts": 5e-6,
+        },
+        "nearest": {
+            "fixed": 40e-6,
+            "dense_cells": 0.3e-9 * per_byte,
+            "block_entries": 0.2e-9 * per_byte,
+            "gathered_rows": 0.5e-9 * per_core,
+            "uncached_rows": 1.5e-9 * per_core,
+            "parts": 8e-6,
+        },
+        "group_sums": {
+            "fixed": 40e-6,
+            "dense_cells": 0.3e-9 * per_byte,
+            "block_entries": 0.2e-9 * per_byte,
+            "gathered_rows": 0.5e-9 * per_core,
+            "uncached_rows": 1.5e-9 * per_core,
+            "parts": 8e-6,
         },
         "crossprod": {
             "fixed": 25e-6,
@@ -209,7 +235,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         gpu_bandwidth = max(hardware.gpu_bandwidth_gbs, 100.0) * 1e9
         gpu_flops = max(hardware.gpu_gflops, 1000.0) * 1e9
         launch = 15e-6
-        for kernel in ("lmm", "rmm", "crossprod", "solve"):
+        for kernel in ("lmm", "rmm", "nearest", "group_sums", "crossprod", "solve"):
             c = coefficients[kernel]
             for term in c:
                 if term == "fixed":

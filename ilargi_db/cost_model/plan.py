@@ -200,11 +200,15 @@ def plan_steps(
                 "solve", "solve", f"{d:,} x {d:,}", iterations, costs.seconds("solve", solve_terms(d), iterations), True
             ),
         ]
-    elif solver in ("lloyd", "mu"):
-        what = ("distances X @ C.T", "cluster sums") if solver == "lloyd" else ("X @ H.T", "W.T @ X")
+    elif solver == "lloyd":
         steps += [
-            _matrix_step(costs, what[0], "lmm", shape, iterations, k),
-            _matrix_step(costs, what[1], "rmm", shape, iterations, k),
+            _matrix_step(costs, "nearest centroid", "nearest", shape, iterations, k),
+            _matrix_step(costs, "cluster sums", "group_sums", shape, iterations, k),
+        ]
+    elif solver == "mu":
+        steps += [
+            _matrix_step(costs, "X @ H.T", "lmm", shape, iterations, k),
+            _matrix_step(costs, "W.T @ X", "rmm", shape, iterations, k),
         ]
     else:
         raise ValueError(f"no plan for solver {solver!r}")
