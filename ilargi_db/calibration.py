@@ -40,10 +40,12 @@ from ilargi_db.cost_model.kernels import (
     matrix_terms,
     probe_load,
     solve_terms,
+    solver_terms,
 )
-from ilargi_db.cost_model.plan import data_shape
+from ilargi_db.cost_model.plan import data_shape, iteration_steps
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.models.catalog import algorithm_facts, make_estimator
 from ilargi_db.plan import build_join_graph
 from ilargi_db.training import read_training_data
 
@@ -115,12 +117,12 @@ def _layouts(grid: str, rng: np.random.Generator) -> list[tuple[int, int, list[t
 def _matrix(n: int, dense: int, parts: list[tuple[str, int, int]], rng: np.random.Generator, xp: Any, sparse: Any):
     blocks, column = [], 0
     if dense:
-        blocks.append(Block(xp.asarray(rng.standard_normal((n, dense))), list(range(dense))))
+        blocks.append(Block(xp.asarray(rng.random((n, dense))), list(range(dense))))  # >= 0: NMF takes it too
         column += dense
     shape_parts = []
     for kind, rows, width in parts:
         if kind == "dense":
-            data = xp.asarray(rng.standard_normal((rows, width)))
+            data = xp.asarray(rng.random((rows, width)))
             nnz = rows * width
         else:
             data = sparse.csr_matrix(scipy.sparse.identity(rows, format="csr"))
@@ -174,6 +176,49 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
         solve = be.xp.linalg.solve
         seconds = _best_of(functools.partial(solve, gram, rhs), 3, sync)
         found.append(Measurement("solve", solve_terms(d), seconds, f"{d} x {d}"))
+    return found
+
+
+# -- what solvers do besides the kernels -------------------------------------------------------------
+
+SOLVER_RUNS = {  # solver: (algorithm, parameters): fixed iteration counts where the solver allows
+    "normal": ("linear_regression", {"solver": "normal"}),
+    "cg": ("linear_regression", {"solver": "cg", "max_iter": 8, "tol": 0.0}),
+    "lbfgs": ("logistic_regression", {"max_iter": 8}),
+    "lloyd": ("kmeans", {"n_clusters": 8, "n_init": 1, "max_iter": 5, "tol": 0.0, "random_state": 0}),
+    "mu": ("gnmf", {"n_components": 2, "max_iter": 5, "tol": 0.0, "random_state": 0}),
+}
+
+
+def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: int = 1) -> list[Measurement]:
+    """Each solver's fit time less what the (just fitted) kernel models predict for its matrix kernels."""
+    be = get_backend(backend)
+    rng = np.random.default_rng(seed)
+    layouts = _layouts(grid, rng)[: 4 if grid == "tiny" else 10]
+    found = []
+    for n, dense, parts in layouts:
+        X, shape = _matrix(n, dense, parts, rng, be.xp, be.sparse)
+        y = rng.standard_normal(n)
+        for solver, (algorithm, params) in SOLVER_RUNS.items():
+            if solver == "normal" and X.shape[1] > 3_200:
+                continue  # its Gram matrix alone would take seconds
+            facts = algorithm_facts(algorithm)
+            if algorithm == "logistic_regression":
+                args = (X, (y > 0).astype(float))
+            elif facts.supervised:
+                args = (X, y)
+            else:
+                args = (X,)
+            estimator = make_estimator(algorithm, params)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a fixed, short max_iter stops before convergence on purpose
+                seconds = _best_of(functools.partial(estimator.fit, *args), 1, lambda: None)
+            iterations = float(getattr(estimator, "n_iter_", 1) or 1)
+            k = facts.width(params)
+            kernels = sum(s.seconds for s in iteration_steps(shape, solver, iterations, k, costs))
+            residual = max(seconds - kernels, 1e-5)
+            terms = solver_terms(shape, iterations, k)
+            found.append(Measurement(f"{solver}_overhead", terms, residual, shape.describe()))
     return found
 
 
@@ -259,6 +304,15 @@ def prior_error(rows: list[Measurement], coefficients: dict[str, float]) -> floa
     return float(np.exp(np.mean(np.log(errors))))
 
 
+def _fit_all(measurements: list[Measurement], prior: KernelCosts, coefficients: dict, errors: dict[str, float]) -> None:
+    for kernel in sorted({m.kernel for m in measurements}):
+        rows = [m for m in measurements if m.kernel == kernel]
+        if len(rows) >= 2 * len(prior.coefficients[kernel]):  # else the fit is underdetermined: keep the prior
+            coefficients[kernel], errors[kernel] = fit_kernel(rows, prior.coefficients[kernel])
+        else:
+            errors[kernel] = prior_error(rows, prior.coefficients[kernel])
+
+
 def calibrate(
     budget_seconds: float | None = None,
     grid: str = "default",
@@ -310,12 +364,11 @@ def calibrate(
         bar.close()
     prior = KernelCosts.prior(hardware, backend)
     coefficients, errors = dict(prior.coefficients), {}
-    for kernel in sorted({m.kernel for m in measurements}):
-        rows = [m for m in measurements if m.kernel == kernel]
-        if len(rows) >= 2 * len(prior.coefficients[kernel]):  # else the fit is underdetermined: keep the prior
-            coefficients[kernel], errors[kernel] = fit_kernel(rows, prior.coefficients[kernel])
-        else:
-            errors[kernel] = prior_error(rows, prior.coefficients[kernel])
+    _fit_all(measurements, prior, coefficients, errors)
+    # What solvers do besides the kernels is measured against the kernels just fitted.
+    overheads = measure_solver_overheads(grid, backend, KernelCosts(coefficients, "", True))
+    _fit_all(overheads, prior, coefficients, errors)
+    measurements += overheads
     when = time.strftime("%Y-%m-%d %H:%M")
     costs = KernelCosts(
         coefficients,

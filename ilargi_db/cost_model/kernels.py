@@ -106,6 +106,18 @@ def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float
     raise ValueError(f"unknown matrix kernel {kernel!r}")
 
 
+def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> dict[str, float]:
+    """What a solver does around the matrix kernels: per iteration, per part and per row (loss, updates, Python)."""
+    return {
+        "iterations": float(iterations),
+        "part_iterations": float(iterations) * (len(shape.parts) + 1),
+        "row_iterations": float(iterations) * shape.n * k,
+    }
+
+
+SOLVERS = ("normal", "cg", "gd", "lbfgs", "newton", "lloyd", "mu")
+
+
 def solve_terms(d: int) -> dict[str, float]:
     """A dense symmetric solve of order ``d``."""
     return {"flops": float(d) ** 3 / 3}
@@ -152,6 +164,7 @@ KERNELS: dict[str, str] = {
     "group_sums": "sums of the rows of each cluster (k-means)",
     "crossprod": "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
     "solve": "a dense d x d solve",
+    **{f"{s}_overhead": f"what the {s} solver does besides the matrix kernels (loss, updates)" for s in SOLVERS},
 }
 # Kernels that use every core: a busy machine slows them most.
 PARALLEL = frozenset(
@@ -230,6 +243,15 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "parts": 10e-6,
         },
         "solve": {"fixed": 20e-6, "flops": 2 / flops},
+        **{
+            f"{s}_overhead": {
+                "fixed": 1e-3,
+                "iterations": 100e-6,
+                "part_iterations": 20e-6,
+                "row_iterations": 2e-9 * per_byte,
+            }
+            for s in SOLVERS
+        },
     }
     if backend == "cupy":
         gpu_bandwidth = max(hardware.gpu_bandwidth_gbs, 100.0) * 1e9

@@ -26,6 +26,7 @@ from ilargi_db.cost_model.kernels import (
     data_terms,
     matrix_terms,
     solve_terms,
+    solver_terms,
     transfer_terms,
 )
 from ilargi_db.models.catalog import MAX_GRAM_BYTES, algorithm_facts
@@ -177,8 +178,29 @@ def plan_steps(
                 costs.seconds("to_device", transfer_terms(nbytes)),
             )
         )
-    d = shape.columns + 1
     k = algorithm_facts(algorithm).width(params)
+    steps += iteration_steps(shape, solver, iterations, k, costs)
+    what = f"{iterations:g} iteration{'s' * (iterations != 1)}, {shape.n:,} rows"
+    steps.append(
+        Step(
+            "solver bookkeeping (loss, updates, Python)",
+            f"{solver}_overhead",
+            what,
+            1,
+            costs.seconds(f"{solver}_overhead", solver_terms(shape, iterations, k)),
+            True,
+        )
+    )
+    steps.append(
+        _matrix_step(costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in ("lloyd", "mu") else 1)
+    )
+    return steps
+
+
+def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, costs: KernelCosts) -> list[Step]:
+    """The matrix kernels ``solver`` runs on ``shape`` over ``iterations`` (``k``: the iterate's columns)."""
+    steps: list[Step] = []
+    d = shape.columns + 1
     if solver == "normal":
         steps += [
             _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
@@ -212,9 +234,6 @@ def plan_steps(
         ]
     else:
         raise ValueError(f"no plan for solver {solver!r}")
-    steps.append(
-        _matrix_step(costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in ("lloyd", "mu") else 1)
-    )
     return steps
 
 
