@@ -98,7 +98,9 @@ def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float
         pairs = sum(a * b for i, a in enumerate(densities) for b in densities[i + 1 :])
         return {
             "dense_gram": n * p * p,
-            "dense_by_gathered": n * p * sum(densities),
+            # Each dense column segment-summed into each gathered block's rows, then times the block.
+            "dense_by_gathered": n * p * len(parts),
+            "dense_by_block": p * float(sum(q.nnz for q in parts)),
             "gathered_pairs": n * pairs,
             "block_gram": float(sum(q.nnz * q.density for q in parts)),
             "parts": float(len(parts)) ** 2,
@@ -237,7 +239,8 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         "crossprod": {
             "fixed": 25e-6,
             "dense_gram": 0.08e-9 * per_flop,
-            "dense_by_gathered": 2e-9 * per_core,
+            "dense_by_gathered": 0.5e-9 * per_core,
+            "dense_by_block": 1 / flops,
             "gathered_pairs": 0.11e-9 * per_core,
             "block_gram": 0.1e-9 * per_flop,
             "parts": 10e-6,
