@@ -32,6 +32,7 @@ _LAZY = {
     "load_model": "ilargi_db.sql_functions",
     "prediction_sql": "ilargi_db.sql_functions",
     "save_model": "ilargi_db.sql_functions",
+    "TrainedModel": "ilargi_db.trained_model",
     "evaluate": "ilargi_db.training",
     "predict": "ilargi_db.training",
     "train": "ilargi_db.training",
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         prediction_sql,
         save_model,
     )
+    from ilargi_db.trained_model import TrainedModel
     from ilargi_db.training import evaluate, predict, train
 
 
@@ -101,5 +103,6 @@ __all__ = [
     "install",
     "interrupt_training",
     "normalize",
+    "TrainedModel",
     "TrainingInterrupted",
 ]

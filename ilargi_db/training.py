@@ -33,6 +33,7 @@ from ilargi_db.plan import (
 )
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.read_snapshot import ReadSnapshot
+from ilargi_db.trained_model import TrainedModel
 
 ALGORITHMS = {name: CATALOG[name].estimator_class() for name in NAMES}
 
@@ -150,9 +151,11 @@ def train(
 
     Returns
     -------
-    The fitted estimator, with ``strategy_``, ``decision_`` (why) and
-    ``timings_`` (seconds of planning, data, training, training metrics and in total),
-    ``training_metrics_`` (cheap ones: see :func:`training_metrics`).
+    TrainedModel
+        The fitted estimator (``model.estimator_``; its ``coef_``, ``predict``... are the model's too),
+        its encoder, and the job: ``strategy_``, ``decision_`` (why), ``plan_``, ``timings_`` (seconds
+        of planning, data, training, training metrics and in total), ``training_metrics_`` (cheap
+        ones: see :func:`training_metrics`), ``unlabelled_rows_``.
 
     Examples
     --------
@@ -238,32 +241,36 @@ def train(
         estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
     if hasattr(estimator, "n_iter_"):
         record_iterations(algorithm, solver, params, float(estimator.n_iter_))
-    estimator.plan_ = (
-        plan.to_dict()
-        if plan is not None
-        else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
+    model = TrainedModel(
+        estimator,
+        encoder,
+        algorithm,
+        query,
+        target,
+        target_type_=graph.target.duckdb_type if graph.target is not None else None,
+        feature_types_=[f.duckdb_type for f in graph.features],
+        standardize_=standardize,
+        strategy_=chosen,
+        decision_=why,
+        plan_=(
+            plan.to_dict()
+            if plan is not None
+            else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
+        ),
+        explanation_=explanation,
+        n_rows_=int(X.shape[0]),
+        unlabelled_rows_=data.unlabelled,
     )
-    estimator.strategy_ = chosen
-    estimator.decision_ = why
-    estimator.explanation_ = explanation
-    estimator.encoder_ = encoder
-    estimator.algorithm_ = algorithm
-    estimator.query_ = query
-    estimator.target_ = target
-    estimator.target_type_ = graph.target.duckdb_type if graph.target is not None else None  # class labels' type
-    estimator.n_rows_ = int(X.shape[0])
-    estimator.feature_types_ = [f.duckdb_type for f in graph.features]
-    estimator.standardize_ = standardize
-    estimator.training_metrics_ = training_metrics(estimator, X, y)
+    model.training_metrics_ = training_metrics(model, X, y)
     done = time.perf_counter()
-    estimator.timings_ = {
+    model.timings_ = {
         "planning": planned - start,
         "data": loaded - planned,
         "training": trained - loaded,
         "metrics": done - trained,
         "total": done - start,
     }
-    return estimator
+    return model
 
 
 def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
@@ -304,9 +311,12 @@ def _encoded(
     ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
     leaves out rows whose target (when the query selects it) is NULL.
     """
-    encoder = getattr(model, "encoder_", None)
-    if encoder is None:
-        raise IlargiError("this needs a model returned by ilargi_db.train(); call model.predict(X) otherwise.")
+    if not isinstance(model, TrainedModel):
+        raise IlargiError(
+            "this needs a model returned by ilargi_db.train() or ilargi_db.load_model(); call model.predict(X) "
+            "on arrays otherwise."
+        )
+    encoder = model.encoder_
     with ReadSnapshot(con):  # every read sees one committed state of the database
         columns = [c.lower() for c in build_join_graph(con, query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None

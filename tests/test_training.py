@@ -503,3 +503,20 @@ def test_small_messages_in_the_callers_terms():
     sql = ilargi_db.prediction_sql(con, model, "SELECT x FROM t")
     assert "lower_case_predict(" in sql  # the macro's name as created, not upper-cased
     assert len(con.sql(sql).fetchall()) == 20
+
+
+def test_train_returns_one_trained_model_and_leaves_the_estimator_alone(con):
+    """The estimator carries nothing of ilargi_db's; the TrainedModel carries the job (issue 12)."""
+    query = "SELECT f.dep_delay, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="arr_delay", backend="numpy")
+    assert isinstance(model, ilargi_db.TrainedModel)
+    assert model.coef_ is model.estimator_.coef_ and model.predict is not None  # the estimator's, through it
+    assert not hasattr(model.estimator_, "strategy_") and not hasattr(model.estimator_, "encoder_")
+    assert model.strategy_ in ("factorized", "materialized") and model.plan_["strategy"] == model.strategy_
+    assert model.algorithm_ == "linear_regression" and model.query_ == query and model.target_ == "arr_delay"
+    assert model.unlabelled_rows_ == 0 and model.n_rows_ == 6
+    assert repr(model).startswith("<TrainedModel linear_regression, ")
+    with pytest.raises(AttributeError):
+        model.no_such_attribute_
+    with pytest.raises(IlargiError, match="needs a model returned by ilargi_db.train"):
+        ilargi_db.predict(con, model.estimator_, query)

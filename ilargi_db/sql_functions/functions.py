@@ -181,7 +181,7 @@ def train_and_store(
     with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
         warnings.simplefilter("always", ConvergenceWarning)
         model = train(con, query, target, algorithm, **kwargs)
-    model.sql_warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    model.warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
     summary = {
@@ -199,7 +199,8 @@ def train_and_store(
         "metrics": model.training_metrics_,
         "seconds": {**model.timings_, "total": time.perf_counter() - start},
         "macros": model.macros_,
-        "warnings": model.sql_warnings_,
+        "unlabelled_rows_left_out": model.unlabelled_rows_,
+        "warnings": model.warnings_,
     }
     return _finite(summary)
 

@@ -240,7 +240,7 @@ class MacroWriter:
             # The score written once (twice, DuckDB would bind and compute it twice); a NULL score (a missing
             # numeric without imputation) gives a NULL index, so NULL, not the first class.
             labels = f"[{low}, {high}]"
-            target_type = getattr(self.model, "target_type_", None)
+            target_type = self.model.target_type_
             if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
                 labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
             bodies[f"{self.name}_predict_class"] = f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]"
@@ -264,7 +264,7 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     for :func:`ilargi_db.predict`; the result scores every row natively in
     DuckDB, in parallel, through ``N_predict``.
     """
-    macros = getattr(model, "macros_", None)
+    macros = model.macros_
     if not macros:
         raise IlargiError("this model has no SQL macro: save it with ilargi_db.save_model (NMF has none).")
     names = [c.lower() for c in build_join_graph(con, query).feature_names]

@@ -20,6 +20,7 @@ from ilargi_db.errors import IlargiError, literal
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
+from ilargi_db.trained_model import TrainedModel
 from ilargi_db.training import ALGORITHMS
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -164,7 +165,7 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
     return sorted(f for (f,) in taken if f.lower() not in ours)
 
 
-def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
+def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -> int:
     """Store a model from :func:`ilargi_db.train` as the next version of ``name`` and create its macros.
 
     Returns the new version number. The macros (``name_predict``, and
@@ -172,8 +173,8 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     training order and work from any DuckDB client.
     """
     name = check_model_name(name)
-    if getattr(model, "encoder_", None) is None:
-        raise IlargiError("save_model needs a model returned by ilargi_db.train().")
+    if not isinstance(model, TrainedModel):
+        raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
     check_writable(con)
     check_macro_parameters([s.name for s in model.encoder_.specs_])
     complete = check_registry(con)  # refuses someone else's ilargi.models before anything is written
@@ -211,16 +212,16 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s: "
             "choose another model name."
         )
-    types = getattr(model, "feature_types_", [None] * len(model.encoder_.specs_))
+    types = model.feature_types_ or [None] * len(model.encoder_.specs_)
     features = [{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(model.encoder_.specs_, types)]
     preprocessing = {
         **model.encoder_.to_state(),
-        "standardize": bool(getattr(model, "standardize_", False)),
-        "target_type": getattr(model, "target_type_", None),
+        "standardize": bool(model.standardize_),
+        "target_type": model.target_type_,
     }
     fitted = {attr: getattr(model, attr) for attr in algorithm_facts(model.algorithm_).fitted}
     fitted["feature_names_out"] = list(model.feature_names_in_)
-    fitted["plan"] = getattr(model, "plan_", None)  # the physical plan that trained it
+    fitted["plan"] = model.plan_  # the physical plan that trained it
     timings = dict(model.timings_)
     con.execute(
         "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
@@ -259,7 +260,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     return version
 
 
-def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None) -> Any:
+def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = None) -> TrainedModel:
     """The model ``name`` (its newest version unless ``version`` is given), ready for predict/evaluate."""
     name = check_model_name(name)
     row = None
@@ -282,31 +283,39 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
     return _rebuild(row)
 
 
-def _rebuild(row: dict) -> Any:
+def _rebuild(row: dict) -> TrainedModel:
     algorithm = row["algorithm"]
     params = json.loads(row["parameters"])
-    model = ALGORITHMS[algorithm]()
-    known = model.get_params()
-    model.set_params(**{k: v for k, v in params.items() if k in known})  # for display; the model is not refitted
+    estimator = ALGORITHMS[algorithm]()
+    known = estimator.get_params()
+    estimator.set_params(**{k: v for k, v in params.items() if k in known})  # for display; it is not refitted
     fitted = json.loads(row["model"])
     for attr in algorithm_facts(algorithm).fitted:
         value = fitted[attr]
-        setattr(model, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
+        setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
     names = fitted["feature_names_out"]
-    model.plan_ = fitted.get("plan")
-    model.n_features_in_ = len(names)
-    model.feature_names_in_ = np.asarray(names, dtype=object)
+    estimator.n_features_in_ = len(names)
+    estimator.feature_names_in_ = np.asarray(names, dtype=object)
     preprocessing = json.loads(row["preprocessing"])
-    model.encoder_ = FeatureEncoder.from_state(preprocessing)
-    model.standardize_ = preprocessing["standardize"]
-    model.target_type_ = preprocessing.get("target_type")  # absent in models stored before it was kept
-    model.algorithm_, model.query_, model.target_ = algorithm, row["training_query"], row["target"]
-    model.strategy_, model.decision_ = row["strategy"], row["decision"]
-    model.timings_, model.training_metrics_ = json.loads(row["timings"]), json.loads(row["metrics"])
-    model.n_rows_ = int(row["n_rows"])
-    model.feature_types_ = [f["type"] for f in json.loads(row["features"])]
-    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
-    return model
+    return TrainedModel(
+        estimator,
+        FeatureEncoder.from_state(preprocessing),
+        algorithm,
+        row["training_query"],
+        row["target"],
+        target_type_=preprocessing.get("target_type"),  # absent in models stored before it was kept
+        feature_types_=[f["type"] for f in json.loads(row["features"])],
+        standardize_=preprocessing["standardize"],
+        strategy_=row["strategy"],
+        decision_=row["decision"],
+        plan_=fitted.get("plan"),
+        timings_=json.loads(row["timings"]),
+        training_metrics_=json.loads(row["metrics"]),
+        n_rows_=int(row["n_rows"]),
+        name_=row["name"],
+        version_=int(row["version"]),
+        macros_=list(row["macros"]),
+    )
 
 
 def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
