@@ -343,11 +343,12 @@ def test_a_near_tie_goes_to_the_plan_the_shape_favours():
         return PhysicalPlan(strategy, solver, "numpy", steps, IterationEstimate(iterations, ""), 1.0, 0, True)
 
     factorized, materialized = plan("factorized", "normal", 0.100), plan("materialized", "normal", 0.105)
-    chosen, why = _choose([factorized, materialized], {"comp_ratio": 1.1})
+    chosen, why = _choose([factorized, materialized], {"comp_ratio": 1.1, "columns": 10})
     assert chosen is materialized and "the join holds 1.1x the sources' cells, so materialized" in why
-    assert _choose([factorized, materialized], {"comp_ratio": 3.0}) == (factorized, "")
+    assert _choose([factorized, materialized], {"comp_ratio": 3.0, "columns": 10}) == (factorized, "")
     far = plan("materialized", "normal", 0.2)
-    assert _choose([factorized, far], {"comp_ratio": 1.1}) == (factorized, "")  # beyond the margin: the model
+    assert _choose([factorized, far], {"comp_ratio": 1.1, "columns": 10}) == (factorized, "")  # beyond the margin
     cg, normal = plan("factorized", "cg", 0.100, 60), plan("factorized", "normal", 0.104)
-    chosen, why = _choose([cg, normal], {"comp_ratio": 3.0})
-    assert chosen is normal and "a direct solver" in why
+    chosen, why = _choose([cg, normal], {"comp_ratio": 3.0, "columns": 10})
+    assert chosen is normal and "a direct solver (10 columns)" in why
+    assert _choose([cg, normal], {"comp_ratio": 3.0, "columns": 5_000})[0] is cg  # wide: the cheaper one

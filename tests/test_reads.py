@@ -151,7 +151,7 @@ def test_the_estimator_failing_inside_the_snapshot_still_trains(con, monkeypatch
     # A statement that fails aborts the transaction; the fallback rule reads on in a fresh snapshot.
     from ilargi_db.cost_model import features
 
-    monkeypatch.setattr(features, "_join_query", lambda con, graph: "SELECT error('the estimator broke')")
+    monkeypatch.setattr(features, "_join_query", lambda con, graph, sample=None: "SELECT error('the estimator broke')")
     model = ilargi_db.train(con, GOOD, "y")
     assert "the cost estimator failed" in model.decision_ and "the estimator broke" in model.decision_
     assert model.n_rows_ == 70 and not in_transaction(con)

@@ -517,6 +517,6 @@ def test_train_returns_one_trained_model_and_leaves_the_estimator_alone(con):
     assert model.unlabelled_rows_ == 0 and model.n_rows_ == 6
     assert repr(model).startswith("<TrainedModel linear_regression, ")
     with pytest.raises(AttributeError):
-        model.no_such_attribute_
+        _ = model.no_such_attribute_
     with pytest.raises(IlargiError, match="needs a model returned by ilargi_db.train"):
         ilargi_db.predict(con, model.estimator_, query)

@@ -102,6 +102,7 @@ def _check(algorithm: str, params: dict) -> None:
 
 
 NEAR_TIE = 0.10  # plans predicted this close are a tie: the data's shape and the solver's kind decide
+DIRECT_SOLVER_COLUMNS = 1024  # up to this many columns a tie goes to the direct solver
 PLANNING_PER_SOURCE = 0.004  # parsing and binding the training query, per source (sqlglot, DuckDB DESCRIBE)
 
 
@@ -126,7 +127,8 @@ def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
     if len(close) < 2:
         return best, ""
     shape = "factorized" if f["comp_ratio"] > FACTORIZE_ABOVE else "materialized"
-    chosen = min(close, key=lambda p: (p.strategy != shape, p.iterations.iterations > 1, p.seconds))
+    narrow = f["columns"] <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
+    chosen = min(close, key=lambda p: (p.strategy != shape, narrow and p.iterations.iterations > 1, p.seconds))
     if chosen is best:
         return best, ""
     why = (
@@ -138,7 +140,7 @@ def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
             f"the join holds {f['comp_ratio']:.2g}x the sources' cells, so {shape} (factorize above {FACTORIZE_ABOVE}x)"
         )
     else:
-        why += "a direct solver, whose cost does not hang on an iteration count"
+        why += f"a direct solver ({f['columns']:,} columns), whose cost does not hang on an iteration count"
     return chosen, why
 
 

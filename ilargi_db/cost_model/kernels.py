@@ -102,6 +102,7 @@ def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float
             "dense_by_gathered": n * p * len(parts),
             "dense_by_block": p * float(sum(q.nnz for q in parts)),
             "gathered_pairs": n * pairs,
+            "output_cells": float(shape.columns) ** 2,  # the d x d result, dense: wide one-hot makes it the cost
             "block_gram": float(sum(q.nnz * q.density for q in parts)),
             "parts": float(len(parts)) ** 2,
         }
@@ -241,6 +242,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "dense_gram": 0.08e-9 * per_flop,
             "dense_by_gathered": 0.5e-9 * per_core,
             "dense_by_block": 1 / flops,
+            "output_cells": 3e-9 * per_byte,
             "gathered_pairs": 0.11e-9 * per_core,
             "block_gram": 0.1e-9 * per_flop,
             "parts": 10e-6,
