@@ -327,7 +327,7 @@ def explain(
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
 
     Runs two aggregate queries (row counts, and the join's size and fan-outs)
-    and a 10 ms probe of how busy the cores are; never reads a feature block,
+    and a 5 ms probe of how busy the cores are; never reads a feature block,
     never trains, never writes to the database.
 
     Parameters
