@@ -36,6 +36,7 @@ _LAZY = {
     "evaluate": "ilargi_db.training",
     "predict": "ilargi_db.training",
     "train": "ilargi_db.training",
+    "train_batch": "ilargi_db.training",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
@@ -55,7 +56,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         save_model,
     )
     from ilargi_db.trained_model import TrainedModel
-    from ilargi_db.training import evaluate, predict, train
+    from ilargi_db.training import evaluate, predict, train, train_batch
 
 
 def __getattr__(name: str) -> Any:
@@ -88,6 +89,7 @@ __all__ = [
     "explain",
     "predict",
     "train",
+    "train_batch",
     "Block",
     "IlargiError",
     "NormalizedMatrix",

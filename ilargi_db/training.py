@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
-from ilargi_db.cost_model.choose import choose_strategy
+from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
@@ -167,23 +170,114 @@ def train(
     >>> model.strategy_ in ("factorized", "materialized"), round(float(model.coef_[0]), 6)
     (True, 2.0)
     """
-    start = time.perf_counter()
-    stages = progress(3, "planning")  # a bar over the three stages, in a terminal only
-    snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
-    try:
-        estimator = make_estimator(algorithm, params)
-        supervised = algorithm in SUPERVISED
-        if supervised and target is None:
-            raise IlargiError(f"{algorithm} needs a target: pass {spell('target', '<label column>')}.")
-        if not supervised and target is not None:
+    check_algorithm(algorithm)
+    if algorithm not in SUPERVISED and target is not None:
+        raise IlargiError(
+            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
+            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+        )
+    (model,) = _train_models(con, query, target, [(algorithm, params)], strategy, backend, standardize, impute)
+    return model
+
+
+@interruptible_job
+def train_batch(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    models: Sequence[Any] = (),
+    strategy: str = "auto",
+    backend: str = "auto",
+    *,
+    standardize: bool = False,
+    impute: bool = True,
+) -> list[TrainedModel]:
+    """Train several models on one training query in one call, reading the data once.
+
+    One read-only snapshot, one plan of the query, one set of statistics and one read of the data
+    (the key-only join and scans, or the materialized join) serve every model; each then fits on
+    the same matrix. With ``strategy="auto"`` the cost model prices each model's plans and takes the
+    strategy whose plans cost least in sum.
+
+    Parameters
+    ----------
+    models : sequence
+        Each model as an algorithm name, an ``(algorithm, {parameters})`` pair, or a dict
+        ``{"algorithm": ..., **parameters}``.
+    target : str or None
+        The label column of the supervised models; unsupervised ones learn from the other columns.
+    standardize : bool
+        Standardize the columns of the supervised (linear) models.
+    query, strategy, backend, impute
+        As for :func:`train`.
+
+    Returns
+    -------
+    list of TrainedModel, in the order of ``models``.
+
+    Examples
+    --------
+    >>> import ilargi_db
+    >>> con = ilargi_db.connect()
+    >>> _ = con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range % 7 * 1.0 AS z, 2.0 * range AS y FROM range(60)")
+    >>> lin, km = ilargi_db.train_batch(con, "SELECT x, z, y FROM t", "y", ["linear_regression", ("kmeans",
+    ...                                 {"n_clusters": 2, "random_state": 0})], backend="numpy")
+    >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
+    (2.0, (2, 2))
+    """
+    return _train_models(con, query, target, _model_specs(models), strategy, backend, standardize, impute)
+
+
+def _model_specs(models: Any) -> list[tuple[str, dict]]:
+    """``models`` as ``[(algorithm, parameters)]``, refusing what is not a model."""
+    if isinstance(models, (str, dict)) or not isinstance(models, Sequence) or not len(models):
+        raise IlargiError(
+            "models must be a non-empty list of models, each an algorithm name, an (algorithm, {parameters}) pair "
+            f"or a dict with an 'algorithm' key; got {models!r}."
+        )
+    specs = []
+    for i, m in enumerate(models, start=1):
+        if isinstance(m, str):
+            specs.append((m, {}))
+        elif isinstance(m, dict) and "algorithm" in m:
+            specs.append((m["algorithm"], {k: v for k, v in m.items() if k != "algorithm"}))
+        elif isinstance(m, (tuple, list)) and len(m) == 2 and isinstance(m[1], dict):
+            specs.append((m[0], dict(m[1])))
+        else:
             raise IlargiError(
-                f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
-                f"and leave {target!r} out of the SELECT list unless it should be a feature."
+                f"model {i} of the batch is {m!r}: give an algorithm name, (algorithm, {{...}}) or a dict."
             )
+    return specs
+
+
+def _train_models(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None,
+    specs: list[tuple[str, dict]],
+    strategy: str,
+    backend: str,
+    standardize: bool,
+    impute: bool,
+) -> list[TrainedModel]:
+    """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows."""
+    start = time.perf_counter()
+    stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
+    snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
+    batch = len(specs) > 1
+    try:
+        estimators = []
+        for i, (algorithm, params) in enumerate(specs, start=1):
+            try:
+                estimators.append(make_estimator(algorithm, params))
+            except IlargiError as err:
+                raise type(err)(f"model {i} of the batch: {err}" if batch else str(err)) from None
+            if algorithm in SUPERVISED and target is None:
+                raise IlargiError(f"{algorithm} needs a target: pass {spell('target', '<label column>')}.")
         for name, flag in (("standardize", standardize), ("impute", impute)):
             if not isinstance(flag, (bool, np.bool_)):
                 raise IlargiError(f"{name} must be True or False, got {flag!r}.")
-        if standardize and not supervised:
+        if standardize and not any(a in SUPERVISED for a, _ in specs):
             raise IlargiError(
                 f"{spell('standardize', True)} is for linear and logistic regression; scale columns in the query."
             )
@@ -195,82 +289,94 @@ def train(
         flags = categorical_flags(graph)
         check_target_type(graph)
         graph = mark_categorical_coalesce(graph, flags)
-        chosen, why, explanation = choose_strategy(
-            con, graph, strategy, algorithm=algorithm, backend=backend, params=params
-        )
-        plan = explanation.plan if explanation is not None else None
-        facts = algorithm_facts(algorithm)
-        plan_picks_solver = (
-            plan is not None and facts.solver_parameter and params.get(facts.solver_parameter, "auto") == "auto"
-        )
-        if plan_picks_solver:
-            estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
+        chosen, why, explanations = choose_batch_strategy(con, graph, strategy, specs, backend)
+        plans = [plan_for(e, chosen) for e in explanations]
+        solver_picks = []
+        for (algorithm, params), estimator, plan in zip(specs, estimators, plans):
+            facts = algorithm_facts(algorithm)
+            picks = plan is not None and facts.solver_parameter and params.get(facts.solver_parameter, "auto") == "auto"
+            if picks:
+                estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
+            solver_picks.append(bool(picks))
         from ilargi_db.cost_model.memory import check_job_memory
 
-        check_job_memory(con, graph, chosen, explanation)  # before any feature column is read
+        check_job_memory(con, graph, chosen, explanations[0])  # before any feature column is read
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({chosen})")
         encoder = FeatureEncoder(flags, impute=impute)
         data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be, check=True)
-        snapshot.close()  # all read: the fit needs no transaction
+        snapshot.close()  # all read: the fits need no transaction
         X, y = data.X, data.y
         if data.X.shape[0] == 0:
-            what = "rows with a non-NULL target" if supervised else "rows"
+            what = "rows with a non-NULL target" if target is not None else "rows"
             raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
         loaded = time.perf_counter()
         stages.update()
-        stages.set_description(f"training {algorithm}")
-        M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if standardize else X
-        if supervised:
-            estimator.fit(M, y)
-        else:
-            estimator.fit(M)
-        if standardize:
-            scale, mean = to_host(M.scale), to_host(M.mean)
-            estimator.coef_ = estimator.coef_ / scale
-            estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean is 0 without intercept
-        stages.update()
+        models = []
+        for (algorithm, params), estimator, plan, picks, explanation in zip(
+            specs, estimators, plans, solver_picks, explanations
+        ):
+            stages.set_description(f"training {algorithm}")
+            began = time.perf_counter()
+            supervised = algorithm in SUPERVISED
+            scaled = standardize and supervised
+            M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
+            with warnings.catch_warnings(record=True) as caught:  # kept on the model, then passed on
+                warnings.simplefilter("always", ConvergenceWarning)
+                estimator.fit(M, y) if supervised else estimator.fit(M)
+            unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if scaled:
+                scale, mean = to_host(M.scale), to_host(M.mean)
+                estimator.coef_ = estimator.coef_ / scale
+                estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
+            trained = time.perf_counter()
+            facts = algorithm_facts(algorithm)
+            solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
+            if picks:
+                estimator.set_params(**{facts.solver_parameter: "auto"})  # the caller's setting; solver_ says what ran
+                estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
+            if hasattr(estimator, "n_iter_"):
+                record_iterations(algorithm, solver, params, float(estimator.n_iter_))
+            model = TrainedModel(
+                estimator,
+                encoder,
+                algorithm,
+                query,
+                target if supervised else None,
+                target_type_=graph.target.duckdb_type if graph.target is not None and supervised else None,
+                feature_types_=[f.duckdb_type for f in graph.features],
+                standardize_=scaled,
+                strategy_=chosen,
+                decision_=why,
+                plan_=(
+                    plan.to_dict()
+                    if plan is not None
+                    else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
+                ),
+                explanation_=explanation,
+                n_rows_=int(X.shape[0]),
+                unlabelled_rows_=data.unlabelled,
+                warnings_=[str(w.message) for w in unconverged],
+            )
+            model.training_metrics_ = training_metrics(model, X, y)
+            done = time.perf_counter()
+            model.timings_ = {
+                "planning": planned - start,
+                "data": loaded - planned,
+                "training": trained - began,
+                "metrics": done - trained,
+                "total": (done - began) + (loaded - start),
+                **({"shared_by": len(specs)} if batch else {}),  # planning and data served the whole batch
+            }
+            models.append(model)
+            stages.update()
     finally:
         snapshot.close()
         stages.close()
-    trained = time.perf_counter()
-    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
-    if plan_picks_solver:
-        estimator.set_params(**{facts.solver_parameter: "auto"})  # the caller's setting; solver_ says what ran
-        estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
-    if hasattr(estimator, "n_iter_"):
-        record_iterations(algorithm, solver, params, float(estimator.n_iter_))
-    model = TrainedModel(
-        estimator,
-        encoder,
-        algorithm,
-        query,
-        target,
-        target_type_=graph.target.duckdb_type if graph.target is not None else None,
-        feature_types_=[f.duckdb_type for f in graph.features],
-        standardize_=standardize,
-        strategy_=chosen,
-        decision_=why,
-        plan_=(
-            plan.to_dict()
-            if plan is not None
-            else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
-        ),
-        explanation_=explanation,
-        n_rows_=int(X.shape[0]),
-        unlabelled_rows_=data.unlabelled,
-    )
-    model.training_metrics_ = training_metrics(model, X, y)
-    done = time.perf_counter()
-    model.timings_ = {
-        "planning": planned - start,
-        "data": loaded - planned,
-        "training": trained - loaded,
-        "metrics": done - trained,
-        "total": done - start,
-    }
-    return model
+    return models
 
 
 def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
@@ -409,4 +515,5 @@ __all__ = [
     "predict",
     "training_metrics",
     "train",
+    "train_batch",
 ]

@@ -305,7 +305,7 @@ def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkey
 
     monkeypatch.setattr(ilargi_db.cost_model.choose, "explain_graph", broken)
     model = ilargi_db.train(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
-    assert "Amalur's rule" in model.decision_ and "the cost estimator failed: cannot read" in model.decision_
+    assert "Amalur's rule" in model.decision_ and "the cost model failed: cannot read" in model.decision_
     assert model.explanation_ is None
 
 

@@ -520,3 +520,60 @@ def test_train_returns_one_trained_model_and_leaves_the_estimator_alone(con):
         _ = model.no_such_attribute_
     with pytest.raises(IlargiError, match="needs a model returned by ilargi_db.train"):
         ilargi_db.predict(con, model.estimator_, query)
+
+
+def test_a_batch_reads_the_data_once_and_equals_separate_trainings(con, monkeypatch):
+    """train_batch (issue 13): one snapshot, one read; every model as train() would make it."""
+    import ilargi_db.training as training
+
+    query = "SELECT f.dep_delay, f.distance, a.alt, f.arr_delay FROM flights f JOIN airports a ON f.origin = a.faa"
+    specs = [
+        ("linear_regression", {"alpha": 0.5}),
+        {"algorithm": "kmeans", "n_clusters": 2, "random_state": 0},
+        "linear_regression",
+    ]
+    real = {"factorized": training._factorized, "materialized": training._materialized}
+    reads = []
+
+    def counted(strategy):
+        return lambda *a, **k: reads.append(strategy) or real[strategy](*a, **k)
+
+    for strategy in ("factorized", "materialized"):
+        reads.clear()
+        monkeypatch.setattr(training, f"_{strategy}", counted(strategy))
+        lin, km, plain = ilargi_db.train_batch(con, query, "arr_delay", specs, strategy=strategy, backend="numpy")
+        monkeypatch.undo()
+        assert reads == [strategy]
+        alone = ilargi_db.train(con, query, "arr_delay", alpha=0.5, strategy=strategy, backend="numpy")
+        np.testing.assert_allclose(lin.coef_, alone.coef_, rtol=1e-9)
+        features = query.replace(", f.arr_delay", "")
+        km_alone = ilargi_db.train(
+            con, features, algorithm="kmeans", n_clusters=2, random_state=0, strategy=strategy, backend="numpy"
+        )
+        np.testing.assert_allclose(km.cluster_centers_, km_alone.cluster_centers_, rtol=1e-9)
+        assert km.target_ is None and lin.target_ == "arr_delay" and plain.get_params()["alpha"] == 0.0
+        assert lin.timings_["shared_by"] == 3 and lin.strategy_ == km.strategy_ == strategy
+
+
+def test_an_auto_batch_takes_one_strategy_for_all(con):
+    query = "SELECT f.dep_delay, f.distance, a.alt, f.arr_delay FROM flights f JOIN airports a ON f.origin = a.faa"
+    kmeans = ("kmeans", {"n_clusters": 2, "random_state": 0})
+    models = ilargi_db.train_batch(con, query, "arr_delay", ["linear_regression", kmeans], backend="numpy")
+    assert len({m.strategy_ for m in models}) == 1
+    assert models[0].decision_.startswith(f"{models[0].strategy_} for all 2 models, the data read once")
+    assert all(m.plan_["strategy"] == m.strategy_ for m in models)
+
+
+@pytest.mark.parametrize(
+    "models, message",
+    [
+        ([], "models must be a non-empty list"),
+        ("kmeans", "models must be a non-empty list"),
+        ([("kmeans", 3)], r"model 1 of the batch is \('kmeans', 3\)"),
+        (["linear_regression", ("kmeans", {"n_clusterz": 2})], "model 2 of the batch: unknown parameter"),
+        (["svm"], "unknown algorithm 'svm'"),
+    ],
+)
+def test_bad_batches_say_which_model(con, models, message):
+    with pytest.raises(IlargiError, match=message):
+        ilargi_db.train_batch(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay", models)

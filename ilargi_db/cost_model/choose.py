@@ -7,7 +7,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.cost_model.explain import explain_graph
-from ilargi_db.cost_model.features import FACTORIZE_ABOVE, source_rows
+from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_stats, source_rows
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
@@ -15,19 +15,19 @@ from ilargi_db.read_snapshot import renew_snapshot
 STRATEGIES = ("auto", "factorized", "materialized")
 
 
-def choose_strategy(
+def choose_batch_strategy(
     con: duckdb.DuckDBPyConnection,
     graph: JoinGraph,
     strategy: str,
-    *,
-    algorithm: str = "linear_regression",
+    models: list[tuple[str, dict]],
     backend: str = "auto",
-    params: dict | None = None,
-) -> tuple[str, str, Any]:
-    """``(strategy, why, explanation)``: the caller's strategy, or the cost estimator's choice for ``"auto"``.
+) -> tuple[str, str, list[Any]]:
+    """``(strategy, why, explanations)`` for models trained together on one read of the data.
 
-    ``explanation`` is the estimator's :class:`~ilargi_db.cost_model.Explanation` (None when it was not asked).
+    With ``"auto"`` each model's plans are priced on the job's statistics (gathered once); the batch takes
+    the strategy whose plans cost least in sum, the data read once.
     """
+    none: list[Any] = [None] * len(models)
     if strategy not in STRATEGIES:
         raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
     mixed = graph.cross_source_features
@@ -35,21 +35,58 @@ def choose_strategy(
         why = "; ".join(feature.describe_sources() for feature in mixed)
         if strategy == "factorized":
             check_single_source(graph)  # raises the planner's message
-        return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", None
+        return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", none
     if strategy != "auto":
-        return strategy, f"{strategy}: chosen by the caller.", None
+        return strategy, f"{strategy}: chosen by the caller.", none
     try:
-        explanation = explain_graph(con, graph, algorithm, backend, params)
-    except (duckdb.Error, OSError, ValueError) as err:  # the estimator must never stop a training that can run
+        stats = job_stats(con, graph)
+        explanations = [explain_graph(con, graph, a, backend, p, stats=stats) for a, p in models]
+    except (duckdb.Error, OSError, ValueError) as err:  # the cost model must never stop a training that can run
         renew_snapshot(con)  # a failed statement aborts the transaction it ran in
         chosen, why = cell_ratio_rule(con, graph)
-        return chosen, f"{why} (the cost estimator failed: {err})", None
-    seconds = explanation.predicted_seconds
-    why = (
-        f"{explanation.plan.label}: predicted {seconds['factorized']:.3g} s factorized vs "
-        f"{seconds['materialized']:.3g} s materialized; {'; '.join(explanation.reasons[:2])}."
+        return chosen, f"{why} (the cost model failed: {err})", none
+    if len(models) == 1:
+        (explanation,) = explanations
+        seconds = explanation.predicted_seconds
+        why = (
+            f"{explanation.plan.label}: predicted {seconds['factorized']:.3g} s factorized vs "
+            f"{seconds['materialized']:.3g} s materialized; {'; '.join(explanation.reasons[:2])}."
+        )
+        return explanation.strategy, why, explanations
+    totals = batch_seconds(explanations)
+    if not totals:  # no strategy fits every model: each model's own choice is refused the same way alone
+        return explanations[0].strategy, "no strategy fits every model of the batch", explanations
+    chosen = min(totals, key=totals.get)
+    others = ", ".join(f"{totals[s]:.3g} s {s}" for s in totals if s != chosen)
+    why = f"{chosen} for all {len(models)} models, the data read once: predicted {totals[chosen]:.3g} s" + (
+        f" vs {others}" if others else ""
     )
-    return explanation.strategy, why, explanation
+    return chosen, why, explanations
+
+
+def batch_seconds(explanations: list[Any]) -> dict[str, float]:
+    """Predicted seconds of the batch per strategy: each model's best plan, planning and reading counted once."""
+    totals: dict[str, float] = {}
+    for strategy in ("factorized", "materialized"):
+        best = [
+            min((p for p in e.plans if p.strategy == strategy and p.fits), key=lambda p: p.seconds, default=None)
+            for e in explanations
+        ]
+        if any(p is None for p in best):
+            continue
+        shared = max(p.phase_seconds()["planning"] + p.phase_seconds()["data"] for p in best)
+        totals[strategy] = shared + sum(p.phase_seconds()["iterations"] for p in best)
+    return totals
+
+
+def plan_for(explanation: Any, strategy: str) -> Any:
+    """The cheapest plan of ``explanation`` that runs ``strategy`` and fits (None without an explanation)."""
+    if explanation is None:
+        return None
+    if explanation.plan is not None and explanation.plan.strategy == strategy:
+        return explanation.plan
+    fitting = [p for p in explanation.plans if p.strategy == strategy and p.fits]
+    return min(fitting, key=lambda p: p.seconds, default=None)
 
 
 def cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[str, str]:

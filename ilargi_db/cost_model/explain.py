@@ -10,7 +10,7 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_features, job_stats
+from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
@@ -216,8 +216,12 @@ def explain_graph(
     params: dict[str, Any] | None = None,
     cache: str | os.PathLike | None = None,
     strategies: tuple[str, ...] = STRATEGIES,
+    stats: JobStats | None = None,
 ) -> Explanation:
-    """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates."""
+    """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
+
+    ``stats`` are the job's statistics when the caller has them (a batch of models on one query shares them).
+    """
     from ilargi_db.backend import get_backend
 
     start = time.perf_counter()
@@ -225,7 +229,7 @@ def explain_graph(
     _check(algorithm, params)
     name = get_backend(backend).name
     hardware = detect_hardware(cache)
-    stats = job_stats(con, graph)
+    stats = job_stats(con, graph) if stats is None else stats
     costs = kernel_costs(hardware, name, cache)
     load = probe_load(hardware.cores)
     needed = array_bytes(stats)

@@ -41,7 +41,7 @@ from ilargi_db.sql_functions.registry import (
     load_model,
     save_model,
 )
-from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train
+from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train, train_batch
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 TRAIN_OPTIONS: dict[str, type] = {"strategy": str, "backend": str, "standardize": bool, "impute": bool}
@@ -178,12 +178,17 @@ def train_and_store(
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
-    with warnings.catch_warnings(record=True) as caught:  # a SQL user reads them in the summary
+    with warnings.catch_warnings(record=True):  # a SQL user reads them in the summary (model.warnings_)
         warnings.simplefilter("always", ConvergenceWarning)
         model = train(con, query, target, algorithm, **kwargs)
-    model.warnings_ = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
+    return _summary(model, time.perf_counter() - start)
+
+
+def _summary(model: Any, seconds: float) -> dict:
+    """What ``ilargi_train`` returns for one stored model: short; the full detail is in the registry."""
+    algorithm = model.algorithm_
     summary = {
         "name": model.name_,
         "version": model.version_,
@@ -197,12 +202,80 @@ def train_and_store(
         "features": len(model.encoder_.specs_),
         "columns": len(model.encoder_.feature_names_out_),
         "metrics": model.training_metrics_,
-        "seconds": {**model.timings_, "total": time.perf_counter() - start},
+        "seconds": {**model.timings_, "total": seconds},
         "macros": model.macros_,
         "unlabelled_rows_left_out": model.unlabelled_rows_,
         "warnings": model.warnings_,
     }
     return _finite(summary)
+
+
+def train_batch_and_store(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, models: str | None, options: str | None
+) -> list[dict]:
+    """Train the models of the JSON array ``models`` on one read of ``query``, store each; their summaries.
+
+    Each element is ``{"name": ..., "algorithm": ..., <parameters>}``; ``options`` holds what the batch
+    shares (``strategy``, ``backend``, ``standardize``, ``impute``).
+    """
+    start = time.perf_counter()
+    query = _required(query, "the training query")
+    specs = parse_batch(_required(models, "the models"))
+    shared = parse_options(specs[0][1], options)  # the shared options, checked against the first model's
+    unknown = sorted(set(shared) - set(TRAIN_OPTIONS))
+    if unknown:
+        raise IlargiError(
+            f"option(s) {', '.join(map(repr, unknown))} belong to a model, not to the batch: put them in its "
+            f"element of the models array; the batch's options are {', '.join(TRAIN_OPTIONS)}."
+        )
+    check_writable(con)
+    check_registry(con)  # someone else's ilargi.models is refused before, not after, training
+    check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
+    with warnings.catch_warnings(record=True):  # each model keeps its own (model.warnings_)
+        warnings.simplefilter("always", ConvergenceWarning)
+        trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)
+    check_interrupted()  # the last point where stopping leaves nothing stored
+    summaries = []
+    for (name, _, _), model in zip(specs, trained):
+        save_model(con, name, model)
+        summaries.append(_summary(model, time.perf_counter() - start))
+    return [_finite(s) for s in summaries]
+
+
+def parse_batch(models: str) -> list[tuple[str, str, dict]]:
+    """``[(name, algorithm, parameters)]`` from the models JSON array, each checked as ``ilargi_train`` checks it."""
+    try:
+        parsed = json.loads(models, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as err:
+        raise IlargiError(
+            f"models are not valid JSON ({err.msg} at character {err.pos}): pass an array such as "
+            """'[{"name": "m1", "algorithm": "linear_regression", "alpha": 1.0}]'."""
+        ) from None
+    if not isinstance(parsed, list) or not parsed or not all(isinstance(m, dict) for m in parsed):
+        raise IlargiError(
+            """models must be a non-empty JSON array of objects such as '[{"name": "m1", "algorithm": "kmeans", """
+            f""""n_clusters": 5}}]', got {models!r}."""
+        )
+    specs, names = [], set()
+    for i, m in enumerate(parsed, start=1):
+        if "name" not in m or "algorithm" not in m:
+            raise IlargiError(f'model {i} of the batch needs a "name" and an "algorithm", got {json.dumps(m)}.')
+        name = check_model_name(m["name"])
+        if name in names:
+            raise IlargiError(f"model name {name!r} appears twice in the batch: give each model its own name.")
+        names.add(name)
+        params = {k: v for k, v in m.items() if k not in ("name", "algorithm")}
+        try:
+            kwargs = parse_options(m["algorithm"], json.dumps(params), allowed_extra={})
+        except IlargiError as err:
+            raise IlargiError(f"model {i} of the batch ({name}): {err}") from None
+        specs.append((name, m["algorithm"], kwargs))
+    return specs
+
+
+def sql_train_batch(con: weakref.ref, query: str, target: str | None, models: str | None, options: str | None) -> str:
+    """``ilargi_train_batch``: several models on one read of the training query; a JSON array of summaries."""
+    return json.dumps(_on_cursor(con, lambda cursor: train_batch_and_store(cursor, query, target, models, options)))
 
 
 def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
@@ -240,11 +313,12 @@ def sql_drop_model(con: weakref.ref, name: str) -> str:
 # SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
 FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_train": (sql_train, ["name", "algorithm", "training_query", "target"]),
+    "ilargi_train_batch": (sql_train_batch, ["training_query", "target", "models"]),
     "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
     "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
     "ilargi_drop_model": (sql_drop_model, ["name"]),
 }
-WITH_OPTIONS = {"ilargi_train", "ilargi_explain"}
+WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain"}
 
 
 def _in_sql_terms(impl: Callable[..., str]) -> Callable[..., str]:
