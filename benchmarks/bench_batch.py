@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     con.close()
-    command = "python benchmarks/bench_batch.py" + ("" if argv is None else " " + " ".join(argv))
+    command = " ".join(["python benchmarks/bench_batch.py", *(sys.argv[1:] if argv is None else argv)])
     lines = [
         "## Batches: four algorithms on one query (`benchmarks/bench_batch.py`)",
         "",

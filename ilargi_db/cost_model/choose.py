@@ -8,6 +8,8 @@ import duckdb
 
 from ilargi_db.cost_model.explain import explain_graph
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_stats, source_rows
+from ilargi_db.cost_model.hardware import detect_hardware
+from ilargi_db.cost_model.kernels import probe_load
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
@@ -40,7 +42,8 @@ def choose_batch_strategy(
         return strategy, f"{strategy}: chosen by the caller.", none
     try:
         stats = job_stats(con, graph)
-        explanations = [explain_graph(con, graph, a, backend, p, stats=stats) for a, p in models]
+        load = probe_load(detect_hardware().cores)
+        explanations = [explain_graph(con, graph, a, backend, p, stats=stats, load=load) for a, p in models]
     except (duckdb.Error, OSError, ValueError) as err:  # the cost model must never stop a training that can run
         renew_snapshot(con)  # a failed statement aborts the transaction it ran in
         chosen, why = cell_ratio_rule(con, graph)

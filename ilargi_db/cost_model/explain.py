@@ -217,10 +217,12 @@ def explain_graph(
     cache: str | os.PathLike | None = None,
     strategies: tuple[str, ...] = STRATEGIES,
     stats: JobStats | None = None,
+    load: float | None = None,
 ) -> Explanation:
     """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
 
-    ``stats`` are the job's statistics when the caller has them (a batch of models on one query shares them).
+    ``stats`` are the job's statistics and ``load`` the load probe's reading when the caller has them (a
+    batch of models on one query shares both).
     """
     from ilargi_db.backend import get_backend
 
@@ -231,7 +233,7 @@ def explain_graph(
     hardware = detect_hardware(cache)
     stats = job_stats(con, graph) if stats is None else stats
     costs = kernel_costs(hardware, name, cache)
-    load = probe_load(hardware.cores)
+    load = probe_load(hardware.cores) if load is None else load
     needed = array_bytes(stats)
     limit = memory_limit_bytes(con)
     mixed = graph.cross_source_features
