@@ -175,6 +175,27 @@ PARALLEL = frozenset(
 )
 
 
+def _gather_prior(
+    fixed: float,
+    dense: float,
+    block: float,
+    gathered: float,
+    uncached: float,
+    parts: float,
+    per_byte: float,
+    per_core: float,
+) -> dict[str, float]:
+    ns = 1e-9
+    return {
+        "fixed": fixed,
+        "dense_cells": dense * ns * per_byte,
+        "block_entries": block * ns * per_byte,
+        "gathered_rows": gathered * ns * per_core,
+        "uncached_rows": uncached * ns * per_core,
+        "parts": parts,
+    }
+
+
 def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
     """Priors: seconds per unit of each work term, scaled to the measured cores, bandwidth and FLOP rate.
 
@@ -205,38 +226,12 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "queries": 0.002,
         },
         "to_device": {"fixed": 1e-4, "bytes": 1 / 12e9},
-        "lmm": {
-            "fixed": 20e-6,
-            "dense_cells": 0.11e-9 * per_byte,
-            "block_entries": 0.15e-9 * per_byte,
-            "gathered_rows": 0.25e-9 * per_core,
-            "uncached_rows": 1.0e-9 * per_core,
-            "parts": 8e-6,
-        },
-        "rmm": {
-            "fixed": 40e-6,
-            "dense_cells": 0.38e-9 * per_byte,
-            "block_entries": 0.2e-9 * per_byte,
-            "gathered_rows": 0.55e-9 * per_core,
-            "uncached_rows": 1.5e-9 * per_core,
-            "parts": 5e-6,
-        },
-        "nearest": {
-            "fixed": 40e-6,
-            "dense_cells": 0.3e-9 * per_byte,
-            "block_entries": 0.2e-9 * per_byte,
-            "gathered_rows": 0.5e-9 * per_core,
-            "uncached_rows": 1.5e-9 * per_core,
-            "parts": 8e-6,
-        },
-        "group_sums": {
-            "fixed": 40e-6,
-            "dense_cells": 0.3e-9 * per_byte,
-            "block_entries": 0.2e-9 * per_byte,
-            "gathered_rows": 0.5e-9 * per_core,
-            "uncached_rows": 1.5e-9 * per_core,
-            "parts": 8e-6,
-        },
+        # The gathered-matrix kernels share their terms: fixed, dense cells, block entries, rows gathered,
+        # rows gathered from blocks beyond the caches, parts (ns per unit, from the 2-core fit).
+        "lmm": _gather_prior(20e-6, 0.11, 0.15, 0.25, 1.0, 8e-6, per_byte, per_core),
+        "rmm": _gather_prior(40e-6, 0.38, 0.2, 0.55, 1.5, 5e-6, per_byte, per_core),
+        "nearest": _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
+        "group_sums": _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
         "crossprod": {
             "fixed": 25e-6,
             "dense_gram": 0.08e-9 * per_flop,
