@@ -4,18 +4,23 @@
 :class:`TrainedModel`. Its provenance keeps the attribute names users know (``strategy_``,
 ``decision_``, ``timings_``, ``plan_``, ...), and anything else (``coef_``, ``n_iter_``, ``predict``,
 ``get_params``) is the fitted scikit-learn-style estimator's, so the estimator is never dressed up with
-attributes of ours.
+provenance of ours.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ilargi_db.errors import IlargiError
 
 
 @dataclass(repr=False, eq=False)
 class TrainedModel:
     """A model trained by ilargi_db: the estimator, the encoder, and the job that made it.
+
+    Setting an attribute the estimator has (``model.coef_ = ...``) sets it on the estimator, so ``predict``
+    and ``save_model`` see the same values; ``fit`` is refused (train again instead).
 
     Attributes
     ----------
@@ -63,6 +68,21 @@ class TrainedModel:
             raise AttributeError(name)
         return getattr(self.estimator_, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A name of the estimator's (model.coef_ = ...) is set on the estimator, which predicts and is stored.
+        if name in _FIELDS or "estimator_" not in self.__dict__:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.estimator_, name, value)
+
+    def fit(self, *args: Any, **kwargs: Any) -> None:
+        raise IlargiError(
+            "a trained model is not refitted in place (its encoder, plan and metrics describe its training): "
+            "train again with ilargi_db.train(...), or fit model.estimator_ on arrays."
+        )
+
+    partial_fit = fit_transform = set_params = fit
+
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self.estimator_)))
 
@@ -73,3 +93,6 @@ class TrainedModel:
             f"<TrainedModel{stored} {self.algorithm_}, {self.strategy_}, {self.n_rows_:,} rows, "
             f"{len(self.encoder_.feature_names_out_):,} columns{': ' + metrics if metrics else ''}>"
         )
+
+
+_FIELDS = frozenset(f.name for f in fields(TrainedModel))

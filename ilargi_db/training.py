@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
@@ -205,7 +203,9 @@ def train_batch(
         Each model as an algorithm name, an ``(algorithm, {parameters})`` pair, or a dict
         ``{"algorithm": ..., **parameters}``.
     target : str or None
-        The label column of the supervised models; unsupervised ones learn from the other columns.
+        The label column of the supervised models; unsupervised ones learn from the other columns. All
+        models learn from the same rows: those whose target is not NULL (``unlabelled_rows_`` counts
+        the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the supervised (linear) models.
     query, strategy, backend, impute
@@ -270,8 +270,10 @@ def _train_models(
         for i, (algorithm, params) in enumerate(specs, start=1):
             try:
                 estimators.append(make_estimator(algorithm, params))
-            except IlargiError as err:
-                raise type(err)(f"model {i} of the batch: {err}" if batch else str(err)) from None
+            except ValueError as err:  # ours, or scikit-learn's parameter validation
+                if not batch:
+                    raise
+                raise IlargiError(f"model {i} of the batch: {err}") from None
             if algorithm in SUPERVISED and target is None:
                 raise IlargiError(f"{algorithm} needs a target: pass {spell('target', '<label column>')}.")
         for name, flag in (("standardize", standardize), ("impute", impute)):
@@ -290,6 +292,14 @@ def _train_models(
         check_target_type(graph)
         graph = mark_categorical_coalesce(graph, flags)
         chosen, why, explanations = choose_batch_strategy(con, graph, strategy, specs, backend)
+        if strategy != "auto":
+            chosen_by = "the caller"
+        elif graph.cross_source_features:
+            chosen_by = "the query (a feature mixes sources)"
+        elif explanations[0] is None:
+            chosen_by = "Amalur's rule (the cost model failed)"
+        else:
+            chosen_by = "the batch (no plan of this model alone)"
         plans = [plan_for(e, chosen) for e in explanations]
         solver_picks = []
         for (algorithm, params), estimator, plan in zip(specs, estimators, plans):
@@ -322,12 +332,8 @@ def _train_models(
             supervised = algorithm in SUPERVISED
             scaled = standardize and supervised
             M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
-            with warnings.catch_warnings(record=True) as caught:  # kept on the model, then passed on
-                warnings.simplefilter("always", ConvergenceWarning)
-                estimator.fit(M, y) if supervised else estimator.fit(M)
-            unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
-            for w in caught:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            estimator.fit(M, y) if supervised else estimator.fit(M)
+            unconverged = getattr(estimator, "convergence_warning_", None)
             if scaled:
                 scale, mean = to_host(M.scale), to_host(M.mean)
                 estimator.coef_ = estimator.coef_ / scale
@@ -354,12 +360,12 @@ def _train_models(
                 plan_=(
                     plan.to_dict()
                     if plan is not None
-                    else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": "the caller"}
+                    else {"strategy": chosen, "solver": solver, "backend": be.name, "chosen_by": chosen_by}
                 ),
                 explanation_=explanation,
                 n_rows_=int(X.shape[0]),
                 unlabelled_rows_=data.unlabelled,
-                warnings_=[str(w.message) for w in unconverged],
+                warnings_=[unconverged] if unconverged else [],
             )
             model.training_metrics_ = training_metrics(model, X, y)
             done = time.perf_counter()

@@ -520,3 +520,13 @@ def test_a_save_that_loses_the_race_for_a_version_is_told_to_try_again(monkeypat
         ilargi_db.save_model(this, "race", model)
     assert con.sql("SELECT name, version FROM ilargi.models").fetchall() == [("race", 1)]
     assert ilargi_db.save_model(this, "race", model) == 2  # trying again works
+
+
+def test_a_batch_that_cannot_be_stored_stores_none_of_its_models():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range AS y FROM range(30)")
+    con.execute("CREATE MACRO b_predict(x) AS x")  # someone else's function, under the second model's name
+    models = '[{"name": "a", "algorithm": "linear_regression"}, {"name": "b", "algorithm": "linear_regression"}]'
+    with pytest.raises(duckdb.Error, match="a function named b_predict already exists"):
+        con.execute("SELECT ilargi_train_batch('SELECT x, y FROM t', 'y', ?)", [models])
+    assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(0,)]

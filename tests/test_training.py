@@ -577,3 +577,47 @@ def test_an_auto_batch_takes_one_strategy_for_all(con):
 def test_bad_batches_say_which_model(con, models, message):
     with pytest.raises(IlargiError, match=message):
         ilargi_db.train_batch(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay", models)
+
+
+def test_review_fixes_convergence_is_kept_per_model_and_filters_are_untouched(con):
+    import warnings as w
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    query = "SELECT f.dep_delay, f.distance, f.late FROM flights f"
+    before = list(w.filters)
+    with pytest.warns(ConvergenceWarning, match="stopped at max_iter=1"):
+        model = ilargi_db.train(con, query, "late", "logistic_regression", max_iter=1, backend="numpy")
+    assert model.warnings_ and "max_iter=1" in model.warnings_[0] and list(w.filters) == before
+    done = ilargi_db.train(con, query, "late", "logistic_regression", backend="numpy")
+    assert done.warnings_ == []
+
+
+def test_review_fixes_a_trained_model_sets_through_and_refuses_refits(con):
+    model = ilargi_db.train(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay", backend="numpy")
+    model.coef_ = model.coef_ * 0
+    assert model.estimator_.coef_[0] == 0 and model.predict(np.ones((1, 1)))[0] == model.intercept_
+    model.name_ = "m"
+    assert "name_" not in vars(model.estimator_)
+    with pytest.raises(IlargiError, match="not refitted in place"):
+        model.fit(np.ones((2, 1)), [1.0, 2.0])
+
+
+def test_review_fixes_a_corrupt_iteration_history_does_not_stop_training(con, tmp_path, monkeypatch):
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
+    (tmp_path / "iterations.json").write_text('{"logistic_regression/lbfgs/tol=0.0001/max_iter=100": 5, "x": [1, "a"]}')
+    model = ilargi_db.train(con, "SELECT f.dep_delay, f.late FROM flights f", "late", "logistic_regression")
+    assert model.n_iter_ >= 1
+
+
+def test_review_fixes_the_statistics_sample_is_the_same_every_run():
+    from ilargi_db.cost_model import job_stats
+    from ilargi_db.plan import build_join_graph
+
+    db = duckdb.connect()
+    db.execute("SET threads = 4")
+    db.execute("CREATE TABLE f AS SELECT range % 1000 AS k, random() AS x, random() AS y FROM range(1200000)")
+    db.execute("CREATE TABLE d AS SELECT range AS k, random() AS z FROM range(1000)")
+    graph = build_join_graph(db, "SELECT f.x, d.z, f.y FROM f JOIN d USING (k)", "y")
+    first = job_stats(db, graph)
+    assert job_stats(db, graph) == first and abs(first.n_rows - 1_200_000) < 60_000

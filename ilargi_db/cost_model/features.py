@@ -6,13 +6,15 @@ prefix of each numeric one), one runs the user's joins and filters with the
 projection replaced by aggregates: the join's rows and, per source, how many
 distinct source rows it references (HyperLogLog's approximate count: fan-out,
 the M:N redundancy) and how many output rows it fills (LEFT-join gaps). No
-feature column is joined or fetched. A fact of more than 500,000 rows is read
-as a seeded system sample of about 500,000 (the counts scale with it): deciding
-costs a bounded time whatever the job's size.
+feature column is joined or fetched. A base-table fact of more than 500,000
+rows is sampled to about 500,000 by a hash of its rowid (the same rows on every
+run; the counts scale with the share): deciding costs a bounded time whatever
+the job's size.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,7 @@ from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
 
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
-SAMPLE_JOIN_ROWS = 500_000  # above this many fact rows the statistics join reads a (seeded) sample of them
+SAMPLE_JOIN_ROWS = 500_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 
@@ -103,24 +105,16 @@ def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) ->
     return f"{with_prefix(graph.select)}SELECT {', '.join(items)}", layout
 
 
-def _sample(select: exp.Select, alias: str, percent: float) -> None:
-    """Read ``percent`` of source ``alias``'s rows in ``select`` (DuckDB's vector-wise system sample)."""
-    items = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
-    for item in items:
-        if item.alias_or_name == alias:
-            item.set(
-                "sample",
-                exp.TableSample(
-                    method=exp.var("SYSTEM"), percent=exp.Literal.number(f"{percent:.4g}"), seed=exp.Literal.number(7)
-                ),
-            )
-            return
+def _sample(select: exp.Select, alias: str, every: int) -> None:
+    """Keep one row in ``every`` of source ``alias`` in ``select``, the same rows on every run (by rowid hash)."""
+    # hash(rowid + 1), not hash(rowid): approx_count_distinct hashes rowid too, and must see random bits.
+    select.where(f"hash({quote(alias)}.rowid + 1) % {int(every)} = 0", dialect="duckdb", copy=False)
 
 
-def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, sample: tuple[str, float] | None = None) -> str:
+def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, sample: tuple[str, int] | None = None) -> str:
     """The user's FROM/WHERE with aggregates as projection: join rows, referenced and filled rows per source.
 
-    ``sample`` = (alias, percent) reads only that share of one source (the fact of a large job).
+    ``sample`` = (alias, every) keeps one row in ``every`` of one base table (the fact of a large job).
     """
     keys = join_columns(graph)
     prefix = with_prefix(graph.select)
@@ -170,9 +164,10 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
         fact_alias = max(with_parts, key=lambda a: rows[a])
         scale = 1.0
         sample = None
-        if rows[fact_alias] > SAMPLE_JOIN_ROWS:
-            percent = max(100.0 * SAMPLE_JOIN_ROWS / rows[fact_alias], 0.01)
-            sample, scale = (fact_alias, percent), 100.0 / percent
+        fact_source = next(s for s in graph.sources if s.alias == fact_alias)
+        if rows[fact_alias] > SAMPLE_JOIN_ROWS and supports_rowid(con, fact_source, with_prefix(graph.select)):
+            every = math.ceil(rows[fact_alias] / SAMPLE_JOIN_ROWS)  # a base table: rows named by rowid
+            sample, scale = (fact_alias, every), float(every)
         joined = con.sql(_join_query(con, graph, sample)).fetchall()[0]
     except duckdb.Error as err:
         raise IlargiError(f"could not count the rows of the training query's sources: {err}") from err

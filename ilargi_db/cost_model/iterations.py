@@ -11,6 +11,7 @@ the median of the recent runs with the same key, and say so.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import threading
@@ -60,7 +61,14 @@ def load_history(cache: str | os.PathLike | None = None) -> dict[str, list[float
         found = json.loads(history_path(cache).read_text())
     except (OSError, ValueError):
         return {}
-    return found if isinstance(found, dict) else {}
+    if not isinstance(found, dict):
+        return {}
+    # A hand-edited or half-written file must not stop a training: keep only lists of finite counts.
+    return {
+        k: [float(x) for x in v if isinstance(x, (int, float)) and math.isfinite(x)]
+        for k, v in found.items()
+        if isinstance(k, str) and isinstance(v, list)
+    }
 
 
 def record(
@@ -79,7 +87,7 @@ def record(
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(history))
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, ValueError, TypeError):  # a cache that cannot be written is not an error of the job
             pass
 
 

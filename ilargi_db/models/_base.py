@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import backend_of, to_host  # noqa: F401 - to_host: the models' import of it
-from ilargi_db.errors import IlargiError, spell
+from ilargi_db.errors import CALLER, IlargiError, spell
 from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
 
 MatrixLike = NormalizedMatrix | ScaledMatrix
@@ -90,13 +90,18 @@ def check_finite(value: Any, what: str) -> None:
         )
 
 
-def warn_not_converged(what: str, max_iter: int) -> None:
-    """scikit-learn's ConvergenceWarning, in ilargi_db's words."""
-    warnings.warn(
+def warn_not_converged(estimator: Any, what: str, max_iter: int) -> None:
+    """scikit-learn's ConvergenceWarning, in ilargi_db's words, also kept as ``estimator.convergence_warning_``.
+
+    Kept on the estimator because warnings filters are process-wide: two threads training at once cannot
+    tell whose warning is whose. SQL and command-line callers read it in the summary instead.
+    """
+    message = (
         f"{what} stopped at max_iter={max_iter} before converging: raise max_iter, loosen tol, or standardize "
-        "the features (standardize=True).",
-        ConvergenceWarning,
-        stacklevel=3,
+        f"the features ({spell('standardize', True)})."
     )
+    estimator.convergence_warning_ = message
+    if CALLER.get() == "python":
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)
 
 

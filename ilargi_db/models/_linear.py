@@ -145,6 +145,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
     def fit(self, X: Any, y: Any) -> LinearRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
         self._validate_params()
+        self.convergence_warning_ = None
         X, y = check_input(self, X, y, reset=True, y_numeric=True)
         M = as_matrix(X)
         y = M.backend.asarray(y, dtype=M.dtype)
@@ -231,7 +232,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         residual = M @ w + self.intercept_ - y
         self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
         if not converged:
-            warn_not_converged("linear regression (cg)", self.max_iter)
+            warn_not_converged(self, "linear regression (cg)", self.max_iter)
 
     def _fit_gd(self, M: Any, y: Any) -> None:
         xp = M.backend.xp
@@ -266,7 +267,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.coef_, self.intercept_ = to_host(w), float(c)
         self.n_iter_, self.loss_curve_ = it, losses
         if not converged:
-            warn_not_converged("linear regression (gd)", self.max_iter)
+            warn_not_converged(self, "linear regression (gd)", self.max_iter)
 
     def predict(self, X: Any) -> np.ndarray:
         """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
@@ -363,6 +364,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def fit(self, X: Any, y: Any) -> LogisticRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
         self._validate_params()
+        self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
         if type_of_target(y_host) == "continuous":
             raise ValueError(
@@ -435,7 +437,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         bar.close()
         self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2][1]])
         if result.status == 1:  # scipy: the iteration limit was reached
-            warn_not_converged("logistic regression (lbfgs)", self.max_iter)
+            warn_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
 
     def _fit_newton(self, M: Any, y01: Any) -> None:
         n, d = M.shape
@@ -470,7 +472,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
                 params = params - t * step
         self._set(params, d, len(losses), losses)
         if not converged:
-            warn_not_converged("logistic regression (newton)", self.max_iter)
+            warn_not_converged(self, "logistic regression (newton)", self.max_iter)
 
     def _set(self, params: np.ndarray, d: int, n_iter: int, losses: list[float]) -> None:
         self.coef_ = params[:d].copy()

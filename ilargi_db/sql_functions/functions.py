@@ -18,13 +18,11 @@ import json
 import math
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import duckdb
-from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db.cost_model import explain
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
@@ -40,6 +38,7 @@ from ilargi_db.sql_functions.registry import (
     drop_model,
     load_model,
     save_model,
+    save_models,
 )
 from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train, train_batch
 
@@ -56,23 +55,7 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
     check_algorithm(algorithm)
     if options is None or not options.strip():
         return {}
-    try:
-        parsed = json.loads(
-            options,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-            parse_int=_short_int,
-        )
-    except json.JSONDecodeError as err:
-        raise IlargiError(
-            f"options are not valid JSON ({err.msg} at character {err.pos}): pass an object such as "
-            """'{"alpha": 1.0, "strategy": "auto"}'."""
-        ) from None
-    except RecursionError:
-        raise IlargiError(
-            """options are nested too deeply: pass a flat JSON object such as '{"alpha": 1.0}'."""
-        ) from None
+    parsed = load_json(options, "options", """an object such as '{"alpha": 1.0, "strategy": "auto"}'""")
     if not isinstance(parsed, dict):
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
     check_known_settings(algorithm, parsed, tuple(allowed_extra))
@@ -82,6 +65,23 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
             raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
     check_json_types(algorithm, ALGORITHMS[algorithm], {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed
+
+
+def load_json(text: str, what: str, example: str) -> Any:
+    """``text`` parsed strictly (no NaN or Infinity, no duplicate keys, bounded numbers and depth), or an
+    error that names ``what`` and shows ``example``."""
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_short_int,
+        )
+    except json.JSONDecodeError as err:
+        raise IlargiError(f"{what} are not valid JSON ({err.msg} at character {err.pos}): pass {example}.") from None
+    except RecursionError:
+        raise IlargiError(f"{what} are nested too deeply: pass {example}.") from None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -178,9 +178,7 @@ def train_and_store(
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
-    with warnings.catch_warnings(record=True):  # a SQL user reads them in the summary (model.warnings_)
-        warnings.simplefilter("always", ConvergenceWarning)
-        model = train(con, query, target, algorithm, **kwargs)
+    model = train(con, query, target, algorithm, **kwargs)  # a SQL user reads warnings in the summary
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
     return _summary(model, time.perf_counter() - start)
@@ -221,36 +219,33 @@ def train_batch_and_store(
     start = time.perf_counter()
     query = _required(query, "the training query")
     specs = parse_batch(_required(models, "the models"))
-    shared = parse_options(specs[0][1], options)  # the shared options, checked against the first model's
-    unknown = sorted(set(shared) - set(TRAIN_OPTIONS))
+    given = (
+        load_json(options, "options", """an object such as '{"strategy": "auto"}'""")
+        if options and options.strip()
+        else {}
+    )
+    unknown = sorted(set(given) - set(TRAIN_OPTIONS)) if isinstance(given, dict) else []
     if unknown:
         raise IlargiError(
             f"option(s) {', '.join(map(repr, unknown))} belong to a model, not to the batch: put them in its "
             f"element of the models array; the batch's options are {', '.join(TRAIN_OPTIONS)}."
         )
+    shared = parse_options(specs[0][1], options)  # types checked as ilargi_train checks them
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
-    with warnings.catch_warnings(record=True):  # each model keeps its own (model.warnings_)
-        warnings.simplefilter("always", ConvergenceWarning)
-        trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)
+    trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)  # warnings in summaries
     check_interrupted()  # the last point where stopping leaves nothing stored
-    summaries = []
-    for (name, _, _), model in zip(specs, trained):
-        save_model(con, name, model)
-        summaries.append(_summary(model, time.perf_counter() - start))
-    return [_finite(s) for s in summaries]
+    save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)])  # all or none
+    seconds = time.perf_counter() - start
+    return [_finite(_summary(model, seconds)) for model in trained]
 
 
 def parse_batch(models: str) -> list[tuple[str, str, dict]]:
     """``[(name, algorithm, parameters)]`` from the models JSON array, each checked as ``ilargi_train`` checks it."""
-    try:
-        parsed = json.loads(models, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except json.JSONDecodeError as err:
-        raise IlargiError(
-            f"models are not valid JSON ({err.msg} at character {err.pos}): pass an array such as "
-            """'[{"name": "m1", "algorithm": "linear_regression", "alpha": 1.0}]'."""
-        ) from None
+    parsed = load_json(
+        models, "models", """an array such as '[{"name": "m1", "algorithm": "linear_regression", "alpha": 1.0}]'"""
+    )
     if not isinstance(parsed, list) or not parsed or not all(isinstance(m, dict) for m in parsed):
         raise IlargiError(
             """models must be a non-empty JSON array of objects such as '[{"name": "m1", "algorithm": "kmeans", """

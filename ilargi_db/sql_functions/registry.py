@@ -172,17 +172,26 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -
     ``name_predict_class`` for logistic regression) take the model's features in
     training order and work from any DuckDB client.
     """
-    name = check_model_name(name)
-    if not isinstance(model, TrainedModel):
-        raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
+    (version,) = save_models(con, [(name, model)])
+    return version
+
+
+def save_models(con: duckdb.DuckDBPyConnection, named: list[tuple[str, TrainedModel]]) -> list[int]:
+    """Store each ``(name, model)`` as :func:`save_model` does, all in one transaction: all or none."""
+    named = [(check_model_name(name), model) for name, model in named]
+    for _, model in named:
+        if not isinstance(model, TrainedModel):
+            raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
     check_writable(con)
-    check_macro_parameters([s.name for s in model.encoder_.specs_])
+    for _, model in named:
+        check_macro_parameters([s.name for s in model.encoder_.specs_])
     complete = check_registry(con)  # refuses someone else's ilargi.models before anything is written
+    name = ", ".join(n for n, _ in named)
     con.begin()
     try:
         if not complete:  # never installed here: the registry is created with the model, in its transaction
             ensure_registry(con)
-        version = _save(con, name, model)
+        versions = [_save(con, n, model) for n, model in named]
         con.commit()
     except (duckdb.TransactionException, duckdb.ConstraintException) as err:
         con.rollback()
@@ -196,7 +205,9 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -
     except BaseException:
         con.rollback()
         raise
-    return version
+    for (n, model), version in zip(named, versions):  # the model knows where it is stored once it is
+        model.name_, model.version_ = n, version
+    return versions
 
 
 def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
@@ -256,7 +267,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         con.execute(f"DROP MACRO IF EXISTS {quote_identifier(stale)}")
     for statement in statements.values():
         con.execute(statement)
-    model.name_, model.version_, model.macros_ = name, version, list(statements)
+    model.macros_ = list(statements)
     return version
 
 
