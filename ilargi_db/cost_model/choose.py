@@ -10,11 +10,12 @@ from ilargi_db.cost_model.explain import explain_graph
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
+from ilargi_db.cost_model.plan import STRATEGIES as PLAN_STRATEGIES
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
 
-STRATEGIES = ("auto", "factorized", "materialized")
+STRATEGIES = ("auto", *PLAN_STRATEGIES)  # what a caller may ask for
 
 
 def choose_batch_strategy(
@@ -70,7 +71,7 @@ def choose_batch_strategy(
 def batch_seconds(explanations: list[Any]) -> dict[str, float]:
     """Predicted seconds of the batch per strategy: each model's best plan, planning and reading counted once."""
     totals: dict[str, float] = {}
-    for strategy in ("factorized", "materialized"):
+    for strategy in PLAN_STRATEGIES:
         best = [
             min((p for p in e.plans if p.strategy == strategy and p.fits), key=lambda p: p.seconds, default=None)
             for e in explanations

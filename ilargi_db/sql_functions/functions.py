@@ -27,7 +27,7 @@ import duckdb
 from ilargi_db.cost_model import explain
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import check_known_settings
+from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.sql_functions.registry import (
@@ -43,7 +43,8 @@ from ilargi_db.sql_functions.registry import (
 from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train, train_batch
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
-TRAIN_OPTIONS: dict[str, type] = {"strategy": str, "backend": str, "standardize": bool, "impute": bool}
+# train()'s own settings (models/catalog.py names them) with the JSON type each takes.
+TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool), strict=True))
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
