@@ -530,3 +530,18 @@ def test_a_batch_that_cannot_be_stored_stores_none_of_its_models():
     with pytest.raises(duckdb.Error, match="a function named b_predict already exists"):
         con.execute("SELECT ilargi_train_batch('SELECT x, y FROM t', 'y', ?)", [models])
     assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(0,)]
+
+
+def test_load_model_gives_back_the_unlabelled_rows_and_warnings():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, CASE WHEN range % 5 = 0 THEN NULL ELSE range END AS y "
+        "FROM range(50)"
+    )
+    model = ilargi_db.train(
+        con, "SELECT x, y > 20 AS big FROM t", "big", "logistic_regression", max_iter=1, backend="numpy"
+    )
+    ilargi_db.save_model(con, "m", model)
+    loaded = ilargi_db.load_model(con, "m")
+    assert loaded.unlabelled_rows_ == model.unlabelled_rows_ == 10
+    assert loaded.warnings_ == model.warnings_ and "max_iter=1" in loaded.warnings_[0]

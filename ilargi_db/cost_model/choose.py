@@ -6,7 +6,7 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.cost_model.explain import explain_graph
+from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
@@ -61,6 +61,10 @@ def choose_batch_strategy(
     if not totals:  # no strategy fits every model: each model's own choice is refused the same way alone
         return explanations[0].strategy, "no strategy fits every model of the batch", explanations
     chosen = min(totals, key=totals.get)
+    # Within the models' error the data's shape decides, as for one model (explain._choose).
+    shape = "factorized" if explanations[0].features["comp_ratio"] > FACTORIZE_ABOVE else "materialized"
+    if shape in totals and totals[shape] <= totals[chosen] * (1 + NEAR_TIE):
+        chosen = shape
     others = ", ".join(f"{totals[s]:.3g} s {s}" for s in totals if s != chosen)
     why = f"{chosen} for all {len(models)} models, the data read once: predicted {totals[chosen]:.3g} s" + (
         f" vs {others}" if others else ""

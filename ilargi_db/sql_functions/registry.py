@@ -233,6 +233,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     fitted = {attr: getattr(model, attr) for attr in algorithm_facts(model.algorithm_).fitted}
     fitted["feature_names_out"] = list(model.feature_names_in_)
     fitted["plan"] = model.plan_  # the physical plan that trained it
+    fitted["unlabelled_rows"] = model.unlabelled_rows_
+    fitted["warnings"] = model.warnings_
     timings = dict(model.timings_)
     con.execute(
         "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
@@ -320,6 +322,8 @@ def _rebuild(row: dict) -> TrainedModel:
         strategy_=row["strategy"],
         decision_=row["decision"],
         plan_=fitted.get("plan"),
+        unlabelled_rows_=int(fitted.get("unlabelled_rows", 0)),  # absent in models stored before they were kept
+        warnings_=list(fitted.get("warnings", [])),
         timings_=json.loads(row["timings"]),
         training_metrics_=json.loads(row["metrics"]),
         n_rows_=int(row["n_rows"]),
