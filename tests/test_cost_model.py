@@ -116,7 +116,7 @@ def test_the_priors_decide_the_obvious_cases():
     assert high.model.startswith("priors scaled to this machine")
     one_to_one = _obvious(con, 1, 5, 1)
     assert one_to_one.strategy == "materialized"
-    assert one_to_one.features["tuple_ratio"] == 1.0
+    assert one_to_one.features["tuple_ratio"] == pytest.approx(1.0, rel=0.01)  # the fact is sampled: an estimate
 
 
 def test_explanation_reads_and_serialises(star):

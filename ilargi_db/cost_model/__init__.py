@@ -3,7 +3,7 @@
 - :mod:`~ilargi_db.cost_model.features`: the job's shape from two cheap aggregate queries.
 - :mod:`~ilargi_db.cost_model.hardware`: cores, measured memory bandwidth and FLOP rate, the GPU.
 - :mod:`~ilargi_db.cost_model.kernels`: a cost model per kernel (seconds from its shape's work terms),
-  roofline priors, this machine's calibration, and a 5 ms probe of how busy the cores are.
+  roofline priors, this machine's calibration, and a 2 ms probe of how busy the cores are.
 - :mod:`~ilargi_db.cost_model.iterations`: expected iterations per solver, learned from earlier runs.
 - :mod:`~ilargi_db.cost_model.plan`: candidate plans (strategy x solver x backend) as steps with seconds.
 - :mod:`~ilargi_db.cost_model.memory`: each strategy's arrays against DuckDB's ``memory_limit``.

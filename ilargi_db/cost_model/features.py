@@ -6,8 +6,8 @@ prefix of each numeric one), one runs the user's joins and filters with the
 projection replaced by aggregates: the join's rows and, per source, how many
 distinct source rows it references (HyperLogLog's approximate count: fan-out,
 the M:N redundancy) and how many output rows it fills (LEFT-join gaps). No
-feature column is joined or fetched. A base-table fact of more than 500,000
-rows is sampled to about 500,000 by a hash of its rowid (the same rows on every
+feature column is joined or fetched. A base-table fact of more than 100,000
+rows is sampled to about 100,000 by a hash of its rowid (the same rows on every
 run; the counts scale with the share): deciding costs a bounded time whatever
 the job's size.
 """
@@ -29,7 +29,7 @@ from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
 
 FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
-SAMPLE_JOIN_ROWS = 500_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
+SAMPLE_JOIN_ROWS = 100_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
 

@@ -367,8 +367,8 @@ def _other_running_tasks() -> float | None:
     return max(running - max(own, 1), 0.0)
 
 
-def probe_load(cores: int, budget_seconds: float = 0.005) -> float:
-    """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~5 ms of sampling.
+def probe_load(cores: int, budget_seconds: float = 0.002) -> float:
+    """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~2 ms of sampling.
 
     Samples the kernel's count of runnable tasks of other processes about once a millisecond; they
     compete for the cores, so a step that wants all ``cores`` gets cores / (cores +
