@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import duckdb
@@ -42,9 +43,13 @@ def choose_batch_strategy(
     if strategy != "auto":
         return strategy, f"{strategy}: chosen by the caller.", none
     try:
+        began = time.perf_counter()
         stats = job_stats(con, graph)
         load = probe_load(detect_hardware().cores)
-        explanations = [explain_graph(con, graph, a, backend, p, stats=stats, load=load) for a, p in models]
+        spent = time.perf_counter() - began  # deciding's cost, in every model's explanation
+        explanations = [
+            explain_graph(con, graph, a, backend, p, stats=stats, load=load, spent=spent) for a, p in models
+        ]
     except (duckdb.Error, OSError, ValueError) as err:  # the cost model must never stop a training that can run
         renew_snapshot(con)  # a failed statement aborts the transaction it ran in
         chosen, why = cell_ratio_rule(con, graph)

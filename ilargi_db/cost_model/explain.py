@@ -218,15 +218,16 @@ def explain_graph(
     strategies: tuple[str, ...] = STRATEGIES,
     stats: JobStats | None = None,
     load: float | None = None,
+    spent: float = 0.0,
 ) -> Explanation:
     """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
 
     ``stats`` are the job's statistics and ``load`` the load probe's reading when the caller has them (a
-    batch of models on one query shares both).
+    batch of models on one query shares both); ``spent`` is what getting them took, counted as deciding.
     """
     from ilargi_db.backend import get_backend
 
-    start = time.perf_counter()
+    start = time.perf_counter() - spent
     params = dict(params or {})
     _check(algorithm, params)
     name = get_backend(backend).name
