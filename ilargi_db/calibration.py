@@ -32,6 +32,7 @@ from ilargi_db.backend import get_backend
 from ilargi_db.cost_model.features import job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import (
+    KERNELS,
     GatheredPart,
     KernelCosts,
     MatrixShape,
@@ -82,7 +83,10 @@ class CalibrationResult:
             f"(grid {self.grid}), stored in {self.path}",
             "fit error per kernel (geometric mean of |predicted / measured - 1|):",
         ]
-        lines += [f"  {kernel:<18} {error:6.1%}" for kernel, error in sorted(self.costs.errors.items())]
+        lines += [
+            f"  {kernel:<18} {error:6.1%}  {KERNELS.get(kernel, '')}"
+            for kernel, error in sorted(self.costs.errors.items())
+        ]
         return "\n".join(lines)
 
 
