@@ -352,3 +352,14 @@ def test_a_near_tie_goes_to_the_plan_the_shape_favours():
     chosen, why = _choose([cg, normal], {"comp_ratio": 3.0, "columns": 10})
     assert chosen is normal and "a direct solver (10 columns)" in why
     assert _choose([cg, normal], {"comp_ratio": 3.0, "columns": 5_000})[0] is cg  # wide: the cheaper one
+
+
+def test_the_load_probe_reads_other_processes_tasks(monkeypatch):
+    from ilargi_db.cost_model import kernels
+
+    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 2.0)  # two other processes want a core each
+    assert kernels.probe_load(2) == 2.0 and kernels.probe_load(4) == 1.5
+    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 0.0)
+    assert kernels.probe_load(2) == 1.0
+    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 100.0)
+    assert kernels.probe_load(2) == 8.0  # clipped
