@@ -37,6 +37,8 @@ class TrainedModel:
     timings_, training_metrics_, n_rows_, unlabelled_rows_
         Seconds per stage, the cheap metrics on the training rows, rows trained on, rows left out
         because their target was NULL.
+    reused_ : list of str
+        The artifacts of earlier jobs this training used (see :mod:`ilargi_db.reuse`), in words.
     name_, version_, macros_
         Set once the model is stored in the registry.
     """
@@ -58,6 +60,7 @@ class TrainedModel:
     n_rows_: int = 0
     unlabelled_rows_: int = 0
     warnings_: list[str] = field(default_factory=list)  # convergence warnings the training raised
+    reused_: list[str] = field(default_factory=list)  # artifacts of earlier jobs this training used
     name_: str | None = None
     version_: int | None = None
     macros_: list[str] = field(default_factory=list)

@@ -14,6 +14,7 @@ import pyarrow as pa
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
 from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
+from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
@@ -33,7 +34,8 @@ from ilargi_db.plan import (
     mark_categorical_coalesce,
 )
 from ilargi_db.preprocess import FeatureEncoder
-from ilargi_db.read_snapshot import ReadSnapshot
+from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
+from ilargi_db.reuse.job import JobReuse
 from ilargi_db.trained_model import TrainedModel
 
 ALGORITHMS = {name: CATALOG[name].estimator_class() for name in NAMES}
@@ -48,6 +50,10 @@ class TrainingData:
     encoder: FeatureEncoder
     unlabelled: int = 0  # rows left out because their target is NULL
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.X.nbytes) + int(getattr(self.y, "nbytes", 0))
+
 
 def _factorized(
     con,
@@ -57,9 +63,38 @@ def _factorized(
     backend,
     check: bool = False,
     labelled_only: bool = True,
+    job: JobReuse | None = None,
+) -> TrainingData:
+    """The normalized matrix of ``graph``; with ``job``, from (and into) the artifact store where it can."""
+    if job is None or not job.enabled:
+        return _factorized_read(con, graph, encoder, fit, backend, check, labelled_only)
+    began = time.perf_counter()
+    key = job.matrix_key(matrix_settings(encoder.categorical, encoder.impute, backend.name, check, labelled_only))
+    found = job.find("matrix", key, "the encoded matrix")
+    if found is not None:
+        return found
+    data = _factorized_read(con, graph, encoder, fit, backend, check, labelled_only, job)
+    # In process only: live arrays (perhaps on a GPU) with the sums memoized on them as models use them.
+    job.keep("matrix", key, "the encoded matrix", data, time.perf_counter() - began, persistable=False)
+    return data
+
+
+def matrix_settings(
+    categorical: Any, impute: bool, backend: str, check: bool = True, labelled_only: bool = True
+) -> list:
+    """What, besides the data, decides the encoded matrix (part of its artifact's key)."""
+    return [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
+
+
+def _factorized_read(
+    con, graph: JoinGraph, encoder: FeatureEncoder, fit: bool, backend, check: bool, labelled_only: bool, job=None
 ) -> TrainingData:
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
-    meta = extract_metadata(con, graph, categorical=categorical)
+
+    def extract() -> Any:
+        return extract_metadata(con, graph, categorical=categorical)
+
+    meta = extract() if job is None else job.metadata(graph, categorical, extract)
     unlabelled = 0
     if labelled_only and meta.target is not None and np.isnan(meta.target).any():
         labelled = np.flatnonzero(~np.isnan(meta.target))
@@ -73,6 +108,8 @@ def _factorized(
         encoder.fit_metadata(meta)
     blocks = encoder.transform_metadata(meta)
     X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=backend)
+    if job is not None:
+        job.restore_sums(X)
     return TrainingData(X, meta.target, encoder, unlabelled)
 
 
@@ -126,6 +163,7 @@ def train(
     *,
     standardize: bool = False,
     impute: bool = True,
+    reuse: bool = True,
     **params: Any,
 ) -> Any:
     """Train a model on the rows of a SELECT over joined tables.
@@ -147,6 +185,10 @@ def train(
     impute : bool
         Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
         are one-hot encoded, NULL as its own category).
+    reuse : bool
+        Use and keep artifacts of earlier jobs (statistics, the key-only join, each feature's values,
+        the encoded matrix, X^T X) while the tables they came from are unchanged; ``False`` runs cold
+        and keeps nothing (see :mod:`ilargi_db.reuse`).
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -174,7 +216,7 @@ def train(
             f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
             f"and leave {target!r} out of the SELECT list unless it should be a feature."
         )
-    (model,) = _train_models(con, query, target, [(algorithm, params)], strategy, backend, standardize, impute)
+    (model,) = _train_models(con, query, target, [(algorithm, params)], strategy, backend, standardize, impute, reuse)
     return model
 
 
@@ -189,6 +231,7 @@ def train_batch(
     *,
     standardize: bool = False,
     impute: bool = True,
+    reuse: bool = True,
 ) -> list[TrainedModel]:
     """Train several models on one training query in one call, reading the data once.
 
@@ -208,7 +251,7 @@ def train_batch(
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the supervised (linear) models.
-    query, strategy, backend, impute
+    query, strategy, backend, impute, reuse
         As for :func:`train`.
 
     Returns
@@ -225,7 +268,7 @@ def train_batch(
     >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
     (2.0, (2, 2))
     """
-    return _train_models(con, query, target, _model_specs(models), strategy, backend, standardize, impute)
+    return _train_models(con, query, target, _model_specs(models), strategy, backend, standardize, impute, reuse)
 
 
 def _model_specs(models: Any) -> list[tuple[str, dict]]:
@@ -259,6 +302,7 @@ def _train_models(
     backend: str,
     standardize: bool,
     impute: bool,
+    reuse: bool = True,
 ) -> list[TrainedModel]:
     """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows."""
     start = time.perf_counter()
@@ -276,7 +320,7 @@ def _train_models(
                 raise IlargiError(f"model {i} of the batch: {err}") from None
             if algorithm in SUPERVISED and target is None:
                 raise IlargiError(f"{algorithm} needs a target: pass {spell('target', '<label column>')}.")
-        for name, flag in (("standardize", standardize), ("impute", impute)):
+        for name, flag in (("standardize", standardize), ("impute", impute), ("reuse", reuse)):
             if not isinstance(flag, (bool, np.bool_)):
                 raise IlargiError(f"{name} must be True or False, got {flag!r}.")
         if standardize and not any(a in SUPERVISED for a, _ in specs):
@@ -291,7 +335,29 @@ def _train_models(
         flags = categorical_flags(graph)
         check_target_type(graph)
         graph = mark_categorical_coalesce(graph, flags)
-        chosen, why, explanations = choose_batch_strategy(con, graph, strategy, specs, backend)
+        job = JobReuse.open(con, graph, flags, enabled=reuse, persist=True)
+        stats = None
+        if strategy == "auto" and not graph.cross_source_features:
+            found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
+            stats = JobStats.from_dict(found) if found is not None else None
+            if stats is None and job.enabled:
+                began = time.perf_counter()
+                try:
+                    stats = job_stats(con, graph)
+                except IlargiError:  # the cost model's own fallback takes over (see choose_batch_strategy)
+                    renew_snapshot(con)
+                else:
+                    seconds = time.perf_counter() - began
+                    job.keep("stats", job.fingerprint.stats_key, "the job's statistics", stats.to_dict(), seconds)
+        chosen, why, explanations = choose_batch_strategy(
+            con,
+            graph,
+            strategy,
+            specs,
+            backend,
+            stats=stats,
+            reuse=job.offer(graph, job.matrix_key(matrix_settings(flags, impute, be.name))),
+        )
         if strategy != "auto":
             chosen_by = "the caller"
         elif graph.cross_source_features:
@@ -314,10 +380,12 @@ def _train_models(
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({chosen})")
-        encoder = FeatureEncoder(flags, impute=impute)
-        data = (_factorized if chosen == "factorized" else _materialized)(con, graph, encoder, True, be, check=True)
+        if chosen == "factorized":
+            data = _factorized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True, job=job)
+        else:
+            data = _materialized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True)
         snapshot.close()  # all read: the fits need no transaction
-        X, y = data.X, data.y
+        X, y, encoder = data.X, data.y, data.encoder
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if target is not None else "rows"
             raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
@@ -364,6 +432,7 @@ def _train_models(
                 ),
                 explanation_=explanation,
                 n_rows_=int(X.shape[0]),
+                reused_=job.describe(),
                 unlabelled_rows_=data.unlabelled,
                 warnings_=[unconverged] if unconverged else [],
             )
@@ -379,6 +448,9 @@ def _train_models(
             }
             models.append(model)
             stages.update()
+        if chosen == "factorized":
+            job.keep_sums(X)
+        job.finish()  # new artifacts into the database (its own transaction, after the read)
     finally:
         snapshot.close()
         stages.close()

@@ -152,7 +152,7 @@ def test_the_estimator_failing_inside_the_snapshot_still_trains(con, monkeypatch
     from ilargi_db.cost_model import features
 
     monkeypatch.setattr(features, "_join_query", lambda con, graph, sample=None: "SELECT error('the estimator broke')")
-    model = ilargi_db.train(con, GOOD, "y")
+    model = ilargi_db.train(con, GOOD, "y", reuse=False)  # not statistics an earlier test stored
     assert "the cost model failed" in model.decision_ and "the estimator broke" in model.decision_
     assert model.n_rows_ == 70 and not in_transaction(con)
 

@@ -8,10 +8,11 @@ from typing import Any
 import duckdb
 
 from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
-from ilargi_db.cost_model.features import FACTORIZE_ABOVE, job_stats, source_rows
+from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
 from ilargi_db.cost_model.plan import STRATEGIES as PLAN_STRATEGIES
+from ilargi_db.cost_model.plan import ReuseOffer
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
@@ -25,11 +26,14 @@ def choose_batch_strategy(
     strategy: str,
     models: list[tuple[str, dict]],
     backend: str = "auto",
+    stats: JobStats | None = None,
+    reuse: ReuseOffer | None = None,
 ) -> tuple[str, str, list[Any]]:
     """``(strategy, why, explanations)`` for models trained together on one read of the data.
 
-    With ``"auto"`` each model's plans are priced on the job's statistics (gathered once); the batch takes
-    the strategy whose plans cost least in sum, the data read once.
+    With ``"auto"`` each model's plans are priced on the job's statistics (gathered once, or ``stats``
+    when the caller has them); the batch takes the strategy whose plans cost least in sum, the data read
+    once. ``reuse`` says what the artifact store holds for the factorized read.
     """
     none: list[Any] = [None] * len(models)
     if strategy not in STRATEGIES:
@@ -44,11 +48,12 @@ def choose_batch_strategy(
         return strategy, f"{strategy}: chosen by the caller.", none
     try:
         began = time.perf_counter()
-        stats = job_stats(con, graph)
+        stats = job_stats(con, graph) if stats is None else stats
         load = probe_load(detect_hardware().cores)
         spent = time.perf_counter() - began  # deciding's cost, in every model's explanation
         explanations = [
-            explain_graph(con, graph, a, backend, p, stats=stats, load=load, spent=spent) for a, p in models
+            explain_graph(con, graph, a, backend, p, stats=stats, load=load, spent=spent, reuse=reuse)
+            for a, p in models
         ]
     except (duckdb.Error, OSError, ValueError) as err:  # the cost model must never stop a training that can run
         renew_snapshot(con)  # a failed statement aborts the transaction it ran in

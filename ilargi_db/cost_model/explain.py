@@ -15,7 +15,7 @@ from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
-from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans
+from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, ReuseOffer, candidate_plans
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import make_estimator
@@ -219,6 +219,7 @@ def explain_graph(
     stats: JobStats | None = None,
     load: float | None = None,
     spent: float = 0.0,
+    reuse: ReuseOffer | None = None,
 ) -> Explanation:
     """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
 
@@ -253,6 +254,7 @@ def explain_graph(
         load=load,
         history=load_history(cache),
         planning_seconds=planning,
+        reuse=reuse,
     )
     f = job_features(stats, algorithm, params)
     chosen, tie_break = _choose(plans, f)
@@ -299,6 +301,10 @@ def explain_graph(
         )
     weighted.sort(key=lambda w: (w[2] not in (chosen.strategy, None), -w[0]))  # for the choice first
     reasons = [text for _, text, _ in weighted[:4]] + [iterations, hardware_line]
+    if reuse is not None and reuse.lines:
+        reasons.append(
+            f"reuses {'; '.join(reuse.lines)}: {reuse.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
+        )
     if runner_up is not None:
         speedup = runner_up.seconds / max(chosen.seconds, 1e-12)
         lead = f"{chosen.label} is predicted {speedup:.2f}x faster than {runner_up.label}"

@@ -14,6 +14,7 @@ the job's size.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,17 @@ class JobStats:
 
     def source(self, alias: str) -> SourceStats:
         return next(s for s in self.sources if s.alias == alias)
+
+    def to_dict(self) -> dict:
+        """Plain JSON values (the artifact store keeps statistics so)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, found: dict) -> JobStats:
+        sources = tuple(SourceStats(**s) for s in found["sources"])
+        return cls(
+            int(found["n_rows"]), sources, found["fact"], int(found["cross_width"]), float(found["numeric_zero_share"])
+        )
 
 
 def _parts_by_source(graph: JoinGraph, flags: list[bool]) -> dict[str, list[tuple[str, bool]]]:

@@ -53,6 +53,17 @@ class Step:
 
 
 @dataclass(frozen=True)
+class ReuseOffer:
+    """What the artifact store holds for a job's factorized read, and what the plans should price instead."""
+
+    data_seconds: float | None = None  # reading the data from the store (None: not all of it is stored)
+    data_what: str = ""
+    sums: bool = False  # X^T X and the column sums are stored
+    saved_seconds: float = 0.0  # what making the stored artifacts took
+    lines: tuple[str, ...] = ()  # what would be reused, in words
+
+
+@dataclass(frozen=True)
 class PhysicalPlan:
     """One way to run a training job, with the predicted seconds of each step."""
 
@@ -237,6 +248,21 @@ def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, 
     return steps
 
 
+def _reusing(steps: list[Step], reuse: ReuseOffer) -> list[Step]:
+    """``steps`` with what the artifact store holds loaded instead of computed."""
+    out = []
+    for step in steps:
+        if reuse.data_seconds is not None and step.name in ("reading the data", "copy to the GPU"):
+            if step.name == "reading the data":
+                out.append(Step("reading the data", "reuse", reuse.data_what, 1, reuse.data_seconds))
+            continue
+        if reuse.sums and step.name == "X.T @ X":
+            out.append(Step("X.T @ X", "reuse", "stored by an earlier job", 1, 0.0, True))
+            continue
+        out.append(step)
+    return out
+
+
 def candidate_plans(
     stats: JobStats,
     algorithm: str,
@@ -250,8 +276,12 @@ def candidate_plans(
     load: float = 1.0,
     history: Any = None,
     planning_seconds: float = 0.0,
+    reuse: ReuseOffer | None = None,
 ) -> list[PhysicalPlan]:
-    """Every plan the job may run, cheapest first (those that fit in memory before those that do not)."""
+    """Every plan the job may run, cheapest first (those that fit in memory before those that do not).
+
+    ``reuse`` replaces the factorized plans' read (and X^T X) by what loading the stored artifacts costs.
+    """
     facts = algorithm_facts(algorithm)
     named = params.get("solver", "auto")  # the estimators that take a solver call the parameter "solver"
     solvers = (named,) if named != "auto" else tuple(s.name for s in facts.solvers)
@@ -262,6 +292,8 @@ def candidate_plans(
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history)
             steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend)
+            if reuse is not None and strategy == "factorized":
+                steps = _reusing(steps, reuse)
             if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice
                 what = f"{len(stats.sources)} sources, statistics queries measured"
                 steps.insert(0, Step("planning", "planning", what, 1, planning_seconds))

@@ -9,6 +9,7 @@ section 1; every one is written once against ``backend.xp`` / ``backend.sparse``
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,6 +223,9 @@ class NormalizedMatrix:
             missing = np.flatnonzero(fed == 0).tolist()
             raise ValueError(f"no block feeds output column(s) {missing}; every column needs a block.")
         self._transposed = False
+        # Sums that depend on the data alone (X^T X, column sums), kept once computed: a later model on
+        # the same matrix (a batch, or a job the artifact store serves) skips them. Keyed as MEMOIZED.
+        self.memo: dict[str, Any] = {}
 
     def _make_part(self, block: Block, dtype: Any) -> _Part:
         be, xp = self.backend, self.backend.xp
@@ -268,6 +272,7 @@ class NormalizedMatrix:
         new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
         new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
         new._layout_cache = like._layout_cache if parts is like._parts else None
+        new.memo = like.memo if parts is like._parts else {}  # the same data (a transposed view) shares its sums
         return new
 
     _layout_cache: _GatherLayout | None = None
@@ -307,6 +312,17 @@ class NormalizedMatrix:
     @property
     def feature_names(self) -> list[str]:
         return list(self._feature_names)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks and their indices (what keeping this matrix costs)."""
+        total = 0
+        for part in self._parts:
+            data = part.data
+            sparse = hasattr(data, "indptr")  # scipy.sparse / cupyx.scipy.sparse: three arrays
+            total += sum(int(getattr(data, a).nbytes) for a in ("data", "indices", "indptr")) if sparse else data.nbytes
+            total += int(part.index.nbytes) if part.index is not None else 0
+        return total
 
     @property
     def dtype(self) -> Any:
@@ -463,7 +479,9 @@ class NormalizedMatrix:
             if weights is not None:
                 raise ValueError("weighted crossprod is defined for the untransposed matrix.")
             return self._lmm(self._materialize().T)
-        return self._crossprod(weights)
+        if weights is not None:
+            return self._crossprod(weights)
+        return self._memoized("crossprod", self._crossprod)
 
     def rows(self, indices: Any) -> Any:
         """Selected rows of T as a dense array (len(indices) x d), without building T."""
@@ -578,7 +596,17 @@ class NormalizedMatrix:
 
     def colsums(self) -> Any:
         """Column sums: sum_k (colSums(I_k) S_k) M_k^T."""
-        return self.T.rowsums()
+        if self._transposed:
+            return self.T.rowsums()
+        return self._memoized("colsums", lambda: self.T.rowsums())
+
+    def _memoized(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per matrix; a copy each time, so a caller may change what it gets."""
+        if name not in self.memo:
+            began = time.perf_counter()
+            self.memo[name] = compute()
+            self.memo["seconds"] = self.memo.get("seconds", 0.0) + time.perf_counter() - began  # what they cost
+        return self.memo[name].copy()
 
     def sum(self) -> float:
         return float(self.colsums().sum())

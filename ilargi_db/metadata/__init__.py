@@ -15,7 +15,7 @@ import numpy as np
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata
-from ilargi_db.metadata.indicator import TARGET, compute_indicators, winner_column
+from ilargi_db.metadata.indicator import STREAMED_ROWID, TARGET, compute_indicators, winner_column
 from ilargi_db.metadata.scans import cast_part, join_columns, part_column, scan_source, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -199,6 +199,9 @@ def extract_metadata(
         source_rows={s.alias: n_rows if s.alias == anchor else scans[s.alias].n_rows for s in graph.sources},
         target=joined.get(TARGET),
         categoricals=categoricals,
+        row_ids={
+            s.alias: joined.get(STREAMED_ROWID) if s.alias == anchor else scans[s.alias].rowids for s in graph.sources
+        },
     )
 
 

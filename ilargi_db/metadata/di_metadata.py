@@ -64,6 +64,9 @@ class DIMetadata:
     source_rows: dict[str, int]
     target: np.ndarray | None
     categoricals: list[CategoricalMetadata] = field(default_factory=list)
+    # Per source, the DuckDB rowid of each block row (a base table), or None: what a later job needs to
+    # read one more column of the same rows (see ilargi_db.reuse).
+    row_ids: dict[str, np.ndarray | None] = field(default_factory=dict)
 
     @property
     def n_features(self) -> int:
@@ -79,6 +82,7 @@ class DIMetadata:
             source_rows=self.source_rows,
             target=None if self.target is None else self.target[keep],
             categoricals=[dataclasses.replace(c, indicator=c.indicator[keep]) for c in self.categoricals],
+            row_ids=self.row_ids,
         )
 
     def indicator_matrix(self, block: int) -> sp.csr_matrix:

@@ -22,6 +22,9 @@ def winner_column(feature_index: int) -> str:
     return f"__ilargi_w{feature_index}"
 
 
+STREAMED_ROWID = "__ilargi_streamed_rowid"  # the streamed source's rowid per output row
+
+
 def indicator_sql(
     graph: JoinGraph, registered: dict[str, str], streamed: str | None = None, streamed_items: tuple[str, ...] = ()
 ) -> str:
@@ -42,6 +45,8 @@ def indicator_sql(
             )
         )
     items = list(streamed_items)  # the streamed source's feature columns, already in output order
+    if streamed is not None:
+        items.append(f"{quote(streamed)}.rowid AS {STREAMED_ROWID}")
     for position, source in enumerate(graph.sources):
         if source.alias == streamed:
             continue
@@ -104,7 +109,7 @@ def compute_indicators(
         scan = scans[source.alias]
         result[source.alias] = scan.positions(rows) if scan.native else rows
     returned = set(table.column_names)  # a new list on each access
-    for name in (TARGET, *(winner_column(j) for j in range(len(graph.features)))):
+    for name in (TARGET, STREAMED_ROWID, *(winner_column(j) for j in range(len(graph.features)))):
         if name in returned:
             result[name] = column_to_numpy(table.column(name))
     return result, table

@@ -1,0 +1,235 @@
+"""Fingerprints: what a training job read, so that an artifact is used only while all of it is unchanged.
+
+DuckDB 2.0 keeps no data version per table: ``duckdb_tables()`` has an oid and an estimated size
+that INSERT moves but UPDATE does not, and no commit counter is exposed. A content fingerprint is the
+correct test, and it costs one aggregate query over the columns the job reads (not the others):
+
+- a base table: ``count(*)``, ``sum(hash(rowid))`` and ``sum(hash(rowid, c))`` for every column ``c``
+  the job reads; a column's artifact depends on its own sum, so UPDATE of one column spoils only the
+  artifacts made from it, while DELETE and INSERT (the rowids) spoil every artifact of the table;
+- any other source (a view, a CTE, a subquery, ``read_parquet(...)``, a registered DataFrame):
+  ``count(*)`` and ``sum(hash(c1, ..., cn))`` over all its columns the job reads: a changed Parquet
+  file, a replaced view or a re-registered DataFrame with other content gives another fingerprint.
+
+Sums of 64-bit hashes (as HUGEINT, never wrapping) are a multiset hash: two different states collide
+with probability about 2^-64. DROP and CREATE of a table with the same content keeps its artifacts:
+they are still right. The expressions the job evaluates outside the hashed content (features,
+filters, join conditions, the target) must be pure functions of it: a subquery inside them, a macro,
+a user-defined type or any function DuckDB does not mark CONSISTENT (``random()``, ``now()``,
+``current_date``) makes the job not reusable, and it runs cold.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from ilargi_db.metadata.scans import quote, supports_rowid
+from ilargi_db.plan.join_graph import JoinGraph, Source
+from ilargi_db.plan.sources import with_prefix
+from ilargi_db.read_snapshot import renew_snapshot
+
+ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
+
+
+def digest(*parts: Any) -> str:
+    """A short stable key of ``parts`` (their JSON), for artifact keys."""
+    text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourcePrint:
+    """The content hashes of one source: per column read (a base table), or one for all of them."""
+
+    alias: str
+    rows: int
+    native: bool  # a base table: hashes per column, with the rowid
+    hashes: dict[str, str]  # column (lower case) -> hash; ROWS -> the rowid set (native only)
+
+    def of(self, columns: set[str]) -> str:
+        """The hash of ``columns`` (and of which rows there are)."""
+        if not self.native:
+            return self.hashes[ROWS]
+        return digest(self.rows, self.hashes[ROWS], sorted((c, self.hashes[c]) for c in columns))
+
+
+@dataclass(frozen=True)
+class JobFingerprint:
+    """Keys of a job's artifacts, each covering the SQL of its step and the content it read."""
+
+    reusable: bool
+    why_not: str = ""
+    rows_key: str = ""  # the key-only join: which output row takes which source row, and the target
+    stats_key: str = ""  # the cost model's statistics of the whole job
+    column_keys: dict[int, str] = field(default_factory=dict)  # feature index -> key of its scanned values
+    seconds: float = 0.0  # what fingerprinting cost
+
+
+NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")
+
+
+@functools.lru_cache(maxsize=1)
+def consistent_functions() -> frozenset[str]:
+    """DuckDB's built-in functions whose result depends on their arguments only (every overload CONSISTENT)."""
+    con = duckdb.connect()  # a fresh database: no user macro, no extension function
+    found = con.sql(
+        "SELECT function_name FROM duckdb_functions() WHERE internal GROUP BY function_name "
+        "HAVING bool_and(stability = 'CONSISTENT')"
+    ).fetchall()
+    con.close()
+    return frozenset(name.lower() for (name,) in found)
+
+
+def _nodes(tree: Any) -> Iterator[dict]:
+    if isinstance(tree, dict):
+        yield tree
+        for value in tree.values():
+            yield from _nodes(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _nodes(value)
+
+
+def impure_expression(expressions: list[str]) -> str | None:
+    """Why the result of ``expressions`` may change while the columns they read do not; None if it cannot."""
+    return _impure(tuple(expressions)) if expressions else None
+
+
+@functools.lru_cache(maxsize=256)  # by the text alone: only DuckDB's built-ins pass, and they do not change
+def _impure(expressions: tuple[str, ...]) -> str | None:
+    sql = "SELECT " + ", ".join(f"({e})" for e in expressions)
+    with duckdb.connect() as parser:  # parsing needs no data: a private database, not the caller's
+        tree = json.loads(parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
+    if tree.get("error"):
+        return f"DuckDB could not parse an expression of the job ({tree.get('error_message')})"
+    allowed = consistent_functions()
+    for node in _nodes(tree.get("statements", [])):
+        kind = node.get("class")
+        if kind == "SUBQUERY":
+            return "a subquery in a feature, filter or join condition reads tables the fingerprint does not cover"
+        if kind == "FUNCTION" and (node.get("schema") or node["function_name"].lower() not in allowed):
+            return f"{node['function_name']}() may return other values for the same input (or is user-defined)"
+        if kind == "CAST" and (node.get("cast_type") or {}).get("id") == "USER":
+            return "a cast to a user-defined type depends on the type's current definition"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _references(sql: str) -> tuple[tuple[str, str], ...]:
+    """``(source alias, column)`` of every column ``sql`` names, lower case (parsed once per text)."""
+    return tuple((c.table.lower(), c.name) for c in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Column))
+
+
+def _columns(sql: str, alias: str, source: Source) -> set[str]:
+    """The raw columns of ``source`` (as ``alias``) that ``sql`` reads, lower case."""
+    return {name.lower() for table, name in _references(sql) if table == alias.lower() and source.has_column(name)}
+
+
+def _row_expressions(graph: JoinGraph) -> list[str]:
+    """The SQL deciding which rows join how: join conditions, filters, ORDER BY, target, coalesced parts."""
+    select = graph.select
+    found = [j.args["on"].sql("duckdb") for j in select.args.get("joins") or [] if j.args.get("on") is not None]
+    found += [p.sql for p in graph.filters]
+    found += list(graph.order_by)
+    if graph.target is not None:
+        found.append(graph.target.sql)
+    found += [part.sql for f in graph.features if f.kind == "coalesce" for part in f.parts]
+    return found
+
+
+def _row_columns(graph: JoinGraph) -> dict[str, set[str]]:
+    """Per source, the raw columns that decide the join's rows (keys, filters, order, target, coalesced parts)."""
+    columns: dict[str, set[str]] = {s.alias: set() for s in graph.sources}
+    for join in graph.select.args.get("joins") or []:
+        for key in join.args.get("using") or []:
+            for s in graph.sources:
+                if s.has_column(key.name):
+                    columns[s.alias].add(key.name.lower())
+    for sql in _row_expressions(graph):
+        for s in graph.sources:
+            columns[s.alias] |= _columns(sql, s.alias, s)
+    return columns
+
+
+def _feature_columns(graph: JoinGraph) -> list[dict[str, set[str]]]:
+    """Per feature, the raw columns of each source it reads."""
+    return [
+        {part.source: _columns(part.sql, part.source, graph.source(part.source)) for part in f.parts}
+        for f in graph.features
+    ]
+
+
+def _hash_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: dict[str, set[str]]) -> tuple[str, list]:
+    """One query: per source, its rows and the content hash(es) of the columns read."""
+    items, layout = [], []
+    prefix = with_prefix(graph.select)
+    for s in graph.sources:
+        columns = sorted(read[s.alias])
+        real = {c.lower(): c for c in s.columns}
+        names = [f"{quote(s.alias)}.{quote(real[c])}" for c in columns]
+        native = supports_rowid(con, s, prefix)
+        if native:
+            row = f"{quote(s.alias)}.rowid"
+            sums = [f"sum(hash({row}))"] + [f"sum(hash({row}, {n}))" for n in names]
+            keys = [ROWS, *columns]
+        else:
+            sums = [f"sum(hash({', '.join(names)}))" if names else "sum(hash(0))"]
+            keys = [ROWS]
+        values = ", ".join(f"coalesce({s_}, 0)::VARCHAR" for s_ in sums)
+        items.append(f"(SELECT [count(*)::VARCHAR, {values}] FROM {s.relation_sql})")
+        layout.append((s.alias, native, keys))
+    return f"{prefix}SELECT {', '.join(items)}", layout
+
+
+def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool]) -> JobFingerprint:
+    """The keys of ``graph``'s artifacts on the database's current content (one aggregate query).
+
+    ``categorical`` says which features are read as categories (their artifacts hold text, not numbers).
+    """
+    began = time.perf_counter()
+    expressions = _row_expressions(graph) + [f.sql for f in graph.features]
+    why = impure_expression(expressions)
+    if why:
+        return JobFingerprint(False, why, seconds=time.perf_counter() - began)
+    rows_by_source = _row_columns(graph)
+    by_feature = _feature_columns(graph)
+    read = {alias: set(columns) for alias, columns in rows_by_source.items()}
+    for parts in by_feature:
+        for alias, columns in parts.items():
+            read[alias] |= columns
+    sql, layout = _hash_query(con, graph, read)
+    try:
+        found = con.sql(sql).fetchall()[0]
+    except duckdb.Error as err:
+        renew_snapshot(con)  # a failed statement aborts the job's read transaction
+        return JobFingerprint(False, f"the content of a source could not be hashed ({err})")
+    prints = {}
+    for (alias, native, keys), values in zip(layout, found):
+        prints[alias] = SourcePrint(alias, int(values[0]), native, dict(zip(keys, values[1:])))
+    sources = [(s.alias, s.relation_sql, s.kind, dict(zip(s.columns, s.types))) for s in graph.sources]
+    with_ = with_prefix(graph.select)
+    rows = [(alias, prints[alias].of(columns)) for alias, columns in sorted(rows_by_source.items())]
+    skeleton = graph.select.copy()
+    skeleton.set("expressions", [exp.Star()])
+    rows_key = digest("rows", with_, skeleton.sql("duckdb"), _row_expressions(graph), sources, rows)
+    column_keys = {}
+    for j, (feature, parts) in enumerate(zip(graph.features, by_feature)):
+        content = [(alias, prints[alias].of(columns)) for alias, columns in sorted(parts.items())]
+        column_keys[j] = digest(
+            "column", rows_key, feature.kind, [(p.source, p.sql) for p in feature.parts], categorical[j], content
+        )
+    stats_key = digest("stats", rows_key, [column_keys[j] for j in sorted(column_keys)], categorical)
+    return JobFingerprint(True, "", rows_key, stats_key, column_keys, time.perf_counter() - began)
+
+
+__all__ = ["JobFingerprint", "NOT_REUSABLE", "SourcePrint", "digest", "fingerprint_job", "impure_expression"]

@@ -1,0 +1,335 @@
+"""The artifact store: two tiers of the artifacts training jobs made, kept by utility under byte budgets.
+
+- **In process** (:class:`MemoryTier`): live objects (arrays, the encoded matrix with its memoized Gram),
+  shared by every connection of the process. Keys are content-addressed (see
+  :mod:`~ilargi_db.reuse.fingerprint`), so an artifact is right for any database whose tables hold what
+  it was made from.
+- **In the database** (:class:`DatabaseTier`): table ``ilargi.artifacts`` of a file database, so a new
+  process reuses them. Payloads are NumPy ``.npz`` archives read with ``allow_pickle=False``: a database
+  file from elsewhere cannot run code through them.
+
+Each tier keeps what it has room for by utility, Experiment Graph's measure: (hits + 1) x the seconds it
+took to compute / its bytes. A stored artifact that would take longer to load than to recompute is not
+loaded (:meth:`DatabaseTier.worth_loading`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
+DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
+LOAD_BYTES_PER_SECOND = 1.0e9  # reading a BLOB back from DuckDB and parsing the archive, measured ~1-2 GB/s
+
+
+def parse_bytes(value: Any, what: str = "a budget") -> int:
+    """Bytes from an int or a string such as ``"512MB"``, ``"2 GiB"`` or ``"0"``."""
+    from ilargi_db.errors import IlargiError, spell
+
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().upper().replace(" ", "")
+        units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+        units.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+        number = text.rstrip("KMGTIB")
+        unit = text[len(number) :]
+        try:
+            amount = float(number)
+        except ValueError:
+            amount = -1.0
+        if unit in units and amount >= 0:
+            return int(amount * units[unit])
+    raise IlargiError(
+        f"{what} must be a number of bytes or a size such as '512MB' or '2GB', got {value!r} "
+        f"(e.g. {spell('memory_budget', '512MB')})."
+    )
+
+
+def nbytes_of(value: Any) -> int:
+    """Bytes an artifact's value holds (arrays, Arrow arrays, dicts and lists of them, objects that say)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (pa.Array, pa.ChunkedArray, pa.Table)):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(nbytes_of(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(nbytes_of(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, (int, np.integer)) else 64
+
+
+@dataclass
+class Artifact:
+    """One stored result of a step, with what it cost to make and how often it served."""
+
+    key: str
+    kind: str  # "rows", "column", "stats", "gram", ...
+    what: str  # in words, for the artifacts view
+    value: Any
+    nbytes: int
+    compute_seconds: float
+    hits: int = 0
+    created: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.time)
+
+    @property
+    def utility(self) -> float:
+        return (self.hits + 1) * self.compute_seconds / max(self.nbytes, 1)
+
+
+class MemoryTier:
+    """Live artifacts of this process under a byte budget; the least useful per byte leave first."""
+
+    def __init__(self, budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+        self.budget = budget
+        self.items: dict[str, Artifact] = {}
+        self.lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.items.values())
+
+    def get(self, key: str) -> Artifact | None:
+        with self.lock:
+            artifact = self.items.get(key)
+            if artifact is not None:
+                artifact.hits += 1
+                artifact.last_used = time.time()
+            return artifact
+
+    def put(self, artifact: Artifact) -> bool:
+        """Keep ``artifact`` if it is worth its bytes against what is kept; whether it was kept."""
+        with self.lock:
+            if artifact.nbytes > self.budget:
+                return False
+            self.items.pop(artifact.key, None)
+            used = sum(a.nbytes for a in self.items.values())
+            if used + artifact.nbytes > self.budget:
+                ranked = sorted(self.items.values(), key=lambda a: a.utility)
+                freed, leaving = 0, []
+                for candidate in ranked:
+                    if used - freed + artifact.nbytes <= self.budget:
+                        break
+                    if candidate.utility >= artifact.utility:
+                        return False  # everything left to evict is worth more per byte
+                    leaving.append(candidate.key)
+                    freed += candidate.nbytes
+                for key in leaving:
+                    del self.items[key]
+            self.items[artifact.key] = artifact
+            return True
+
+    def clear(self) -> int:
+        with self.lock:
+            n = len(self.items)
+            self.items.clear()
+            return n
+
+
+# -- payloads: npz archives, never pickles ------------------------------------------------------------
+
+
+def pack(value: dict[str, Any]) -> bytes:
+    """A dict of arrays, Arrow arrays and JSON values as one ``.npz`` archive."""
+    arrays: dict[str, np.ndarray] = {}
+    plain: dict[str, Any] = {}
+    for name, item in value.items():
+        if isinstance(item, np.ndarray):
+            arrays[f"n:{name}"] = item
+        elif isinstance(item, (pa.Array, pa.ChunkedArray)):
+            chunked = item if isinstance(item, pa.ChunkedArray) else pa.chunked_array([item])
+            sink = io.BytesIO()
+            table = pa.table({"v": chunked})
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            arrays[f"a:{name}"] = np.frombuffer(sink.getvalue(), dtype=np.uint8)
+        else:
+            plain[name] = item
+    arrays["j:"] = np.frombuffer(json.dumps(plain).encode(), dtype=np.uint8)
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return out.getvalue()
+
+
+def unpack(payload: bytes) -> dict[str, Any]:
+    """The dict :func:`pack` archived (``allow_pickle=False``: no object arrays, no code)."""
+    value: dict[str, Any] = {}
+    with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
+        for name in archive.files:
+            kind, _, key = name.partition(":")
+            data = archive[name]
+            if kind == "n":
+                value[key] = data
+            elif kind == "a":
+                with pa.ipc.open_stream(data.tobytes()) as reader:
+                    value[key] = reader.read_all().column("v").combine_chunks()
+            else:
+                value.update(json.loads(data.tobytes().decode()))
+    return value
+
+
+# -- the database tier ---------------------------------------------------------------------------------
+
+ARTIFACTS_TABLE = "ilargi.artifacts_store"
+SETTINGS_TABLE = "ilargi.artifact_settings"
+
+
+def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The file of ``con``'s current database when it can hold artifacts (a writable file), else None."""
+    try:
+        row = con.execute(
+            "SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    if not row or not row[0][0] or row[0][1]:
+        return None  # in memory (it dies with the process) or read-only
+    return str(row[0][0])
+
+
+class DatabaseTier:
+    """``ilargi.artifacts_store`` of a file database: artifacts a later process or session can load."""
+
+    @staticmethod
+    def exists(con: duckdb.DuckDBPyConnection) -> bool:
+        found = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'ilargi' AND table_name = 'artifacts_store'"
+        ).fetchall()
+        return bool(found[0][0])
+
+    @staticmethod
+    def budget(con: duckdb.DuckDBPyConnection) -> int:
+        try:
+            row = con.execute(f"SELECT storage_budget FROM {SETTINGS_TABLE}").fetchall()
+        except duckdb.Error:
+            return DEFAULT_STORAGE_BUDGET
+        return int(row[0][0]) if row else DEFAULT_STORAGE_BUDGET
+
+    @staticmethod
+    def index(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, float]]:
+        """key -> (bytes, compute seconds) of every stored artifact (no payload is read)."""
+        if not DatabaseTier.exists(con):
+            return {}
+        rows = con.execute(f"SELECT key, nbytes, compute_seconds FROM {ARTIFACTS_TABLE}").fetchall()
+        return {key: (int(nbytes), float(seconds)) for key, nbytes, seconds in rows}
+
+    @staticmethod
+    def worth_loading(nbytes: int, compute_seconds: float) -> bool:
+        return nbytes / LOAD_BYTES_PER_SECOND < compute_seconds
+
+    @staticmethod
+    def load(con: duckdb.DuckDBPyConnection, key: str) -> dict[str, Any] | None:
+        rows = con.execute(f"SELECT payload FROM {ARTIFACTS_TABLE} WHERE key = ?", [key]).fetchall()
+        if not rows:
+            return None
+        try:
+            return unpack(bytes(rows[0][0]))
+        except (ValueError, OSError, KeyError, pa.ArrowInvalid):  # a damaged payload is a miss, not an error
+            return None
+
+    @staticmethod
+    def save(
+        con: duckdb.DuckDBPyConnection,
+        artifacts: list[tuple[Artifact, Callable[[], dict[str, Any]]]],
+        hits: list[str],
+    ) -> int:
+        """Store ``artifacts`` (with a function giving each payload) and count ``hits``, in one transaction.
+
+        Keeps the stored set under the database's storage budget by utility. Returns the artifacts stored;
+        0 when another connection was writing at the same time (artifacts are an optimization: the
+        training does not fail for them).
+        """
+        budget = DatabaseTier.budget(con)
+        try:
+            con.begin()
+        except duckdb.Error:
+            return 0
+        try:
+            con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
+            con.execute(
+                f"CREATE TABLE IF NOT EXISTS {ARTIFACTS_TABLE} (key VARCHAR PRIMARY KEY, kind VARCHAR, what VARCHAR, "
+                "nbytes BIGINT, compute_seconds DOUBLE, hits BIGINT, created TIMESTAMPTZ, last_used TIMESTAMPTZ, "
+                "payload BLOB)"
+            )
+            if hits:
+                con.execute(
+                    f"UPDATE {ARTIFACTS_TABLE} SET hits = hits + 1, last_used = now() WHERE key IN "
+                    f"(SELECT unnest(?::VARCHAR[]))",
+                    [hits],
+                )
+            stored = dict(DatabaseTier.index(con))
+            used = sum(nbytes for nbytes, _ in stored.values())
+            n = 0
+            for artifact, payload in artifacts:
+                if artifact.key in stored:
+                    continue
+                blob = pack(payload())
+                size = len(blob)
+                if size > budget:
+                    continue
+                if used + size > budget:
+                    used -= DatabaseTier._evict(con, used + size - budget, artifact.compute_seconds / size)
+                    if used + size > budget:
+                        continue
+                con.execute(
+                    f"INSERT INTO {ARTIFACTS_TABLE} VALUES (?, ?, ?, ?, ?, 0, now(), now(), ?)",
+                    [artifact.key, artifact.kind, artifact.what, size, artifact.compute_seconds, blob],
+                )
+                used += size
+                n += 1
+            con.commit()
+            return n
+        except duckdb.Error:
+            con.rollback()
+            return 0
+
+    @staticmethod
+    def _evict(con: duckdb.DuckDBPyConnection, needed: int, utility: float) -> int:
+        """Delete the least useful stored artifacts (below ``utility`` per byte) to free ``needed`` bytes."""
+        rows = con.execute(
+            f"SELECT key, nbytes FROM {ARTIFACTS_TABLE} WHERE (hits + 1) * compute_seconds / greatest(nbytes, 1) < ? "
+            "ORDER BY (hits + 1) * compute_seconds / greatest(nbytes, 1)",
+            [utility],
+        ).fetchall()
+        freed, leaving = 0, []
+        for key, nbytes in rows:
+            if freed >= needed:
+                break
+            leaving.append(key)
+            freed += int(nbytes)
+        if freed < needed:
+            return 0
+        con.execute(f"DELETE FROM {ARTIFACTS_TABLE} WHERE key IN (SELECT unnest(?::VARCHAR[]))", [leaving])
+        return freed
+
+
+MEMORY = MemoryTier()  # the process's in-process tier
+
+
+__all__ = [
+    "ARTIFACTS_TABLE",
+    "Artifact",
+    "DEFAULT_MEMORY_BUDGET",
+    "DEFAULT_STORAGE_BUDGET",
+    "DatabaseTier",
+    "MEMORY",
+    "MemoryTier",
+    "database_file",
+    "nbytes_of",
+    "pack",
+    "parse_bytes",
+    "unpack",
+]
