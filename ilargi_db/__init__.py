@@ -14,7 +14,10 @@ from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizab
 # The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
 # scikit-learn, sqlglot, SciPy and numba before anything asks for them.
 _LAZY = {
-    "explain": "ilargi_db.cost_model",
+    "explain": "ilargi_db.training",
+    "artifacts": "ilargi_db.reuse",
+    "clear_artifacts": "ilargi_db.reuse",
+    "set_artifact_budget": "ilargi_db.reuse",
     "TrainingInterrupted": "ilargi_db.interruption",
     "interrupt_training": "ilargi_db.interruption",
     "Block": "ilargi_db.linalg",
@@ -40,12 +43,12 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
-    from ilargi_db.cost_model import explain
     from ilargi_db.interruption import TrainingInterrupted, interrupt_training
     from ilargi_db.linalg import Block, NormalizedMatrix
     from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
     from ilargi_db.normalization import normalize
     from ilargi_db.plan import build_join_graph
+    from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
     from ilargi_db.sql_functions import (
         ModelNotFoundError,
         connect,
@@ -56,7 +59,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         save_model,
     )
     from ilargi_db.trained_model import TrainedModel
-    from ilargi_db.training import evaluate, predict, train, train_batch
+    from ilargi_db.training import evaluate, explain, predict, train, train_batch
 
 
 def __getattr__(name: str) -> Any:
@@ -81,6 +84,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendUnavailableError",
+    "artifacts",
+    "clear_artifacts",
+    "set_artifact_budget",
     "GaussianNMF",
     "KMeans",
     "LinearRegression",

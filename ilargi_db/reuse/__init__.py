@@ -1,0 +1,110 @@
+"""Reuse across training jobs: an artifact store in the process and inside the database (Experiment Graph).
+
+A training job's steps leave artifacts (:mod:`~ilargi_db.reuse.job` lists them), each keyed by the
+SQL of its step and a content fingerprint of every column it read
+(:mod:`~ilargi_db.reuse.fingerprint`), so an artifact serves a later job only while everything it was
+made from is unchanged. Two tiers (:mod:`~ilargi_db.reuse.store`): live objects in this process, and
+``ilargi.artifacts_store`` in a database file for later processes, each under a byte budget.
+
+>>> import ilargi_db
+>>> con = ilargi_db.connect()
+>>> _ = con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range AS y FROM range(50)")
+>>> first = ilargi_db.train(con, "SELECT x, y FROM t", "y", "linear_regression", "factorized", "numpy", alpha=1.0)
+>>> again = ilargi_db.train(con, "SELECT x, y FROM t", "y", "linear_regression", "factorized", "numpy", alpha=2.0)
+>>> any("encoded matrix" in line for line in again.reused_)
+True
+>>> {"rows", "column", "matrix"} <= {a["kind"] for a in artifacts(con)}
+True
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+
+from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
+from ilargi_db.reuse.job import JobReuse
+from ilargi_db.reuse.store import (
+    ARTIFACTS_TABLE,
+    MEMORY,
+    SETTINGS_TABLE,
+    DatabaseTier,
+    database_file,
+    parse_bytes,
+)
+
+
+def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, Any]]:
+    """Every stored artifact: this process's (tier ``"memory"``) and, given ``con``, its database's.
+
+    Each is a dict: tier, kind, what, nbytes, compute_seconds (what making it took), hits, created,
+    last_used (timestamps), key.
+    """
+    found = [
+        {
+            "tier": "memory",
+            "kind": a.kind,
+            "what": a.what,
+            "nbytes": a.nbytes,
+            "compute_seconds": a.compute_seconds,
+            "hits": a.hits,
+            "created": datetime.fromtimestamp(a.created, timezone.utc).replace(tzinfo=None),
+            "last_used": datetime.fromtimestamp(a.last_used, timezone.utc).replace(tzinfo=None),
+            "key": a.key,
+        }
+        for a in list(MEMORY.items.values())
+    ]
+    if con is not None and DatabaseTier.exists(con):
+        columns = "kind, what, nbytes, compute_seconds, hits, created, last_used, key"
+        for row in con.execute(f"SELECT {columns} FROM {ARTIFACTS_TABLE} ORDER BY last_used DESC").fetchall():
+            found.append({"tier": "database", **dict(zip(columns.split(", "), row))})
+    return found
+
+
+def clear_artifacts(con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
+    """Forget every artifact of this process and, given ``con`` on a writable file, of its database."""
+    cleared = {"memory": MEMORY.clear(), "database": 0}
+    if con is not None and database_file(con) is not None and DatabaseTier.exists(con):
+        cleared["database"] = int(con.execute(f"SELECT count(*) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
+        con.execute(f"DELETE FROM {ARTIFACTS_TABLE}")
+    return cleared
+
+
+def set_artifact_budget(
+    con: duckdb.DuckDBPyConnection | None = None, memory: int | str | None = None, storage: int | str | None = None
+) -> dict[str, int]:
+    """Set the bytes the in-process tier (``memory``) and ``con``'s database (``storage``) may hold.
+
+    Sizes are bytes or strings such as ``"512MB"``; ``0`` keeps nothing; None leaves a budget as it is.
+    The storage budget is kept in the database (``ilargi.artifact_settings``), for every later session.
+    Returns both budgets.
+    """
+    if memory is not None:
+        MEMORY.budget = parse_bytes(memory, "the memory budget")
+        MEMORY.shrink()
+    if storage is not None:
+        if con is None or database_file(con) is None:
+            from ilargi_db.errors import IlargiError
+
+            raise IlargiError(
+                "a storage budget needs a connection to a database file opened for writing: an in-memory "
+                "database keeps no artifacts beyond the process (set the memory budget instead)."
+            )
+        budget = parse_bytes(storage, "the storage budget")
+        con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
+        con.execute(f"CREATE OR REPLACE TABLE {SETTINGS_TABLE} AS SELECT ?::BIGINT AS storage_budget", [budget])
+        DatabaseTier.shrink(con, budget)
+    stored = DatabaseTier.budget(con) if con is not None else None
+    return {"memory": MEMORY.budget, **({"storage": stored} if stored is not None else {})}
+
+
+__all__ = [
+    "JobFingerprint",
+    "JobReuse",
+    "artifacts",
+    "clear_artifacts",
+    "fingerprint_job",
+    "set_artifact_budget",
+]

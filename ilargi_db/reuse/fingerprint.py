@@ -72,7 +72,7 @@ class JobFingerprint:
     rows_key: str = ""  # the key-only join: which output row takes which source row, and the target
     stats_key: str = ""  # the cost model's statistics of the whole job
     column_keys: dict[int, str] = field(default_factory=dict)  # feature index -> key of its scanned values
-    seconds: float = 0.0  # what fingerprinting cost
+    seconds: float = field(default=0.0, compare=False)  # what fingerprinting cost
 
 
 NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")

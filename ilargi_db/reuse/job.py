@@ -29,7 +29,7 @@ from ilargi_db.metadata.scans import ROWID, cast_part, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job
-from ilargi_db.reuse.store import LOAD_BYTES_PER_SECOND, MEMORY, Artifact, DatabaseTier, database_file, nbytes_of
+from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, nbytes_of
 
 MEMOIZED = ("crossprod", "colsums")  # the sums a NormalizedMatrix memoizes that the gram artifact keeps
 
@@ -82,29 +82,37 @@ class JobReuse:
 
     def _index(self) -> dict[str, tuple[int, float]]:
         if self.stored_index is None:
-            self.stored_index = DatabaseTier.index(self.con) if database_file(self.con) is not None else {}
+            self.stored_index = DatabaseTier.index(self.con)  # a read-only database still serves what it stores
         return self.stored_index
 
     def find(self, kind: str, key: str, what: str) -> Any:
         """The value stored under ``key`` (memory, then the database when worth loading), or None."""
-        if not self.enabled or not key:
-            return None
-        found = MEMORY.get(key)
-        if found is not None:
-            self.used.append(Use(kind, what, "memory", found.compute_seconds))
-            if key in self._index():
-                self.hit_keys.append(key)  # the database counts the hits of what it stores
-            return found.value
-        stored = self._index().get(key)
-        if stored is None or not DatabaseTier.worth_loading(*stored):
-            return None
-        payload = DatabaseTier.load(self.con, key)
-        if payload is None:
-            return None
-        self.used.append(Use(kind, what, "database", stored[1]))
-        self.hit_keys.append(key)
-        MEMORY.put(Artifact(key, kind, what, payload, nbytes_of(payload), stored[1], hits=1))
-        return payload
+        return self.find_many(kind, {key: what}).get(key)
+
+    def find_many(self, kind: str, wanted: dict[str, str]) -> dict[str, Any]:
+        """``{key: value}`` of the ``wanted`` keys (``{key: what}``) stored: memory first, then one query."""
+        if not self.enabled:
+            return {}
+        found: dict[str, Any] = {}
+        load = []
+        for key, what in wanted.items():
+            if not key:
+                continue
+            artifact = MEMORY.get(key)
+            if artifact is not None:
+                self.used.append(Use(kind, what, "memory", artifact.compute_seconds))
+                if key in self._index():
+                    self.hit_keys.append(key)  # the database counts the hits of what it stores
+                found[key] = artifact.value
+            elif key in self._index() and DatabaseTier.worth_loading(*self._index()[key]):
+                load.append(key)
+        for key, payload in DatabaseTier.load(self.con, load).items():
+            seconds = self._index()[key][1]
+            self.used.append(Use(kind, wanted[key], "database", seconds))
+            self.hit_keys.append(key)
+            MEMORY.put(Artifact(key, kind, wanted[key], payload, nbytes_of(payload), seconds, hits=1))
+            found[key] = payload
+        return found
 
     def would_find(self, key: str) -> tuple[str, float] | None:
         """Without loading: the tier holding ``key`` and the seconds it saves, or None."""
@@ -172,9 +180,7 @@ class JobReuse:
         return ReuseOffer(load if whole else None, what, sums is not None, saved, tuple(lines))
 
     def _load_seconds(self, key: str, tier: str) -> float:
-        if tier == "memory":
-            return 0.0
-        return self._index()[key][0] / LOAD_BYTES_PER_SECOND
+        return 0.0 if tier == "memory" else DatabaseTier.load_seconds(self._index()[key][0])
 
     # -- the factorized read ------------------------------------------------------------------
 
@@ -185,9 +191,9 @@ class JobReuse:
             return extract()
         rows = self.find("rows", fp.rows_key, "the key-only join")
         if rows is not None:
-            columns = {
-                j: self.find("column", fp.column_keys[j], f"feature {graph.features[j].name!r}") for j in _plain(graph)
-            }
+            wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in _plain(graph)}
+            stored = self.find_many("column", wanted)
+            columns = {j: stored.get(fp.column_keys[j]) for j in _plain(graph)}
             try:
                 return assemble(self.con, graph, categorical, rows, columns, self)
             except _Stale:

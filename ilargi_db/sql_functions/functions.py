@@ -24,12 +24,12 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.cost_model import explain
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
+from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -40,7 +40,7 @@ from ilargi_db.sql_functions.registry import (
     save_model,
     save_models,
 )
-from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, train, train_batch
+from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, train, train_batch
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 # train()'s own settings (models/catalog.py names them) with the JSON type each takes.
@@ -306,6 +306,23 @@ def sql_drop_model(con: weakref.ref, name: str) -> str:
     return json.dumps({"dropped": check_model_name(name), "versions": versions})
 
 
+def sql_artifacts(con: weakref.ref) -> str:
+    """``ilargi_artifacts()``: the artifacts of this process and of the database (``ilargi.artifacts`` lists
+    the database's alone, for any client)."""
+    found = _on_cursor(con, lambda cursor: artifacts(cursor))
+    return json.dumps(_finite(found), default=str)
+
+
+def sql_clear_artifacts(con: weakref.ref) -> str:
+    """``ilargi_clear_artifacts()``: forget every stored artifact; how many went from each tier."""
+    return json.dumps(_on_cursor(con, lambda cursor: clear_artifacts(cursor)))
+
+
+def sql_artifact_budget(con: weakref.ref, memory: str | None, storage: str | None) -> str:
+    """``ilargi_artifact_budget(memory, storage)``: set the byte budgets (NULL keeps one as it is)."""
+    return json.dumps(_on_cursor(con, lambda cursor: set_artifact_budget(cursor, memory, storage)))
+
+
 # SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
 FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_train": (sql_train, ["name", "algorithm", "training_query", "target"]),
@@ -313,6 +330,9 @@ FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
     "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
     "ilargi_drop_model": (sql_drop_model, ["name"]),
+    "ilargi_artifacts": (sql_artifacts, []),
+    "ilargi_clear_artifacts": (sql_clear_artifacts, []),
+    "ilargi_artifact_budget": (sql_artifact_budget, ["memory", "storage"]),
 }
 WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain"}
 

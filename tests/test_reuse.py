@@ -1,0 +1,322 @@
+"""The artifact store: reuse that never goes stale, two tiers, budgets, and what it says."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+import ilargi_db
+from ilargi_db.errors import IlargiError
+from ilargi_db.plan import build_join_graph, categorical_flags
+from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_artifact_budget
+from ilargi_db.reuse.store import MEMORY, DatabaseTier, pack, unpack
+
+STAR = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
+
+
+def make_star(con: duckdb.DuckDBPyConnection, n: int = 300) -> None:
+    con.execute(
+        f"CREATE OR REPLACE TABLE f AS SELECT range % 20 AS k, sin(range) AS x, 2.0 * range AS y FROM range({n})"
+    )
+    con.execute(
+        "CREATE OR REPLACE TABLE d AS SELECT range AS k, cos(range) AS z, ['a', 'b', 'c'][range % 3 + 1] AS kind, "
+        "range * 0.5 AS w FROM range(20)"
+    )
+
+
+def keys(con, query=STAR, target="y"):
+    graph = build_join_graph(con, query, target)
+    return fingerprint_job(con, graph, categorical_flags(graph))
+
+
+def reused(model) -> str:
+    return " | ".join(model.reused_)
+
+
+@pytest.fixture
+def star():
+    con = ilargi_db.connect()
+    make_star(con)
+    return con
+
+
+# -- fingerprints ---------------------------------------------------------------------------------
+
+
+def test_a_fingerprint_follows_every_change_to_what_the_job_reads(star):
+    con = star
+    first = keys(con)
+    assert first.reusable and first == keys(con)  # the same content, the same keys
+    changes = [
+        "INSERT INTO f VALUES (1, 0.5, 7.0)",
+        "UPDATE f SET x = x + 1 WHERE k = 3",
+        "DELETE FROM f WHERE k = 4",
+        "UPDATE d SET kind = 'z' WHERE k = 2",
+        "ALTER TABLE d ALTER z TYPE FLOAT",
+        "CREATE OR REPLACE TABLE d AS SELECT range AS k, cos(range) AS z, 'a' AS kind FROM range(20)",
+    ]
+    seen = {first.stats_key}
+    for change in changes:
+        con.execute(change)
+        now = keys(con)
+        assert now.stats_key not in seen, change
+        seen.add(now.stats_key)
+
+
+def test_a_column_the_job_does_not_read_changes_nothing(star):
+    before = keys(star)
+    star.execute("UPDATE d SET w = w + 1")  # d.w is not selected
+    assert keys(star) == before
+
+
+def test_an_update_of_one_column_spoils_only_its_artifacts(star):
+    before = keys(star)
+    star.execute("UPDATE d SET z = z + 1 WHERE k = 5")
+    after = keys(star)
+    assert after.rows_key == before.rows_key  # the join's rows did not change
+    changed = [j for j in before.column_keys if before.column_keys[j] != after.column_keys[j]]
+    assert changed == [1]  # d.z alone
+
+
+def test_a_table_dropped_and_created_with_the_same_content_keeps_its_keys(star):
+    before = keys(star)
+    make_star(star)
+    assert keys(star) == before  # right to reuse: nothing it was made from differs
+
+
+def test_views_files_and_dataframes_are_fingerprinted_by_content(tmp_path):
+    con = ilargi_db.connect()
+    path = tmp_path / "f.parquet"
+    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
+    con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
+    con.execute(f"CREATE VIEW fv AS SELECT * FROM read_parquet('{path}')")
+    query = "SELECT f.x, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k"
+    first = keys(con, query)
+    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.5 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
+    assert keys(con, query).stats_key != first.stats_key  # a changed file
+    con.execute("CREATE OR REPLACE VIEW fv AS SELECT k, x * 2 AS x, y FROM read_parquet('" + str(path) + "')")
+    assert keys(con, query).stats_key != first.stats_key  # a replaced view
+    frame = pd.DataFrame({"k": [0, 1, 2], "x": [1.0, 2.0, 3.0], "y": [1.0, 0.0, 2.0]})
+    con.register("frame", frame)
+    framed = "SELECT f.x, d.z, f.y FROM frame AS f JOIN d ON f.k = d.k"
+    before = keys(con, framed)
+    con.register("frame", frame.assign(x=[1.0, 2.0, 4.0]))  # re-registered with other content
+    assert keys(con, framed).stats_key != before.stats_key
+
+
+@pytest.mark.parametrize(
+    "feature, why",
+    [
+        ("f.x + random()", "random"),
+        ("f.x + epoch(now())", "now"),
+        ("(SELECT max(z) FROM d)", "subquery"),
+        ("plus_one(f.x)", "plus_one"),
+    ],
+)
+def test_a_job_whose_expressions_are_not_pure_functions_of_the_data_is_not_reused(star, feature, why):
+    star.execute("CREATE MACRO plus_one(v) AS v + 1")
+    query = f"SELECT {feature} AS a, d.z, f.y FROM f JOIN d ON f.k = d.k"
+    found = keys(star, query)
+    assert not found.reusable and why in found.why_not
+    model = ilargi_db.train(star, query, "y", backend="numpy")
+    assert any(line.startswith("no reuse") and why in line for line in model.reused_)
+
+
+# -- reuse in process ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algorithm, params",
+    [
+        ("linear_regression", {"alpha": 0.5}),
+        ("logistic_regression", {"C": 2.0}),
+        ("kmeans", {"n_clusters": 3, "random_state": 0}),
+        ("gnmf", {"n_components": 2, "random_state": 0, "max_iter": 20}),
+    ],
+)
+def test_a_reused_job_gives_the_cold_jobs_model(star, algorithm, params):
+    query = STAR if algorithm != "logistic_regression" else STAR.replace("f.y", "f.y > 300 AS late")
+    target = {"linear_regression": "y", "logistic_regression": "late"}.get(algorithm)
+    query = query if target else query.replace(", f.y", "")
+    if algorithm == "gnmf":  # non-negative data
+        query = query.replace("f.x, d.z", "abs(f.x) AS x, d.w")
+    run = dict(algorithm=algorithm, backend="numpy", strategy="factorized", **params)
+    ilargi_db.train(star, query, target, **run)  # leaves its artifacts
+    warm = ilargi_db.train(star, query, target, **run)
+    cold = ilargi_db.train(star, query, target, reuse=False, **run)
+    assert "the encoded matrix" in reused(warm) and cold.reused_ == ["no reuse: reuse is off for this call"]
+    for name in ("coef_", "cluster_centers_", "components_"):
+        if hasattr(cold.estimator_, name):
+            np.testing.assert_allclose(getattr(warm, name), getattr(cold, name), rtol=1e-12, atol=1e-12)
+
+
+def test_another_hyperparameter_reuses_the_gram_matrix(star, monkeypatch):
+    from ilargi_db.linalg import NormalizedMatrix
+
+    run = dict(backend="numpy", strategy="factorized", solver="normal")
+    ilargi_db.train(star, STAR, "y", alpha=1.0, **run)
+    computed = []
+    real = NormalizedMatrix._crossprod
+    monkeypatch.setattr(NormalizedMatrix, "_crossprod", lambda self, w=None: computed.append(w) or real(self, w))
+    warm = ilargi_db.train(star, STAR, "y", alpha=3.0, **run)
+    assert computed == [] and "the encoded matrix" in reused(warm)  # X^T X memoized on the stored matrix
+    cold = ilargi_db.train(star, STAR, "y", alpha=3.0, reuse=False, **run)
+    assert computed == [None]
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-10)
+
+
+def test_a_new_feature_reads_only_its_column(star, monkeypatch):
+    ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized")
+    wider = STAR.replace("d.kind,", "d.kind, d.w,")
+    from ilargi_db.reuse import job as job_module
+
+    read = []
+    real = job_module._fetch_columns
+    monkeypatch.setattr(job_module, "_fetch_columns", lambda *a: read.append((a[2], a[3])) or real(*a))
+    model = ilargi_db.train(star, wider, "y", backend="numpy", strategy="factorized")
+    assert read == [("d", [3])]  # d.w alone, by rowid
+    assert "the key-only join" in reused(model) and "feature 'x'" in reused(model)
+    cold = ilargi_db.train(star, wider, "y", backend="numpy", strategy="factorized", reuse=False)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10, atol=1e-12)
+
+
+def test_an_updated_dimension_column_is_read_again_and_the_rest_reused(star):
+    ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized")
+    star.execute("UPDATE d SET z = z * 10 WHERE k < 3")
+    model = ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized")
+    assert "the key-only join" in reused(model) and "feature 'z'" not in reused(model)
+    cold = ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized", reuse=False)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10, atol=1e-12)
+
+
+def test_reuse_false_keeps_nothing():
+    con = ilargi_db.connect()
+    make_star(con, n=123)  # content no other test made
+    clear_artifacts()
+    ilargi_db.train(con, STAR, "y", backend="numpy", reuse=False)
+    assert artifacts(con) == []
+    with pytest.raises(IlargiError, match="reuse must be True or False"):
+        ilargi_db.train(con, STAR, "y", reuse="yes")
+
+
+def test_explain_says_what_would_be_reused_and_prices_it():
+    star = ilargi_db.connect()
+    make_star(star, n=457)  # content no other test stores
+    before = ilargi_db.explain(star, STAR, "y", backend="numpy")
+    assert not any(r.startswith("reuses") for r in before.reasons)
+    ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized")
+    after = ilargi_db.explain(star, STAR, "y", backend="numpy")
+    assert any(r.startswith("reuses the encoded matrix") for r in after.reasons)
+    assert after.predicted_seconds["factorized"] <= before.predicted_seconds["factorized"]
+    cold = ilargi_db.explain(star, STAR, "y", backend="numpy", reuse=False)
+    assert not any(r.startswith("reuses") for r in cold.reasons)
+
+
+# -- the in-process tier's budget --------------------------------------------------------------
+
+
+def test_the_memory_tier_keeps_to_its_budget_by_utility():
+    from ilargi_db.reuse.store import Artifact, MemoryTier
+
+    tier = MemoryTier(budget=1000)
+    assert tier.put(Artifact("a", "column", "a", np.zeros(50), 400, compute_seconds=1.0))
+    assert tier.put(Artifact("b", "column", "b", np.zeros(50), 400, compute_seconds=0.1))
+    # c is worth more per byte than b: b leaves
+    assert tier.put(Artifact("c", "column", "c", np.zeros(50), 400, compute_seconds=0.5))
+    assert set(tier.items) == {"a", "c"}
+    # d is worth less than everything kept: refused
+    assert not tier.put(Artifact("d", "column", "d", np.zeros(50), 400, compute_seconds=0.01))
+    assert not tier.put(Artifact("e", "column", "e", np.zeros(5000), 4000, compute_seconds=9.0))  # over the budget
+    tier.budget = 500
+    tier.shrink()
+    assert set(tier.items) == {"a"}
+
+
+def test_budgets_are_checked_and_set():
+    old = MEMORY.budget
+    try:
+        assert set_artifact_budget(memory="2MB")["memory"] == 2_000_000
+        with pytest.raises(IlargiError, match="a size such as '512MB'"):
+            set_artifact_budget(memory="lots")
+        with pytest.raises(IlargiError, match="database file"):
+            set_artifact_budget(ilargi_db.connect(), storage="1GB")
+    finally:
+        MEMORY.budget = old
+
+
+def test_payloads_never_unpickle():
+    value = {"a": np.arange(3), "text": __import__("pyarrow").array(["x", None]), "n": 3, "fill": None}
+    back = unpack(pack(value))
+    assert back["n"] == 3 and back["fill"] is None and back["text"].to_pylist() == ["x", None]
+    np.testing.assert_array_equal(back["a"], np.arange(3))
+    objects = np.array([object()], dtype=object)
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **{"n:evil": objects})
+    with pytest.raises(ValueError, match="pickle"):
+        unpack(buffer.getvalue())
+
+
+# -- the database tier ---------------------------------------------------------------------------
+
+
+def test_a_new_process_reuses_what_the_database_stores(tmp_path):
+    path = str(tmp_path / "store.duckdb")
+    con = ilargi_db.connect(path)
+    make_star(con, n=20_000)
+    ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized", solver="normal")
+    stored = con.execute("SELECT kind FROM ilargi.artifacts").fetchall()
+    assert {"rows", "column", "gram"} <= {k for (k,) in stored}
+    con.close()
+    clear_artifacts()  # as a new process finds it
+    con = ilargi_db.connect(path)
+    model = ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized", solver="normal", alpha=2.0)
+    # Each artifact is loaded only where loading beats recomputing: here the key-only join.
+    assert "the key-only join (rows, from database" in reused(model)
+    cold = ilargi_db.train(
+        con, STAR, "y", backend="numpy", strategy="factorized", solver="normal", alpha=2.0, reuse=False
+    )
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+    hits = con.execute("SELECT sum(hits) FROM ilargi.artifacts").fetchall()[0][0]
+    assert hits > 0
+    listed = json.loads(con.sql("SELECT ilargi_artifacts()").fetchall()[0][0])
+    assert {a["tier"] for a in listed} == {"memory", "database"}
+    assert json.loads(con.sql("SELECT ilargi_clear_artifacts()").fetchall()[0][0])["database"] == len(stored)
+    assert con.execute("SELECT count(*) FROM ilargi.artifacts").fetchall() == [(0,)]
+
+
+def test_the_storage_budget_holds_and_a_damaged_payload_is_a_miss(tmp_path):
+    path = str(tmp_path / "budget.duckdb")
+    con = ilargi_db.connect(path)
+    make_star(con, n=5_000)
+    set_artifact_budget(con, storage="20KB")
+    ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized")
+    total = con.execute("SELECT coalesce(sum(nbytes), 0) FROM ilargi.artifacts").fetchall()[0][0]
+    assert 0 < total <= 20_000
+    con.execute("UPDATE ilargi.artifacts_store SET payload = 'garbage'::BLOB")
+    clear_artifacts()
+    model = ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized", alpha=2.0)
+    assert "from database" not in reused(model)  # unreadable: recomputed, no error
+
+
+def test_reads_never_write_artifacts_to_the_database(tmp_path):
+    path = str(tmp_path / "ro.duckdb")
+    con = duckdb.connect(path)
+    make_star(con)
+    con.close()
+    ro = duckdb.connect(path, read_only=True)
+    model = ilargi_db.train(ro, STAR, "y", backend="numpy")  # a read-only database: memory only
+    assert model.n_rows_ == 300 and not DatabaseTier.exists(ro)
+    ro.close()
+    con = duckdb.connect(path)
+    con.execute("BEGIN")
+    ilargi_db.train(con, STAR, "y", backend="numpy", alpha=4.0)  # the caller's transaction: not ours to commit
+    con.execute("ROLLBACK")
+    ilargi_db.explain(con, STAR, "y", backend="numpy")
+    ilargi_db.predict(con, model, STAR)
+    assert not DatabaseTier.exists(con)
