@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             for way in ("separate", "batch") if r % 2 == 0 else ("batch", "separate"):
                 start = time.perf_counter()
                 if way == "batch":
-                    models = ilargi_db.train_batch(con, query, target, MODELS, backend="numpy")
+                    models = ilargi_db.train_batch(con, query, target, MODELS, backend="numpy", reuse=False)
                 else:
                     for algorithm, params in MODELS:
                         supervised = algorithm in ("linear_regression", "logistic_regression")
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                             target if supervised else None,
                             algorithm,
                             backend="numpy",
+                            reuse=False,  # the batch's own sharing, not the artifact store's (bench_reuse)
                             **params,
                         )
                 best[way] = min(best[way], time.perf_counter() - start)

@@ -338,7 +338,7 @@ def _train_models(
         graph = mark_categorical_coalesce(graph, flags)
         job = JobReuse.open(con, graph, flags, enabled=reuse, persist=True)
         stats = None
-        if strategy == "auto" and not graph.cross_source_features:
+        if job.enabled:  # the cost model's statistics, or the memory check's: one artifact serves both
             found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
             stats = JobStats.from_dict(found) if found is not None else None
             if stats is None and job.enabled:
@@ -377,7 +377,7 @@ def _train_models(
             solver_picks.append(bool(picks))
         from ilargi_db.cost_model.memory import check_job_memory
 
-        check_job_memory(con, graph, chosen, explanations[0])  # before any feature column is read
+        check_job_memory(con, graph, chosen, explanations[0], stats)  # before any feature column is read
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({chosen})")

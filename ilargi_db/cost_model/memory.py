@@ -111,14 +111,18 @@ def check_memory_limit(con: duckdb.DuckDBPyConnection, needed: dict[str, int], s
     )
 
 
-def check_job_memory(con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str, explanation: Any = None) -> None:
+def check_job_memory(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str, explanation: Any = None, stats: Any = None
+) -> None:
     """Refuse training ``graph`` with ``strategy`` when its arrays would exceed DuckDB's ``memory_limit``.
 
-    Reuses the sizes the cost estimator's ``explanation`` holds; otherwise counts the
-    job's rows (:func:`~ilargi_db.cost_model.features.job_stats`, two aggregate queries).
+    Reuses the sizes the cost estimator's ``explanation`` holds, or the job's ``stats``; otherwise counts
+    the job's rows (:func:`~ilargi_db.cost_model.features.job_stats`, two aggregate queries).
     """
     if explanation is not None and "array_bytes_factorized" in explanation.features:
         needed = {s: int(explanation.features[f"array_bytes_{s}"]) for s in ("factorized", "materialized")}
+    elif stats is not None:
+        needed = array_bytes(stats)
     else:
         try:
             needed = array_bytes(job_stats(con, graph))

@@ -54,13 +54,13 @@ class SourcePrint:
     alias: str
     rows: int
     native: bool  # a base table: hashes per column, with the rowid
-    hashes: dict[str, str]  # column (lower case) -> hash; ROWS -> the rowid set (native only)
+    hashes: dict[str, str]  # ROWS -> rowids with the join's columns (or every column read); column -> hash
 
     def of(self, columns: set[str]) -> str:
-        """The hash of ``columns`` (and of which rows there are)."""
+        """The hash of ``columns`` (and of which rows there are, and how they join)."""
         if not self.native:
             return self.hashes[ROWS]
-        return digest(self.rows, self.hashes[ROWS], sorted((c, self.hashes[c]) for c in columns))
+        return digest(self.rows, self.hashes[ROWS], sorted((c, self.hashes[c]) for c in columns if c in self.hashes))
 
 
 @dataclass(frozen=True)
@@ -169,23 +169,34 @@ def _feature_columns(graph: JoinGraph) -> list[dict[str, set[str]]]:
     ]
 
 
-def _hash_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: dict[str, set[str]]) -> tuple[str, list]:
-    """One query: per source, its rows and the content hash(es) of the columns read."""
+def _hash_query(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, rows: dict[str, set[str]], read: dict[str, set[str]]
+) -> tuple[str, list]:
+    """One query: per source, its rows and the content hash(es) of the columns read.
+
+    A base table gives one hash of its rowids with the columns that decide the join (``ROWS``) and one per
+    other column read; any other source one hash of every column read.
+    """
     items, layout = [], []
     prefix = with_prefix(graph.select)
     for s in graph.sources:
-        columns = sorted(read[s.alias])
         real = {c.lower(): c for c in s.columns}
-        names = [f"{quote(s.alias)}.{quote(real[c])}" for c in columns]
+
+        def named(columns: list[str], alias: str = s.alias, real: dict = real) -> list[str]:
+            return [f"{quote(alias)}.{quote(real[c])}" for c in columns]
+
         native = supports_rowid(con, s, prefix)
         if native:
             row = f"{quote(s.alias)}.rowid"
-            sums = [f"sum(hash({row}))"] + [f"sum(hash({row}, {n}))" for n in names]
-            keys = [ROWS, *columns]
+            others = sorted(read[s.alias] - rows[s.alias])
+            sums = [f"sum(hash({', '.join([row, *named(sorted(rows[s.alias]))])}))"]
+            sums += [f"sum(hash({row}, {n}))" for n in named(others)]
+            keys = [ROWS, *others]
         else:
+            names = named(sorted(read[s.alias]))
             sums = [f"sum(hash({', '.join(names)}))" if names else "sum(hash(0))"]
             keys = [ROWS]
-        values = ", ".join(f"coalesce({s_}, 0)::VARCHAR" for s_ in sums)
+        values = ", ".join(f"coalesce({total}, 0)::VARCHAR" for total in sums)
         items.append(f"(SELECT [count(*)::VARCHAR, {values}] FROM {s.relation_sql})")
         layout.append((s.alias, native, keys))
     return f"{prefix}SELECT {', '.join(items)}", layout
@@ -207,7 +218,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     for parts in by_feature:
         for alias, columns in parts.items():
             read[alias] |= columns
-    sql, layout = _hash_query(con, graph, read)
+    sql, layout = _hash_query(con, graph, rows_by_source, read)
     try:
         found = con.sql(sql).fetchall()[0]
     except duckdb.Error as err:
@@ -219,9 +230,11 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     sources = [(s.alias, s.relation_sql, s.kind, dict(zip(s.columns, s.types))) for s in graph.sources]
     with_ = with_prefix(graph.select)
     rows = [(alias, prints[alias].of(columns)) for alias, columns in sorted(rows_by_source.items())]
-    skeleton = graph.select.copy()
-    skeleton.set("expressions", [exp.Star()])
-    rows_key = digest("rows", with_, skeleton.sql("duckdb"), _row_expressions(graph), sources, rows)
+    select = graph.select
+    # FROM, the joins, WHERE and ORDER BY as DuckDB SQL: the query less its SELECT list.
+    clauses = [select.args[a].sql("duckdb") for a in ("from_", "where", "order") if select.args.get(a) is not None]
+    clauses += [j.sql("duckdb") for j in select.args.get("joins") or []]
+    rows_key = digest("rows", with_, clauses, _row_expressions(graph), sources, rows)
     column_keys = {}
     for j, (feature, parts) in enumerate(zip(graph.features, by_feature)):
         content = [(alias, prints[alias].of(columns)) for alias, columns in sorted(parts.items())]
