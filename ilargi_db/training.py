@@ -401,7 +401,14 @@ def _train_models(
             supervised = algorithm in SUPERVISED
             scaled = standardize and supervised
             M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
-            estimator.fit(M, y) if supervised else estimator.fit(M)
+            init, warm = _warm_start(job, algorithm, estimator, scaled, M)
+            if supervised:
+                estimator.fit(M, y, **init)
+            else:
+                estimator.fit(M)
+            if hasattr(estimator, "coef_") and hasattr(estimator, "n_iter_"):
+                loss = float(estimator.loss_curve_[-1]) if getattr(estimator, "loss_curve_", None) else 0.0
+                job.record_fit(algorithm, scaled, M.feature_names, estimator.coef_, estimator.intercept_, loss)
             unconverged = getattr(estimator, "convergence_warning_", None)
             if scaled:
                 scale, mean = to_host(M.scale), to_host(M.mean)
@@ -433,7 +440,7 @@ def _train_models(
                 ),
                 explanation_=explanation,
                 n_rows_=int(X.shape[0]),
-                reused_=job.describe(),
+                reused_=job.describe() + ([warm] if warm else []),
                 unlabelled_rows_=data.unlabelled,
                 warnings_=[unconverged] if unconverged else [],
             )
@@ -494,6 +501,24 @@ def explain(
         stats = JobStats.from_dict(found) if found is not None else None
         offer = job.offer(graph, job.matrix_key(matrix_settings(flags, True, get_backend(backend).name)))
         return explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+
+
+def _warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any) -> tuple[dict[str, Any], str]:
+    """The ``fit`` arguments that start an iterative convex solver from an earlier model, and what it is.
+
+    Logistic regression (either solver) and linear regression by conjugate gradients reach the same
+    optimum from any start; k-means and NMF are not convex, so a start would change their result.
+    """
+    if algorithm == "logistic_regression":
+        found = job.warm_start(algorithm, scaled, M.feature_names)
+        if found is not None:
+            return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
+    if algorithm == "linear_regression":
+        solver = estimator.solver if estimator.solver != "auto" else estimator.choose_solver(M.shape[1])[0]
+        found = job.warm_start(algorithm, scaled, M.feature_names) if solver == "cg" else None
+        if found is not None:
+            return {"coef_init": found[0]}, found[2]
+    return {}, ""
 
 
 def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:

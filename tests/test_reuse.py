@@ -320,3 +320,58 @@ def test_reads_never_write_artifacts_to_the_database(tmp_path):
     ilargi_db.explain(con, STAR, "y", backend="numpy")
     ilargi_db.predict(con, model, STAR)
     assert not DatabaseTier.exists(con)
+
+
+# -- warm starts --------------------------------------------------------------------------------
+
+
+def test_logistic_regression_starts_from_the_best_earlier_model_on_the_same_rows():
+    con = ilargi_db.connect()
+    make_star(con, n=2_000)
+    label = STAR.replace("f.y FROM", "f.y > 2000 AS late FROM")
+    run = dict(algorithm="logistic_regression", backend="numpy", strategy="factorized", tol=1e-8, max_iter=500)
+    first = ilargi_db.train(con, label, "late", C=1.0, **run)
+    assert not any("warm start" in line for line in first.reused_)
+    warm = ilargi_db.train(con, label, "late", C=1.5, **run)
+    cold = ilargi_db.train(con, label, "late", C=1.5, reuse=False, **run)
+    assert any("warm start from an earlier logistic_regression" in line for line in warm.reused_)
+    assert warm.n_iter_ < cold.n_iter_
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-4, atol=1e-6)  # the same optimum
+    # A job with one more column starts from it too: zeros for the new column.
+    wider = label.replace("d.kind,", "d.kind, d.w,")
+    more = ilargi_db.train(con, wider, "late", C=1.5, **run)
+    assert any("warm start" in line and "columns)" in line and " of these " in line for line in more.reused_)
+    again = ilargi_db.train(con, wider, "late", C=1.5, reuse=False, **run)
+    np.testing.assert_allclose(more.coef_, again.coef_, rtol=1e-4, atol=1e-6)
+
+
+def test_conjugate_gradients_start_from_an_earlier_model():
+    con = ilargi_db.connect()
+    make_star(con, n=1_500)
+    run = dict(backend="numpy", strategy="factorized", solver="cg", tol=1e-10, max_iter=1_000)
+    ilargi_db.train(con, STAR, "y", alpha=1.0, **run)
+    warm = ilargi_db.train(con, STAR, "y", alpha=1.1, **run)
+    cold = ilargi_db.train(con, STAR, "y", alpha=1.1, reuse=False, **run)
+    assert any("warm start" in line for line in warm.reused_) and warm.n_iter_ <= cold.n_iter_
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-6)
+
+
+def test_k_means_never_warm_starts(star):
+    run = dict(algorithm="kmeans", n_clusters=3, random_state=0, backend="numpy", strategy="factorized")
+    query = STAR.replace(", f.y", "")
+    ilargi_db.train(star, query, **run)
+    again = ilargi_db.train(star, query, **run)
+    assert not any("warm start" in line for line in again.reused_)  # not convex: a start would change it
+
+
+def test_a_warm_start_of_the_wrong_width_is_refused():
+    from ilargi_db.models import LinearRegression, LogisticRegression
+
+    X, y = np.random.default_rng(0).normal(size=(30, 3)), np.arange(30) % 2
+    with pytest.raises(ValueError, match="coef_init must hold 3 finite numbers"):
+        LogisticRegression().fit(X, y, coef_init=np.zeros(2))
+    with pytest.raises(ValueError, match="coef_init must hold 3 finite numbers"):
+        LinearRegression(solver="cg").fit(X, y * 1.0, coef_init=[0.0, np.nan, 1.0])
+    with pytest.warns(UserWarning, match="stopped at max_iter=2"):
+        zero_tol = LinearRegression(solver="cg", tol=0.0, max_iter=2).fit(X, y * 1.0)
+    assert zero_tol.n_iter_ == 2 and np.abs(zero_tol.coef_).sum() > 0  # tol=0 iterates, as max_iter says

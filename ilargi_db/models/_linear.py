@@ -142,9 +142,14 @@ class LinearRegression(RegressorMixin, _LinearModel):
             f"equations would form a {gram / 2**20:,.0f} MiB matrix"
         )
 
-    def fit(self, X: Any, y: Any) -> LinearRegression:
-        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
+    def fit(self, X: Any, y: Any, coef_init: Any = None) -> LinearRegression:
+        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
+
+        ``coef_init`` starts conjugate gradients from another model's coefficients (a warm start; the
+        normal equations solve directly and ignore it).
+        """
         self._validate_params()
+        self._coef_init = coef_init
         self.convergence_warning_ = None
         X, y = check_input(self, X, y, reset=True, y_numeric=True)
         M = as_matrix(X)
@@ -202,11 +207,20 @@ class LinearRegression(RegressorMixin, _LinearModel):
 
         w = xp.zeros(d, dtype=M.dtype)
         r = M.T @ b - mu * float(b.sum())
-        target = self.tol * float(xp.linalg.norm(r))
+        target = self.tol * float(xp.linalg.norm(r))  # relative to the cold start's residual, warm or not
+        losses: list[float] = [float(b @ b) / n]
+        start = getattr(self, "_coef_init", None)
+        if start is not None:
+            start = np.asarray(start, dtype=float).ravel()
+            if start.shape != (d,) or not np.isfinite(start).all():
+                raise ValueError(f"coef_init must hold {d} finite numbers (one per column), got shape {start.shape}.")
+            w = M.backend.asarray(start, dtype=M.dtype)
+            q, normal_w = normal_product(w)
+            r = r - normal_w
+            losses = [(float((q - b) @ (q - b)) + self.alpha * float(w @ w)) / n]
         z = inverse_diagonal * r
         p, rz = z, float(r @ z)
-        losses: list[float] = [float(b @ b) / n]
-        it, converged = 0, target == 0
+        it, converged = 0, float(xp.linalg.norm(r)) <= target  # the start may already solve it
         with progress(self.max_iter, "linear regression (cg)") as bar:
             while not converged and it < self.max_iter:
                 it += 1
@@ -361,9 +375,14 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self.tol = tol
         self.max_gram_bytes = max_gram_bytes
 
-    def fit(self, X: Any, y: Any) -> LogisticRegression:
-        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix."""
+    def fit(self, X: Any, y: Any, coef_init: Any = None, intercept_init: float | None = None) -> LogisticRegression:
+        """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
+
+        ``coef_init`` and ``intercept_init`` start the solver from another model's parameters (a warm
+        start: the objective is convex, so it reaches the same optimum, often in fewer iterations).
+        """
         self._validate_params()
+        self._start = (coef_init, intercept_init)
         self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
         if type_of_target(y_host) == "continuous":
@@ -424,7 +443,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             losses.append(known if known is not None else self._objective(M, y01, params)[2][1])
             bar.update()
 
-        x0 = np.zeros(d + self.fit_intercept)
+        x0 = self._initial_params(d)
         result = scipy.optimize.minimize(
             fun,
             x0,
@@ -442,7 +461,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def _fit_newton(self, M: Any, y01: Any) -> None:
         n, d = M.shape
         check_gram_size(d + self.fit_intercept, self.max_gram_bytes, 'solver="newton"')
-        params = np.zeros(d + self.fit_intercept)
+        params = self._initial_params(d)
         strength = 1.0 / (self.C * n) if self.penalty == "l2" else 0.0
         losses: list[float] = []
         converged = False
@@ -473,6 +492,19 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self._set(params, d, len(losses), losses)
         if not converged:
             warn_not_converged(self, "logistic regression (newton)", self.max_iter)
+
+    def _initial_params(self, d: int) -> np.ndarray:
+        """Zeros, or the warm start ``fit`` was given (checked against the data's width)."""
+        params = np.zeros(d + self.fit_intercept)
+        coef, intercept = getattr(self, "_start", (None, None))
+        if coef is not None:
+            coef = np.asarray(coef, dtype=float).ravel()
+            if coef.shape != (d,) or not np.isfinite(coef).all():
+                raise ValueError(f"coef_init must hold {d} finite numbers (one per column), got shape {coef.shape}.")
+            params[:d] = coef
+        if intercept is not None and self.fit_intercept:
+            params[d] = float(intercept)
+        return params
 
     def _set(self, params: np.ndarray, d: int, n_iter: int, losses: list[float]) -> None:
         self.coef_ = params[:d].copy()

@@ -182,6 +182,49 @@ class JobReuse:
     def _load_seconds(self, key: str, tier: str) -> float:
         return 0.0 if tier == "memory" else DatabaseTier.load_seconds(self._index()[key][0])
 
+    # -- warm starts -------------------------------------------------------------------------
+
+    def _fits_key(self, algorithm: str, scaled: bool) -> str:
+        return digest("fits", self.fingerprint.rows_key, algorithm, scaled) if self.enabled else ""
+
+    def warm_start(self, algorithm: str, scaled: bool, names: list[str]) -> tuple[np.ndarray, float, str] | None:
+        """The best earlier model of ``algorithm`` on the same rows whose columns this job has too.
+
+        Best: the most columns in common, then the lowest training loss. Its coefficients go to the
+        columns of the same name, zeros elsewhere. Returns (coefficients, intercept, what in words).
+        """
+        found = MEMORY.items.get(self._fits_key(algorithm, scaled))
+        if found is None:
+            return None
+        position = {name: j for j, name in enumerate(names)}
+        usable = [f for f in found.value["fits"] if set(f["names"]) <= position.keys()]
+        if not usable:
+            return None
+        best = max(usable, key=lambda f: (len(f["names"]), -f["loss"]))
+        coef = np.zeros(len(names))
+        coef[[position[name] for name in best["names"]]] = best["coef"]
+        same = "the same" if len(best["names"]) == len(names) else f"{len(best['names'])} of these {len(names)}"
+        what = f"a warm start from an earlier {algorithm} on the same rows ({same} columns)"
+        return coef, float(best["intercept"]), what
+
+    def record_fit(
+        self, algorithm: str, scaled: bool, names: list[str], coef: Any, intercept: float, loss: float
+    ) -> None:
+        """Remember a fitted model (in process) for later warm starts; the last few per algorithm and rows."""
+        key = self._fits_key(algorithm, scaled)
+        if not key:
+            return
+        held = MEMORY.items.get(key)
+        fits = list(held.value["fits"]) if held is not None else []
+        fits = [
+            *fits,
+            {"names": list(names), "coef": np.asarray(coef, dtype=float).copy(), "intercept": intercept, "loss": loss},
+        ][-8:]
+        value = {"fits": fits}
+        MEMORY.put(
+            Artifact(key, "model", f"earlier {algorithm} models", value, nbytes_of([f["coef"] for f in fits]), 0.0)
+        )
+
     # -- the factorized read ------------------------------------------------------------------
 
     def metadata(self, graph: JoinGraph, categorical: frozenset[int], extract: Any) -> DIMetadata:
