@@ -35,6 +35,21 @@ def test_normalized_matrix_example_runs():
     np.testing.assert_allclose(X.crossprod(), T.T @ T, rtol=1e-9)
 
 
+def test_reuse_example_runs():
+    (block,) = [b for b in BLOCKS if "clear_artifacts" in b]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    again = namespace["again"]
+    assert any("the encoded matrix (matrix, from memory" in line for line in again.reused_)  # as its comment shows
+    ilargi_db, con, wider = namespace["ilargi_db"], namespace["con"], namespace["wider"]
+    ilargi_db.train(con, namespace["query"], target="arr_delay", strategy="factorized")
+    used = ilargi_db.train(con, wider, target="arr_delay", strategy="factorized").reused_
+    assert sum("(column, from memory" in line for line in used) == 5 and any("key-only join" in line for line in used)
+    assert ilargi_db.explain(con, wider, target="arr_delay").reasons[-1].startswith("reuses ")
+    ilargi_db.clear_artifacts(con)
+    assert namespace["ilargi_db"].artifacts(namespace["con"]) == []  # cleared
+
+
 def test_sql_example_runs(capsys):
     import ilargi_db
     from ilargi_db.cli import run_sql

@@ -135,13 +135,25 @@ class JobReuse:
         self.made.append((artifact, persistable))
 
     def finish(self) -> int:
-        """Write this job's new artifacts and hits to the database (after its read snapshot closed)."""
+        """Write this job's new artifacts (and the hits counted since the last write) to the database.
+
+        Runs after the job's read snapshot closed. Only what a later job would load rather than recompute is
+        written (a payload that reads back slower than it computes would only take space), and a job that
+        adds nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
+        """
         if not (self.enabled and self.persist):
             return 0
-        new = [(a, (lambda a=a: a.value)) for a, persistable in self.made if persistable]
-        if not new and not self.hit_keys:
+        _PENDING_HITS.extend(self.hit_keys)
+        new = [
+            (a, (lambda a=a: a.value))
+            for a, persistable in self.made
+            if persistable and DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)
+        ]
+        if not new:
             return 0
-        return DatabaseTier.save(self.con, new, self.hit_keys)
+        hits = list(_PENDING_HITS)
+        _PENDING_HITS.clear()
+        return DatabaseTier.save(self.con, new, hits)
 
     def saved_seconds(self) -> float:
         return sum(u.saved_seconds for u in self.used)
@@ -281,6 +293,9 @@ class JobReuse:
         value = {name: np.asarray(to_host(X.memo[name])) for name in MEMOIZED if name in X.memo}
         seconds = float(X.memo.get("seconds", 0.0))
         self.keep("gram", self.sums_key, "X^T X and column sums", value, seconds)
+
+
+_PENDING_HITS: list[str] = []  # database hits of this process not yet written (see JobReuse.finish)
 
 
 class _Stale(Exception):
