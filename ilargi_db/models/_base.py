@@ -11,7 +11,7 @@ from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import backend_of, to_host  # noqa: F401 - to_host: the models' import of it
 from ilargi_db.errors import CALLER, IlargiError, spell
-from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
+from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, ScaledMatrix
 
 MatrixLike = NormalizedMatrix | ScaledMatrix
 
@@ -30,7 +30,7 @@ class SparseInputMixin:
 
 
 def is_normalized(X: Any) -> bool:
-    return isinstance(X, (NormalizedMatrix, ScaledMatrix))
+    return isinstance(X, (NormalizedMatrix, PartitionedMatrix, ScaledMatrix))
 
 
 def as_matrix(X: Any) -> MatrixLike:
