@@ -39,6 +39,8 @@ class TrainedModel:
         because their target was NULL.
     reused_ : list of str
         The artifacts of earlier jobs this training used (see :mod:`ilargi_db.reuse`), in words.
+    streamed_ : dict or None
+        How the training data was streamed (memory budget, bytes needed, partitions), None when it was held.
     name_, version_, macros_
         Set once the model is stored in the registry.
     """
@@ -61,6 +63,7 @@ class TrainedModel:
     unlabelled_rows_: int = 0
     warnings_: list[str] = field(default_factory=list)  # convergence warnings the training raised
     reused_: list[str] = field(default_factory=list)  # artifacts of earlier jobs this training used
+    streamed_: dict | None = None  # how the data was streamed (budget, partitions), None when held in memory
     name_: str | None = None
     version_: int | None = None
     macros_: list[str] = field(default_factory=list)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,6 +12,8 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import scipy.sparse as sp
+import sqlglot
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
@@ -17,13 +21,16 @@ from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
 from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
+from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
-from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
-from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import TARGET, materialized_sql
-from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
+from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, PartitionSource, ScaledMatrix
+from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, clear_unused_nonfinite, extract_metadata
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
+from ilargi_db.metadata.indicator import indicator_sql
+from ilargi_db.metadata.scans import TARGET, materialized_sql, part_column, quote
+from ilargi_db.metadata.stream import open_stream
+from ilargi_db.metadata.value_range import check_metadata_values, check_table_values, check_values
 from ilargi_db.models.catalog import CATALOG, NAMES, SUPERVISED, algorithm_facts, check_algorithm, make_estimator
 from ilargi_db.plan import (
     JoinGraph,
@@ -114,6 +121,184 @@ def _factorized_read(
     return TrainingData(X, meta.target, encoder, unlabelled)
 
 
+STREAM_SHARE_OF_FREE_MEMORY = 0.5  # the default memory budget: this share of the memory free at the start
+MIN_PARTITION_ROWS = 256  # below this a partition's query costs more than its rows
+
+
+def default_memory_budget() -> int | None:
+    """Half the memory free now (Linux ``MemAvailable``), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(STREAM_SHARE_OF_FREE_MEMORY * int(line.split()[1]) * 1024)
+    except OSError:
+        return None
+    return None
+
+
+def _stream_plan(con, graph: JoinGraph, chosen: str, stats: Any, memory_budget: Any) -> dict | None:
+    """How to stream the job when its data exceed the memory budget (None: it fits in memory).
+
+    Partitions are sized so that three (the template, the one computing, the one prefetched) fit in the
+    budget beside the dimensions (scanned whole). The budget bounds the training data; the solvers' few
+    n-length vectors (the target, scores, residuals: 8 bytes a row each) come on top.
+    """
+    budget = size_in_bytes(memory_budget, "memory_budget") if memory_budget is not None else default_memory_budget()
+    if budget is None:
+        return None
+    stats = stats if stats is not None else job_stats(con, graph)
+    needed = array_bytes(stats)[chosen if graph.factorizable else "materialized"]
+    if needed <= budget:
+        return None
+    fact = stats.source(stats.fact)
+    dimensions = sum(s.rows * s.width * 8 for s in stats.sources if s.alias != stats.fact)
+    per_row = 16 * fact.width + 16 * (len(stats.sources) - 1) + 8  # a partition's row, with its Arrow copy
+    free = budget - dimensions
+    if free < 3 * per_row * MIN_PARTITION_ROWS:
+        least = dimensions + 3 * per_row * MIN_PARTITION_ROWS
+        raise IlargiError(
+            f"memory_budget {format_bytes(budget)} cannot hold the dimensions ({format_bytes(dimensions)}, read "
+            f"whole) beside partitions of the fact: give at least {format_bytes(least)} (the whole job needs about "
+            f"{format_bytes(needed)})."
+        )
+    rows = int(free // (3 * per_row))
+    why = (
+        f"the data need about {format_bytes(needed)}, over the memory budget of {format_bytes(budget)}: the fact is "
+        f"read from DuckDB in partitions of {rows:,} rows, the next read while the current one computes, again on "
+        "every pass"
+    )
+    return {"memory_budget": budget, "needed": needed, "rows_per_partition": rows, "why": why}
+
+
+def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_partition: int) -> tuple:
+    """The training data as a streamed :class:`PartitionedMatrix`: the fact read range by range on every pass.
+
+    The encoder is fitted from sums, counts and categories DuckDB computes over the training rows (one
+    aggregate query); the dimensions are scanned and encoded once and shared by every partition; the
+    target (n numbers) is read once. Returns (TrainingData, the stream, to close after the fits).
+    """
+    categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
+    stream = open_stream(con, graph, categorical, rows_per_partition)
+    try:
+        _fit_encoder_in_duckdb(con, graph, encoder)
+        dims, dim_cats = stream.dimension_blocks(categorical)
+        for block in dims:  # inf, or values whose squares overflow, before they turn into NaN
+            for i, j in enumerate(block.columns):
+                check_values(block.data[:, i], graph.features[j].name)
+        empty = np.array([-1])  # encode each dimension once, its fill included; every partition sets its rows
+        shared = [(b.source, encoder.transform_block(b, index=empty)) for b in dims]
+        shared += [(c.source, encoder.transform_categorical(c, 2, index=empty)) for c in dim_cats]
+        fact_numeric = [
+            j for j, f in enumerate(graph.features) if f.parts[0].source == stream.fact and j not in categorical
+        ]
+        fact_text = [j for j, f in enumerate(graph.features) if f.parts[0].source == stream.fact and j in categorical]
+
+        def read(k: int) -> dict[str, np.ndarray]:
+            """Partition ``k``'s own arrays, encoded: the fact's numbers, its category codes, every indicator."""
+            part = stream.read(k)
+            rows = np.arange(part.n_rows)
+            arrays = {"n_rows": np.array(part.n_rows)}
+            if fact_numeric:
+                data = arrow_to_block(part.fact, [part_column(j, 0) for j in fact_numeric])
+                for i, j in enumerate(fact_numeric):
+                    check_values(data[:, i], graph.features[j].name)
+                fill = np.full(len(fact_numeric), np.nan)
+                meta = BlockMetadata(stream.fact, data, rows, np.array(fact_numeric), fill)
+                arrays["fact"] = encoder.transform_block(meta).data
+            for j in fact_text:
+                values = part.fact.column(part_column(j, 0)).combine_chunks()
+                block = encoder.transform_categorical(CategoricalMetadata(stream.fact, j, values, rows, None), 2)
+                if block is not None:
+                    arrays[f"codes/{j}"] = block.index
+            arrays.update({f"index/{alias}": index for alias, index in part.indicators.items()})
+            return arrays
+
+        def make(k: int) -> NormalizedMatrix:
+            # The first pass reads from DuckDB and spills the partition to local disk; later passes load it
+            # back, which costs a file read instead of a join (cedar's offloading).
+            path = os.path.join(stream.spill_dir, f"{k}.npz")
+            if os.path.exists(path):
+                with np.load(path, allow_pickle=False) as stored:
+                    arrays = {name: stored[name] for name in stored.files}
+            else:
+                arrays = read(k)
+                with tempfile.NamedTemporaryFile(dir=stream.spill_dir, suffix=".npz", delete=False) as out:
+                    np.savez(out, **arrays)
+                os.replace(out.name, path)
+            n = int(arrays["n_rows"])
+            blocks = []
+            if "fact" in arrays:
+                # Indexed by its own rows, as the in-memory read indexes the streamed fact: the same kernels.
+                blocks.append(Block(arrays["fact"], columns=encoder.offsets_[fact_numeric], index=np.arange(n)))
+            for j in fact_text:
+                if f"codes/{j}" in arrays:
+                    spec = encoder.specs_[j]
+                    columns = encoder.offsets_[j] + np.arange(spec.width)
+                    identity = sp.identity(spec.width, format="csr")
+                    blocks.append(Block(identity, columns=columns, index=arrays[f"codes/{j}"]))
+            for alias, block in shared:
+                if block is not None:
+                    index = arrays[f"index/{alias}"]
+                    blocks.append(Block(block.data, columns=block.columns, index=index, fill=block.fill))
+            return NormalizedMatrix(blocks, n_rows=n, feature_names=encoder.feature_names_out_, backend=backend)
+
+        source = PartitionSource(make, len(stream.bounds))
+        X = PartitionedMatrix(source, sizes=stream.sizes, template=make(0))
+        y = _streamed_target(con, graph, stream) if graph.target is not None else None
+    except BaseException:
+        stream.close()
+        raise
+    return TrainingData(X, y, encoder, stream.unlabelled), stream
+
+
+def _streamed_target(con, graph: JoinGraph, stream: Any) -> np.ndarray:
+    """The target of every labelled row, in the partitions' order (the fact's rowid): one query, n numbers."""
+    table = fetch_arrow(con, _only_target(graph, stream), what="the target")
+    return column_to_numpy(table.column(TARGET))
+
+
+def _only_target(graph: JoinGraph, stream: Any) -> str:
+    """The key-only join of the whole fact with only the target selected, labelled rows, in rowid order."""
+    select = sqlglot.parse_one(indicator_sql(graph, stream.registered, stream.fact, ()), read="duckdb")
+    select.set("expressions", [sqlglot.parse_one(f"CAST(({graph.target.sql}) AS DOUBLE) AS {TARGET}", read="duckdb")])
+    value = f"CAST(({graph.target.sql}) AS DOUBLE)"
+    select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
+    select.set("order", None)
+    return select.order_by(f"{quote(stream.fact)}.rowid", dialect="duckdb").sql("duckdb")
+
+
+def _fit_encoder_in_duckdb(con, graph: JoinGraph, encoder: FeatureEncoder) -> None:
+    """Fit ``encoder`` on the training rows without holding them: sums, counts, categories from one query."""
+    items = []
+    for j, feature in enumerate(graph.features):
+        if encoder.categorical[j]:
+            text = f"CAST(({feature.sql}) AS VARCHAR)"
+            items += [f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL)", f"bool_or({text} IS NULL)"]
+        else:
+            value = f"CAST(({feature.sql}) AS DOUBLE)"
+            present = f"{value} IS NOT NULL AND NOT isnan({value})"
+            items += [f"sum({value}) FILTER (WHERE {present})", f"count(*) FILTER (WHERE {present})"]
+    select = graph.select.copy()
+    select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
+    for arg in ("order", "limit", "offset"):
+        select.set(arg, None)
+    if graph.target is not None:
+        value = f"CAST(({graph.target.sql}) AS DOUBLE)"
+        select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
+    row = fetch_arrow(con, select.sql("duckdb"), what="the encoder's statistics").to_pylist()[0]
+    values = list(row.values())
+    n = len(graph.features)
+    sums, counts, categories = np.zeros(n), np.zeros(n), {}
+    for j in range(n):
+        first, second = values[2 * j], values[2 * j + 1]
+        if encoder.categorical[j]:
+            categories[j] = (sorted(first or []), bool(second))
+        else:
+            sums[j], counts[j] = float(first or 0.0), float(second or 0)
+    encoder.fit_sums(graph.feature_names, sums, counts, categories)
+
+
 def _materialized(
     con,
     graph: JoinGraph,
@@ -165,6 +350,7 @@ def train(
     standardize: bool = False,
     impute: bool = True,
     reuse: bool = True,
+    memory_budget: int | str | None = None,
     **params: Any,
 ) -> Any:
     """Train a model on the rows of a SELECT over joined tables.
@@ -190,6 +376,10 @@ def train(
         Use and keep artifacts of earlier jobs (statistics, the key-only join, each feature's values,
         the encoded matrix, X^T X) while the tables they came from are unchanged; ``False`` runs cold
         and keeps nothing (see :mod:`ilargi_db.reuse`).
+    memory_budget : int, str or None
+        Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
+        streamed from DuckDB in row partitions, the next read while the current one computes (see
+        :func:`stream_plan`). None: half the memory free when the job starts.
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -217,7 +407,9 @@ def train(
             f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
             f"and leave {target!r} out of the SELECT list unless it should be a feature."
         )
-    (model,) = _train_models(con, query, target, [(algorithm, params)], strategy, backend, standardize, impute, reuse)
+    (model,) = _train_models(
+        con, query, target, [(algorithm, params)], strategy, backend, standardize, impute, reuse, memory_budget
+    )
     return model
 
 
@@ -233,6 +425,7 @@ def train_batch(
     standardize: bool = False,
     impute: bool = True,
     reuse: bool = True,
+    memory_budget: int | str | None = None,
 ) -> list[TrainedModel]:
     """Train several models on one training query in one call, reading the data once.
 
@@ -252,7 +445,7 @@ def train_batch(
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the supervised (linear) models.
-    query, strategy, backend, impute, reuse
+    query, strategy, backend, impute, reuse, memory_budget
         As for :func:`train`.
 
     Returns
@@ -269,7 +462,9 @@ def train_batch(
     >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
     (2.0, (2, 2))
     """
-    return _train_models(con, query, target, _model_specs(models), strategy, backend, standardize, impute, reuse)
+    return _train_models(
+        con, query, target, _model_specs(models), strategy, backend, standardize, impute, reuse, memory_budget
+    )
 
 
 def _model_specs(models: Any) -> list[tuple[str, dict]]:
@@ -304,11 +499,13 @@ def _train_models(
     standardize: bool,
     impute: bool,
     reuse: bool = True,
+    memory_budget: int | str | None = None,
 ) -> list[TrainedModel]:
     """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows."""
     start = time.perf_counter()
     stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
+    stream = None
     batch = len(specs) > 1
     try:
         estimators = []
@@ -375,17 +572,24 @@ def _train_models(
             if picks:
                 estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
             solver_picks.append(bool(picks))
-        from ilargi_db.cost_model.memory import check_job_memory
-
-        check_job_memory(con, graph, chosen, explanations[0], stats)  # before any feature column is read
+        stream_plan = _stream_plan(con, graph, chosen, stats, memory_budget)
+        if stream_plan is None:
+            check_job_memory(con, graph, chosen, explanations[0], stats)  # before any feature column is read
+        else:
+            chosen, why = "factorized", f"{why} Streamed: {stream_plan['why']}."
         planned = time.perf_counter()
         stages.update()
-        stages.set_description(f"reading data ({chosen})")
-        if chosen == "factorized":
+        stages.set_description(f"reading data ({'streamed' if stream_plan else chosen})")
+        if stream_plan is not None:
+            encoder = FeatureEncoder(flags, impute=impute)
+            data, stream = _streamed(con, graph, encoder, be, stream_plan["rows_per_partition"])
+            stream_plan["partitions"] = len(stream.bounds)
+        elif chosen == "factorized":
             data = _factorized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True, job=job)
         else:
             data = _materialized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True)
-        snapshot.close()  # all read: the fits need no transaction
+        if stream is None:
+            snapshot.close()  # all read: the fits need no transaction (a stream reads on every pass)
         X, y, encoder = data.X, data.y, data.encoder
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if target is not None else "rows"
@@ -440,6 +644,7 @@ def _train_models(
                 ),
                 explanation_=explanation,
                 n_rows_=int(X.shape[0]),
+                streamed_=dict(stream_plan) if stream_plan else None,
                 reused_=job.describe() + ([warm] if warm else []),
                 unlabelled_rows_=data.unlabelled,
                 warnings_=[unconverged] if unconverged else [],
@@ -456,10 +661,15 @@ def _train_models(
             }
             models.append(model)
             stages.update()
-        if chosen == "factorized":
+        if isinstance(X, NormalizedMatrix):
             job.keep_sums(X)
+        if stream is not None:
+            stream.close()
+            snapshot.close()
         job.finish()  # new artifacts into the database (its own transaction, after the read)
     finally:
+        if stream is not None:
+            stream.close()
         snapshot.close()
         stages.close()
     return models

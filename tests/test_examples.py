@@ -1,4 +1,4 @@
-"""Every example runs: the Python scripts, the .sql session (through ``ilargi sql -f``) and the notebook."""
+"""Every example runs: the Python scripts, the .sql session (through ``ilargi sql -f``) and the notebooks."""
 
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ def test_sql_session_example(tmp_path, capsys):
 
 def execute_notebook(name: str, directory: Path) -> list:
     """Run the notebook ``name`` in ``directory`` (its working directory); its outputs, with no error among them."""
+    notebook = executed_notebook(name, directory)
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+
+
+def executed_notebook(name: str, directory: Path):
+    """The notebook ``name`` run in ``directory`` (its working directory), with no error among its outputs."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.read(EXAMPLES / name, as_version=4)
@@ -54,7 +60,7 @@ def execute_notebook(name: str, directory: Path) -> list:
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    return outputs
+    return notebook
 
 
 def test_notebook_executes(tmp_path):
@@ -81,3 +87,23 @@ def test_retail_files_notebook_executes(tmp_path):
         f"ANTI JOIN read_parquet('{(data / 'scores.parquet').as_posix()}') USING (sale_id) WHERE s.units IS NULL"
     ).fetchall()
     assert missing == [(0,)]  # every unlabelled sale is scored
+
+
+def test_iterating_with_reuse_notebook_executes(tmp_path, monkeypatch):
+    """An iterating session on a database file: the job after the alpha change reuses, the chart is a PNG."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's temporary directory, inside tmp_path
+    notebook = executed_notebook("iterating_with_reuse.ipynb", tmp_path)
+    text = {  # each code cell's printed text, by the cell's id
+        cell.id: "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+    }
+    assert "reused:" in text["another-alpha"] and "reused: nothing" not in text["another-alpha"]
+    assert "\nreuses " in text["explain"]  # explain says what the store holds for the job
+    assert "from database" in text["next-day"]  # a new process's job loads the artifacts the file stores
+    assert "seats reused: False" in text["table-change"]  # never stale
+    assert "same coefficients as a cold run: True True" in text["table-change"]
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the chart, inline
+    (chart,) = tmp_path.glob("ilargi_reuse_*/reuse_seconds.png")
+    assert chart.read_bytes().startswith(b"\x89PNG")

@@ -52,6 +52,20 @@ def parse_bytes(text: str) -> int | None:
     return int(float(found.group(1)) * _UNITS[unit])
 
 
+def size_in_bytes(value: Any, what: str) -> int:
+    """A size the caller gave (bytes, or a string such as ``"512MB"`` or ``"2 GiB"``) as bytes; refuses others.
+
+    >>> size_in_bytes("2GB", "the budget"), size_in_bytes(1024, "the budget")
+    (2000000000, 1024)
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value == int(value):
+        return int(value)
+    found = parse_bytes(value) if isinstance(value, str) else None
+    if found is None:
+        raise IlargiError(f"{what} must be a number of bytes or a size such as '512MB' or '2GB', got {value!r}.")
+    return found
+
+
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
     """DuckDB's ``memory_limit`` setting in bytes (None if it cannot be read)."""
     try:

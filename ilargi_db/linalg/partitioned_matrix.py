@@ -10,7 +10,8 @@ so a result does not depend on which partition finished first. The models run on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,47 @@ def _slice_block(block: Block, start: int, stop: int) -> Block:
     if block.index is None:  # one row per output row (the fact, in output order)
         return Block(block.data[start:stop], columns=block.columns, index=None, fill=block.fill)
     return Block(block.data, columns=block.columns, index=block.index[start:stop], fill=block.fill)
+
+
+class PartitionSource(Sequence):
+    """Partitions made on demand by ``make(k)``, never all in memory: a streamed matrix's partitions.
+
+    Iterating reads the next partition on a background thread while the caller computes on the current
+    one (``prefetch``), so at most two are held at a time; every pass reads them again.
+    """
+
+    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool = True):
+        self.make, self.n, self.prefetch = make, int(n), prefetch
+        self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        self.reads += 1
+        return self.make(k)
+
+    def __iter__(self) -> Iterator[NormalizedMatrix]:
+        if not self.prefetch or self.n < 2:
+            for k in range(self.n):
+                yield self[k]
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ilargi-prefetch") as pool:
+            pending = pool.submit(self.__getitem__, 0)
+            try:
+                for k in range(self.n):
+                    current = pending.result()
+                    pending = pool.submit(self.__getitem__, k + 1) if k + 1 < self.n else None
+                    yield current
+            finally:  # a pass left early (an error, an interruption): let the read in flight finish first
+                if pending is not None and not pending.cancel():
+                    pending.exception()
+
+    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionSource:
+        """The partitions with an element-wise ``f`` applied as each is read."""
+        return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch)
 
 
 class PartitionedMatrix:
@@ -45,15 +87,35 @@ class PartitionedMatrix:
 
     __array_ufunc__ = None  # NumPy defers to our operators
 
-    def __init__(self, partitions: Sequence[NormalizedMatrix], transposed: bool = False):
-        if not partitions:
+    def __init__(
+        self,
+        partitions: Sequence[NormalizedMatrix],
+        transposed: bool = False,
+        sizes: Sequence[int] | None = None,
+        template: NormalizedMatrix | None = None,
+    ):
+        """``partitions``: a list (in memory), or a :class:`PartitionSource` (streamed) with its row ``sizes``
+        and a ``template`` partition that says the columns, names and backend without reading the others."""
+        if not len(partitions):
             raise ValueError("a partitioned matrix needs at least one partition.")
-        widths = {p.shape[1] for p in partitions}
-        if len(widths) != 1:
-            raise ValueError(f"every partition must have the same columns, got widths {sorted(widths)}.")
-        self.partitions = list(partitions)
+        if isinstance(partitions, PartitionSource):
+            if sizes is None or template is None:
+                raise ValueError("a streamed partitioned matrix needs its partitions' sizes and a template.")
+        else:
+            partitions = list(partitions)
+            widths = {p.shape[1] for p in partitions}
+            if len(widths) != 1:
+                raise ValueError(f"every partition must have the same columns, got widths {sorted(widths)}.")
+            sizes = [p.shape[0] for p in partitions]
+        self.partitions = partitions
+        self._template = template if template is not None else partitions[0]
         self._transposed = transposed
-        self._offsets = np.cumsum([0] + [p.shape[0] for p in self.partitions])
+        self._offsets = np.cumsum([0, *sizes])
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the partitions are read on every pass instead of held."""
+        return isinstance(self.partitions, PartitionSource)
 
     @classmethod
     def from_blocks(
@@ -87,29 +149,33 @@ class PartitionedMatrix:
 
     @property
     def backend(self) -> Any:
-        return self.partitions[0].backend
+        return self._template.backend
 
     @property
     def dtype(self) -> Any:
-        return self.partitions[0].dtype
+        return self._template.dtype
 
     @property
     def feature_names(self) -> list[str]:
-        return self.partitions[0].feature_names
+        return self._template.feature_names
 
     @property
     def shape(self) -> tuple[int, int]:
-        n, d = int(self._offsets[-1]), self.partitions[0].shape[1]
+        n, d = int(self._offsets[-1]), self._template.shape[1]
         return (d, n) if self._transposed else (n, d)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: each partition's own rows, each shared block once."""
-        return sum(p.nbytes for p in self.partitions)
+        """Bytes held: each partition's own rows and the blocks they share (streamed: the template's)."""
+        return self._template.nbytes if self.streamed else sum(p.nbytes for p in self.partitions)
+
+    def _like(self, partitions: Any, transposed: bool, template: NormalizedMatrix | None = None) -> PartitionedMatrix:
+        sizes = np.diff(self._offsets).tolist()
+        return PartitionedMatrix(partitions, transposed, sizes, template if template is not None else self._template)
 
     @property
     def T(self) -> PartitionedMatrix:
-        return PartitionedMatrix(self.partitions, not self._transposed)
+        return self._like(self.partitions, not self._transposed)
 
     def _rows(self, k: int) -> slice:
         return slice(int(self._offsets[k]), int(self._offsets[k + 1]))
@@ -181,14 +247,14 @@ class PartitionedMatrix:
         return self._sum([p.group_sums(labels[self._rows(k)], n_groups) for k, p in enumerate(self.partitions)])
 
     def rows(self, indices: Any) -> Any:
-        """Selected rows as a dense array, each from the partition that holds it."""
+        """Selected rows as a dense array, each from the partition that holds it (one read per partition)."""
         xp = self.backend.xp
         indices = np.asarray(to_host(indices), dtype=np.int64)
         out = xp.zeros((len(indices), self.shape[1]), dtype=self.dtype)
         owner = np.searchsorted(self._offsets, indices, side="right") - 1
         for k in np.unique(owner):
             at = np.flatnonzero(owner == k)
-            out[xp.asarray(at)] = self.partitions[k].rows(indices[at] - self._offsets[k])
+            out[xp.asarray(at)] = self.partitions[int(k)].rows(indices[at] - self._offsets[k])
         return out
 
     def materialize(self) -> Any:
@@ -198,6 +264,8 @@ class PartitionedMatrix:
     # -- element-wise operators: per partition ---------------------------------------------------------
 
     def _map(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionedMatrix:
+        if self.streamed:  # applied as each partition is read: nothing is held
+            return self._like(self.partitions.mapped(f), self._transposed, f(self._template))
         return PartitionedMatrix([f(p) for p in self.partitions], self._transposed)
 
     def __add__(self, c):
@@ -232,4 +300,4 @@ class PartitionedMatrix:
         return f"<PartitionedMatrix {n:,} x {d:,} in {self.n_partitions} row partitions>"
 
 
-__all__ = ["PartitionedMatrix"]
+__all__ = ["PartitionSource", "PartitionedMatrix"]

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
-from ilargi_db.metadata import CategoricalMetadata, DIMetadata
+from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 
 NULL_CATEGORY = "NULL"
@@ -171,28 +171,48 @@ class FeatureEncoder:
     def transform_metadata(self, meta: DIMetadata) -> list[Block]:
         """Blocks of the encoded normalized matrix (numeric blocks imputed, one-hot blocks sparse)."""
         self.check_features(meta.feature_names)
-        blocks = []
-        for block in meta.blocks:
-            out_columns = self.offsets_[block.columns]
-            data = self._impute(block.data, block.columns)
-            empty = bool((block.indicator == -1).any())
-            fill = self._impute(block.fill.reshape(1, -1), block.columns).ravel() if empty else block.fill
-            blocks.append(Block(data, columns=out_columns, index=block.indicator, fill=np.nan_to_num(fill)))
+        blocks = [self.transform_block(block) for block in meta.blocks]
         for cat in meta.categoricals:
-            spec = self.specs_[cat.feature]
-            if spec.width == 0:
-                continue
-            columns = self.offsets_[cat.feature] + np.arange(spec.width)
-            if len(cat.values) >= meta.n_rows // 2:
-                # A fact-sized source (one row per output row, near enough): the feature is its codes.
-                # Output row i takes category codes[i] of a width x width identity: X @ w gathers w by
-                # code, X.T @ v counts by code, and no n-row one-hot block is built.
-                identity = sp.identity(spec.width, format="csr")
-                blocks.append(Block(identity, columns=columns, index=self._codes(cat, spec)))
-                continue
-            fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
-            blocks.append(Block(_one_hot(cat.values, spec), columns=columns, index=cat.indicator, fill=fill))
+            block = self.transform_categorical(cat, meta.n_rows)
+            if block is not None:
+                blocks.append(block)
         return blocks
+
+    def transform_block(self, block: BlockMetadata, index: np.ndarray | None = None) -> Block:
+        """One numeric source block, imputed; ``index`` replaces its indicator (a row partition's slice)."""
+        index = block.indicator if index is None else index
+        data = self._impute(block.data, block.columns)
+        empty = bool((index == -1).any())
+        fill = self._impute(block.fill.reshape(1, -1), block.columns).ravel() if empty else block.fill
+        return Block(data, columns=self.offsets_[block.columns], index=index, fill=np.nan_to_num(fill))
+
+    def transform_categorical(
+        self, cat: CategoricalMetadata, n_rows: int, index: np.ndarray | None = None
+    ) -> Block | None:
+        """One categorical feature's block (None when training saw no category): one-hot on its source's
+        rows, or the category codes of a fact-sized source. ``index`` replaces its indicator."""
+        spec = self.specs_[cat.feature]
+        if spec.width == 0:
+            return None
+        index = cat.indicator if index is None else index
+        columns = self.offsets_[cat.feature] + np.arange(spec.width)
+        if len(cat.values) >= n_rows // 2 and index is cat.indicator:
+            # A fact-sized source (one row per output row, near enough): the feature is its codes.
+            # Output row i takes category codes[i] of a width x width identity: X @ w gathers w by
+            # code, X.T @ v counts by code, and no n-row one-hot block is built.
+            identity = sp.identity(spec.width, format="csr")
+            return Block(identity, columns=columns, index=self._codes(cat, spec))
+        fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
+        return Block(_one_hot(cat.values, spec), columns=columns, index=index, fill=fill)
+
+    def fit_sums(
+        self, names: list[str], sums: np.ndarray, counts: np.ndarray, categories: dict[int, tuple[list[str], bool]]
+    ) -> FeatureEncoder:
+        """Fit from the training rows' sums and counts of each numeric feature (NULL and NaN left out) and
+        the categories each categorical feature takes (with whether NULL is one): what a stream, which
+        never holds all rows at once, computes in DuckDB."""
+        self._fit(names, sums, counts, categories)
+        return self
 
     @staticmethod
     def _codes(cat: CategoricalMetadata, spec: ColumnSpec) -> np.ndarray:

@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.cost_model.memory import size_in_bytes
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.reuse.store import (
@@ -32,7 +33,6 @@ from ilargi_db.reuse.store import (
     SETTINGS_TABLE,
     DatabaseTier,
     database_file,
-    parse_bytes,
 )
 
 
@@ -82,7 +82,7 @@ def set_artifact_budget(
     Returns both budgets.
     """
     if memory is not None:
-        MEMORY.budget = parse_bytes(memory, "the memory budget")
+        MEMORY.budget = size_in_bytes(memory, "the memory budget")
         MEMORY.shrink()
     if storage is not None:
         if con is None or database_file(con) is None:
@@ -92,7 +92,7 @@ def set_artifact_budget(
                 "a storage budget needs a connection to a database file opened for writing: an in-memory "
                 "database keeps no artifacts beyond the process (set the memory budget instead)."
             )
-        budget = parse_bytes(storage, "the storage budget")
+        budget = size_in_bytes(storage, "the storage budget")
         con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
         con.execute(f"CREATE OR REPLACE TABLE {SETTINGS_TABLE} AS SELECT ?::BIGINT AS storage_budget", [budget])
         DatabaseTier.shrink(con, budget)

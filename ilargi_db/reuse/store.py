@@ -33,27 +33,6 @@ LOAD_BYTES_PER_SECOND = 2.5e8  # reading a BLOB back from DuckDB and unpacking i
 LOAD_SECONDS = 0.001  # and one query per artifact
 
 
-def parse_bytes(value: Any, what: str = "a budget") -> int:
-    """Bytes from an int or a string such as ``"512MB"``, ``"2 GiB"`` or ``"0"``."""
-    from ilargi_db.errors import IlargiError
-
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip().upper().replace(" ", "")
-        units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-        units.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
-        number = text.rstrip("KMGTIB")
-        unit = text[len(number) :]
-        try:
-            amount = float(number)
-        except ValueError:
-            amount = -1.0
-        if unit in units and amount >= 0:
-            return int(amount * units[unit])
-    raise IlargiError(f"{what} must be a number of bytes or a size such as '512MB' or '2GB', got {value!r}.")
-
-
 def nbytes_of(value: Any) -> int:
     """Bytes an artifact's value holds (arrays, Arrow arrays, dicts and lists of them, objects that say)."""
     if isinstance(value, np.ndarray):
@@ -361,6 +340,5 @@ __all__ = [
     "database_file",
     "nbytes_of",
     "pack",
-    "parse_bytes",
     "unpack",
 ]

@@ -44,7 +44,7 @@ from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, t
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 # train()'s own settings (models/catalog.py names them) with the JSON type each takes.
-TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool), strict=True))
+TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool, (str, int)), strict=True))
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
@@ -62,7 +62,8 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
     check_known_settings(algorithm, parsed, tuple(allowed_extra))
     for key, kind in allowed_extra.items():
         if key in parsed and not isinstance(parsed[key], kind):
-            expected = "a string" if kind is str else "true or false"
+            size = 'a size: a number of bytes or a string such as "2GB"'
+            expected = {str: "a string", bool: "true or false"}.get(kind, size)
             raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
     check_json_types(algorithm, ALGORITHMS[algorithm], {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed

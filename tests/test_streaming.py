@@ -1,0 +1,158 @@
+"""Training data over a memory budget: the fact streamed in row partitions gives the in-memory model."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import ilargi_db
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg import Block, PartitionedMatrix, PartitionSource
+
+FACT_ROWS = 100_000
+
+
+@pytest.fixture(scope="module")
+def con():
+    con = ilargi_db.connect()
+    con.execute(
+        f"CREATE TABLE fact AS SELECT range AS id, range % 500 AS k, range % 37 AS c, sin(range) AS x1, "
+        f"cos(range * 0.7) AS x2, CASE WHEN range % 11 = 0 THEN NULL ELSE (range % 13) * 0.1 END AS x3, "
+        f"['u', 'v', 'w', NULL][range % 4 + 1] AS kind, 3 * sin(range) + cos(range * 0.7) + (range % 7) * 0.1 AS y "
+        f"FROM range({FACT_ROWS})"
+    )
+    con.execute(
+        "CREATE TABLE dim AS SELECT range AS k, range * 0.01 AS z1, sqrt(range) AS z2, "
+        "['a', 'b', 'c', 'd', 'e'][range % 5 + 1] AS grp FROM range(500)"
+    )
+    con.execute("CREATE TABLE cat AS SELECT range AS c, range * 1.5 AS q FROM range(30)")  # c of 30..36: gaps
+    return con
+
+
+STAR = (
+    "SELECT f.x1, f.x2, f.x3, f.kind, d.z1, d.z2, d.grp, c.q, f.y "
+    "FROM fact f JOIN dim d ON f.k = d.k LEFT JOIN cat c ON f.c = c.c"
+)
+RUN = dict(strategy="factorized", backend="numpy", reuse=False)
+
+
+def test_linear_regression_streamed_at_a_tenth_of_the_data_equals_the_in_memory_model(con):
+    whole = ilargi_db.train(con, STAR, "y", **RUN)
+    needed = ilargi_db.train(con, STAR, "y", memory_budget="1MB", **RUN).streamed_["needed"]
+    tracemalloc.start()
+    try:
+        ilargi_db.train(con, STAR, "y", **RUN)
+        in_memory_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        streamed = ilargi_db.train(con, STAR, "y", memory_budget=needed // 10, **RUN)
+        streamed_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert streamed.streamed_["partitions"] >= 10 and streamed.streamed_["memory_budget"] == needed // 10
+    assert "Streamed:" in streamed.decision_
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+    assert streamed.intercept_ == pytest.approx(whole.intercept_, rel=1e-9, abs=1e-12)
+    assert streamed.n_rows_ == whole.n_rows_ == FACT_ROWS
+    # NumPy's allocations (tracemalloc sees them): partitions, not the whole matrix.
+    assert streamed_peak < 0.6 * in_memory_peak, (streamed_peak, in_memory_peak)
+
+
+@pytest.mark.parametrize(
+    "algorithm, params",
+    [
+        ("logistic_regression", {"tol": 1e-6, "max_iter": 60, "standardize": True}),
+        ("kmeans", {"n_clusters": 3, "n_init": 1, "max_iter": 8}),
+        ("gnmf", {"n_components": 2, "random_state": 0, "max_iter": 15}),
+    ],
+)
+def test_iterative_solvers_stream_every_pass_and_give_the_same_model(con, algorithm, params):
+    if algorithm == "logistic_regression":
+        query, target = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM"), "late"
+    else:
+        query, target = STAR.replace(", f.y FROM", " FROM"), None
+    if algorithm == "gnmf":  # non-negative columns
+        query = "SELECT abs(f.x1) AS x1, d.z1, d.z2, d.grp FROM fact f JOIN dim d ON f.k = d.k"
+    if algorithm == "kmeans":  # the same start: k-means++ would draw rows by position
+        d = ilargi_db.train(con, query, target, algorithm, n_clusters=3, max_iter=1, **RUN).cluster_centers_.shape[1]
+        params = {**params, "init": np.random.default_rng(0).random((3, d))}
+    whole = ilargi_db.train(con, query, target, algorithm, **params, **RUN)
+    streamed = ilargi_db.train(con, query, target, algorithm, memory_budget="1MB", **params, **RUN)
+    assert streamed.streamed_["partitions"] > 3
+    for name in ("coef_", "cluster_centers_", "components_"):
+        if hasattr(whole.estimator_, name):
+            np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-7, atol=1e-9)
+    if algorithm == "kmeans":
+        assert np.array_equal(streamed.labels_, whole.labels_)
+
+
+def test_prefetching_changes_nothing_but_the_wait():
+    rng = np.random.default_rng(1)
+    fact, dim = rng.normal(size=(5_000, 3)), rng.normal(size=(40, 2))
+    index = rng.integers(0, 40, 5_000)
+    bounds = list(range(0, 5_001, 600)) + [5_000]
+
+    def make(k):
+        start, stop = bounds[k], bounds[k + 1]
+        from ilargi_db.linalg import NormalizedMatrix
+
+        blocks = [Block(fact[start:stop], columns=[0, 1, 2]), Block(dim, columns=[3, 4], index=index[start:stop])]
+        return NormalizedMatrix(blocks, n_rows=stop - start, backend="numpy")
+
+    sizes = np.diff(bounds).tolist()
+    results = []
+    for prefetch in (True, False):
+        source = PartitionSource(make, len(sizes), prefetch=prefetch)
+        X = PartitionedMatrix(source, sizes=sizes, template=make(0))
+        v = np.arange(5_000.0)
+        results.append((X @ np.ones(5), X.T @ v, X.crossprod()))
+        assert source.reads == 3 * len(sizes)  # every pass reads every partition again
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    # A pass left early (an error in the consumer) waits for the read in flight and leaves no thread behind.
+    source = PartitionSource(make, len(sizes))
+    with pytest.raises(RuntimeError):
+        for k, _ in enumerate(source):
+            if k == 2:
+                raise RuntimeError("stop")
+
+
+def test_spilled_partitions_are_removed_after_training(con):
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "ilargi-stream-*")))
+    ilargi_db.train(con, STAR, "y", memory_budget="500KB", **RUN)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "ilargi-stream-*"))) == before
+
+
+def test_a_budget_that_cannot_hold_the_dimensions_says_how_much_it_needs(con):
+    with pytest.raises(IlargiError, match=r"memory_budget 1000 bytes cannot hold the dimensions .* give at least"):
+        ilargi_db.train(con, STAR, "y", memory_budget=1000, **RUN)
+    with pytest.raises(IlargiError, match="memory_budget must be a number of bytes or a size such as '512MB'"):
+        ilargi_db.train(con, STAR, "y", memory_budget="lots", **RUN)
+
+
+def test_a_fact_that_cannot_be_read_in_ranges_is_refused_over_the_budget(con):
+    con.execute("CREATE OR REPLACE VIEW fact_view AS SELECT * FROM fact")
+    query = STAR.replace("FROM fact f", "FROM fact_view f")
+    with pytest.raises(IlargiError, match="streaming reads the fact table .* base table"):
+        ilargi_db.train(con, query, "y", memory_budget="500KB", **RUN)
+    assert ilargi_db.train(con, query, "y", **RUN).streamed_ is None  # in memory it trains
+
+
+def test_the_sql_option_streams_too(con):
+    summary = json.loads(
+        con.sql(
+            f"SELECT ilargi_train('streamed', 'linear_regression', $${STAR}$$, 'y', "
+            """options := '{"memory_budget": "500KB", "strategy": "factorized"}')"""
+        ).fetchall()[0][0]
+    )
+    assert "Streamed:" in summary["why"]
+    with pytest.raises(Exception, match="option 'memory_budget' must be a size"):
+        con.sql(
+            f"SELECT ilargi_train('streamed', 'linear_regression', $${STAR}$$, 'y', "
+            """options := '{"memory_budget": [1]}')"""
+        ).fetchall()
