@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import time
@@ -77,7 +78,8 @@ def _factorized(
     if job is None or not job.enabled:
         return _factorized_read(con, graph, encoder, fit, backend, check, labelled_only)
     began = time.perf_counter()
-    key = job.matrix_key(matrix_settings(encoder.categorical, encoder.impute, backend.name, check, labelled_only))
+    settings = matrix_settings(graph, encoder.categorical, encoder.impute, backend.name, check, labelled_only)
+    key = job.matrix_key(settings)
     found = job.find("matrix", key, "the encoded matrix")
     if found is not None:
         return found
@@ -88,10 +90,13 @@ def _factorized(
 
 
 def matrix_settings(
-    categorical: Any, impute: bool, backend: str, check: bool = True, labelled_only: bool = True
+    graph: JoinGraph, categorical: Any, impute: bool, backend: str, check: bool = True, labelled_only: bool = True
 ) -> list:
-    """What, besides the data, decides the encoded matrix (part of its artifact's key)."""
-    return [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
+    """What, besides the data, decides the encoded matrix (part of its artifact's key): the encoder's
+    settings and the names it gives the columns (two queries naming the same columns differently differ)."""
+    target = graph.target.name if graph.target is not None else None
+    settings = [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
+    return [*settings, graph.feature_names, target]
 
 
 def _factorized_read(
@@ -147,7 +152,12 @@ def _stream_plan(con, graph: JoinGraph, chosen: str, stats: Any, memory_budget: 
     budget = size_in_bytes(memory_budget, "memory_budget") if memory_budget is not None else default_memory_budget()
     if budget is None:
         return None
-    stats = stats if stats is not None else job_stats(con, graph)
+    if stats is None:
+        try:
+            stats = job_stats(con, graph)
+        except IlargiError:  # the counts failed: the in-memory read will say why, if anything is wrong
+            renew_snapshot(con)
+            return None
     needed = array_bytes(stats)[chosen if graph.factorizable else "materialized"]
     if needed <= budget:
         return None
@@ -536,8 +546,7 @@ def _train_models(
         job = JobReuse.open(con, graph, flags, enabled=reuse, persist=True)
         stats = None
         if job.enabled:  # the cost model's statistics, or the memory check's: one artifact serves both
-            found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
-            stats = JobStats.from_dict(found) if found is not None else None
+            stats = _stored_stats(job)
             if stats is None and job.enabled:
                 began = time.perf_counter()
                 try:
@@ -554,7 +563,7 @@ def _train_models(
             specs,
             backend,
             stats=stats,
-            reuse=job.offer(graph, job.matrix_key(matrix_settings(flags, impute, be.name))),
+            reuse=job.offer(graph, job.matrix_key(matrix_settings(graph, flags, impute, be.name))),
         )
         if strategy != "auto":
             chosen_by = "the caller"
@@ -608,9 +617,12 @@ def _train_models(
             init, warm = _warm_start(job, algorithm, estimator, scaled, M)
             if supervised:
                 estimator.fit(M, y, **init)
+                if init and unconverged_after(estimator):  # stopped by max_iter: the result hangs on the start
+                    estimator.fit(M, y)  # so the cold start's, as without reuse
+                    warm = ""
             else:
                 estimator.fit(M)
-            if hasattr(estimator, "coef_") and hasattr(estimator, "n_iter_"):
+            if hasattr(estimator, "coef_") and not unconverged_after(estimator):  # a start only from a converged fit
                 loss = float(estimator.loss_curve_[-1]) if getattr(estimator, "loss_curve_", None) else 0.0
                 job.record_fit(algorithm, scaled, M.feature_names, estimator.coef_, estimator.intercept_, loss)
             unconverged = getattr(estimator, "convergence_warning_", None)
@@ -707,23 +719,49 @@ def explain(
         graph = prepare_graph(con, query, target)
         flags = categorical_flags(graph)
         job = JobReuse.open(con, graph, flags, enabled=reuse)
-        found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
-        stats = JobStats.from_dict(found) if found is not None else None
-        offer = job.offer(graph, job.matrix_key(matrix_settings(flags, True, get_backend(backend).name)))
+        stats = _stored_stats(job)
+        offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
         return explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+
+
+def _bounded_by_caller(estimator: Any) -> bool:
+    """Whether the caller capped the iterations below the estimator's default (stopping early on purpose)."""
+    default = inspect.signature(type(estimator)).parameters["max_iter"].default
+    return estimator.max_iter < default
+
+
+def unconverged_after(estimator: Any) -> bool:
+    """Whether the fit stopped at ``max_iter`` before its tolerance."""
+    return getattr(estimator, "convergence_warning_", None) is not None
+
+
+def _stored_stats(job: JobReuse) -> JobStats | None:
+    """The job's statistics from the artifact store (None if not stored, or stored damaged)."""
+    found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
+    try:
+        return JobStats.from_dict(found) if found is not None else None
+    except (KeyError, TypeError, ValueError):
+        job.used.pop()
+        return None
 
 
 def _warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any) -> tuple[dict[str, Any], str]:
     """The ``fit`` arguments that start an iterative convex solver from an earlier model, and what it is.
 
-    Logistic regression (either solver) and linear regression by conjugate gradients reach the same
-    optimum from any start; k-means and NMF are not convex, so a start would change their result.
+    Only where the objective has one optimum and the solver runs to its tolerance: L2-regularized
+    logistic regression, and ridge by conjugate gradients (alpha > 0), each with tol > 0 and ``max_iter``
+    not capped below its default. The result then equals a cold start's within that tolerance (not bit for
+    bit). A fit stopped by ``max_iter`` would depend on its start: a start is taken only from an earlier
+    model that converged, and a warm-started fit that does not converge is fitted again cold. k-means and
+    NMF are not convex: a start would change their result, so they never take one.
     """
-    if algorithm == "logistic_regression":
+    if _bounded_by_caller(estimator):  # max_iter set below its default: early stopping, which hangs on the start
+        return {}, ""
+    if algorithm == "logistic_regression" and estimator.penalty == "l2" and estimator.tol > 0:
         found = job.warm_start(algorithm, scaled, M.feature_names)
         if found is not None:
             return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
-    if algorithm == "linear_regression":
+    if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
         solver = estimator.solver if estimator.solver != "auto" else estimator.choose_solver(M.shape[1])[0]
         found = job.warm_start(algorithm, scaled, M.feature_names) if solver == "cg" else None
         if found is not None:

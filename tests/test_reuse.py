@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import duckdb
 import numpy as np
@@ -265,21 +266,33 @@ def test_payloads_never_unpickle():
 # -- the database tier ---------------------------------------------------------------------------
 
 
-def test_a_new_process_reuses_what_the_database_stores(tmp_path):
+def test_a_new_process_reuses_what_the_database_stores(tmp_path, monkeypatch):
     path = str(tmp_path / "store.duckdb")
     con = ilargi_db.connect(path)
     make_star(con, n=20_000)
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     ilargi_db.train(con, STAR, "y", **run)
     stored = con.execute("SELECT kind, nbytes, compute_seconds FROM ilargi.artifacts").fetchall()
-    assert "stats" in {kind for kind, _, _ in stored}
-    # Only what reads back faster than it computes is written.
-    assert all(DatabaseTier.worth_loading(nbytes, seconds) for _, nbytes, seconds in stored)
-    con.close()
-    clear_artifacts()  # as a new process finds it
-    con = ilargi_db.connect(path)
-    model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
+    # Only what reads back faster than it computes is written; the read's artifacts all together or none.
+    read = [(nbytes, seconds) for kind, nbytes, seconds in stored if kind in ("rows", "column")]
+    others = [(nbytes, seconds) for kind, nbytes, seconds in stored if kind not in ("rows", "column")]
+    assert all(DatabaseTier.worth_loading(nbytes, seconds) for nbytes, seconds in others)
+    if read:
+        assert DatabaseTier.worth_loading(sum(n for n, _ in read), sum(s for _, s in read))
+        assert len(read) == 1 + 3  # the key-only join and every feature (x, z, kind)
+    # Now with everything stored, as a slower machine (which recomputes slower) would store it.
+    clear_artifacts(con)
+    with monkeypatch.context() as patched:
+        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        ilargi_db.train(con, STAR, "y", **run)
+        stored = con.execute("SELECT kind, nbytes, compute_seconds FROM ilargi.artifacts").fetchall()
+        assert {"stats", "rows", "column", "gram"} <= {kind for kind, _, _ in stored}
+        con.close()
+        clear_artifacts()  # as a new process finds it
+        con = ilargi_db.connect(path)
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
     assert "the job's statistics (stats, from database" in reused(model)
+    assert "the key-only join (rows, from database" in reused(model)
     cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
     listed = json.loads(con.sql("SELECT ilargi_artifacts()").fetchall()[0][0])
@@ -374,3 +387,122 @@ def test_a_warm_start_of_the_wrong_width_is_refused():
     with pytest.warns(UserWarning, match="stopped at max_iter=2"):
         zero_tol = LinearRegression(solver="cg", tol=0.0, max_iter=2).fit(X, y * 1.0)
     assert zero_tol.n_iter_ == 2 and np.abs(zero_tol.coef_).sum() > 0  # tol=0 iterates, as max_iter says
+
+
+# -- what a stranger's review found (each reproduced first) ----------------------------------------
+
+
+def test_features_of_a_view_in_another_row_order_never_pair_with_the_stored_join():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE f AS SELECT range % 50 AS k, sin(range) AS x, 0.0 AS y FROM range(2000)")
+    con.execute("CREATE TABLE d AS SELECT range AS k, cos(range * 1.3) AS z FROM range(50)")
+    con.execute("UPDATE f SET y = 2 * x + 5 * (SELECT z FROM d WHERE d.k = f.k)")
+    con.execute("CREATE VIEW dv AS SELECT k, z FROM d ORDER BY random()")  # another row order on every read
+    first = "SELECT f.x, dv.z, f.y FROM f JOIN dv ON f.k = dv.k"
+    second = "SELECT f.x, dv.z * 2 AS z2, f.y FROM f JOIN dv ON f.k = dv.k"  # the same rows key
+    run = dict(backend="numpy", strategy="factorized")
+    for _ in range(3):
+        ilargi_db.train(con, first, "y", **run)
+        ilargi_db.train(con, second, "y", **run)
+        again = ilargi_db.train(con, first, "y", impute=False, **run)  # not the kept matrix: rows and columns
+        cold = ilargi_db.train(con, first, "y", impute=False, reuse=False, **run)
+        np.testing.assert_allclose(again.coef_, cold.coef_, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "setting", ["SET TimeZone = 'Asia/Kolkata'", "SET default_collation = 'nocase'", "SET integer_division = true"]
+)
+def test_settings_that_change_expressions_are_part_of_the_key(setting):
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, (range % 7) AS i, ['a', 'A', 'b'][range % 3 + 1] AS s, "
+        "TIMESTAMPTZ '2024-01-01 20:00:00+00' + to_hours(range % 9) AS ts, 2.0 * range AS y FROM range(200)"
+    )
+    query = "SELECT t.x, hour(t.ts) AS h, t.i / 2 AS half, t.y FROM t WHERE t.s = 'a'"
+    run = dict(backend="numpy", strategy="factorized")
+    ilargi_db.train(con, query, "y", **run)
+    con.execute(setting)
+    reused = ilargi_db.train(con, query, "y", **run)
+    cold = ilargi_db.train(con, query, "y", reuse=False, **run)
+    assert reused.n_rows_ == cold.n_rows_
+    np.testing.assert_allclose(reused.coef_, cold.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_a_macro_named_like_a_built_in_is_not_taken_for_it(star):
+    query = "SELECT abs(f.x) AS a, d.z, f.y FROM f JOIN d ON f.k = d.k"
+    ilargi_db.train(star, query, "y", backend="numpy", strategy="factorized")
+    star.execute("CREATE OR REPLACE TEMP MACRO abs(v) AS v * v")
+    model = ilargi_db.train(star, query, "y", backend="numpy", strategy="factorized")
+    assert any("abs() is defined in this database" in line for line in model.reused_)
+
+
+def test_two_queries_naming_the_same_columns_differently_keep_their_names(star):
+    run = dict(backend="numpy", strategy="factorized")
+    ilargi_db.train(star, "SELECT f.x AS a, d.z AS b, f.y FROM f JOIN d ON f.k = d.k", "y", **run)
+    renamed = ilargi_db.train(star, "SELECT f.x AS p, d.z AS q, f.y FROM f JOIN d ON f.k = d.k", "y", **run)
+    assert list(renamed.feature_names_in_) == ["p", "q"]
+    assert len(ilargi_db.predict(star, renamed, "SELECT f.x AS p, d.z AS q FROM f JOIN d ON f.k = d.k")) == 300
+
+
+@pytest.mark.parametrize("damage", ["crc", "truncate"])
+def test_a_payload_with_a_bad_checksum_or_cut_short_is_a_miss(tmp_path, damage, monkeypatch):
+    path = str(tmp_path / f"{damage}.duckdb")
+    con = ilargi_db.connect(path)
+    make_star(con, n=20_000)
+    run = dict(backend="numpy", strategy="factorized", solver="normal")
+    with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
+        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        ilargi_db.train(con, STAR, "y", **run)
+    for key, payload in con.execute("SELECT key, payload FROM ilargi.artifacts_store").fetchall():
+        blob = bytearray(payload)
+        if damage == "crc":
+            blob[len(blob) // 2] ^= 0xFF
+        else:
+            blob = blob[: len(blob) // 2]
+        con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [bytes(blob), key])
+    clear_artifacts()
+    model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
+    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+
+
+def test_training_inside_the_callers_transaction_on_a_file_leaves_it_intact(tmp_path):
+    con = ilargi_db.connect(str(tmp_path / "txn.duckdb"))
+    make_star(con)
+    con.execute("BEGIN")
+    con.execute("INSERT INTO f VALUES (1, 0.5, 7.0)")
+    assert ilargi_db.train(con, STAR, "y", backend="numpy").n_rows_ == 301
+    assert con.execute("SELECT count(*) FROM f").fetchall() == [(301,)]  # still the caller's, still open
+    con.execute("COMMIT")
+    assert con.execute("SELECT count(*) FROM f").fetchall() == [(301,)]
+
+
+def test_a_new_feature_is_read_on_the_jobs_rows_only(star):
+    star.execute(
+        "CREATE OR REPLACE TABLE g AS SELECT range % 20 AS k, sin(range) AS x, "
+        "CASE WHEN range % 5 = 0 THEN 'n/a' ELSE (range * 0.5)::VARCHAR END AS s, 2.0 * range AS y "
+        "FROM range(300)"
+    )
+    base = "SELECT g.x, d.z, g.y FROM g JOIN d ON g.k = d.k WHERE g.s <> 'n/a'"
+    wider = "SELECT g.x, CAST(g.s AS DOUBLE) AS sv, d.z, g.y FROM g JOIN d ON g.k = d.k WHERE g.s <> 'n/a'"
+    run = dict(backend="numpy", strategy="factorized")
+    ilargi_db.train(star, base, "y", **run)
+    model = ilargi_db.train(star, wider, "y", **run)  # the cast fails on the rows the filter leaves out
+    cold = ilargi_db.train(star, wider, "y", reuse=False, **run)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_a_warm_start_never_changes_a_fit_stopped_by_max_iter():
+    con = ilargi_db.connect()
+    make_star(con, n=2_000)
+    label = STAR.replace("f.y FROM", "f.y > 2000 AS late FROM")
+    run = dict(algorithm="logistic_regression", backend="numpy", strategy="factorized")
+    ilargi_db.train(con, label, "late", C=1.0, **run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # both stop at max_iter=2
+        warm = ilargi_db.train(con, label, "late", C=1.0, max_iter=2, **run)
+        cold = ilargi_db.train(con, label, "late", C=1.0, max_iter=2, reuse=False, **run)
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-12)
+    assert not any("warm start" in line for line in warm.reused_)
+    unpenalized = ilargi_db.train(con, label, "late", penalty=None, **run)
+    assert not any("warm start" in line for line in unpenalized.reused_)  # no single optimum to share

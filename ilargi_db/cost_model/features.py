@@ -109,7 +109,8 @@ def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) ->
                 items.append(f"(SELECT approx_count_distinct({sql}) FROM {s.relation_sql})")
                 layout.append(("categories", s.alias))
         if numeric:
-            cells = ", ".join(f"CAST(({sql}) AS DOUBLE) AS c{j}" for j, sql in enumerate(numeric))
+            # TRY_CAST: the prefix ignores the query's filters, which may be what makes the cast succeed.
+            cells = ", ".join(f"TRY_CAST(({sql}) AS DOUBLE) AS c{j}" for j, sql in enumerate(numeric))
             zeros = " + ".join(f"count(*) FILTER (WHERE c{j} = 0)" for j in range(len(numeric)))
             sample = f"(SELECT {cells} FROM {s.relation_sql} LIMIT {SAMPLE_ROWS})"
             items.append(f"(SELECT ({zeros}) / greatest(count(*) * {len(numeric)}, 1) FROM {sample})")

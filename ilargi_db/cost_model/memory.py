@@ -58,9 +58,14 @@ def size_in_bytes(value: Any, what: str) -> int:
     >>> size_in_bytes("2GB", "the budget"), size_in_bytes(1024, "the budget")
     (2000000000, 1024)
     """
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value == int(value):
-        return int(value)
-    found = parse_bytes(value) if isinstance(value, str) else None
+    found = None
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value == int(value):
+            found = int(value)
+        elif isinstance(value, str):
+            found = parse_bytes(value)
+    except (OverflowError, ValueError):  # inf, nan, 1e400GB
+        found = None
     if found is None:
         raise IlargiError(f"{what} must be a number of bytes or a size such as '512MB' or '2GB', got {value!r}.")
     return found

@@ -96,7 +96,7 @@ def set_artifact_budget(
         con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
         con.execute(f"CREATE OR REPLACE TABLE {SETTINGS_TABLE} AS SELECT ?::BIGINT AS storage_budget", [budget])
         DatabaseTier.shrink(con, budget)
-    stored = DatabaseTier.budget(con) if con is not None else None
+    stored = DatabaseTier.budget(con) if con is not None and database_file(con) is not None else None
     return {"memory": MEMORY.budget, **({"storage": stored} if stored is not None else {})}
 
 

@@ -39,11 +39,28 @@ from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import renew_snapshot
 
 ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
+# Part of every key: a release that changes what an artifact holds (or how a read computes it) bumps it,
+# and artifacts an older release stored in a database are then never served.
+REUSE_FORMAT = 2
+# Settings that change what an expression returns for the same columns (time zones and calendars for
+# timestamps, collations for comparisons and ORDER BY, integer division...): part of every key.
+SETTINGS = (
+    "timezone",
+    "calendar",
+    "default_collation",
+    "integer_division",
+    "default_order",
+    "default_null_order",
+    "ieee_floating_point_ops",
+    "scalar_subquery_error_on_multiple_rows",
+    "order_by_non_integer_literal",
+    "preserve_insertion_order",
+)
 
 
 def digest(*parts: Any) -> str:
     """A short stable key of ``parts`` (their JSON), for artifact keys."""
-    text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
+    text = json.dumps([REUSE_FORMAT, parts], sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -100,28 +117,63 @@ def _nodes(tree: Any) -> Iterator[dict]:
             yield from _nodes(value)
 
 
-def impure_expression(expressions: list[str]) -> str | None:
-    """Why the result of ``expressions`` may change while the columns they read do not; None if it cannot."""
-    return _impure(tuple(expressions)) if expressions else None
+def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) -> str | None:
+    """Why the result of ``expressions`` may change while the columns they read do not; None if it cannot.
+
+    Only DuckDB's CONSISTENT built-ins pass, and not where a function of the caller's (a macro, a UDF)
+    has the same name: DuckDB would call that one.
+    """
+    if not expressions:
+        return None
+    why, functions = _impure(tuple(expressions))
+    if why or not functions:
+        return why
+    names = sorted(functions)
+    shadowed = con.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE NOT internal AND lower(function_name) IN "
+        "(SELECT unnest(?::VARCHAR[]))",
+        [names],
+    ).fetchall()
+    if shadowed:
+        return f"{shadowed[0][0]}() is defined in this database (a macro or function), not DuckDB's built-in"
+    return None
 
 
-@functools.lru_cache(maxsize=256)  # by the text alone: only DuckDB's built-ins pass, and they do not change
-def _impure(expressions: tuple[str, ...]) -> str | None:
+@functools.lru_cache(maxsize=256)  # by the text alone: what it says holds for DuckDB's built-ins
+def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
+    """(why not pure or None, the functions the expressions call)."""
     sql = "SELECT " + ", ".join(f"({e})" for e in expressions)
     with duckdb.connect() as parser:  # parsing needs no data: a private database, not the caller's
         tree = json.loads(parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
     if tree.get("error"):
-        return f"DuckDB could not parse an expression of the job ({tree.get('error_message')})"
+        return f"DuckDB could not parse an expression of the job ({tree.get('error_message')})", frozenset()
     allowed = consistent_functions()
+    called = set()
     for node in _nodes(tree.get("statements", [])):
         kind = node.get("class")
         if kind == "SUBQUERY":
-            return "a subquery in a feature, filter or join condition reads tables the fingerprint does not cover"
-        if kind == "FUNCTION" and (node.get("schema") or node["function_name"].lower() not in allowed):
-            return f"{node['function_name']}() may return other values for the same input (or is user-defined)"
+            why = "a subquery in a feature, filter or join condition reads tables the fingerprint does not cover"
+            return why, frozenset()
+        if kind == "FUNCTION":
+            name = node["function_name"].lower()
+            if node.get("schema") or name not in allowed:
+                return (
+                    f"{node['function_name']}() may return other values for the same input (or is user-defined)",
+                    frozenset(),
+                )
+            called.add(name)
         if kind == "CAST" and (node.get("cast_type") or {}).get("id") == "USER":
-            return "a cast to a user-defined type depends on the type's current definition"
-    return None
+            return "a cast to a user-defined type depends on the type's current definition", frozenset()
+    return None, frozenset(called)
+
+
+def _settings(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """The caller's values of the settings that change what an expression returns (:data:`SETTINGS`)."""
+    return con.execute(
+        "SELECT lower(name), value FROM duckdb_settings() WHERE lower(name) IN (SELECT unnest(?::VARCHAR[])) "
+        "ORDER BY 1",
+        [list(SETTINGS)],
+    ).fetchall()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -209,7 +261,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     """
     began = time.perf_counter()
     expressions = _row_expressions(graph) + [f.sql for f in graph.features]
-    why = impure_expression(expressions)
+    why = impure_expression(con, expressions)
     if why:
         return JobFingerprint(False, why, seconds=time.perf_counter() - began)
     rows_by_source = _row_columns(graph)
@@ -234,7 +286,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     # FROM, the joins, WHERE and ORDER BY as DuckDB SQL: the query less its SELECT list.
     clauses = [select.args[a].sql("duckdb") for a in ("from_", "where", "order") if select.args.get(a) is not None]
     clauses += [j.sql("duckdb") for j in select.args.get("joins") or []]
-    rows_key = digest("rows", with_, clauses, _row_expressions(graph), sources, rows)
+    rows_key = digest("rows", with_, clauses, _row_expressions(graph), sources, rows, _settings(con))
     column_keys = {}
     for j, (feature, parts) in enumerate(zip(graph.features, by_feature)):
         content = [(alias, prints[alias].of(columns)) for alias, columns in sorted(parts.items())]

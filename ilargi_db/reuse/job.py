@@ -14,7 +14,10 @@ The artifacts of a factorized read, each keyed by :mod:`~ilargi_db.reuse.fingerp
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +26,13 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.cost_model.plan import ReuseOffer
+from ilargi_db.errors import IlargiError
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.metadata.scans import ROWID, cast_part, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
+from ilargi_db.read_snapshot import in_transaction, renew_snapshot
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job
 from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, nbytes_of
 
@@ -137,23 +142,30 @@ class JobReuse:
     def finish(self) -> int:
         """Write this job's new artifacts (and the hits counted since the last write) to the database.
 
-        Runs after the job's read snapshot closed. Only what a later job would load rather than recompute is
-        written (a payload that reads back slower than it computes would only take space), and a job that
-        adds nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
+        Runs after the job's read snapshot closed, never inside a caller's transaction. Only what a later
+        job would load rather than recompute is written: the read's artifacts (the key-only join and its
+        columns) together or not at all, since one without the others serves nothing. A job that adds
+        nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
         """
         if not (self.enabled and self.persist):
             return 0
-        _PENDING_HITS.extend(self.hit_keys)
+        path = database_file(self.con)
+        with _HITS_LOCK:
+            _PENDING_HITS.setdefault(path, Counter()).update(self.hit_keys)
+        made = [a for a, persistable in self.made if persistable]
+        read = [a for a in made if a.kind in ("rows", "column")]
+        worth = DatabaseTier.worth_loading(sum(a.nbytes for a in read), sum(a.compute_seconds for a in read))
         new = [
-            (a, (lambda a=a: a.value))
-            for a, persistable in self.made
-            if persistable and DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)
+            a
+            for a in made
+            if a.kind not in ("rows", "column") and DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)
         ]
-        if not new:
+        new += read if read and worth else []
+        if not new or in_transaction(self.con):
             return 0
-        hits = list(_PENDING_HITS)
-        _PENDING_HITS.clear()
-        return DatabaseTier.save(self.con, new, hits)
+        with _HITS_LOCK:
+            hits = _PENDING_HITS.pop(path, Counter())
+        return DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
 
     def saved_seconds(self) -> float:
         return sum(u.saved_seconds for u in self.used)
@@ -244,6 +256,7 @@ class JobReuse:
         fp = self.fingerprint
         if not self.enabled:
             return extract()
+        before = len(self.used)
         rows = self.find("rows", fp.rows_key, "the key-only join")
         if rows is not None:
             wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in _plain(graph)}
@@ -251,8 +264,8 @@ class JobReuse:
             columns = {j: stored.get(fp.column_keys[j]) for j in _plain(graph)}
             try:
                 return assemble(self.con, graph, categorical, rows, columns, self)
-            except _Stale:
-                self.used.clear()  # fall through to a cold read
+            except (_Stale, KeyError, ValueError, IndexError, TypeError):  # a damaged or mismatched artifact
+                del self.used[before:]  # read cold: what this read found was not used after all
         began = time.perf_counter()
         meta = extract()
         seconds = time.perf_counter() - began
@@ -263,6 +276,12 @@ class JobReuse:
         """Split a cold read into the rows artifact and one artifact per feature."""
         fp = self.fingerprint
         rows, columns = split(graph, categorical, meta)
+        # Values are in the row order of this read (a view's scan may return another order next time):
+        # a column serves only the rows artifact of the same read, or is realigned by rowid.
+        read = uuid.uuid4().hex
+        rows["read"] = read
+        for column in columns.values():
+            column["read"] = read
         total = max(nbytes_of(rows) + sum(nbytes_of(c) for c in columns.values()), 1)
         # The read's seconds, shared out by bytes: what each artifact would cost to make again.
         self.keep("rows", fp.rows_key, "the key-only join", rows, seconds * nbytes_of(rows) / total)
@@ -295,7 +314,9 @@ class JobReuse:
         self.keep("gram", self.sums_key, "X^T X and column sums", value, seconds)
 
 
-_PENDING_HITS: list[str] = []  # database hits of this process not yet written (see JobReuse.finish)
+# Per database file, the hits of its stored artifacts this process counted and has not written yet.
+_PENDING_HITS: dict[str | None, Counter] = {}
+_HITS_LOCK = threading.Lock()
 
 
 class _Stale(Exception):
@@ -344,14 +365,29 @@ def _fetch_columns(
     categorical: frozenset[int],
     row_ids: np.ndarray,
 ) -> pa.Table:
-    """Features of base table ``alias`` on the rows ``row_ids`` names, in that order (one scan by rowid)."""
+    """Features of base table ``alias`` on the rows ``row_ids`` names, in that order.
+
+    Only those rows are read (a semi-join with the stored rowids), so an expression that fails on rows the
+    job filtered out fails here neither; any error makes the job read cold instead.
+    """
     source = graph.source(alias)
     text = frozenset(part_column(j, 0) for j in features if j in categorical)
     items = [f"{quote(alias)}.rowid AS {ROWID}"] + [
         cast_part(part_column(j, 0), graph.features[j].parts[0].sql, text) for j in features
     ]
-    sql = f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql}"
-    table = fetch_arrow(con, sql, what=f"new feature columns of {alias!r}")
+    wanted = f"__ilargi_rowids_{uuid.uuid4().hex}"
+    con.register(wanted, pa.table({"r": pa.array(np.unique(row_ids[row_ids >= 0]))}))
+    try:
+        sql = (
+            f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql} "
+            f"WHERE {quote(alias)}.rowid IN (SELECT r FROM {wanted})"
+        )
+        table = fetch_arrow(con, sql, what=f"new feature columns of {alias!r}")
+    except (IlargiError, duckdb.Error):
+        renew_snapshot(con)  # a failed statement aborts the job's read transaction
+        raise _Stale from None
+    finally:
+        con.unregister(wanted)
     found = table.column(ROWID).to_numpy()
     order = np.argsort(found, kind="stable")
     at = np.searchsorted(found[order], row_ids)
@@ -378,7 +414,7 @@ def assemble(
     """
     missing: dict[str, list[int]] = {}
     for j, column in columns.items():
-        if column is None:
+        if column is None or column.get("read") != rows.get("read"):  # another read's row order
             missing.setdefault(graph.features[j].parts[0].source, []).append(j)
     for alias, features in missing.items():
         ids = rows.get(f"rowids/{alias}")
@@ -394,6 +430,7 @@ def assemble(
                 column = {"values": table.column(name).combine_chunks(), "fill": fills[name]}
             else:
                 column = {"data": arrow_to_block(table, [name])[:, 0].copy(), "fill": fills[name]}
+            column["read"] = rows.get("read")  # aligned to this rows artifact's order
             columns[j] = column
             job.keep("column", job.fingerprint.column_keys[j], f"feature {graph.features[j].name!r}", column, seconds)
     indicators = {s.alias: rows[f"indicator/{s.alias}"] for s in graph.sources}

@@ -198,10 +198,15 @@ class DatabaseTier:
 
     @staticmethod
     def budget(con: duckdb.DuckDBPyConnection) -> int:
-        try:
-            row = con.execute(f"SELECT storage_budget FROM {SETTINGS_TABLE}").fetchall()
-        except duckdb.Error:
+        """The storage budget set in this database (the default where none is): no failing statement, which
+        would abort a caller's transaction."""
+        found = con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'ilargi' AND table_name = 'artifact_settings'"
+        ).fetchall()
+        if not found[0][0]:
             return DEFAULT_STORAGE_BUDGET
+        row = con.execute(f"SELECT storage_budget FROM {SETTINGS_TABLE}").fetchall()
         return int(row[0][0]) if row else DEFAULT_STORAGE_BUDGET
 
     @staticmethod
@@ -232,7 +237,7 @@ class DatabaseTier:
         for key, payload in rows:
             try:
                 found[key] = unpack(bytes(payload))
-            except (ValueError, OSError, KeyError, pa.ArrowInvalid):
+            except Exception:  # noqa: BLE001 - a damaged payload (a bad zip, a bad CRC...) is a miss, not an error
                 continue
         return found
 
@@ -240,13 +245,14 @@ class DatabaseTier:
     def save(
         con: duckdb.DuckDBPyConnection,
         artifacts: list[tuple[Artifact, Callable[[], dict[str, Any]]]],
-        hits: list[str],
+        hits: dict[str, int],
     ) -> int:
-        """Store ``artifacts`` (with a function giving each payload) and count ``hits``, in one transaction.
+        """Store ``artifacts`` (with a function giving each payload) and add ``hits``, in one transaction.
 
+        An artifact stored under the same key is replaced (the new one belongs with the read that made it).
         Keeps the stored set under the database's storage budget by utility. Returns the artifacts stored;
-        0 when another connection was writing at the same time (artifacts are an optimization: the
-        training does not fail for them).
+        0 when anything failed, another connection writing at the same time included: artifacts are an
+        optimization, so the training that made them never fails for them, and no transaction is left open.
         """
         budget = DatabaseTier.budget(con)
         try:
@@ -266,16 +272,15 @@ class DatabaseTier:
             )
             if hits:
                 con.execute(
-                    f"UPDATE {ARTIFACTS_TABLE} SET hits = hits + 1, last_used = now()::TIMESTAMP WHERE key IN "
-                    f"(SELECT unnest(?::VARCHAR[]))",
-                    [hits],
+                    f"UPDATE {ARTIFACTS_TABLE} AS a SET hits = a.hits + h.n, last_used = now()::TIMESTAMP "
+                    "FROM (SELECT unnest(?::VARCHAR[]) AS key, unnest(?::BIGINT[]) AS n) AS h WHERE a.key = h.key",
+                    [list(hits), list(hits.values())],
                 )
-            stored = dict(DatabaseTier.index(con))
-            used = sum(nbytes for nbytes, _ in stored.values())
+            keys = [a.key for a, _ in artifacts]
+            con.execute(f"DELETE FROM {ARTIFACTS_TABLE} WHERE key IN (SELECT unnest(?::VARCHAR[]))", [keys])
+            used = int(con.execute(f"SELECT coalesce(sum(nbytes), 0) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
             n = 0
             for artifact, payload in artifacts:
-                if artifact.key in stored:
-                    continue
                 blob = pack(payload())
                 size = len(blob)
                 if size > budget:
@@ -292,8 +297,13 @@ class DatabaseTier:
                 n += 1
             con.commit()
             return n
-        except duckdb.Error:
-            con.rollback()
+        except BaseException as err:
+            try:
+                con.rollback()
+            except duckdb.Error:  # the failed commit already ended it
+                pass
+            if not isinstance(err, Exception):  # an interruption goes on up, the transaction ended
+                raise
             return 0
 
     @staticmethod
