@@ -27,6 +27,9 @@ def _slice_block(block: Block, start: int, stop: int) -> Block:
     return Block(block.data, columns=block.columns, index=block.index[start:stop], fill=block.fill)
 
 
+PREFETCH = True  # read the next partition while the current one computes (benchmarks switch it off)
+
+
 class PartitionSource(Sequence):
     """Partitions made on demand by ``make(k)``, never all in memory: a streamed matrix's partitions.
 
@@ -34,8 +37,9 @@ class PartitionSource(Sequence):
     one (``prefetch``), so at most two are held at a time; every pass reads them again.
     """
 
-    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool = True):
-        self.make, self.n, self.prefetch = make, int(n), prefetch
+    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool | None = None):
+        self.make, self.n = make, int(n)
+        self.prefetch = PREFETCH if prefetch is None else prefetch
         self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
 
     def __len__(self) -> int:
