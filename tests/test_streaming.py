@@ -22,9 +22,11 @@ FACT_ROWS = 100_000
 def con():
     con = ilargi_db.connect()
     con.execute(
-        f"CREATE TABLE fact AS SELECT range AS id, range % 500 AS k, range % 37 AS c, sin(range) AS x1, "
-        f"cos(range * 0.7) AS x2, CASE WHEN range % 11 = 0 THEN NULL ELSE (range % 13) * 0.1 END AS x3, "
-        f"['u', 'v', 'w', NULL][range % 4 + 1] AS kind, 3 * sin(range) + cos(range * 0.7) + (range % 7) * 0.1 AS y "
+        "CREATE TABLE fact AS SELECT range AS id, range % 500 AS k, range % 37 AS c, sin(range) AS x1, "
+        "cos(range * 0.7) AS x2, CASE WHEN range % 11 = 0 THEN NULL ELSE (range % 13) * 0.1 END AS x3, "
+        "['u', 'v', 'w', NULL][range % 4 + 1] AS kind, 3 * sin(range) + cos(range * 0.7) + (range % 7) * 0.1 AS y, "
+        + ", ".join(f"sin(range * {j + 2}) AS w{j}" for j in range(8))
+        + " "
         f"FROM range({FACT_ROWS})"
     )
     con.execute(
@@ -36,7 +38,7 @@ def con():
 
 
 STAR = (
-    "SELECT f.x1, f.x2, f.x3, f.kind, d.z1, d.z2, d.grp, c.q, f.y "
+    "SELECT f.x1, f.x2, f.x3, f.kind, f.w0, f.w1, f.w2, f.w3, f.w4, f.w5, f.w6, f.w7, d.z1, d.z2, d.grp, c.q, f.y "
     "FROM fact f JOIN dim d ON f.k = d.k LEFT JOIN cat c ON f.c = c.c"
 )
 RUN = dict(strategy="factorized", backend="numpy", reuse=False)

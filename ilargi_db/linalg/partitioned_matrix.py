@@ -20,6 +20,35 @@ from ilargi_db.backend import to_host
 from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
 
 
+# What each partition computes, as module-level functions: a cluster ships them to its workers by name.
+def _lmm(p: NormalizedMatrix, w: Any) -> Any:
+    return p @ w
+
+
+def _tmm(p: NormalizedMatrix, v: Any) -> Any:
+    return p.T @ v
+
+
+def _call(p: NormalizedMatrix, name: str) -> Any:
+    return getattr(p, name)()
+
+
+def _crossprod_weighted(p: NormalizedMatrix, weights: Any) -> Any:
+    return p.crossprod(weights)
+
+
+def _nearest(p: NormalizedMatrix, W: Any, offsets: Any) -> tuple[Any, Any]:
+    return p.nearest(W, offsets)
+
+
+def _group_sums(p: NormalizedMatrix, labels: Any, n_groups: int) -> Any:
+    return p.group_sums(labels, n_groups)
+
+
+def _rows_of(p: NormalizedMatrix, indices: Any) -> Any:
+    return p.rows(indices) if len(indices) else None
+
+
 def _slice_block(block: Block, start: int, stop: int) -> Block:
     """``block`` restricted to output rows ``start:stop``: the fact's rows sliced, a dimension shared."""
     if block.index is None:  # one row per output row (the fact, in output order)
@@ -184,6 +213,21 @@ class PartitionedMatrix:
     def _rows(self, k: int) -> slice:
         return slice(int(self._offsets[k]), int(self._offsets[k + 1]))
 
+    def _split(self, v: Any) -> list[Any]:
+        """A vector (or rows of a matrix) of the whole matrix, cut into the partitions' rows."""
+        return [v[self._rows(k)] for k in range(self.n_partitions)]
+
+    def _each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
+        """``fn(partition, *its arguments)`` for every partition, in order.
+
+        Where the partitions are held elsewhere (a cluster's workers: their ``each``), ``fn`` runs there
+        and only its results come back; otherwise here, reading streamed partitions one by one.
+        """
+        remote = getattr(self.partitions, "each", None)
+        if remote is not None:
+            return remote(fn, *per_partition)
+        return [fn(p, *(args[k] for args in per_partition)) for k, p in enumerate(self.partitions)]
+
     def _stack(self, parts: list[Any]) -> Any:
         return self.backend.xp.concatenate(parts, axis=0)
 
@@ -194,11 +238,11 @@ class PartitionedMatrix:
         return total
 
     def _lmm(self, w: Any) -> Any:
-        return self._stack([p @ w for p in self.partitions])
+        return self._stack(self._each(_lmm, [w] * self.n_partitions))
 
     def _tmm(self, v: Any) -> Any:
         v = self.backend.asarray(v, dtype=self.dtype)
-        return self._sum([p.T @ v[self._rows(k)] for k, p in enumerate(self.partitions)])
+        return self._sum(self._each(_tmm, self._split(v)))
 
     def __matmul__(self, w: Any) -> Any:
         """``X @ W`` (rows of each partition, stacked), or ``X.T @ V`` (partials summed in order)."""
@@ -216,49 +260,53 @@ class PartitionedMatrix:
         if self._transposed:
             raise ValueError("crossprod() of a partitioned matrix is defined for the untransposed matrix.")
         if weights is None:
-            return self._sum([p.crossprod() for p in self.partitions])
+            return self._sum(self._each(_call, ["crossprod"] * self.n_partitions))
         weights = self.backend.asarray(weights, dtype=self.dtype)
-        return self._sum([p.crossprod(weights[self._rows(k)]) for k, p in enumerate(self.partitions)])
+        return self._sum(self._each(_crossprod_weighted, self._split(weights)))
+
+    def _each_method(self, name: str) -> list[Any]:
+        return self._each(_call, [name] * self.n_partitions)
 
     def colsums(self) -> Any:
         if self._transposed:
-            return self._stack([p.rowsums() for p in self.partitions])
-        return self._sum([p.colsums() for p in self.partitions])
+            return self._stack(self._each_method("rowsums"))
+        return self._sum(self._each_method("colsums"))
 
     def rowsums(self) -> Any:
         if self._transposed:
-            return self._sum([p.colsums() for p in self.partitions])
-        return self._stack([p.rowsums() for p in self.partitions])
+            return self._sum(self._each_method("colsums"))
+        return self._stack(self._each_method("rowsums"))
 
     def sum(self) -> float:
-        return float(sum(p.sum() for p in self.partitions))
+        return float(sum(self._each_method("sum")))
 
     def column_norms_squared(self) -> Any:
-        return self._sum([p.column_norms_squared() for p in self.partitions])
+        return self._sum(self._each_method("column_norms_squared"))
 
     def row_norms_squared(self) -> Any:
-        return self._stack([p.row_norms_squared() for p in self.partitions])
+        return self._stack(self._each_method("row_norms_squared"))
 
     def min(self) -> float:
-        return min(p.min() for p in self.partitions)
+        return min(self._each_method("min"))
 
     def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
-        found = [p.nearest(W, offsets) for p in self.partitions]
+        found = self._each(_nearest, [W] * self.n_partitions, [offsets] * self.n_partitions)
         return self._stack([f[0] for f in found]), self._stack([f[1] for f in found])
 
     def group_sums(self, labels: Any, n_groups: int) -> Any:
         labels = self.backend.xp.asarray(labels)
-        return self._sum([p.group_sums(labels[self._rows(k)], n_groups) for k, p in enumerate(self.partitions)])
+        return self._sum(self._each(_group_sums, self._split(labels), [n_groups] * self.n_partitions))
 
     def rows(self, indices: Any) -> Any:
-        """Selected rows as a dense array, each from the partition that holds it (one read per partition)."""
+        """Selected rows as a dense array, each from the partition that holds it."""
         xp = self.backend.xp
         indices = np.asarray(to_host(indices), dtype=np.int64)
         out = xp.zeros((len(indices), self.shape[1]), dtype=self.dtype)
         owner = np.searchsorted(self._offsets, indices, side="right") - 1
+        wanted = [indices[owner == k] - self._offsets[k] for k in range(self.n_partitions)]
+        found = self._each(_rows_of, wanted)
         for k in np.unique(owner):
-            at = np.flatnonzero(owner == k)
-            out[xp.asarray(at)] = self.partitions[int(k)].rows(indices[at] - self._offsets[k])
+            out[xp.asarray(np.flatnonzero(owner == k))] = found[int(k)]
         return out
 
     def materialize(self) -> Any:
@@ -268,8 +316,9 @@ class PartitionedMatrix:
     # -- element-wise operators: per partition ---------------------------------------------------------
 
     def _map(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionedMatrix:
-        if self.streamed:  # applied as each partition is read: nothing is held
-            return self._like(self.partitions.mapped(f), self._transposed, f(self._template))
+        mapped = getattr(self.partitions, "mapped", None)
+        if mapped is not None:  # streamed: applied as each partition is read; remote: where it is held
+            return self._like(mapped(f), self._transposed, f(self._template))
         return PartitionedMatrix([f(p) for p in self.partitions], self._transposed)
 
     def __add__(self, c):
