@@ -18,6 +18,7 @@ import sqlglot
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
+from ilargi_db.cluster import cluster_data, connect_cluster
 from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
 from ilargi_db.cost_model.features import JobStats, job_stats
@@ -191,7 +192,7 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
     stream = open_stream(con, graph, categorical, rows_per_partition)
     try:
-        _fit_encoder_in_duckdb(con, graph, encoder)
+        encoder.fit_query(con, graph)
         dims, dim_cats = stream.dimension_blocks(categorical)
         for block in dims:  # inf, or values whose squares overflow, before they turn into NaN
             for i, j in enumerate(block.columns):
@@ -278,37 +279,6 @@ def _only_target(graph: JoinGraph, stream: Any) -> str:
     return select.order_by(f"{quote(stream.fact)}.rowid", dialect="duckdb").sql("duckdb")
 
 
-def _fit_encoder_in_duckdb(con, graph: JoinGraph, encoder: FeatureEncoder) -> None:
-    """Fit ``encoder`` on the training rows without holding them: sums, counts, categories from one query."""
-    items = []
-    for j, feature in enumerate(graph.features):
-        if encoder.categorical[j]:
-            text = f"CAST(({feature.sql}) AS VARCHAR)"
-            items += [f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL)", f"bool_or({text} IS NULL)"]
-        else:
-            value = f"CAST(({feature.sql}) AS DOUBLE)"
-            present = f"{value} IS NOT NULL AND NOT isnan({value})"
-            items += [f"sum({value}) FILTER (WHERE {present})", f"count(*) FILTER (WHERE {present})"]
-    select = graph.select.copy()
-    select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
-    for arg in ("order", "limit", "offset"):
-        select.set(arg, None)
-    if graph.target is not None:
-        value = f"CAST(({graph.target.sql}) AS DOUBLE)"
-        select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
-    row = fetch_arrow(con, select.sql("duckdb"), what="the encoder's statistics").to_pylist()[0]
-    values = list(row.values())
-    n = len(graph.features)
-    sums, counts, categories = np.zeros(n), np.zeros(n), {}
-    for j in range(n):
-        first, second = values[2 * j], values[2 * j + 1]
-        if encoder.categorical[j]:
-            categories[j] = (sorted(first or []), bool(second))
-        else:
-            sums[j], counts[j] = float(first or 0.0), float(second or 0)
-    encoder.fit_sums(graph.feature_names, sums, counts, categories)
-
-
 def _materialized(
     con,
     graph: JoinGraph,
@@ -361,6 +331,7 @@ def train(
     impute: bool = True,
     reuse: bool = True,
     memory_budget: int | str | None = None,
+    cluster: Any = None,
     **params: Any,
 ) -> Any:
     """Train a model on the rows of a SELECT over joined tables.
@@ -390,6 +361,10 @@ def train(
         Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
         streamed from DuckDB in row partitions, the next read while the current one computes (see
         :func:`stream_plan`). None: half the memory free when the job starts.
+    cluster : dask.distributed.Client, str or None
+        Train on a Dask cluster (a client, or a scheduler address such as ``"tcp://host:8786"``): the fact
+        must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
+        and keeps its partitions; the driver adds the partials (see :mod:`ilargi_db.cluster`).
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -418,7 +393,17 @@ def train(
             f"and leave {target!r} out of the SELECT list unless it should be a feature."
         )
     (model,) = _train_models(
-        con, query, target, [(algorithm, params)], strategy, backend, standardize, impute, reuse, memory_budget
+        con,
+        query,
+        target,
+        [(algorithm, params)],
+        strategy,
+        backend,
+        standardize,
+        impute,
+        reuse,
+        memory_budget,
+        cluster,
     )
     return model
 
@@ -436,6 +421,7 @@ def train_batch(
     impute: bool = True,
     reuse: bool = True,
     memory_budget: int | str | None = None,
+    cluster: Any = None,
 ) -> list[TrainedModel]:
     """Train several models on one training query in one call, reading the data once.
 
@@ -455,7 +441,7 @@ def train_batch(
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the supervised (linear) models.
-    query, strategy, backend, impute, reuse, memory_budget
+    query, strategy, backend, impute, reuse, memory_budget, cluster
         As for :func:`train`.
 
     Returns
@@ -473,7 +459,17 @@ def train_batch(
     (2.0, (2, 2))
     """
     return _train_models(
-        con, query, target, _model_specs(models), strategy, backend, standardize, impute, reuse, memory_budget
+        con,
+        query,
+        target,
+        _model_specs(models),
+        strategy,
+        backend,
+        standardize,
+        impute,
+        reuse,
+        memory_budget,
+        cluster,
     )
 
 
@@ -510,6 +506,7 @@ def _train_models(
     impute: bool,
     reuse: bool = True,
     memory_budget: int | str | None = None,
+    cluster: Any = None,
 ) -> list[TrainedModel]:
     """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows."""
     start = time.perf_counter()
@@ -581,15 +578,25 @@ def _train_models(
             if picks:
                 estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
             solver_picks.append(bool(picks))
-        stream_plan = _stream_plan(con, graph, chosen, stats, memory_budget)
-        if stream_plan is None:
+        client = connect_cluster(cluster) if cluster is not None else None
+        stream_plan = _stream_plan(con, graph, chosen, stats, memory_budget) if client is None else None
+        if client is not None:
+            chosen = "factorized"
+            workers = len(client.scheduler_info().get("workers", {}))
+            why = f"{why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s)."
+        elif stream_plan is None:
             check_job_memory(con, graph, chosen, explanations[0], stats)  # before any feature column is read
         else:
             chosen, why = "factorized", f"{why} Streamed: {stream_plan['why']}."
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({'streamed' if stream_plan else chosen})")
-        if stream_plan is not None:
+        if client is not None:
+            encoder = FeatureEncoder(flags, impute=impute)
+            X, y, files = cluster_data(con, graph, encoder, client)
+            data = TrainingData(X, y, encoder, 0)
+            stream_plan = None
+        elif stream_plan is not None:
             encoder = FeatureEncoder(flags, impute=impute)
             data, stream = _streamed(con, graph, encoder, be, stream_plan["rows_per_partition"])
             stream_plan["partitions"] = len(stream.bounds)

@@ -26,7 +26,11 @@ STREAMED_ROWID = "__ilargi_streamed_rowid"  # the streamed source's rowid per ou
 
 
 def indicator_sql(
-    graph: JoinGraph, registered: dict[str, str], streamed: str | None = None, streamed_items: tuple[str, ...] = ()
+    graph: JoinGraph,
+    registered: dict[str, str],
+    streamed: str | None = None,
+    streamed_items: tuple[str, ...] = (),
+    streamed_rowid: bool = True,
 ) -> str:
     """The user's FROM/WHERE/ORDER BY with the projection replaced by row numbers.
 
@@ -45,7 +49,7 @@ def indicator_sql(
             )
         )
     items = list(streamed_items)  # the streamed source's feature columns, already in output order
-    if streamed is not None:
+    if streamed is not None and streamed_rowid:  # a base table's rowid (a Parquet file has none)
         items.append(f"{quote(streamed)}.rowid AS {STREAMED_ROWID}")
     for position, source in enumerate(graph.sources):
         if source.alias == streamed:

@@ -182,6 +182,7 @@ def scan_source(
     parts: dict[str, str],
     parts_in_join: list[str] = (),
     categorical: frozenset[str] = frozenset(),
+    native: bool | None = None,
 ) -> SourceScan:
     """Scan one source once; split the result into key columns and feature values.
 
@@ -191,7 +192,8 @@ def scan_source(
     (the parts of a coalesced feature: the join decides which source wins).
     ``categorical`` parts come back as VARCHAR instead of DOUBLE.
     """
-    native = not parts_in_join and supports_rowid(con, source, with_prefix(graph.select))
+    if native is None:  # False: a join elsewhere (a cluster's worker) reads it through its registered scan
+        native = not parts_in_join and supports_rowid(con, source, with_prefix(graph.select))
     sql = scan_sql(graph, source, keys, parts, native, categorical)
     table = fetch_arrow(con, sql, what=f"the scan of source {source.alias!r}")
     # A source no outer join can empty never uses its fill values.

@@ -115,7 +115,7 @@ EXTRA_SOLVERS = {
 NAMES = tuple(CATALOG)
 SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
 # What train() takes besides the parameters.
-TRAIN_SETTINGS = ("strategy", "backend", "standardize", "impute", "reuse", "memory_budget")
+TRAIN_SETTINGS = ("strategy", "backend", "standardize", "impute", "reuse", "memory_budget", "cluster")
 MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver forms (256 MiB: d up to about 5,800)
 
 

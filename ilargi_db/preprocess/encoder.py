@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
+import sqlglot
 
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_block
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
+from ilargi_db.plan.join_graph import JoinGraph
 
 NULL_CATEGORY = "NULL"
 @dataclass(frozen=True)
@@ -125,6 +128,41 @@ class FeatureEncoder:
                 sums[j], counts[j] = values[present].sum(), present.sum()
         self._fit(feature_names, sums, counts, categories)
         return self
+
+    def fit_query(self, con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> FeatureEncoder:
+        """Fit on the training rows of ``graph`` without holding them: one aggregate query in DuckDB.
+
+        Sums and counts of each numeric feature (NULL and NaN left out), the categories of each
+        categorical one and whether NULL is one, over the rows whose target is set: what the
+        materialized read's :meth:`fit_table` computes (streaming and a cluster fit this way).
+        """
+        items = []
+        for j, feature in enumerate(graph.features):
+            if self.categorical[j]:
+                text = f"CAST(({feature.sql}) AS VARCHAR)"
+                items += [f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL)", f"bool_or({text} IS NULL)"]
+            else:
+                value = f"CAST(({feature.sql}) AS DOUBLE)"
+                present = f"{value} IS NOT NULL AND NOT isnan({value})"
+                items += [f"sum({value}) FILTER (WHERE {present})", f"count(*) FILTER (WHERE {present})"]
+        select = graph.select.copy()
+        select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
+        for arg in ("order", "limit", "offset"):
+            select.set(arg, None)
+        if graph.target is not None:
+            value = f"CAST(({graph.target.sql}) AS DOUBLE)"
+            select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
+        row = fetch_arrow(con, select.sql("duckdb"), what="the encoder's statistics").to_pylist()[0]
+        values = list(row.values())
+        n = len(graph.features)
+        sums, counts, categories = np.zeros(n), np.zeros(n), {}
+        for j in range(n):
+            first, second = values[2 * j], values[2 * j + 1]
+            if self.categorical[j]:
+                categories[j] = (sorted(first or []), bool(second))
+            else:
+                sums[j], counts[j] = float(first or 0.0), float(second or 0)
+        return self.fit_sums(graph.feature_names, sums, counts, categories)
 
     def _fit(self, names, sums, counts, categories) -> None:
         specs = []

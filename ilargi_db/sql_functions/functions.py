@@ -44,7 +44,7 @@ from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, t
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 # train()'s own settings (models/catalog.py names them) with the JSON type each takes.
-TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool, (str, int)), strict=True))
+TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool, (str, int), str), strict=True))
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()

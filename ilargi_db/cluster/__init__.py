@@ -1,0 +1,237 @@
+"""Training on a Dask cluster: the fact's Parquet files partitioned over the workers, the dimensions broadcast.
+
+The sums these models need (X^T X, gradients, k-means' sums and counts) are sums of per-partition pieces,
+so no shuffle is needed (background.md, section 6). The driver scans the dimensions (small), fits the
+encoder in one aggregate query and broadcasts both; every worker runs DuckDB on its Parquet files for the
+key-only join against the broadcast dimension keys, and keeps its partitions resident across
+iterations. Each operator of the :class:`~ilargi_db.linalg.PartitionedMatrix` then runs where the
+partitions are, and only its small results travel: the driver broadcasts parameters and adds the partials
+in partition order (deterministic). A worker lost mid-training is survived: its partitions are the pure
+results of reading their files, and Dask computes them again elsewhere.
+
+>>> from ilargi_db.cluster import parquet_files   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+import sqlglot
+from sqlglot import exp
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix
+from ilargi_db.metadata import joins_cannot_repeat_rows
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy
+from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
+from ilargi_db.metadata.indicator import indicator_sql, row_column
+from ilargi_db.metadata.scans import TARGET, cast_part, join_columns, part_column, quote, scan_source
+from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.plan.sources import from_items
+
+FILE_ROW = "file_row_number"  # read_parquet's row number within a file: a partition's fixed order
+
+
+def connect_cluster(cluster: Any) -> Any:
+    """A ``dask.distributed.Client`` as given, or one connected to a scheduler address (``"tcp://host:8786"``)."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise IlargiError(
+            "training on a cluster needs Dask: pip install 'ilargi_db[distributed]' (dask.distributed)."
+        ) from None
+    if isinstance(cluster, Client):
+        return cluster
+    if not isinstance(cluster, str) or not cluster.strip():
+        raise IlargiError(
+            f"cluster must be a dask.distributed.Client or a scheduler address such as 'tcp://host:8786', "
+            f"got {cluster!r}."
+        )
+    try:
+        return Client(cluster, timeout="5s")
+    except (OSError, TimeoutError) as err:
+        raise IlargiError(
+            f"could not reach the Dask scheduler at {cluster!r} ({err}): start it (dask scheduler) or check the "
+            "address."
+        ) from None
+
+
+class RemotePartitions(Sequence):
+    """Partitions held by a cluster's workers, as Dask futures; operators run where they are."""
+
+    def __init__(self, client: Any, futures: list[Any]):
+        self.client, self.futures = client, futures
+
+    def __len__(self) -> int:
+        return len(self.futures)
+
+    def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
+        return self.client.gather(self.futures[k])  # a local copy (the template; rows for k-means++)
+
+    def each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
+        """``fn(partition, *its arguments)`` on the worker holding each partition; the results, in order."""
+        shared = {}
+        for args in per_partition:  # the same argument for every partition (a parameter): sent once
+            if args and all(a is args[0] for a in args) and isinstance(args[0], np.ndarray):
+                shared[id(args)] = self.client.scatter(args[0], broadcast=True)
+        tasks = [
+            self.client.submit(fn, future, *(shared.get(id(args), args[k]) for args in per_partition), pure=False)
+            for k, future in enumerate(self.futures)
+        ]
+        return self.client.gather(tasks)
+
+    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> RemotePartitions:
+        return RemotePartitions(self.client, [self.client.submit(f, future) for future in self.futures])
+
+
+def parquet_files(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[exp.Expression, list[str]]:
+    """The fact's ``read_parquet(...)`` call and the files it reads (globs expanded), or a clear refusal."""
+    fact = graph.sources[0]
+    item = from_items(graph.select)[0]
+    call = item.this if isinstance(item, exp.Table) else None
+    name = (call.name if isinstance(call, exp.Anonymous) else getattr(call, "key", "")).lower() if call else ""
+    if fact.kind != "function" or "parquet" not in (name + fact.relation_sql.lower()):
+        raise IlargiError(
+            f"on a cluster every worker reads its share of the fact from Parquet files: the training query's first "
+            f"FROM source must be read_parquet('path/*.parquet') that every worker can read, got "
+            f"{fact.relation_sql!r}. Write the fact to Parquet (COPY ... TO 'dir' (FORMAT parquet)), or train "
+            "without cluster=."
+        )
+    args = call.expressions or [call.this]
+    first = args[0]
+    patterns = [e.this for e in first.expressions] if isinstance(first, exp.Array) else [first.this]
+    files: list[str] = []
+    for pattern in patterns:
+        files += [row[0] for row in con.execute("SELECT file FROM glob(?) ORDER BY file", [pattern]).fetchall()]
+    if not files:
+        raise IlargiError(f"read_parquet of the training query matches no file ({', '.join(patterns)}).")
+    return call, files
+
+
+def _file_sql(graph: JoinGraph, registered: dict[str, str], fact_items: tuple[str, ...], call: Any, file: str) -> str:
+    """The key-only join of one Parquet file of the fact against the registered dimensions, in file order."""
+    sql = indicator_sql(graph, registered, graph.sources[0].alias, fact_items, streamed_rowid=False)
+    select = sqlglot.parse_one(sql, read="duckdb")
+    one = call.copy()
+    rest = [a for a in (one.expressions or [])][1:]
+    options = [*rest, sqlglot.parse_one(f"{FILE_ROW} = true", read="duckdb")]
+    item = from_items(select)[0]
+    function = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(file), *options])
+    item.set("this", function)
+    if graph.target is not None:
+        value = f"CAST(({graph.target.sql}) AS DOUBLE)"
+        select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
+    select.set("order", None)
+    return select.order_by(f"{quote(graph.sources[0].alias)}.{FILE_ROW}", dialect="duckdb").sql("duckdb")
+
+
+def build_partition(sql: str, shared: dict, backend: str = "numpy") -> NormalizedMatrix:
+    """On a worker: read one file's rows with DuckDB and build its partition over the broadcast dimensions."""
+    con = duckdb.connect()
+    for name, table in shared["keys"].items():
+        con.register(name, table)
+    table = con.sql(sql).to_arrow_table()
+    con.close()
+    n = table.num_rows
+    rows = np.arange(n)
+    encoder = shared["encoder"]
+    blocks = []
+    if shared["fact_numeric"]:
+        data = arrow_to_block(table, [part_column(j, 0) for j in shared["fact_numeric"]])
+        meta = BlockMetadata(
+            "fact", data, rows, np.array(shared["fact_numeric"]), np.full(len(shared["fact_numeric"]), np.nan)
+        )
+        blocks.append(encoder.transform_block(meta))
+    for j in shared["fact_text"]:
+        values = table.column(part_column(j, 0)).combine_chunks()
+        block = encoder.transform_categorical(CategoricalMetadata("fact", j, values, rows, None), 2)
+        if block is not None:
+            blocks.append(block)
+    for position, block in shared["dimensions"]:
+        index = column_to_numpy(table.column(row_column(position))).astype(np.int64)
+        blocks.append(Block(block.data, columns=block.columns, index=index, fill=block.fill))
+    X = NormalizedMatrix(blocks, n_rows=n, feature_names=encoder.feature_names_out_, backend=backend)
+    X.target = column_to_numpy(table.column(TARGET)) if TARGET in table.column_names else None
+    return X
+
+
+def _n_rows(p: NormalizedMatrix) -> int:
+    return p.shape[0]
+
+
+def _target(p: NormalizedMatrix) -> Any:
+    return p.target
+
+
+def cluster_data(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, encoder: Any, client: Any
+) -> tuple[PartitionedMatrix, np.ndarray | None, int]:
+    """The training data as a :class:`PartitionedMatrix` held by ``client``'s workers, one partition per file.
+
+    Returns (X, y, files). The driver needs the files too (for the encoder's aggregate query); the workers
+    need them for their partitions.
+    """
+    fact = graph.sources[0]
+    if not graph.factorizable or any(f.kind != "source" for f in graph.features):
+        raise IlargiError("on a cluster each source is read on its own: a feature may not mix sources.")
+    if fact.nullable or not joins_cannot_repeat_rows(con, graph):
+        raise IlargiError(
+            "on a cluster the fact (the first FROM source) is split by file, so no outer join may empty it and no "
+            "join may repeat its rows (each joined table unique on its join keys)."
+        )
+    call, files = parquet_files(con, graph)
+    categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
+    text = frozenset(part_column(j, 0) for j in categorical)
+    keys = join_columns(graph)
+    parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
+    for j, feature in enumerate(graph.features):
+        parts[feature.parts[0].source][part_column(j, 0)] = feature.parts[0].sql
+    encoder.fit_query(con, graph)
+    registered, key_tables, dimensions = {}, {}, []
+    for position, source in enumerate(graph.sources):
+        if source.alias == fact.alias:
+            continue
+        scan = scan_source(con, graph, source, keys[source.alias], parts[source.alias], (), text, native=False)
+        name = f"__ilargi_dimension_{position}"
+        registered[source.alias], key_tables[name] = name, scan.keys
+        plain = [j for j, f in enumerate(graph.features) if f.parts[0].source == source.alias and j not in categorical]
+        empty = np.array([-1])  # encode once, the fill included; each partition sets its rows
+        if plain:
+            names = [part_column(j, 0) for j in plain]
+            fill = np.array([scan.fill[name] for name in names], dtype=np.float64)
+            meta = BlockMetadata(source.alias, arrow_to_block(scan.values, names), empty, np.array(plain), fill)
+            dimensions.append((position, encoder.transform_block(meta, index=empty)))
+        for j in sorted(categorical):
+            if graph.features[j].parts[0].source == source.alias:
+                name = part_column(j, 0)
+                values = scan.values.column(name).combine_chunks()
+                # Its own empty indicator: the same array as index= would ask for category codes instead.
+                cat = CategoricalMetadata(source.alias, j, values, np.zeros(0, dtype=np.int64), scan.fill[name])
+                block = encoder.transform_categorical(cat, 2, index=empty)
+                if block is not None:
+                    dimensions.append((position, block))
+    fact_items = tuple(cast_part(n, sql, text) for n, sql in parts[fact.alias].items())
+    shared = {
+        "keys": key_tables,
+        "encoder": encoder,
+        "dimensions": dimensions,
+        "fact_numeric": [
+            j for j, f in enumerate(graph.features) if f.parts[0].source == fact.alias and j not in categorical
+        ],
+        "fact_text": [j for j, f in enumerate(graph.features) if f.parts[0].source == fact.alias and j in categorical],
+    }
+    broadcast = client.scatter(shared, broadcast=True)
+    sqls = [_file_sql(graph, registered, fact_items, call, file) for file in files]
+    futures = [client.submit(build_partition, sql, broadcast, pure=True) for sql in sqls]
+    sizes = client.gather([client.submit(_n_rows, f) for f in futures])
+    targets = client.gather([client.submit(_target, f) for f in futures]) if graph.target is not None else None
+    y = np.concatenate(targets) if targets is not None else None
+    partitions = RemotePartitions(client, futures)
+    X = PartitionedMatrix(partitions, sizes=sizes, template=partitions[0])
+    return X, y, len(files)
+
+
+__all__ = ["RemotePartitions", "build_partition", "cluster_data", "connect_cluster", "parquet_files"]

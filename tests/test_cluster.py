@@ -1,0 +1,130 @@
+"""Training on a Dask cluster (two worker processes here) gives the single-machine model."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+import ilargi_db
+from ilargi_db.errors import IlargiError
+
+distributed = pytest.importorskip("dask.distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory):
+    where = tmp_path_factory.mktemp("fact")
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE fact AS SELECT range AS id, range % 400 AS k, sin(range) AS x1, cos(range * 0.7) AS x2, "
+        "['u', 'v', 'w'][range % 3 + 1] AS kind, 3 * sin(range) + (range % 400) * 0.01 AS y FROM range(30000)"
+    )
+    con.execute(
+        "CREATE TABLE dim AS SELECT range AS k, range * 0.01 AS z1, ['a', 'b', 'c'][range % 3 + 1] AS grp "
+        "FROM range(400)"
+    )
+    for i in range(4):
+        con.execute(f"COPY (SELECT * FROM fact WHERE id % 4 = {i}) TO '{where}/part{i}.parquet' (FORMAT parquet)")
+    query = (
+        f"SELECT f.x1, f.x2, f.kind, d.z1, d.grp, f.y FROM read_parquet('{where}/*.parquet') AS f "
+        "JOIN dim d ON f.k = d.k"
+    )
+    return con, query
+
+
+LOCAL = dict(backend="numpy", reuse=False, strategy="factorized")
+
+
+def test_linear_regression_on_two_workers_equals_one_machine(client, parquet):
+    con, query = parquet
+    local = ilargi_db.train(con, query, "y", **LOCAL)
+    remote = ilargi_db.train(con, query, "y", backend="numpy", reuse=False, cluster=client)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-12)
+    assert remote.intercept_ == pytest.approx(local.intercept_, rel=1e-9)
+    assert "Distributed" in remote.decision_ and remote.n_rows_ == local.n_rows_ == 30_000
+
+
+def test_k_means_gives_the_same_labels_from_the_same_start(client, parquet):
+    con, query = parquet
+    features = query.replace(", f.y FROM", " FROM")
+    d = ilargi_db.train(con, features, algorithm="kmeans", n_clusters=3, max_iter=1, **LOCAL).cluster_centers_.shape[1]
+    start = dict(algorithm="kmeans", n_clusters=3, n_init=1, init=np.random.default_rng(0).random((3, d)))
+    local = ilargi_db.train(con, features, **start, **LOCAL)
+    remote = ilargi_db.train(con, features, backend="numpy", reuse=False, cluster=client, **start)
+    np.testing.assert_allclose(remote.cluster_centers_, local.cluster_centers_, rtol=1e-9, atol=1e-12)
+    ordered = features + " ORDER BY f.id"
+    np.testing.assert_array_equal(
+        ilargi_db.predict(con, remote, ordered), ilargi_db.predict(con, local, ordered)
+    )  # every row in the same cluster
+
+
+def test_logistic_regression_and_nmf_match_too(client, parquet):
+    con, query = parquet
+    late = query.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+    local = ilargi_db.train(con, late, "late", "logistic_regression", **LOCAL)
+    remote = ilargi_db.train(con, late, "late", "logistic_regression", backend="numpy", reuse=False, cluster=client)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-7, atol=1e-9)
+    positive = query.replace("f.x1, f.x2", "abs(f.x1) AS x1").replace(", f.y FROM", " FROM")
+    nmf = dict(algorithm="gnmf", n_components=2, random_state=0, max_iter=10)
+    local = ilargi_db.train(con, positive, **nmf, **LOCAL)
+    remote = ilargi_db.train(con, positive, backend="numpy", reuse=False, cluster=client, **nmf)
+    np.testing.assert_allclose(remote.components_, local.components_, rtol=1e-7, atol=1e-9)
+
+
+def test_a_worker_lost_mid_training_is_survived(client, parquet):
+    """Kill a worker process after the partitions are resident: Dask reads its files again elsewhere."""
+    from ilargi_db.cluster import cluster_data
+    from ilargi_db.models import LinearRegression
+    from ilargi_db.plan import build_join_graph, categorical_flags
+    from ilargi_db.preprocess import FeatureEncoder
+
+    con, query = parquet
+    graph = build_join_graph(con, query, "y")
+    X, y, files = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
+    assert files == 4
+    first = LinearRegression(solver="cg", tol=1e-12, max_iter=200).fit(X, y)
+    victim = next(iter(client.scheduler_info()["workers"]))
+    with contextlib.suppress(Exception):  # the call cannot answer: the process dies (its nanny starts a new one)
+        client.run(os._exit, 1, workers=[victim])
+    again = LinearRegression(solver="cg", tol=1e-12, max_iter=200).fit(X, y)
+    np.testing.assert_allclose(again.coef_, first.coef_, rtol=1e-9)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_a_fact_that_is_not_parquet_is_refused(client, parquet):
+    con, _ = parquet
+    query = "SELECT f.x1, d.z1, f.y FROM fact f JOIN dim d ON f.k = d.k"
+    with pytest.raises(IlargiError, match="first FROM source must be read_parquet"):
+        ilargi_db.train(con, query, "y", reuse=False, cluster=client)
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(parquet):
+    con, query = parquet
+    with pytest.raises(IlargiError, match="could not reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+        ilargi_db.train(con, query, "y", reuse=False, cluster="tcp://127.0.0.1:9")
+    with pytest.raises(IlargiError, match="cluster must be a dask.distributed.Client or a scheduler address"):
+        ilargi_db.train(con, query, "y", reuse=False, cluster=42)
+
+
+def test_the_sql_option_names_a_scheduler(client, parquet):
+    con, query = parquet
+    options = json.dumps({"cluster": client.scheduler.address, "strategy": "factorized"})
+    summary = json.loads(
+        con.sql(
+            f"SELECT ilargi_train('on_cluster', 'linear_regression', $${query}$$, 'y', options := '{options}')"
+        ).fetchall()[0][0]
+    )
+    assert "Distributed" in summary["why"]
