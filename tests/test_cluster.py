@@ -84,9 +84,9 @@ def test_logistic_regression_and_nmf_match_too(client, parquet):
     np.testing.assert_allclose(remote.components_, local.components_, rtol=1e-7, atol=1e-9)
 
 
-def test_a_worker_lost_mid_training_is_survived(client, parquet):
+def test_a_worker_lost_mid_training_is_survived(client, parquet, monkeypatch):
     """Kill a worker process after the partitions are resident: Dask reads its files again elsewhere."""
-    from ilargi_db.cluster import cluster_data
+    from ilargi_db.cluster import RemotePartitions, cluster_data
     from ilargi_db.models import LinearRegression
     from ilargi_db.plan import build_join_graph, categorical_flags
     from ilargi_db.preprocess import FeatureEncoder
@@ -94,8 +94,12 @@ def test_a_worker_lost_mid_training_is_survived(client, parquet):
     con, query = parquet
     graph = build_join_graph(con, query, "y")
     X, y, files = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
-    assert files == 4
+    assert files == 4 and isinstance(X.partitions, RemotePartitions)  # held by the workers, not gathered
+    calls = []
+    real = RemotePartitions.each
+    monkeypatch.setattr(RemotePartitions, "each", lambda self, fn, *a: calls.append(fn) or real(self, fn, *a))
     first = LinearRegression(solver="cg", tol=1e-12, max_iter=200).fit(X, y)
+    assert len(calls) > 10  # every product ran on the workers
     victim = next(iter(client.scheduler_info()["workers"]))
     with contextlib.suppress(Exception):  # the call cannot answer: the process dies (its nanny starts a new one)
         client.run(os._exit, 1, workers=[victim])

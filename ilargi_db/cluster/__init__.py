@@ -72,13 +72,14 @@ class RemotePartitions(Sequence):
         return self.client.gather(self.futures[k])  # a local copy (the template; rows for k-means++)
 
     def each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
-        """``fn(partition, *its arguments)`` on the worker holding each partition; the results, in order."""
-        shared = {}
-        for args in per_partition:  # the same argument for every partition (a parameter): sent once
-            if args and all(a is args[0] for a in args) and isinstance(args[0], np.ndarray):
-                shared[id(args)] = self.client.scatter(args[0], broadcast=True)
+        """``fn(partition, *its arguments)`` on the worker holding each partition; the results, in order.
+
+        Arguments travel inside the tasks (parameters are small: d floats, or a partition's slice of an
+        n-vector), not as scattered data: a task's inputs must survive a lost worker, and Dask can only
+        recompute what it has the recipe for.
+        """
         tasks = [
-            self.client.submit(fn, future, *(shared.get(id(args), args[k]) for args in per_partition), pure=False)
+            self.client.submit(fn, future, *(args[k] for args in per_partition), pure=False)
             for k, future in enumerate(self.futures)
         ]
         return self.client.gather(tasks)
@@ -158,6 +159,10 @@ def build_partition(sql: str, shared: dict, backend: str = "numpy") -> Normalize
     return X
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
 def _n_rows(p: NormalizedMatrix) -> int:
     return p.shape[0]
 
@@ -223,7 +228,9 @@ def cluster_data(
         ],
         "fact_text": [j for j, f in enumerate(graph.features) if f.parts[0].source == fact.alias and j in categorical],
     }
-    broadcast = client.scatter(shared, broadcast=True)
+    # A task that returns the shared payload (not scattered data): if the worker holding it is lost, Dask
+    # recomputes it, and the partitions built from it, elsewhere.
+    broadcast = client.submit(_identity, shared, pure=False)
     sqls = [_file_sql(graph, registered, fact_items, call, file) for file in files]
     futures = [client.submit(build_partition, sql, broadcast, pure=True) for sql in sqls]
     sizes = client.gather([client.submit(_n_rows, f) for f in futures])

@@ -131,9 +131,10 @@ class PartitionedMatrix:
         and a ``template`` partition that says the columns, names and backend without reading the others."""
         if not len(partitions):
             raise ValueError("a partitioned matrix needs at least one partition.")
-        if isinstance(partitions, PartitionSource):
+        if not isinstance(partitions, list) and (hasattr(partitions, "each") or hasattr(partitions, "mapped")):
+            # Made on demand (streamed) or held elsewhere (a cluster's workers): never gathered here.
             if sizes is None or template is None:
-                raise ValueError("a streamed partitioned matrix needs its partitions' sizes and a template.")
+                raise ValueError("a streamed or remote partitioned matrix needs its partitions' sizes and a template.")
         else:
             partitions = list(partitions)
             widths = {p.shape[1] for p in partitions}
@@ -147,8 +148,8 @@ class PartitionedMatrix:
 
     @property
     def streamed(self) -> bool:
-        """Whether the partitions are read on every pass instead of held."""
-        return isinstance(self.partitions, PartitionSource)
+        """Whether the partitions are not held here: read on every pass, or held by a cluster's workers."""
+        return not isinstance(self.partitions, list)
 
     @classmethod
     def from_blocks(
@@ -226,7 +227,13 @@ class PartitionedMatrix:
         remote = getattr(self.partitions, "each", None)
         if remote is not None:
             return remote(fn, *per_partition)
-        return [fn(p, *(args[k] for args in per_partition)) for k, p in enumerate(self.partitions)]
+        partitions = iter(self.partitions)
+        try:
+            return [fn(p, *(args[k] for args in per_partition)) for k, p in enumerate(partitions)]
+        finally:  # a pass left early (an error, an interruption) waits for its prefetch before going on up
+            close = getattr(partitions, "close", None)
+            if close is not None:
+                close()
 
     def _stack(self, parts: list[Any]) -> Any:
         return self.backend.xp.concatenate(parts, axis=0)
