@@ -45,6 +45,7 @@ from ilargi_db.plan import (
 )
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.read_snapshot import ReadSnapshot, renew_snapshot
+from ilargi_db.reuse.fingerprint import volatile_expression as impure_expression_text
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.trained_model import TrainedModel
 
@@ -141,6 +142,18 @@ def default_memory_budget() -> int | None:
     except OSError:
         return None
     return None
+
+
+def _check_streamable(graph: JoinGraph, what: str, subqueries: bool = True) -> None:
+    """Refuse expressions that give other values on every read: a stream reads the data several times (and
+    a cluster's workers cannot read the tables a subquery names)."""
+    expressions = [p.sql for p in graph.filters] + [f.sql for f in graph.features]
+    why = impure_expression_text(expressions, subqueries)
+    if why:
+        raise IlargiError(
+            f"{what} reads the data more than once, and the rows must be the same each time, but {why}: take it "
+            "out of the query (materialize a sample into a table first), or train in memory."
+        )
 
 
 def _stream_plan(con, graph: JoinGraph, chosen: str, stats: Any, memory_budget: Any) -> dict | None:
@@ -257,6 +270,8 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
         source = PartitionSource(make, len(stream.bounds))
         X = PartitionedMatrix(source, sizes=stream.sizes, template=make(0))
         y = _streamed_target(con, graph, stream) if graph.target is not None else None
+        if y is not None:
+            check_values(y, graph.target.name, "target")
     except BaseException:
         stream.close()
         raise
@@ -512,7 +527,7 @@ def _train_models(
     start = time.perf_counter()
     stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
-    stream = None
+    stream = client = None
     batch = len(specs) > 1
     try:
         estimators = []
@@ -579,7 +594,18 @@ def _train_models(
                 estimator.set_params(**{facts.solver_parameter: plan.solver})  # the solver the cost model chose
             solver_picks.append(bool(picks))
         client = connect_cluster(cluster) if cluster is not None else None
-        stream_plan = _stream_plan(con, graph, chosen, stats, memory_budget) if client is None else None
+        stream_plan = None
+        if client is None:
+            try:
+                stream_plan = _stream_plan(con, graph, chosen, stats, memory_budget)
+            except IlargiError:
+                if memory_budget is not None:
+                    raise  # the caller's budget: say why it cannot be kept
+                stream_plan = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
+            if stream_plan is not None:
+                _check_streamable(graph, "streaming")
+        else:
+            _check_streamable(graph, "training on a cluster", subqueries=False)
         if client is not None:
             chosen = "factorized"
             workers = len(client.scheduler_info().get("workers", {}))
@@ -593,8 +619,10 @@ def _train_models(
         stages.set_description(f"reading data ({'streamed' if stream_plan else chosen})")
         if client is not None:
             encoder = FeatureEncoder(flags, impute=impute)
-            X, y, files = cluster_data(con, graph, encoder, client)
-            data = TrainingData(X, y, encoder, 0)
+            X, y, unlabelled = cluster_data(con, graph, encoder, client)
+            if y is not None:
+                check_values(y, graph.target.name, "target")
+            data = TrainingData(X, y, encoder, unlabelled)
             stream_plan = None
         elif stream_plan is not None:
             encoder = FeatureEncoder(flags, impute=impute)
@@ -685,10 +713,14 @@ def _train_models(
         if stream is not None:
             stream.close()
             snapshot.close()
+        if client is not None and client is not cluster:  # a client this call connected: not the caller's
+            client.close()
         job.finish()  # new artifacts into the database (its own transaction, after the read)
     finally:
         if stream is not None:
             stream.close()
+        if client is not None and client is not cluster:
+            client.close()
         snapshot.close()
         stages.close()
     return models

@@ -93,8 +93,9 @@ def test_a_worker_lost_mid_training_is_survived(client, parquet, monkeypatch):
 
     con, query = parquet
     graph = build_join_graph(con, query, "y")
-    X, y, files = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
-    assert files == 4 and isinstance(X.partitions, RemotePartitions)  # held by the workers, not gathered
+    X, y, unlabelled = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
+    assert X.n_partitions == 4 and unlabelled == 0
+    assert isinstance(X.partitions, RemotePartitions)  # held by the workers, not gathered
     calls = []
     real = RemotePartitions.each
     monkeypatch.setattr(RemotePartitions, "each", lambda self, fn, *a: calls.append(fn) or real(self, fn, *a))
@@ -132,3 +133,19 @@ def test_the_sql_option_names_a_scheduler(client, parquet):
         ).fetchall()[0][0]
     )
     assert "Distributed" in summary["why"]
+
+
+def test_null_targets_duplicate_features_and_random_filters(client, parquet):
+    con, query = parquet
+    nulls = query.replace("f.y FROM", "CASE WHEN f.x1 > 0.9 THEN NULL ELSE f.y END AS y FROM")
+    local = ilargi_db.train(con, nulls, "y", **LOCAL)
+    remote = ilargi_db.train(con, nulls, "y", backend="numpy", reuse=False, cluster=client)
+    assert remote.unlabelled_rows_ == local.unlabelled_rows_ > 0
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-8)  # some are ~1e-9: noise
+    twice = query.replace("f.x1, f.x2", "f.x1, f.x1 AS again, f.x2")
+    local = ilargi_db.train(con, twice, "y", alpha=1.0, **LOCAL)
+    remote = ilargi_db.train(con, twice, "y", alpha=1.0, backend="numpy", reuse=False, cluster=client)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-8)
+    sampled = query + " WHERE random() < 0.5"
+    with pytest.raises(IlargiError, match="reads the data more than once.*random"):
+        ilargi_db.train(con, sampled, "y", reuse=False, cluster=client)

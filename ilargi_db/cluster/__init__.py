@@ -14,11 +14,13 @@ results of reading their files, and Dask computes them again elsewhere.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
@@ -29,6 +31,7 @@ from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
 from ilargi_db.metadata.indicator import indicator_sql, row_column
 from ilargi_db.metadata.scans import TARGET, cast_part, join_columns, part_column, quote, scan_source
+from ilargi_db.metadata.value_range import check_values
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
 
@@ -106,7 +109,9 @@ def parquet_files(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[exp
     patterns = [e.this for e in first.expressions] if isinstance(first, exp.Array) else [first.this]
     files: list[str] = []
     for pattern in patterns:
-        files += [row[0] for row in con.execute("SELECT file FROM glob(?) ORDER BY file", [pattern]).fetchall()]
+        found = con.execute("SELECT file FROM glob(?) ORDER BY file", [pattern]).fetchall()
+        # A relative path means the driver's working directory: the workers get it spelled out.
+        files += [row[0] if "://" in row[0] else os.path.abspath(row[0]) for row in found]
     if not files:
         raise IlargiError(f"read_parquet of the training query matches no file ({', '.join(patterns)}).")
     return call, files
@@ -122,26 +127,38 @@ def _file_sql(graph: JoinGraph, registered: dict[str, str], fact_items: tuple[st
     item = from_items(select)[0]
     function = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(file), *options])
     item.set("this", function)
-    if graph.target is not None:
-        value = f"CAST(({graph.target.sql}) AS DOUBLE)"
-        select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
     select.set("order", None)
     return select.order_by(f"{quote(graph.sources[0].alias)}.{FILE_ROW}", dialect="duckdb").sql("duckdb")
 
 
-def build_partition(sql: str, shared: dict, backend: str = "numpy") -> NormalizedMatrix:
-    """On a worker: read one file's rows with DuckDB and build its partition over the broadcast dimensions."""
+def build_partition(sql: str, shared: dict, file: str, stamp: tuple, backend: str = "numpy") -> NormalizedMatrix:
+    """On a worker: read one file's rows with DuckDB and build its partition over the broadcast dimensions.
+
+    Refuses a file that changed since the driver read it (its size and modification time): the encoder was
+    fitted on the old one, and the target the driver holds lines up with the old rows.
+    """
+    if _stamp(file) != tuple(stamp):
+        raise IlargiError(f"{file} changed during training (size or modification time): train again.")
     con = duckdb.connect()
     for name, table in shared["keys"].items():
         con.register(name, table)
     table = con.sql(sql).to_arrow_table()
     con.close()
+    unlabelled = 0
+    if TARGET in table.column_names:  # rows whose target is NULL (or NaN) teach nothing, as in memory
+        target = column_to_numpy(table.column(TARGET))
+        keep = ~np.isnan(target)
+        unlabelled = int((~keep).sum())
+        if unlabelled:
+            table = table.filter(pa.array(keep))
     n = table.num_rows
     rows = np.arange(n)
     encoder = shared["encoder"]
     blocks = []
     if shared["fact_numeric"]:
         data = arrow_to_block(table, [part_column(j, 0) for j in shared["fact_numeric"]])
+        for i, j in enumerate(shared["fact_numeric"]):  # inf, or squares that overflow: refused as in memory
+            check_values(data[:, i], shared["names"][j])
         meta = BlockMetadata(
             "fact", data, rows, np.array(shared["fact_numeric"]), np.full(len(shared["fact_numeric"]), np.nan)
         )
@@ -156,7 +173,21 @@ def build_partition(sql: str, shared: dict, backend: str = "numpy") -> Normalize
         blocks.append(Block(block.data, columns=block.columns, index=index, fill=block.fill))
     X = NormalizedMatrix(blocks, n_rows=n, feature_names=encoder.feature_names_out_, backend=backend)
     X.target = column_to_numpy(table.column(TARGET)) if TARGET in table.column_names else None
+    X.unlabelled = unlabelled
     return X
+
+
+def _stamp(file: str) -> tuple:
+    """What says a local file changed (its size and modification time); a remote URL has none here."""
+    try:
+        found = os.stat(file)
+    except OSError:
+        return ()
+    return (found.st_size, found.st_mtime_ns)
+
+
+def _unlabelled(p: NormalizedMatrix) -> int:
+    return p.unlabelled
 
 
 def _identity(value: Any) -> Any:
@@ -176,8 +207,8 @@ def cluster_data(
 ) -> tuple[PartitionedMatrix, np.ndarray | None, int]:
     """The training data as a :class:`PartitionedMatrix` held by ``client``'s workers, one partition per file.
 
-    Returns (X, y, files). The driver needs the files too (for the encoder's aggregate query); the workers
-    need them for their partitions.
+    Returns (X, y, the rows left out for a NULL target). The driver reads the files too (the encoder's
+    aggregate query); each worker reads its own.
     """
     fact = graph.sources[0]
     if not graph.factorizable or any(f.kind != "source" for f in graph.features):
@@ -227,18 +258,22 @@ def cluster_data(
             j for j, f in enumerate(graph.features) if f.parts[0].source == fact.alias and j not in categorical
         ],
         "fact_text": [j for j, f in enumerate(graph.features) if f.parts[0].source == fact.alias and j in categorical],
+        "names": graph.feature_names,
     }
     # A task that returns the shared payload (not scattered data): if the worker holding it is lost, Dask
     # recomputes it, and the partitions built from it, elsewhere.
     broadcast = client.submit(_identity, shared, pure=False)
     sqls = [_file_sql(graph, registered, fact_items, call, file) for file in files]
-    futures = [client.submit(build_partition, sql, broadcast, pure=True) for sql in sqls]
+    futures = [
+        client.submit(build_partition, sql, broadcast, file, _stamp(file), pure=True) for sql, file in zip(sqls, files)
+    ]
     sizes = client.gather([client.submit(_n_rows, f) for f in futures])
     targets = client.gather([client.submit(_target, f) for f in futures]) if graph.target is not None else None
     y = np.concatenate(targets) if targets is not None else None
+    unlabelled = sum(client.gather([client.submit(_unlabelled, f) for f in futures]))
     partitions = RemotePartitions(client, futures)
     X = PartitionedMatrix(partitions, sizes=sizes, template=partitions[0])
-    return X, y, len(files)
+    return X, y, unlabelled
 
 
 __all__ = ["RemotePartitions", "build_partition", "cluster_data", "connect_cluster", "parquet_files"]

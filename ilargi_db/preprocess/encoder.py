@@ -25,6 +25,8 @@ from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.plan.join_graph import JoinGraph
 
 NULL_CATEGORY = "NULL"
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     """How one SELECT feature becomes model columns."""
@@ -140,11 +142,17 @@ class FeatureEncoder:
         for j, feature in enumerate(graph.features):
             if self.categorical[j]:
                 text = f"CAST(({feature.sql}) AS VARCHAR)"
-                items += [f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL)", f"bool_or({text} IS NULL)"]
-            else:
+                items += [
+                    f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL) AS a{j}",
+                    f"bool_or({text} IS NULL) AS b{j}",
+                ]
+            else:  # named by position: two features with the same expression give two columns
                 value = f"CAST(({feature.sql}) AS DOUBLE)"
                 present = f"{value} IS NOT NULL AND NOT isnan({value})"
-                items += [f"sum({value}) FILTER (WHERE {present})", f"count(*) FILTER (WHERE {present})"]
+                items += [
+                    f"sum({value}) FILTER (WHERE {present}) AS a{j}",
+                    f"count(*) FILTER (WHERE {present}) AS b{j}",
+                ]
         select = graph.select.copy()
         select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
         for arg in ("order", "limit", "offset"):

@@ -139,6 +139,20 @@ def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) ->
     return None
 
 
+def volatile_expression(expressions: list[str], subqueries: bool = True) -> str | None:
+    """Why ``expressions`` may give other values on another read of the same data (None if they cannot).
+
+    A function DuckDB does not mark CONSISTENT (``random()``, ``now()``...) or a user-defined one; with
+    ``subqueries=False`` also a subquery (which reads tables a cluster's workers cannot see).
+    """
+    if not expressions:
+        return None
+    why, _ = _impure(tuple(expressions))
+    if why and why.startswith("a subquery") and subqueries:
+        return None
+    return why
+
+
 @functools.lru_cache(maxsize=256)  # by the text alone: what it says holds for DuckDB's built-ins
 def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
     """(why not pure or None, the functions the expressions call)."""
@@ -297,4 +311,12 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     return JobFingerprint(True, "", rows_key, stats_key, column_keys, time.perf_counter() - began)
 
 
-__all__ = ["JobFingerprint", "NOT_REUSABLE", "SourcePrint", "digest", "fingerprint_job", "impure_expression"]
+__all__ = [
+    "JobFingerprint",
+    "NOT_REUSABLE",
+    "SourcePrint",
+    "digest",
+    "fingerprint_job",
+    "impure_expression",
+    "volatile_expression",
+]
