@@ -158,3 +158,19 @@ def test_the_sql_option_streams_too(con):
             f"SELECT ilargi_train('streamed', 'linear_regression', $${STAR}$$, 'y', "
             """options := '{"memory_budget": [1]}')"""
         ).fetchall()
+
+
+def test_dimension_rows_no_training_row_uses_are_treated_as_in_memory(con):
+    con.execute("CREATE OR REPLACE TABLE dim2 AS SELECT * FROM dim UNION ALL SELECT 9999, 'inf'::DOUBLE, NULL, 'z'")
+    query = STAR.replace("JOIN dim d", "JOIN dim2 d")
+    whole = ilargi_db.train(con, query, "y", **RUN)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="1MB", **RUN)  # row 9999: inf, used by no fact row
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_features_of_the_dimensions_alone_stream_too(con):
+    query = "SELECT d.z1, d.z2, d.grp, c.q, f.y FROM fact f JOIN dim d ON f.k = d.k LEFT JOIN cat c ON f.c = c.c"
+    whole = ilargi_db.train(con, query, "y", **RUN)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="200KB", **RUN)
+    assert streamed.streamed_ is not None
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)

@@ -31,6 +31,7 @@ from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
 from ilargi_db.metadata.indicator import indicator_sql, row_column
 from ilargi_db.metadata.scans import TARGET, cast_part, join_columns, part_column, quote, scan_source
+from ilargi_db.metadata.stream import used_dimension_rows
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
@@ -226,19 +227,35 @@ def cluster_data(
     for j, feature in enumerate(graph.features):
         parts[feature.parts[0].source][part_column(j, 0)] = feature.parts[0].sql
     encoder.fit_query(con, graph)
-    registered, key_tables, dimensions = {}, {}, []
+    registered, key_tables, dimensions, scans = {}, {}, [], {}
+    for position, source in enumerate(graph.sources):
+        if source.alias != fact.alias:
+            scan = scan_source(con, graph, source, keys[source.alias], parts[source.alias], (), text, native=False)
+            scans[source.alias] = scan
+            registered[source.alias] = name = f"__ilargi_dimension_{position}"
+            key_tables[name] = scan.keys
+    for name, table in key_tables.items():  # registered here too, for the rows the training uses
+        con.register(name, table)
+    try:
+        used = used_dimension_rows(con, graph, registered, fact.alias, scans)
+    finally:
+        for name in key_tables:
+            con.unregister(name)
     for position, source in enumerate(graph.sources):
         if source.alias == fact.alias:
             continue
-        scan = scan_source(con, graph, source, keys[source.alias], parts[source.alias], (), text, native=False)
-        name = f"__ilargi_dimension_{position}"
-        registered[source.alias], key_tables[name] = name, scan.keys
+        scan = scans[source.alias]
         plain = [j for j, f in enumerate(graph.features) if f.parts[0].source == source.alias and j not in categorical]
         empty = np.array([-1])  # encode once, the fill included; each partition sets its rows
         if plain:
             names = [part_column(j, 0) for j in plain]
             fill = np.array([scan.fill[name] for name in names], dtype=np.float64)
-            meta = BlockMetadata(source.alias, arrow_to_block(scan.values, names), empty, np.array(plain), fill)
+            data = arrow_to_block(scan.values, names)
+            unused = ~used[source.alias]
+            data[unused] = np.nan_to_num(data[unused], nan=0.0, posinf=0.0, neginf=0.0)  # as in memory
+            for i, j in enumerate(plain):
+                check_values(data[:, i], graph.features[j].name)
+            meta = BlockMetadata(source.alias, data, empty, np.array(plain), fill)
             dimensions.append((position, encoder.transform_block(meta, index=empty)))
         for j in sorted(categorical):
             if graph.features[j].parts[0].source == source.alias:

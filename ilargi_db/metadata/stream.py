@@ -21,7 +21,7 @@ import pyarrow as pa
 import sqlglot
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata import streamable_source
+from ilargi_db.metadata import joins_cannot_repeat_rows
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
 from ilargi_db.metadata.indicator import indicator_sql, row_column
@@ -33,6 +33,7 @@ from ilargi_db.metadata.scans import (
     part_column,
     quote,
     scan_source,
+    supports_rowid,
 )
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -94,7 +95,11 @@ class FactStream:
         return FactPartition(table.num_rows, table.select(list(self.fact_parts)), indicators, target)
 
     def dimension_blocks(self, categorical: frozenset[int]) -> tuple[list[BlockMetadata], list[CategoricalMetadata]]:
-        """Every dimension's numeric block and categorical features, with an empty indicator (set per partition)."""
+        """Every dimension's numeric block and categorical features, with an empty indicator (set per partition).
+
+        NaN and inf in rows no labelled training row uses are zeroed, as the in-memory read does.
+        """
+        used = used_dimension_rows(self.con, self.graph, self.registered, self.fact, self.scans)
         blocks, cats = [], []
         none = np.zeros(0, dtype=np.int64)
         for source in self.graph.sources:
@@ -108,10 +113,14 @@ class FactStream:
             ]
             if plain:
                 names = [name for _, name in plain]
+                data = arrow_to_block(scan.values, names)
+                data[~used[source.alias] & ~np.isfinite(data).all(axis=1)] = np.nan_to_num(
+                    data[~used[source.alias] & ~np.isfinite(data).all(axis=1)], nan=0.0, posinf=0.0, neginf=0.0
+                )
                 blocks.append(
                     BlockMetadata(
                         source=source.alias,
-                        data=arrow_to_block(scan.values, names),
+                        data=data,
                         indicator=none,
                         columns=np.array([j for j, _ in plain], dtype=np.int64),
                         fill=np.array([scan.fill[name] for name in names], dtype=np.float64),
@@ -158,7 +167,9 @@ def open_stream(
     parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
     for j, feature in enumerate(graph.features):
         parts[feature.parts[0].source][part_column(j, 0)] = feature.parts[0].sql
-    fact = streamable_source(con, graph, parts, {s.alias: [] for s in graph.sources})
+    first = graph.sources[0]
+    streamable = not first.nullable and supports_rowid(con, first, with_prefix(graph.select))
+    fact = first.alias if streamable and joins_cannot_repeat_rows(con, graph) else None
     if fact is None:
         raise NotStreamable(
             "streaming reads the fact table (the first source in FROM) range by range, so it must be a base "
@@ -191,6 +202,34 @@ def open_stream(
         stream.close()
         raise
     return stream
+
+
+def used_dimension_rows(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, registered: dict[str, str], fact: str, scans: dict
+) -> dict[str, np.ndarray]:
+    """Per dimension, which of its scanned rows some labelled training row uses (one aggregate query).
+
+    The in-memory read zeroes NaN and inf in rows no training row uses (they never reach the model but
+    would leak into sums as NaN * 0); the partitioned reads must treat the same rows the same way.
+    """
+    sql = indicator_sql(graph, registered, fact, (), streamed_rowid=False)
+    select = sqlglot.parse_one(sql, read="duckdb")
+    positions = {s.alias: p for p, s in enumerate(graph.sources) if s.alias in scans}
+    items = [f"list(DISTINCT {row_column(p)})" for p in positions.values()]
+    inner = select.copy()
+    if graph.target is not None:
+        inner = inner.where(_labelled(graph), dialect="duckdb")
+    inner.set("order", None)
+    found = con.sql(f"SELECT {', '.join(items)} FROM ({inner.sql('duckdb')})").fetchall()[0]
+    used = {}
+    for (alias, _), rows in zip(positions.items(), found):
+        scan = scans[alias]
+        rows = np.array([r for r in (rows or []) if r is not None and r >= 0], dtype=np.int64)
+        at = scan.positions(rows) if scan.native else rows
+        mask = np.zeros(scan.n_rows, dtype=bool)
+        mask[at[at >= 0]] = True
+        used[alias] = mask
+    return used
 
 
 def _partition_sizes(con: duckdb.DuckDBPyConnection, stream: FactStream, low: int, step: int, count: int) -> tuple:
