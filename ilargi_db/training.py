@@ -175,9 +175,17 @@ def _stream_plan(con, graph: JoinGraph, chosen: str, stats: Any, memory_budget: 
     needed = array_bytes(stats)[chosen if graph.factorizable else "materialized"]
     if needed <= budget:
         return None
-    fact = stats.source(stats.fact)
-    dimensions = sum(s.rows * s.width * 8 for s in stats.sources if s.alias != stats.fact)
-    per_row = 16 * fact.width + 16 * (len(stats.sources) - 1) + 8  # a partition's row, with its Arrow copy
+    fact = stats.source(graph.sources[0].alias)  # the first FROM source: the one streamed
+    # As array_bytes counts them: numeric columns dense, one stored entry per categorical value (a
+    # one-hot row on a dimension, a code on the fact), dimension rows the join uses.
+    dimensions = sum(
+        min(s.rows, s.referenced) * ((s.width - s.categorical_width) * 8 + s.categorical_features * 12)
+        for s in stats.sources
+        if s.alias != fact.alias
+    )
+    numeric = fact.width - fact.categorical_width
+    # A partition's row: its numbers and codes with their Arrow copy, an index per dimension, the target.
+    per_row = 16 * numeric + 16 * fact.categorical_features + 16 * (len(stats.sources) - 1) + 8
     free = budget - dimensions
     if free < 3 * per_row * MIN_PARTITION_ROWS:
         least = dimensions + 3 * per_row * MIN_PARTITION_ROWS
@@ -375,7 +383,8 @@ def train(
     memory_budget : int, str or None
         Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
         streamed from DuckDB in row partitions, the next read while the current one computes (see
-        :func:`stream_plan`). None: half the memory free when the job starts.
+        docs/architecture.md, "Row partitions and streaming"). None: half the memory free when the job
+        starts (and a job that cannot stream then trains in memory, as DuckDB's memory_limit allows).
     cluster : dask.distributed.Client, str or None
         Train on a Dask cluster (a client, or a scheduler address such as ``"tcp://host:8786"``): the fact
         must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
