@@ -174,3 +174,21 @@ def test_features_of_the_dimensions_alone_stream_too(con):
     streamed = ilargi_db.train(con, query, "y", memory_budget="200KB", **RUN)
     assert streamed.streamed_ is not None
     np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_the_default_budget_never_refuses_a_job_that_fits_in_memory(con, monkeypatch):
+    from ilargi_db import training
+
+    monkeypatch.setattr(training, "default_memory_budget", lambda: 1_000)  # "little memory free"
+    con.execute("CREATE OR REPLACE VIEW fact_v AS SELECT * FROM fact")
+    view = STAR.replace("FROM fact f", "FROM fact_v f")  # cannot stream
+    assert ilargi_db.train(con, view, "y", **RUN).streamed_ is None  # trains in memory, as before
+    assert ilargi_db.train(con, STAR, "y", **RUN).streamed_ is None  # 1,000 bytes cannot hold the dimensions
+
+
+def test_a_target_out_of_range_is_refused_as_in_memory(con):
+    huge = STAR.replace("f.y FROM", "CASE WHEN f.id = 7 THEN 1e200 ELSE f.y END AS y FROM")
+    with pytest.raises(IlargiError, match="target 'y'"):
+        ilargi_db.train(con, huge, "y", **RUN)
+    with pytest.raises(IlargiError, match="target 'y'"):
+        ilargi_db.train(con, huge, "y", memory_budget="1MB", **RUN)
