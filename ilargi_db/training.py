@@ -744,13 +744,15 @@ def explain(
     backend: str = "auto",
     *,
     reuse: bool = True,
+    memory_budget: int | str | None = None,
     **params: Any,
 ) -> Explanation:
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
 
     As :func:`ilargi_db.cost_model.explain`, and with ``reuse`` (the default) it says what the artifact
     store holds for the job and prices the factorized plans with it, as ``train`` does: it fingerprints
-    the columns the job reads (one aggregate query) to know. Never trains, never writes.
+    the columns the job reads (one aggregate query) to know. It also says when the job's data exceed
+    ``memory_budget`` (as for :func:`train`) and would stream. Never trains, never writes.
 
     Examples
     --------
@@ -769,7 +771,16 @@ def explain(
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = _stored_stats(job)
         offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
-        return explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+        try:
+            streams = _stream_plan(con, graph, explanation.strategy, stats, memory_budget)
+        except IlargiError as err:
+            if memory_budget is not None:
+                explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
+            streams = None
+        if streams is not None:
+            explanation.reasons.append(f"would stream: {streams['why']}")
+        return explanation
 
 
 def _bounded_by_caller(estimator: Any) -> bool:

@@ -192,3 +192,13 @@ def test_a_target_out_of_range_is_refused_as_in_memory(con):
         ilargi_db.train(con, huge, "y", **RUN)
     with pytest.raises(IlargiError, match="target 'y'"):
         ilargi_db.train(con, huge, "y", memory_budget="1MB", **RUN)
+
+
+def test_explain_says_a_job_would_stream_and_the_registry_keeps_how_it_ran(con):
+    explanation = ilargi_db.explain(con, STAR, "y", backend="numpy", reuse=False, memory_budget="1MB")
+    assert any(reason.startswith("would stream: the data need about") for reason in explanation.reasons)
+    assert not any("stream" in r for r in ilargi_db.explain(con, STAR, "y", backend="numpy", reuse=False).reasons)
+    model = ilargi_db.train(con, STAR, "y", memory_budget="1MB", **RUN)
+    ilargi_db.save_model(con, "streamed_model", model)
+    back = ilargi_db.load_model(con, "streamed_model")
+    assert back.streamed_ == json.loads(json.dumps(model.streamed_)) and back.streamed_["partitions"] > 1

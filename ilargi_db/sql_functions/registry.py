@@ -235,6 +235,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     fitted["plan"] = model.plan_  # the physical plan that trained it
     fitted["unlabelled_rows"] = model.unlabelled_rows_
     fitted["warnings"] = model.warnings_
+    fitted["reused"] = model.reused_
+    fitted["streamed"] = model.streamed_
     timings = dict(model.timings_)
     con.execute(
         "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
@@ -324,6 +326,8 @@ def _rebuild(row: dict) -> TrainedModel:
         plan_=fitted.get("plan"),
         unlabelled_rows_=int(fitted.get("unlabelled_rows", 0)),  # absent in models stored before they were kept
         warnings_=list(fitted.get("warnings", [])),
+        reused_=list(fitted.get("reused", [])),
+        streamed_=fitted.get("streamed"),
         timings_=json.loads(row["timings"]),
         training_metrics_=json.loads(row["metrics"]),
         n_rows_=int(row["n_rows"]),
