@@ -218,9 +218,7 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
         for block in dims:  # inf, or values whose squares overflow, before they turn into NaN
             for i, j in enumerate(block.columns):
                 check_values(block.data[:, i], graph.features[j].name)
-        empty = np.array([-1])  # encode each dimension once, its fill included; every partition sets its rows
-        shared = [(b.source, encoder.transform_block(b, index=empty)) for b in dims]
-        shared += [(c.source, encoder.transform_categorical(c, 2, index=empty)) for c in dim_cats]
+        shared = encoder.transform_dimensions(dims, dim_cats)
         fact_numeric = [
             j for j, f in enumerate(graph.features) if f.parts[0].source == stream.fact and j not in categorical
         ]
@@ -270,9 +268,7 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
                     identity = sp.identity(spec.width, format="csr")
                     blocks.append(Block(identity, columns=columns, index=arrays[f"codes/{j}"]))
             for alias, block in shared:
-                if block is not None:
-                    index = arrays[f"index/{alias}"]
-                    blocks.append(Block(block.data, columns=block.columns, index=index, fill=block.fill))
+                blocks.append(Block(block.data, columns=block.columns, index=arrays[f"index/{alias}"], fill=block.fill))
             return NormalizedMatrix(blocks, n_rows=n, feature_names=encoder.feature_names_out_, backend=backend)
 
         source = PartitionSource(make, len(stream.bounds))

@@ -31,7 +31,7 @@ from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
 from ilargi_db.metadata.indicator import indicator_sql, row_column
 from ilargi_db.metadata.scans import TARGET, cast_part, join_columns, part_column, quote, scan_source
-from ilargi_db.metadata.stream import used_dimension_rows
+from ilargi_db.metadata.stream import dimension_metadata
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
@@ -227,7 +227,7 @@ def cluster_data(
     for j, feature in enumerate(graph.features):
         parts[feature.parts[0].source][part_column(j, 0)] = feature.parts[0].sql
     encoder.fit_query(con, graph)
-    registered, key_tables, dimensions, scans = {}, {}, [], {}
+    registered, key_tables, scans = {}, {}, {}
     for position, source in enumerate(graph.sources):
         if source.alias != fact.alias:
             scan = scan_source(con, graph, source, keys[source.alias], parts[source.alias], (), text, native=False)
@@ -237,35 +237,15 @@ def cluster_data(
     for name, table in key_tables.items():  # registered here too, for the rows the training uses
         con.register(name, table)
     try:
-        used = used_dimension_rows(con, graph, registered, fact.alias, scans)
+        dims, dim_cats = dimension_metadata(con, graph, registered, fact.alias, scans, categorical)
     finally:
         for name in key_tables:
             con.unregister(name)
-    for position, source in enumerate(graph.sources):
-        if source.alias == fact.alias:
-            continue
-        scan = scans[source.alias]
-        plain = [j for j, f in enumerate(graph.features) if f.parts[0].source == source.alias and j not in categorical]
-        empty = np.array([-1])  # encode once, the fill included; each partition sets its rows
-        if plain:
-            names = [part_column(j, 0) for j in plain]
-            fill = np.array([scan.fill[name] for name in names], dtype=np.float64)
-            data = arrow_to_block(scan.values, names)
-            unused = ~used[source.alias]
-            data[unused] = np.nan_to_num(data[unused], nan=0.0, posinf=0.0, neginf=0.0)  # as in memory
-            for i, j in enumerate(plain):
-                check_values(data[:, i], graph.features[j].name)
-            meta = BlockMetadata(source.alias, data, empty, np.array(plain), fill)
-            dimensions.append((position, encoder.transform_block(meta, index=empty)))
-        for j in sorted(categorical):
-            if graph.features[j].parts[0].source == source.alias:
-                name = part_column(j, 0)
-                values = scan.values.column(name).combine_chunks()
-                # Its own empty indicator: the same array as index= would ask for category codes instead.
-                cat = CategoricalMetadata(source.alias, j, values, np.zeros(0, dtype=np.int64), scan.fill[name])
-                block = encoder.transform_categorical(cat, 2, index=empty)
-                if block is not None:
-                    dimensions.append((position, block))
+    for block in dims:  # inf, or values whose squares overflow: refused as in memory
+        for i, j in enumerate(block.columns):
+            check_values(block.data[:, i], graph.features[j].name)
+    position = {s.alias: p for p, s in enumerate(graph.sources)}
+    dimensions = [(position[alias], block) for alias, block in encoder.transform_dimensions(dims, dim_cats)]
     fact_items = tuple(cast_part(n, sql, text) for n, sql in parts[fact.alias].items())
     shared = {
         "keys": key_tables,

@@ -95,43 +95,8 @@ class FactStream:
         return FactPartition(table.num_rows, table.select(list(self.fact_parts)), indicators, target)
 
     def dimension_blocks(self, categorical: frozenset[int]) -> tuple[list[BlockMetadata], list[CategoricalMetadata]]:
-        """Every dimension's numeric block and categorical features, with an empty indicator (set per partition).
-
-        NaN and inf in rows no labelled training row uses are zeroed, as the in-memory read does.
-        """
-        used = used_dimension_rows(self.con, self.graph, self.registered, self.fact, self.scans)
-        blocks, cats = [], []
-        none = np.zeros(0, dtype=np.int64)
-        for source in self.graph.sources:
-            if source.alias == self.fact:
-                continue
-            scan = self.scans[source.alias]
-            plain = [
-                (j, part_column(j, 0))
-                for j, f in enumerate(self.graph.features)
-                if f.parts[0].source == source.alias and j not in categorical
-            ]
-            if plain:
-                names = [name for _, name in plain]
-                data = arrow_to_block(scan.values, names)
-                data[~used[source.alias] & ~np.isfinite(data).all(axis=1)] = np.nan_to_num(
-                    data[~used[source.alias] & ~np.isfinite(data).all(axis=1)], nan=0.0, posinf=0.0, neginf=0.0
-                )
-                blocks.append(
-                    BlockMetadata(
-                        source=source.alias,
-                        data=data,
-                        indicator=none,
-                        columns=np.array([j for j, _ in plain], dtype=np.int64),
-                        fill=np.array([scan.fill[name] for name in names], dtype=np.float64),
-                    )
-                )
-            for j, f in enumerate(self.graph.features):
-                if j in categorical and f.parts[0].source == source.alias:
-                    name = part_column(j, 0)
-                    values = scan.values.column(name).combine_chunks()
-                    cats.append(CategoricalMetadata(source.alias, j, values, none, scan.fill[name]))
-        return blocks, cats
+        """Every dimension's numeric block and categorical features (see :func:`dimension_metadata`)."""
+        return dimension_metadata(self.con, self.graph, self.registered, self.fact, self.scans, categorical)
 
     def close(self) -> None:
         shutil.rmtree(self.spill_dir, ignore_errors=True)
@@ -204,6 +169,43 @@ def open_stream(
     return stream
 
 
+def dimension_metadata(
+    con: duckdb.DuckDBPyConnection,
+    graph: JoinGraph,
+    registered: dict[str, str],
+    fact: str,
+    scans: dict[str, SourceScan],
+    categorical: frozenset[int],
+) -> tuple[list[BlockMetadata], list[CategoricalMetadata]]:
+    """Every dimension's numeric block and categorical features, with an empty indicator (each partition
+    sets its own), for a read of the fact in partitions (streamed, or on a cluster's workers).
+
+    NaN and inf in rows no labelled training row uses are zeroed, as the in-memory read does
+    (``clear_unused_nonfinite``). The scans not joined natively must be registered under ``registered``.
+    """
+    used = used_dimension_rows(con, graph, registered, fact, scans)
+    blocks, cats = [], []
+    none = np.zeros(0, dtype=np.int64)
+    for source in graph.sources:
+        if source.alias == fact:
+            continue
+        scan = scans[source.alias]
+        plain = [j for j, f in enumerate(graph.features) if f.parts[0].source == source.alias and j not in categorical]
+        if plain:
+            names = [part_column(j, 0) for j in plain]
+            data = arrow_to_block(scan.values, names)
+            unused = ~used[source.alias]
+            data[unused] = np.nan_to_num(data[unused], nan=0.0, posinf=0.0, neginf=0.0)
+            fill = np.array([scan.fill[name] for name in names], dtype=np.float64)
+            blocks.append(BlockMetadata(source.alias, data, none, np.array(plain, dtype=np.int64), fill))
+        for j in sorted(categorical):
+            if graph.features[j].parts[0].source == source.alias:
+                name = part_column(j, 0)
+                values = scan.values.column(name).combine_chunks()
+                cats.append(CategoricalMetadata(source.alias, j, values, none, scan.fill[name]))
+    return blocks, cats
+
+
 def used_dimension_rows(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, registered: dict[str, str], fact: str, scans: dict
 ) -> dict[str, np.ndarray]:
@@ -257,4 +259,4 @@ def _partition_sizes(con: duckdb.DuckDBPyConnection, stream: FactStream, low: in
     return sizes, unlabelled
 
 
-__all__ = ["FactPartition", "FactStream", "NotStreamable", "open_stream"]
+__all__ = ["FactPartition", "FactStream", "NotStreamable", "dimension_metadata", "open_stream", "used_dimension_rows"]

@@ -251,6 +251,22 @@ class FeatureEncoder:
         fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
         return Block(_one_hot(cat.values, spec), columns=columns, index=index, fill=fill)
 
+    def transform_dimensions(
+        self, blocks: list[BlockMetadata], categoricals: list[CategoricalMetadata]
+    ) -> list[tuple[str, Block]]:
+        """``(source, block)`` of each dimension, encoded once for every row partition of the fact.
+
+        The fill is imputed whether or not a partition has empty rows, and a categorical is one-hot on its
+        source's rows (never the codes of a fact-sized source); each partition sets the block's index.
+        """
+        empty = np.array([-1])  # an indicator with an empty row, distinct from the metadata's own
+        found = [(b.source, self.transform_block(b, index=empty)) for b in blocks]
+        for cat in categoricals:
+            block = self.transform_categorical(cat, 2, index=empty)
+            if block is not None:
+                found.append((cat.source, block))
+        return found
+
     def fit_sums(
         self, names: list[str], sums: np.ndarray, counts: np.ndarray, categories: dict[int, tuple[list[str], bool]]
     ) -> FeatureEncoder:
