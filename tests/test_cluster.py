@@ -84,6 +84,55 @@ def test_logistic_regression_and_nmf_match_too(client, parquet):
     np.testing.assert_allclose(remote.components_, local.components_, rtol=1e-7, atol=1e-9)
 
 
+def test_an_iteration_ships_parameters_and_sums_never_a_row_vector(client, parquet, monkeypatch):
+    """The solvers' n-length vectors (target, scores, residuals) stay on the workers: each task of an
+    iteration carries d floats out and brings a loss and d floats back."""
+    from ilargi_db.cluster import RemotePartitions, cluster_data
+    from ilargi_db.models import KMeans, LinearRegression, LogisticRegression
+    from ilargi_db.plan import build_join_graph, categorical_flags
+    from ilargi_db.preprocess import FeatureEncoder
+
+    con, query = parquet
+    late = query.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+    graph = build_join_graph(con, late, "late")
+    X, y, _ = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
+    n, d = X.shape
+    largest = []
+
+    def sizes(value):
+        if isinstance(value, np.ndarray):
+            return [value.size]
+        if isinstance(value, (tuple, list)):
+            return [size for item in value for size in sizes(item)]
+        return [0]
+
+    real = RemotePartitions.each
+
+    def each(self, fn, *per_partition):
+        largest.append(max(sizes(per_partition)))
+        found = real(self, fn, *per_partition)
+        largest.append(max(sizes(found)))
+        return found
+
+    monkeypatch.setattr(RemotePartitions, "each", each)
+
+    def row_vectors_shipped(model) -> int:
+        largest.clear()
+        model.fit(X, y) if not isinstance(model, KMeans) else model.fit(X)
+        assert len(largest) > 4
+        return sum(size > 3 * d for size in largest)
+
+    assert 3 * d < n // 100
+    for few, more in (
+        (LogisticRegression(tol=0, max_iter=2), LogisticRegression(tol=0, max_iter=6)),
+        (LinearRegression(solver="cg", tol=0, max_iter=2), LinearRegression(solver="cg", tol=0, max_iter=6)),
+    ):
+        assert row_vectors_shipped(few) == row_vectors_shipped(more) == 0, type(few).__name__
+    # k-means ships row vectors only to seed (row norms) and for the final labels, never per iteration.
+    kmeans = dict(n_clusters=3, init="random", random_state=0, tol=0)
+    assert row_vectors_shipped(KMeans(max_iter=2, **kmeans)) == row_vectors_shipped(KMeans(max_iter=6, **kmeans))
+
+
 def test_a_worker_lost_mid_training_is_survived(client, parquet, monkeypatch):
     """Kill a worker process after the partitions are resident: Dask reads its files again elsewhere."""
     from ilargi_db.cluster import RemotePartitions, cluster_data

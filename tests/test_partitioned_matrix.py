@@ -14,6 +14,12 @@ from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix
 from tests.oracle import assert_close, materialized
 from tests.strategies import schemas
 
+def residual_sums(X, rows, args):
+    """A sum over rows for reduce_rows: X^T (X w - v), sum(v), and the row count."""
+    (v,), (w,) = rows, args
+    return X.T @ (X @ w - v), float(v.sum()), X.shape[0]
+
+
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -63,6 +69,10 @@ def test_partitioned_operators_match_the_materialized_join(schema, fraction, see
         assert P.min() == pytest.approx(float(T.min()))
     assert_close((P * 2 + 1).materialize(), T * 2 + 1)
     assert_close((P**2).colsums(), (T**2).sum(axis=0))
+    kept = P.keep_rows(v)
+    for found in (P.reduce_rows(residual_sums, (kept,), (w,)), P.reduce_rows(residual_sums, (v,), (w,))):
+        assert_close(found[0], T.T @ (T @ w - v))
+        assert found[1] == pytest.approx(float(v.sum()), abs=1e-9) and found[2] == n
 
 
 def test_dimension_blocks_are_shared_not_copied():
@@ -89,7 +99,9 @@ def test_partials_add_in_a_fixed_order():
     [
         ("LinearRegression", {"alpha": 0.5}),
         ("LinearRegression", {"solver": "cg", "tol": 1e-12, "max_iter": 500}),
+        ("LinearRegression", {"solver": "gd", "alpha": 1.0, "tol": 1e-12, "max_iter": 300}),
         ("LogisticRegression", {"C": 1.0, "tol": 1e-10, "max_iter": 500}),
+        ("LogisticRegression", {"C": 1.0, "solver": "newton", "tol": 1e-10}),
         ("KMeans", {"n_clusters": 3, "random_state": 0}),
         ("GaussianNMF", {"n_components": 2, "random_state": 0, "max_iter": 50}),
     ],
@@ -114,3 +126,21 @@ def test_models_on_partitions_equal_models_on_the_whole_matrix(estimator, params
             np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-7, atol=1e-9)
     if estimator == "KMeans":
         assert np.array_equal(a.labels_, b.labels_)  # the same labels from the same start
+
+
+def test_reduce_rows_of_a_standardized_view_sees_each_partition_standardized_as_the_whole():
+    from ilargi_db.linalg import ScaledMatrix
+
+    rng = np.random.default_rng(5)
+    n = 1_000
+    fact = Block(rng.random((n, 2)) * 50, columns=[0, 1])
+    dim = Block(rng.random((30, 3)), columns=[2, 3, 4], index=rng.integers(0, 30, n))
+    whole = ScaledMatrix.standardize(NormalizedMatrix([fact, dim], n_rows=n, backend="numpy"))
+    parts = ScaledMatrix.standardize(PartitionedMatrix.from_blocks([fact, dim], n, 130, backend="numpy"))
+    v, w = rng.normal(size=n), rng.normal(size=5)
+    expected = whole.reduce_rows(residual_sums, (whole.keep_rows(v),), (w,))
+    found = parts.reduce_rows(residual_sums, (parts.keep_rows(v),), (w,))
+    np.testing.assert_allclose(found[0], expected[0], rtol=1e-10, atol=1e-9)
+    assert found[2] == n
+    with pytest.raises(ValueError, match="untransposed"):
+        parts.base.T.reduce_rows(residual_sums, (v,), (w,))

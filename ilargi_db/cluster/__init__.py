@@ -88,6 +88,20 @@ class RemotePartitions(Sequence):
         ]
         return self.client.gather(tasks)
 
+    def keep(self, pieces: list[Any]) -> list[Any]:
+        """Each partition's slice of a vector, sent once to the worker holding that partition.
+
+        As tasks that return their argument, not scattered data: Dask can recompute them on another worker
+        if this one is lost.
+        """
+        holders = self.client.who_has(self.futures)
+        kept = []
+        for future, piece in zip(self.futures, pieces):
+            where = list(holders.get(future.key, ()))  # none while a lost partition is being read again
+            placement = {"workers": where, "allow_other_workers": True} if where else {}
+            kept.append(self.client.submit(_identity, piece, pure=False, **placement))
+        return kept
+
     def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> RemotePartitions:
         return RemotePartitions(self.client, [self.client.submit(f, future) for future in self.futures])
 

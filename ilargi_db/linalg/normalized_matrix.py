@@ -483,6 +483,25 @@ class NormalizedMatrix:
             return self._crossprod(weights)
         return self._memoized("crossprod", self._crossprod)
 
+    def keep_rows(self, v: Any) -> Any:
+        """``v`` (one entry per row) kept where the rows are, for :meth:`reduce_rows`: here, as it is.
+
+        A partitioned matrix cuts it into its partitions' rows once (on a cluster, sends each slice to the
+        worker holding its partition once), so each :meth:`reduce_rows` moves only its small results.
+        """
+        return v
+
+    def reduce_rows(self, fn: Callable[..., tuple], rows: Sequence[Any] = (), args: Sequence[Any] = ()) -> tuple:
+        """``fn(X, rows, args)``: a sum over the rows (a loss, a gradient, counts), as a tuple.
+
+        A partitioned matrix calls ``fn`` on each partition with its slice of every vector in ``rows`` (from
+        :meth:`keep_rows`) and adds the tuples in partition order: one pass over the data, and on a cluster
+        only ``args`` and the sums travel. ``fn`` is a module-level function so a cluster can ship it.
+        """
+        if self._transposed:
+            raise ValueError("reduce_rows() sums over the rows of an untransposed matrix.")
+        return tuple(fn(self, tuple(rows), tuple(args)))
+
     def rows(self, indices: Any) -> Any:
         """Selected rows of T as a dense array (len(indices) x d), without building T."""
         if self._transposed:

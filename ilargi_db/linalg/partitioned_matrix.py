@@ -49,11 +49,25 @@ def _rows_of(p: NormalizedMatrix, indices: Any) -> Any:
     return p.rows(indices) if len(indices) else None
 
 
+def _reduce(p: NormalizedMatrix, fn: Callable[..., tuple], rows: tuple, args: tuple) -> tuple:
+    return p.reduce_rows(fn, rows, args)
+
+
 def _slice_block(block: Block, start: int, stop: int) -> Block:
     """``block`` restricted to output rows ``start:stop``: the fact's rows sliced, a dimension shared."""
     if block.index is None:  # one row per output row (the fact, in output order)
         return Block(block.data[start:stop], columns=block.columns, index=None, fill=block.fill)
     return Block(block.data, columns=block.columns, index=block.index[start:stop], fill=block.fill)
+
+
+class KeptRows:
+    """A vector of a partitioned matrix's rows, cut into its partitions' slices once (``keep_rows``).
+
+    ``pieces[k]`` is partition ``k``'s slice: a view here, or a future on the worker holding the partition.
+    """
+
+    def __init__(self, pieces: list[Any]):
+        self.pieces = pieces
 
 
 PREFETCH = True  # read the next partition while the current one computes (benchmarks switch it off)
@@ -304,6 +318,29 @@ class PartitionedMatrix:
         labels = self.backend.xp.asarray(labels)
         return self._sum(self._each(_group_sums, self._split(labels), [n_groups] * self.n_partitions))
 
+    def keep_rows(self, v: Any) -> KeptRows:
+        """``v`` (one entry per row) cut into the partitions' rows once: views here, or sent once to the
+        workers that hold the partitions, so each :meth:`reduce_rows` ships only parameters and sums."""
+        pieces = self._split(v)
+        keep = getattr(self.partitions, "keep", None)
+        return KeptRows(keep(pieces) if keep is not None else pieces)
+
+    def reduce_rows(self, fn: Callable[..., tuple], rows: Sequence[Any] = (), args: Sequence[Any] = ()) -> tuple:
+        """``fn(partition, its slices of rows, args)`` for every partition, in one pass; the tuples added in
+        partition order (deterministic). ``rows`` are from :meth:`keep_rows` (a plain vector is cut each call)."""
+        if self._transposed:
+            raise ValueError("reduce_rows() sums over the rows of an untransposed matrix.")
+        pieces = [r.pieces if isinstance(r, KeptRows) else self._split(r) for r in rows]
+        mine = [tuple(piece[k] for piece in pieces) for k in range(self.n_partitions)]
+        found = self._each(_reduce, [fn] * self.n_partitions, mine, [tuple(args)] * self.n_partitions)
+        totals = []
+        for values in zip(*found):
+            total = values[0]
+            for value in values[1:]:  # in partition order, into a new total (the partials stay as they were)
+                total = total + value
+            totals.append(total)
+        return tuple(totals)
+
     def rows(self, indices: Any) -> Any:
         """Selected rows as a dense array, each from the partition that holds it."""
         xp = self.backend.xp
@@ -360,4 +397,4 @@ class PartitionedMatrix:
         return f"<PartitionedMatrix {n:,} x {d:,} in {self.n_partitions} row partitions>"
 
 
-__all__ = ["PartitionSource", "PartitionedMatrix"]
+__all__ = ["KeptRows", "PartitionSource", "PartitionedMatrix"]

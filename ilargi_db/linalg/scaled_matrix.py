@@ -7,6 +7,12 @@ from typing import Any
 from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
 
 
+def _on_scaled(X: Any, rows: tuple, packed: tuple) -> tuple:
+    """``fn`` on a part of the base, standardized as the whole is (module-level: a cluster ships it)."""
+    fn, mean, scale, args = packed
+    return fn(ScaledMatrix(X, mean, scale), rows, args)
+
+
 class ScaledMatrix:
     """Z = (X - 1 mu^T) diag(1/sigma): the operators models need, rewritten onto X.
 
@@ -111,6 +117,13 @@ class ScaledMatrix:
         W = self.backend.asarray(W, dtype=self.dtype)
         scaled = W / self.scale[:, None]
         return self.base.nearest(scaled, self.backend.asarray(offsets, dtype=self.dtype) - self.mean @ scaled)
+
+    def keep_rows(self, v: Any) -> Any:
+        return self.base.keep_rows(v)
+
+    def reduce_rows(self, fn: Any, rows: Any = (), args: Any = ()) -> tuple:
+        """The base's :meth:`~NormalizedMatrix.reduce_rows`, ``fn`` seeing each part standardized the same way."""
+        return self.base.reduce_rows(_on_scaled, rows, (fn, self.mean, self.scale, tuple(args)))
 
     def rows(self, indices: Any) -> Any:
         return (self.base.rows(indices) - self.mean) / self.scale

@@ -25,6 +25,17 @@ def _assign(M: Any, centers: np.ndarray) -> tuple[Any, Any]:
     return M.nearest(W, M.backend.asarray((centers**2).sum(axis=1), dtype=M.dtype))
 
 
+def _lloyd_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """One Lloyd pass over these rows (``reduce_rows``): per center, the sum of the rows nearest to it and
+    their count, and the sum over the rows of ||c||^2 - 2 x.c for their center (the inertia less ||x||^2).
+
+    On a partitioned matrix only these k x d sums travel, never the n labels.
+    """
+    W, offsets, k = args
+    labels, closest = X.nearest(W, offsets)
+    return X.group_sums(labels, k), X.backend.xp.bincount(labels, minlength=k), float(closest.sum())
+
+
 def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     """||x_i - c_j||^2 = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2 (one LMM with C^T)."""
     xp = M.backend.xp
@@ -151,16 +162,18 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
         losses: list[float] = []
         with progress(self.max_iter, "k-means") as bar:
             for _ in range(self.max_iter):
-                labels, closest = _assign(M, centers)
-                losses.append(max(total_norm + float(to_host(closest.sum())), 0.0))
+                # Assignment and new centers (X^T one-hot(labels) / counts) in one factorized pass.
+                W = M.backend.asarray(-2 * centers.T, dtype=M.dtype)
+                offsets = M.backend.asarray((centers**2).sum(axis=1), dtype=M.dtype)
+                sums, counts, closest_sum = M.reduce_rows(_lloyd_sums, (), (W, offsets, k))
+                losses.append(max(total_norm + closest_sum, 0.0))
                 check_finite(losses[-1], "the inertia")
-                counts = to_host(xp.bincount(labels, minlength=k))
-                # New centers: X^T (one-hot labels) / counts, in one factorized pass.
-                sums = to_host(M.group_sums(labels, k)).T
+                counts, sums = to_host(counts), to_host(sums).T
                 new = centers.copy()
                 filled = counts > 0
                 new[filled] = sums[filled] / counts[filled, None]
                 if (~filled).any():  # an empty cluster takes the points farthest from their centers
+                    _, closest = _assign(M, centers)
                     far = np.argsort(-(to_host(closest) + to_host(row_norms)))[: int((~filled).sum())]
                     new[~filled] = to_host(M.rows(far))
                 shift = float(((new - centers) ** 2).sum())

@@ -36,6 +36,50 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
         return M @ M.backend.asarray(self.coef_) + self.intercept_
 
 
+# Sums over the rows, one pass each (``reduce_rows``): on a partitioned matrix they run on every partition
+# where it is (streamed, or on a cluster's workers) and only these sums travel, never an n-length vector.
+
+
+def _squared_error(X: Any, rows: tuple, args: tuple) -> tuple:
+    """r = X w + c - y over these rows: X^T r, sum(r) and r . r."""
+    (y,), (w, c) = rows, args
+    r = X @ w + (c - y)
+    return X.T @ r, float(r.sum()), float(r @ r)
+
+
+def _transposed_product(X: Any, rows: tuple, args: tuple) -> tuple:
+    """X^T v and sum(v) over these rows."""
+    (v,) = rows
+    return X.T @ v, float(v.sum())
+
+
+def _normal_product(X: Any, rows: tuple, args: tuple) -> tuple:
+    """q = X p - shift over these rows: X^T q, sum(q), q . q, and q . b for a row vector b when given."""
+    p, shift = args
+    q = X @ p - shift
+    found = (X.T @ q, float(q.sum()), float(q @ q))
+    return found + (float(q @ rows[0]),) if rows else found
+
+
+def _logistic(X: Any, rows: tuple, args: tuple) -> tuple:
+    """z = X w + c over these rows: the summed log-loss, X^T (sigmoid(z) - y) and sum(sigmoid(z) - y)."""
+    (y01,), (w, c) = rows, args
+    z = X @ w
+    if c:
+        z += c
+    loss, residual = X.backend.kernels.logistic_loss_residual(z, y01)  # the residual overwrites z
+    return float(loss), X.T @ residual, float(residual.sum())
+
+
+def _logistic_curvature(X: Any, rows: tuple, args: tuple) -> tuple:
+    """With p = sigmoid(X w + c) and D = diag(p (1 - p)) over these rows: X^T D X, X^T D 1 and sum(D)."""
+    (y01,), (w, c) = rows, args
+    _, residual = X.backend.kernels.logistic_loss_residual(X @ w + c, y01)
+    p = residual + y01
+    weights = p * (1 - p)
+    return X.crossprod(weights), X.T @ weights, float(weights.sum())
+
+
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
 
 
@@ -153,18 +197,25 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.convergence_warning_ = None
         X, y = check_input(self, X, y, reset=True, y_numeric=True)
         M = as_matrix(X)
-        y = M.backend.asarray(y, dtype=M.dtype)
+        y = M.keep_rows(M.backend.asarray(y, dtype=M.dtype))  # sliced once, where the rows are
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
         with M.backend.hot_loop():
             {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
         return self
 
+    def _final_loss(self, M: Any, y: Any, coef: np.ndarray) -> list[float]:
+        """The objective at the solution: (||X w + b - y||^2 + alpha ||w||^2) / n, one pass."""
+        n = M.shape[0]
+        _, _, squares = M.reduce_rows(_squared_error, (y,), (M.backend.asarray(coef), self.intercept_))
+        return [squares / n + self.alpha * float(coef @ coef) / n]
+
     def _fit_normal(self, M: Any, y: Any) -> None:
         n, d = M.shape
         gram = to_host(M.crossprod())
-        xty = to_host(M.T @ y)
+        xty, y_sum = M.reduce_rows(_transposed_product, (y,))
+        xty = to_host(xty)
         if self.fit_intercept:  # center in the Gram matrix instead of in X
-            means, y_mean = to_host(M.colsums()) / n, float(y.sum()) / n
+            means, y_mean = to_host(M.colsums()) / n, y_sum / n
             gram = gram - n * np.outer(means, means)
             xty = xty - n * means * y_mean
         gram[np.diag_indices(d)] += self.alpha  # ridge: ||y - Xw - b||^2 + alpha ||w||^2
@@ -181,8 +232,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.coef_ = coef
         self.intercept_ = float(y_mean - means @ coef) if self.fit_intercept else 0.0
         self.n_iter_ = 1
-        residual = M @ M.backend.asarray(coef) + self.intercept_ - y
-        self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
+        self.loss_curve_ = self._final_loss(M, y, coef)
 
     def _fit_cg(self, M: Any, y: Any) -> None:
         """Preconditioned conjugate gradients on (A^T A + alpha I) w = A^T b, A = X centered, b = y centered.
@@ -193,39 +243,46 @@ class LinearRegression(RegressorMixin, _LinearModel):
         """
         xp = M.backend.xp
         n, d = M.shape
+        xty, y_sum = M.reduce_rows(_transposed_product, (y,))
+        y_squares = M.reduce_rows(_squared_error, (y,), (xp.zeros(d, dtype=M.dtype), 0.0))[2]
         if self.fit_intercept:
-            mu, y_mean = M.colsums() / n, float(y.sum()) / n
+            mu, y_mean = M.colsums() / n, y_sum / n
         else:
             mu, y_mean = xp.zeros(d, dtype=M.dtype), 0.0
-        b = y - y_mean
+        # b = y - mean(y), kept implicit: A^T b = X^T b - mu sum(b) = X^T y - mu sum(y) (X^T 1 = n mu), and
+        # ||b||^2 = ||y||^2 - n mean(y)^2.
+        b_squares = y_squares - n * y_mean * y_mean
         diagonal = M.column_norms_squared() - n * mu * mu + self.alpha
         inverse_diagonal = xp.where(diagonal > 0, 1.0 / xp.maximum(diagonal, 1e-300), 0.0)  # constant columns: 0
 
-        def normal_product(p: Any) -> tuple[Any, Any]:
-            q = M @ p - float(mu @ p)
-            return q, M.T @ q - mu * float(q.sum()) + self.alpha * p
+        def normal_product(p: Any, with_y: bool = False) -> tuple:
+            """A^T A p + alpha p and ||A p||^2 (and (A p) . b) in one pass: q = A p = X p - (mu . p) 1."""
+            found = M.reduce_rows(_normal_product, (y,) if with_y else (), (p, float(mu @ p)))
+            xtq, q_sum, q_squares = found[:3]
+            normal = xtq - mu * q_sum + self.alpha * p
+            return (normal, q_squares, found[3] - y_mean * q_sum) if with_y else (normal, q_squares)
 
         w = xp.zeros(d, dtype=M.dtype)
-        r = M.T @ b - mu * float(b.sum())
+        r = xty - mu * y_sum
         target = self.tol * float(xp.linalg.norm(r))  # relative to the cold start's residual, warm or not
-        losses: list[float] = [float(b @ b) / n]
+        losses: list[float] = [b_squares / n]
         start = getattr(self, "_coef_init", None)
         if start is not None:
             start = np.asarray(start, dtype=float).ravel()
             if start.shape != (d,) or not np.isfinite(start).all():
                 raise ValueError(f"coef_init must hold {d} finite numbers (one per column), got shape {start.shape}.")
             w = M.backend.asarray(start, dtype=M.dtype)
-            q, normal_w = normal_product(w)
+            normal_w, q_squares, q_dot_b = normal_product(w, with_y=True)
             r = r - normal_w
-            losses = [(float((q - b) @ (q - b)) + self.alpha * float(w @ w)) / n]
+            losses = [(q_squares - 2 * q_dot_b + b_squares + self.alpha * float(w @ w)) / n]
         z = inverse_diagonal * r
         p, rz = z, float(r @ z)
         it, converged = 0, float(xp.linalg.norm(r)) <= target  # the start may already solve it
         with progress(self.max_iter, "linear regression (cg)") as bar:
             while not converged and it < self.max_iter:
                 it += 1
-                q, normal_p = normal_product(p)
-                curvature = float(q @ q) + self.alpha * float(p @ p)
+                normal_p, q_squares = normal_product(p)
+                curvature = q_squares + self.alpha * float(p @ p)
                 if curvature <= 0:
                     break  # p lies in the null space: nothing left to reduce
                 step = rz / curvature
@@ -243,8 +300,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.coef_ = coef
         self.intercept_ = float(y_mean - float(to_host(mu) @ coef)) if self.fit_intercept else 0.0
         self.n_iter_ = it
-        residual = M @ w + self.intercept_ - y
-        self.loss_curve_ = [float(to_host(residual @ residual)) / n + self.alpha * float(coef @ coef) / n]
+        self.loss_curve_ = self._final_loss(M, y, coef)
         if not converged:
             warn_not_converged(self, "linear regression (cg)", self.max_iter)
 
@@ -263,13 +319,13 @@ class LinearRegression(RegressorMixin, _LinearModel):
                 next_momentum = (1 + np.sqrt(1 + 4 * momentum**2)) / 2
                 beta = (momentum - 1) / next_momentum
                 vw, vc = w + beta * (w - w_prev), c + beta * (c - c_prev)
-                residual = M @ vw + vc - y
-                grad_w = (M.T @ residual + self.alpha * vw) / n
-                grad_c = float(residual.sum()) / n if self.fit_intercept else 0.0
+                xtr, residual_sum, _ = M.reduce_rows(_squared_error, (y,), (vw, vc))
+                grad_w = (xtr + self.alpha * vw) / n
+                grad_c = residual_sum / n if self.fit_intercept else 0.0
                 w_prev, c_prev, momentum = w, c, next_momentum
                 w, c = vw - step * grad_w, vc - step * grad_c
-                r = M @ w + c - y
-                loss = float(to_host(r @ r)) / (2 * n) + self.alpha * float(to_host(w @ w)) / (2 * n)
+                squares = M.reduce_rows(_squared_error, (y,), (w, c))[2]
+                loss = squares / (2 * n) + self.alpha * float(to_host(w @ w)) / (2 * n)
                 check_finite(loss, "the loss")
                 if losses and loss > losses[-1]:
                     momentum = 1.0  # restart when the momentum overshoots
@@ -295,10 +351,10 @@ def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
     v = xp.ones(d + intercept, dtype=M.dtype) / np.sqrt(d + intercept)
     value = 1.0
     for _ in range(iterations):
-        z = M @ v[:d] + (v[d] if intercept else 0.0)
-        u = M.T @ z
+        # z = X v + v_d 1; u = [X^T z, sum(z)]: one pass.
+        u, z_sum, _ = M.reduce_rows(_normal_product, (), (v[:d], -float(v[d]) if intercept else 0.0))
         if intercept:
-            u = xp.concatenate([u, xp.asarray([z.sum()], dtype=M.dtype)])
+            u = xp.concatenate([u, xp.asarray([z_sum], dtype=M.dtype)])
         value = float(xp.linalg.norm(u))
         if value == 0:
             return 1.0
@@ -399,30 +455,30 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
                 f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes."
             )
         M = as_matrix(X)
-        y01 = M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype)
+        y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
         with M.backend.hot_loop():
             (self._fit_lbfgs if self.solver == "lbfgs" else self._fit_newton)(M, y01)
         return self
 
-    def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, Any]:
+    def _intercept(self, params: np.ndarray, d: int) -> float:
+        return float(params[d]) if self.fit_intercept else 0.0
+
+    def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, float]:
         """scikit-learn's objective (mean log-loss + ||w||^2 / 2Cn), its gradient, and the mean log-loss.
 
-        One product for the scores, one fused pass for the loss and the residual sigmoid(z) - y
-        (written over z: no other n-length temporary), one transposed product for the gradient.
+        One pass: per row block, the scores, the loss and the residual sigmoid(z) - y (one fused kernel,
+        written over z) and the block's part of X^T residual (:func:`_logistic`).
         """
         n, d = M.shape
         w = M.backend.asarray(params[:d])
-        z = M @ w
-        if self.fit_intercept:
-            z += float(params[d])
-        loss, residual = M.backend.kernels.logistic_loss_residual(z, y01)
+        loss, xtr, residual_sum = M.reduce_rows(_logistic, (y01,), (w, self._intercept(params, d)))
         strength = 1.0 / (self.C * n) if self.penalty == "l2" else 0.0
         grad = np.empty_like(params)
-        grad[:d] = to_host(M.T @ residual) / n + strength * params[:d]
+        grad[:d] = to_host(xtr) / n + strength * params[:d]
         if self.fit_intercept:
-            grad[d] = float(to_host(residual.sum())) / n
+            grad[d] = residual_sum / n
         value = loss / n + 0.5 * strength * float(params[:d] @ params[:d])
-        return value, grad, (residual, loss / n)
+        return value, grad, loss / n
 
     def _fit_lbfgs(self, M: Any, y01: Any) -> None:
         n, d = M.shape
@@ -431,7 +487,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         bar = progress(self.max_iter, "logistic regression (lbfgs)")
 
         def fun(params):
-            value, grad, (_, mean_loss) = self._objective(M, y01, params)
+            value, grad, mean_loss = self._objective(M, y01, params)
             check_finite(value, "the log-loss")
             last.clear()
             last[params.tobytes()] = mean_loss
@@ -440,7 +496,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         def callback(params):
             # L-BFGS accepts the point its last line search evaluated: no extra pass over X.
             known = last.get(params.tobytes())
-            losses.append(known if known is not None else self._objective(M, y01, params)[2][1])
+            losses.append(known if known is not None else self._objective(M, y01, params)[2])
             bar.update()
 
         x0 = self._initial_params(d)
@@ -454,7 +510,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             options={"maxiter": self.max_iter, "maxls": 50, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
         )
         bar.close()
-        self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2][1]])
+        self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2]])
         if result.status == 1:  # scipy: the iteration limit was reached
             warn_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
 
@@ -467,22 +523,22 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         converged = False
         with progress(self.max_iter, "logistic regression (newton)") as bar:
             for _ in range(self.max_iter):
-                value, grad, (residual, mean_loss) = self._objective(M, y01, params)
+                value, grad, mean_loss = self._objective(M, y01, params)
                 check_finite(value, "the log-loss")
-                p = residual + y01
                 losses.append(mean_loss)
                 bar.update()
                 if np.max(np.abs(grad)) <= self.tol:
                     converged = True
                     break
-                weights = p * (1 - p)
+                w = M.backend.asarray(params[:d])
+                xtdx, xtd, d_sum = M.reduce_rows(_logistic_curvature, (y01,), (w, self._intercept(params, d)))
                 hessian = np.empty((d + self.fit_intercept,) * 2)  # of the objective: X^T D X / n + strength I
-                hessian[:d, :d] = to_host(M.crossprod(weights)) / n
+                hessian[:d, :d] = to_host(xtdx) / n
                 hessian[np.diag_indices(d)] += strength
                 if self.fit_intercept:
-                    col = to_host(M.T @ weights) / n
+                    col = to_host(xtd) / n
                     hessian[:d, d] = hessian[d, :d] = col
-                    hessian[d, d] = float(to_host(weights.sum())) / n
+                    hessian[d, d] = d_sum / n
                 step = scipy.linalg.lstsq(hessian, grad, lapack_driver="gelsd")[0]
                 # Backtracking keeps Newton safe far from the optimum.
                 t = 1.0
