@@ -130,6 +130,28 @@ def test_spilled_partitions_are_removed_after_training(con):
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "ilargi-stream-*"))) == before
 
 
+def test_without_room_to_spill_every_pass_reads_duckdb_again_and_gives_the_same_model(con, monkeypatch):
+    import ilargi_db.training as training
+
+    query = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+    params = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **RUN)
+    spilled = ilargi_db.train(con, query, "late", "logistic_regression", **params)
+    assert spilled.streamed_["spill"].startswith("each partition spilled")
+    monkeypatch.setattr(training, "SPILL_HEADROOM", 1e12)  # no disk is that large
+    reread = ilargi_db.train(con, query, "late", "logistic_regression", **params)
+    assert reread.streamed_["spill"].startswith("not spilled") and "TMPDIR" in reread.streamed_["spill"]
+    np.testing.assert_allclose(reread.coef_, spilled.coef_, rtol=1e-9)  # the spill stores C order
+
+
+def test_linear_regression_reads_a_stream_three_times_statistics_loss_and_metrics(con, monkeypatch):
+    reads = []
+    real = PartitionSource.__getitem__
+    monkeypatch.setattr(PartitionSource, "__getitem__", lambda self, k: reads.append(k) or real(self, k))
+    model = ilargi_db.train(con, STAR, "y", memory_budget="1MB", **RUN)
+    # One pass each: the sufficient statistics (X^T X, X^T y, sums), the loss, the training metrics.
+    assert len(reads) == 3 * model.streamed_["partitions"]
+
+
 def test_a_budget_that_cannot_hold_the_dimensions_says_how_much_it_needs(con):
     with pytest.raises(IlargiError, match=r"memory_budget 1000 bytes cannot hold the dimensions .* give at least"):
         ilargi_db.train(con, STAR, "y", memory_budget=1000, **RUN)

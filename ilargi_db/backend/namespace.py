@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -54,12 +56,13 @@ class Backend:
         OpenBLAS's idle worker threads keep spinning for a while after each call and take the cores
         from numba's threads (measured here: an 8x slower conjugate-gradient fit on 2 cores), and a
         two-thread gemv of a 50,000 x 20 dimension block took 4-12 ms against 0.3 ms on one thread.
-        The products left to BLAS there are small, so one thread loses nothing. Entering costs
-        microseconds (a cached threadpoolctl controller), so every operator can use it.
+        The products left to BLAS there are small, so one thread loses nothing. Setting the limit costs
+        about 0.3 ms, so only the outermost entry sets it: an operator inside a fit (every partition of a
+        streamed matrix) enters for a counter's increment.
         """
         if self.xp is not np:
             return contextlib.nullcontext()
-        return _blas_controller().limit(limits=1, user_api="blas")
+        return _one_blas_thread()
 
     def to_host(self, a: Any) -> Any:
         """A NumPy array (or scipy.sparse matrix) of ``a``."""
@@ -71,6 +74,27 @@ class Backend:
 
 
 NUMPY = Backend("numpy", np, scipy.sparse)
+
+
+_blas_limit: dict[str, Any] = {"depth": 0, "limiter": None}  # BLAS's thread count is the process's
+_blas_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread until the last of the nested (or concurrent) entries leaves."""
+    with _blas_lock:
+        _blas_limit["depth"] += 1
+        if _blas_limit["depth"] == 1:
+            _blas_limit["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_limit["depth"] -= 1
+            if _blas_limit["depth"] == 0:
+                _blas_limit.pop("limiter").restore_original_limits()
+                _blas_limit["limiter"] = None
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
-CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least
+CHUNK_ROWS = 1 << 14  # rows per chunk of a reduction, at least
 MAX_CHUNKS = 8
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together (small: no page faults)
 

@@ -47,6 +47,12 @@ def _squared_error(X: Any, rows: tuple, args: tuple) -> tuple:
     return X.T @ r, float(r.sum()), float(r @ r)
 
 
+def _normal_statistics(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows: X^T X, X^T y, the column sums and sum(y): what the normal equations need, one pass."""
+    (y,) = rows
+    return X.crossprod(), X.T @ y, X.colsums(), float(y.sum())
+
+
 def _transposed_product(X: Any, rows: tuple, args: tuple) -> tuple:
     """X^T v and sum(v) over these rows."""
     (v,) = rows
@@ -211,11 +217,10 @@ class LinearRegression(RegressorMixin, _LinearModel):
 
     def _fit_normal(self, M: Any, y: Any) -> None:
         n, d = M.shape
-        gram = to_host(M.crossprod())
-        xty, y_sum = M.reduce_rows(_transposed_product, (y,))
-        xty = to_host(xty)
+        # One pass for the sufficient statistics (a streamed matrix reads its data once for them).
+        gram, xty, colsums, y_sum = (to_host(a) for a in M.reduce_rows(_normal_statistics, (y,)))
         if self.fit_intercept:  # center in the Gram matrix instead of in X
-            means, y_mean = to_host(M.colsums()) / n, y_sum / n
+            means, y_mean = colsums / n, y_sum / n
             gram = gram - n * np.outer(means, means)
             xty = xty - n * means * y_mean
         gram[np.diag_indices(d)] += self.alpha  # ridge: ||y - Xw - b||^2 + alpha ||w||^2
