@@ -888,29 +888,48 @@ def _warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: 
     return {}, ""
 
 
-def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
-    """The cheap metrics a training reports: what the fit already knows, or one more product.
+def _regression_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows (``reduce_rows``), r = X w + b - y: r . r, sum |r| and sum (y - mean y)^2."""
+    (y,), (w, b, y_mean) = rows, args
+    r = X @ w + (b - y)
+    return float(r @ r), float(X.backend.xp.abs(r).sum()), float(((y - y_mean) ** 2).sum())
 
-    Ranking metrics (ROC AUC) and the like cost a sort of every row: :func:`evaluate` reports them.
+
+def _classification_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows, z = X w + b against 0/1 truths: the rows classified right, and the summed log-loss."""
+    (truth,), (w, b) = rows, args
+    z = X @ w + b
+    right = float(((z > 0) == (truth > 0.5)).sum())
+    return right, float((X.backend.xp.logaddexp(0, z) - truth * z).sum())  # -log p of the true class
+
+
+def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
+    """The cheap metrics a training reports: what the fit already knows, or one more pass over the rows.
+
+    Sums over the rows (``reduce_rows``): a streamed or distributed matrix computes them where its rows
+    are, without an n-length vector of scores. Ranking metrics (ROC AUC) and the like cost a sort of every
+    row: :func:`evaluate` reports them.
     """
     kind = algorithm_facts(model.algorithm_).metrics
     if kind == "clustering":
         return {"inertia": float(model.inertia_)}
     if kind == "factorization":
         return {"reconstruction_error": float(model.reconstruction_err_)}
+    M = X  # a NormalizedMatrix, or row partitions of one
     y = np.asarray(to_host(y), dtype=float)
-    z = np.asarray(to_host(model._decision(X)))
+    n = len(y)
+    w, b = M.backend.asarray(np.asarray(model.coef_, dtype=float)), float(model.intercept_)
     if kind == "regression":
-        residual = z - y
-        total = float(((y - y.mean()) ** 2).sum())
+        y_mean = float(y.mean())
+        squares, absolute, total = M.reduce_rows(_regression_sums, (M.keep_rows(M.backend.asarray(y)),), (w, b, y_mean))
         return {
-            "r2": 1.0 - float(residual @ residual) / total if total > 0 and len(y) > 1 else float("nan"),
-            "rmse": float(np.sqrt(residual @ residual / len(y))),
-            "mae": float(np.abs(residual).mean()),
+            "r2": 1.0 - squares / total if total > 0 and n > 1 else float("nan"),
+            "rmse": float(np.sqrt(squares / n)),
+            "mae": absolute / n,
         }
-    truth = y == model.classes_[1]
-    log_loss = np.logaddexp(0, z) - np.where(truth, z, 0.0)  # -log p of the true class, without overflow
-    return {"accuracy": float(((z > 0) == truth).mean()), "log_loss": float(log_loss.mean())}
+    truth = M.keep_rows(M.backend.asarray((y == model.classes_[1]).astype(float)))
+    right, log_loss = M.reduce_rows(_classification_sums, (truth,), (w, b))
+    return {"accuracy": right / n, "log_loss": log_loss / n}
 
 
 def _encoded(

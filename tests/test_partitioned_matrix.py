@@ -14,6 +14,7 @@ from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix
 from tests.oracle import assert_close, materialized
 from tests.strategies import schemas
 
+
 def residual_sums(X, rows, args):
     """A sum over rows for reduce_rows: X^T (X w - v), sum(v), and the row count."""
     (v,), (w,) = rows, args

@@ -1,0 +1,184 @@
+"""A training set larger than this machine's memory, trained end to end by streaming (issue 14).
+
+Writes a star schema into a DuckDB file: a fact of ``--rows`` rows (ids, two foreign keys, eight DOUBLE
+features and a target: 11 eight-byte columns, about 40 GB raw at the default 450 million rows) and two
+dimensions of ``--dim-rows`` rows x 4 features. The features carry three decimals, as measurements do,
+so DuckDB stores them compressed; decoded for training they are the fact's full size, over the 24 GiB
+of RAM here. Then, each in a fresh process under ``--budget`` (and DuckDB's own ``memory_limit`` set to
+``--duckdb-memory``, so the two together stay inside RAM): linear regression (normal equations) and
+logistic regression (L-BFGS, ``--iterations`` iterations), with their seconds, passes and peak resident
+memory. Data are generated, never fetched. Slow (about an hour on 2 cores): a benchmark, not a test.
+
+    python benchmarks/bench_larger_than_memory.py --output docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import duckdb  # noqa: E402
+from report import write_section  # noqa: E402
+
+FEATURES = 8
+DIM_FEATURES = 4
+
+RUN = """
+import json, resource, sys, time, warnings
+warnings.simplefilter("ignore")
+import duckdb, ilargi_db
+from ilargi_db.linalg import PartitionedMatrix
+path, query, target, algorithm, budget, duckdb_memory, iterations = json.loads(sys.argv[1])
+passes = []  # seconds of each pass over the partitions (every operator and sum over rows is one)
+each = PartitionedMatrix._each
+def timed(self, *args):
+    began = time.perf_counter()
+    try:
+        return each(self, *args)
+    finally:
+        passes.append(time.perf_counter() - began)
+PartitionedMatrix._each = timed
+con = duckdb.connect(path, read_only=True)
+con.execute(f"SET memory_limit = '{duckdb_memory}'")
+params = dict(tol=0.0, max_iter=iterations) if algorithm == "logistic_regression" else {}
+start = time.perf_counter()
+m = ilargi_db.train(con, query, target, algorithm, "factorized", "numpy", reuse=False, memory_budget=budget, **params)
+out = {
+    "seconds": time.perf_counter() - start,
+    "timings": m.timings_,
+    "streamed": m.streamed_,
+    "rows": m.n_rows_,
+    "metrics": m.training_metrics_,
+    "passes": passes,
+    "iterations": getattr(m, "n_iter_", None),
+    "peak_resident": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+}
+print(json.dumps(out))
+"""
+
+
+def write_star(path: str, rows: int, dim_rows: int) -> float:
+    """The star in a DuckDB file, from SQL alone (hashes of the row number: deterministic, no download)."""
+    started = time.perf_counter()
+    con = duckdb.connect(path)
+    value = "((hash(range, {j}) % 2001)::DOUBLE - 1000) / 1000"  # three decimals in [-1, 1]
+    con.execute(
+        "CREATE TABLE dim0 AS SELECT range AS id, "
+        + ", ".join(f"{value.format(j=100 + j)} AS z{j}" for j in range(DIM_FEATURES))
+        + f" FROM range({dim_rows})"
+    )
+    con.execute("CREATE TABLE dim1 AS SELECT * REPLACE (z0 * 2 AS z0) FROM dim0")
+    features = ", ".join(f"{value.format(j=j)} AS x{j}" for j in range(FEATURES))
+    signal = " + ".join(f"{(j % 3) - 1} * x{j}" for j in range(FEATURES))
+    con.execute(
+        f"CREATE TABLE fact AS SELECT id, fk0, fk1, {', '.join(f'x{j}' for j in range(FEATURES))}, "
+        f"round({signal} + ((hash(id, 99) % 1001)::DOUBLE - 500) / 1000, 3) AS y FROM ("
+        f"SELECT range AS id, hash(range, 50) % {dim_rows} AS fk0, hash(range, 51) % {dim_rows} AS fk1, {features} "
+        f"FROM range({rows}))"
+    )
+    con.execute("CHECKPOINT")
+    con.close()
+    return time.perf_counter() - started
+
+
+def query(label: bool) -> str:
+    fact = ", ".join(f"f.x{j}" for j in range(FEATURES))
+    dims = ", ".join(f"d{k}.z{j} AS d{k}_z{j}" for k in range(2) for j in range(DIM_FEATURES))
+    target = "CAST(f.y > 0 AS INTEGER) AS label" if label else "f.y"
+    return (
+        f"SELECT {fact}, {dims}, {target} FROM fact AS f JOIN dim0 AS d0 ON f.fk0 = d0.id "
+        "JOIN dim1 AS d1 ON f.fk1 = d1.id"
+    )
+
+
+def run(*job) -> dict:
+    found = subprocess.run(
+        [sys.executable, "-c", RUN, json.dumps(list(job))], capture_output=True, text=True, check=False
+    )
+    if found.returncode:
+        raise SystemExit(f"the training failed:\n{found.stderr[-4000:]}")
+    return json.loads(found.stdout.strip().splitlines()[-1])
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=450_000_000)
+    parser.add_argument("--dim-rows", type=int, default=1_000_000)
+    parser.add_argument("--budget", default="4GB", help="ilargi's memory_budget")
+    parser.add_argument("--duckdb-memory", default="4GB", help="DuckDB's memory_limit for the training")
+    parser.add_argument("--iterations", type=int, default=5, help="logistic regression's L-BFGS iterations")
+    parser.add_argument("--where", default=tempfile.gettempdir(), help="directory for the DuckDB file")
+    parser.add_argument("--keep", action="store_true", help="keep the DuckDB file")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    folder = tempfile.mkdtemp(prefix="ilargi-big-", dir=args.where)
+    path = os.path.join(folder, "star.duckdb")
+    try:
+        written = write_star(path, args.rows, args.dim_rows)
+        on_disk = os.path.getsize(path)
+        raw = args.rows * (3 + FEATURES) * 8
+        print(f"wrote {args.rows:,} rows ({gib(raw)} raw, {gib(on_disk)} on disk) in {written:.0f} s", flush=True)
+        results = {}
+        for name, algorithm, label in (
+            ("linear regression", "linear_regression", False),
+            ("logistic regression", "logistic_regression", True),
+        ):
+            target = "label" if label else "y"
+            results[name] = run(path, query(label), target, algorithm, args.budget, args.duckdb_memory, args.iterations)
+            print(name, json.dumps(results[name])[:600], flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    command = " ".join(["python benchmarks/bench_larger_than_memory.py", *(sys.argv[1:] if argv is None else argv)])
+    lines = [
+        "## Larger than memory: a 40 GB fact streamed (`benchmarks/bench_larger_than_memory.py`)",
+        "",
+        f"Command: `{command}` ({(time.perf_counter() - started) / 60:.0f} min wall time, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, 2 cores, {gib(memory)} of RAM, NumPy backend). A star in a DuckDB "
+        f"file: the fact has {args.rows:,} rows x {3 + FEATURES} eight-byte columns ({gib(raw)} raw; "
+        f"{gib(on_disk)} on disk, as DuckDB compresses three-decimal values; written in {written / 60:.0f} min), "
+        f"two dimensions of {args.dim_rows:,} rows x {DIM_FEATURES} features. memory_budget {args.budget}, DuckDB "
+        f"memory_limit {args.duckdb_memory}; each training in a fresh process.",
+        "",
+        "| training | rows | training data | partitions | spilled | first pass | later passes (median) | "
+        "passes | total | peak resident |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        s = r["streamed"] or {}
+        passes = r["passes"]
+        later = sorted(passes[1:])[len(passes[1:]) // 2] if len(passes) > 1 else None
+        first = f"{passes[0]:.0f} s" if passes else "-"
+        lines.append(
+            f"| {name} | {r['rows']:,} | {gib(s.get('needed', 0))} | {s.get('partitions', '-')} | "
+            f"{'yes' if str(s.get('spill', '')).startswith('each') else 'no'} | {first} | "
+            f"{f'{later:.0f} s' if later is not None else '-'} | {len(passes) or '-'} | {r['seconds'] / 60:.1f} min | "
+            f"{gib(r['peak_resident'])} |"
+        )
+    lines.append("")
+    for name, r in results.items():
+        timings = {k: round(v, 1) for k, v in r["timings"].items()}
+        lines.append(f"- {name}: training metrics {json.dumps(r['metrics'])}; seconds {json.dumps(timings)}")
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.output:
+        write_section(args.output, "bench_larger_than_memory", section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
