@@ -1,8 +1,8 @@
 """DuHL benchmark: which partitions to hold in fast memory, to the same duality gap.
 
-Ridge regression by primal-dual coordinate descent (``ilargi_db.models.duhl``) with a working set of
-``--working-set`` partitions in fast memory: the largest duality gaps (DuHL), the next partitions in turn
-(sequential streaming) or a random choice. Reported: partition reads from the slow tier and seconds to
+Ridge, logistic regression and a linear SVM by primal-dual coordinate descent (``ilargi_db.models.duhl``)
+with a working set of ``--working-set`` partitions in fast memory: the largest duality gaps (DuHL), the
+next partitions in turn (sequential streaming) or a random choice. Reported: partition reads from the slow tier and seconds to
 reach the mean duality gap ``--tol`` (or where it stood after ``--rounds`` rounds).
 
 Two slow tiers: a synthetic matrix whose rows in a tenth of the partitions are 8x larger (the gaps
@@ -27,7 +27,7 @@ import ilargi_db  # noqa: E402
 from ilargi_db.backend import get_backend  # noqa: E402
 from ilargi_db.datasets import make_star_schema  # noqa: E402
 from ilargi_db.linalg import Block, PartitionedMatrix  # noqa: E402
-from ilargi_db.models.duhl import duhl_ridge  # noqa: E402
+from ilargi_db.models.duhl import duhl_fit  # noqa: E402
 from ilargi_db.plan import build_join_graph, categorical_flags  # noqa: E402
 from ilargi_db.preprocess import FeatureEncoder  # noqa: E402
 from ilargi_db.training import _streamed  # noqa: E402  the reader train() streams with
@@ -45,7 +45,8 @@ def streamed_star(rows: int):
     con = ilargi_db.connect()
     star = make_star_schema(con, fact_rows=rows, fact_features=8, n_dims=2, dim_rows=rows // 100, dim_features=4)
     graph = build_join_graph(con, star.query(), "y")
-    data, stream = _streamed(con, graph, FeatureEncoder(categorical_flags(graph)), get_backend("numpy"), rows // 40)
+    encoder = FeatureEncoder(categorical_flags(graph))
+    data, stream, _ = _streamed(con, graph, encoder, get_backend("numpy"), rows // 40, needed=rows * 200)
     return data.X, data.y, stream
 
 
@@ -59,30 +60,36 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     X, y = synthetic(100_000, 20, 40)
     star, star_y, stream = streamed_star(200_000)
+    labels = np.where(y > np.median(y), 1.0, -1.0)
+    star_labels = np.where(star_y > np.median(star_y), 1.0, -1.0)
     cases = {
-        "synthetic, heavy rows in 10% of 40 partitions (in memory)": (X, y, 0.1),
-        "star schema, 200,000 rows in 40 partitions streamed from DuckDB": (star, star_y, 0.1),
+        "synthetic, heavy rows in 10% of 40 partitions (in memory)": (X, y, 0.1, "squared"),
+        "star schema, 200,000 rows in 40 partitions streamed from DuckDB": (star, star_y, 0.1, "squared"),
+        "synthetic, as above, labels y > median": (X, labels, 1e-3, "logistic"),
+        "star schema, as above, labels y > median": (star, star_labels, 1e-3, "logistic"),
+        "synthetic, as above, labels y > median ": (X, labels, 1e-3, "hinge"),
     }
     lines = [
         "## DuHL: the working set by duality gap (`benchmarks/bench_duhl.py`)",
         "",
         f"Command: `{' '.join(['python benchmarks/bench_duhl.py', *(sys.argv[1:] if argv is None else argv)])}` "
-        f"({{wall}} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, 2 cores). Ridge (lambda = 0.1) by SDCA, "
+        f"({{wall}} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, 2 cores). SDCA with "
         f"{args.working_set} partitions held; to a mean duality gap of {args.tol:g} (at most {args.rounds} "
-        "rounds). Reads: partitions brought from the slow tier (into the working set, or streaming by to "
-        "refresh their gaps).",
+        "rounds). Ridge: the squared loss, lambda = 0.1; logistic regression and a linear SVM (the hinge "
+        "loss): lambda = 0.001. Reads: partitions brought from the slow tier (into the working set, or "
+        "streaming by to refresh their gaps).",
         "",
-        "| data | selection | reads | coordinate epochs | seconds | gap reached |",
-        "|---|---|---:|---:|---:|---:|",
+        "| data | loss | selection | reads | coordinate epochs | seconds | gap reached |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     try:
-        for name, (matrix, target, lam) in cases.items():
+        for name, (matrix, target, lam, loss) in cases.items():
             for selection in ("gap", "sequential", "random"):
-                fit = duhl_ridge(matrix, target, lam, args.working_set, args.tol, selection, args.rounds)
+                fit = duhl_fit(matrix, target, lam, args.working_set, args.tol, loss, selection, args.rounds)
                 mark = "" if fit.gap_ <= args.tol else " (not reached)"
                 lines.append(
-                    f"| {name} | {'DuHL (largest gaps)' if selection == 'gap' else selection} | {fit.loads_:,} | "
-                    f"{fit.epochs_:,} | {fit.seconds_:.2f} s | {fit.gap_:.1e}{mark} |"
+                    f"| {name.strip()} | {loss} | {'DuHL (largest gaps)' if selection == 'gap' else selection} | "
+                    f"{fit.loads_:,} | {fit.epochs_:,} | {fit.seconds_:.2f} s | {fit.gap_:.1e}{mark} |"
                 )
                 print(lines[-1], file=sys.stderr)
     finally:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from ilargi_db.linalg import Block, PartitionedMatrix
-from ilargi_db.models.duhl import duhl_ridge
+from ilargi_db.models.duhl import duhl_fit, duhl_ridge
 
 
 def skewed(n: int = 12_000, d: int = 12, parts: int = 24, seed: int = 0):
@@ -41,9 +43,60 @@ def test_the_largest_gaps_first_need_fewer_partition_reads_than_sequential_or_ra
     assert fits["gap"].loads_ < fits["random"].loads_ and fits["gap"].loads_ < fits["sequential"].loads_
 
 
+def labelled(n: int = 6_000, d: int = 8, parts: int = 12, seed: int = 1):
+    """Labels -1/1 from a noisy linear rule; the rows of a tenth of the partitions scaled up."""
+    X, _, rows = skewed(n, d, parts, seed)
+    rng = np.random.default_rng(seed)
+    y = np.where(rows @ rng.normal(size=d) + rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y, rows
+
+
+@pytest.mark.parametrize("loss", ["logistic", "hinge"])
+def test_logistic_regression_and_a_linear_svm_reach_scikit_learns_optimum_within_the_certificate(loss):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    X, y, rows = labelled()
+    n, lam = len(y), 1e-3
+    fit = duhl_fit(X, y, lam, working_set=3, tol=1e-8, loss=loss, max_rounds=3000)
+    assert fit.gap_ <= 1e-8
+    C = 1.0 / (lam * n)  # scikit-learn's 1/2 ||w||^2 + C sum loss is ours times 1 / (lambda n)
+    if loss == "logistic":
+        reference = LogisticRegression(C=C, fit_intercept=False, tol=1e-12, max_iter=10_000).fit(rows, y)
+        optimum = reference.coef_.ravel()
+        # The primal is lambda-strongly convex: lambda/2 ||w - w*||^2 <= primal gap <= duality gap.
+        assert 0.5 * lam * float((fit.coef_ - optimum) @ (fit.coef_ - optimum)) <= fit.gap_ + 1e-9
+        return
+    with warnings.catch_warnings():  # liblinear stops short of tol=1e-12: its objective is an upper bound
+        warnings.simplefilter("ignore")
+        reference = LinearSVC(C=C, loss="hinge", fit_intercept=False, tol=1e-12, max_iter=100_000).fit(rows, y)
+
+    def primal(w):
+        return float(np.maximum(0, 1 - y * (rows @ w)).mean() + 0.5 * lam * w @ w)
+
+    # Within the certificate of the optimum, so never worse than liblinear's point by more than the gap.
+    assert primal(fit.coef_) <= primal(reference.coef_.ravel()) + fit.gap_
+
+
+def test_the_largest_gaps_first_need_fewer_reads_for_logistic_regression_too():
+    X, y, _ = labelled()
+    fits = {
+        s: duhl_fit(X, y, 1e-3, working_set=3, tol=1e-5, loss="logistic", selection=s, max_rounds=400)
+        for s in ("gap", "sequential", "random")
+    }
+    assert fits["gap"].gap_ <= 1e-5
+    assert fits["gap"].loads_ < fits["random"].loads_ and fits["gap"].loads_ < fits["sequential"].loads_
+
+
 def test_bad_settings_are_refused():
     X, y, _ = skewed(n=600, parts=6)
     with pytest.raises(ValueError, match="selection must be 'gap', 'sequential' or 'random'"):
         duhl_ridge(X, y, 0.1, working_set=2, selection="largest")
     with pytest.raises(ValueError, match="working_set must hold at least one partition"):
         duhl_ridge(X, y, 0.1, working_set=0)
+    with pytest.raises(ValueError, match="loss must be one of"):
+        duhl_fit(X, y, 0.1, working_set=2, loss="huber")
+    with pytest.raises(ValueError, match="needs labels -1 and 1"):
+        duhl_fit(X, y, 0.1, working_set=2, loss="hinge")
+    with pytest.raises(ValueError, match="lam must be positive"):
+        duhl_fit(X, y, 0.0, working_set=2)

@@ -1,16 +1,21 @@
 """DuHL (Duenner, Parnell, Jaggi, NeurIPS 2017): primal-dual coordinate descent over two levels of memory.
 
-Ridge regression, min_w 1/(2n) ||X w - y||^2 + lambda/2 ||w||^2, solved in the dual by stochastic dual
-coordinate ascent (SDCA) with the fact's rows as coordinates: alpha_i per row, w = X^T alpha / (lambda n).
-Each row's duality gap
+Regularized linear models, min_w 1/n sum_i phi_i(x_i . w) + lambda/2 ||w||^2, solved in the dual by
+stochastic dual coordinate ascent (SDCA) with the fact's rows as coordinates: alpha_i per row,
+w = X^T alpha / (lambda n). Three losses:
 
-    gap_i = 1/2 (x_i . w - y_i)^2 + 1/2 alpha_i^2 - alpha_i y_i + alpha_i x_i . w  (>= 0)
+- ``"squared"`` (ridge): phi_i(z) = 1/2 (z - y_i)^2, a closed-form coordinate step;
+- ``"logistic"``: phi_i(z) = log(1 + exp(-y_i z)) with y_i in {-1, 1}, a few safeguarded Newton steps on
+  the coordinate's one-dimensional dual;
+- ``"hinge"`` (a linear SVM): phi_i(z) = max(0, 1 - y_i z), a closed-form clipped step.
 
-says how much it has left to give, and the mean of the gaps bounds the primal suboptimality: a stopping
-certificate. When the data exceed the fast memory (the budget, or a GPU), DuHL keeps the row partitions
-with the largest gaps there, runs coordinate epochs on them, and refreshes the gaps of the others as they
-stream by. ``selection="sequential"`` (every partition in turn) and ``"random"`` (a random working set)
-are the baselines it is compared with (``benchmarks/bench_duhl.py``).
+Each row's duality gap, gap_i = phi_i(x_i . w) + phi_i*(-alpha_i) + alpha_i x_i . w (>= 0), says how much it
+has left to give, and the mean of the gaps bounds the primal suboptimality: a stopping certificate. When
+the data exceed the fast memory (the budget, or a GPU), DuHL keeps the row partitions with the largest
+gaps there, runs coordinate epochs on them, and refreshes the gaps of the others as they stream by.
+``selection="sequential"`` (every partition in turn) and ``"random"`` (a random working set) are the
+baselines it is compared with (``benchmarks/bench_duhl.py``). No intercept: add a constant column (it is
+then penalized, as liblinear does) or center the data.
 
 >>> import numpy as np
 >>> from ilargi_db.linalg import Block, PartitionedMatrix
@@ -31,12 +36,37 @@ from typing import Any
 
 import numba
 import numpy as np
+import scipy.special
 
 from ilargi_db.backend import to_host
 
+LOSSES = ("squared", "logistic", "hinge")
+_CODE = {name: code for code, name in enumerate(LOSSES)}
+_EDGE = 1e-12  # a logistic dual variable stays this far inside (0, 1), where its entropy is smooth
+
 
 @numba.njit(cache=True, nogil=True)
-def _sdca_epoch(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float) -> None:
+def _logistic_step(beta0: float, margin: float, q: float) -> float:
+    """argmax over beta in (0, 1) of -(beta log beta + (1 - beta) log(1 - beta)) - margin (beta - beta0)
+    - q/2 (beta - beta0)^2: Newton's method on the derivative, kept inside the interval by bisection."""
+    low, high = _EDGE, 1.0 - _EDGE
+    beta = min(max(beta0, 1e-3), 1.0 - 1e-3)
+    for _ in range(50):
+        slope = -np.log(beta / (1.0 - beta)) - margin - q * (beta - beta0)  # decreasing in beta
+        if slope > 0:
+            low = beta
+        else:
+            high = beta
+        step = slope / (1.0 / (beta * (1.0 - beta)) + q)
+        if abs(step) < 1e-13:
+            break  # converged: a step this small could land on a bracket's end
+        guess = beta + step
+        beta = guess if low < guess < high else 0.5 * (low + high)
+    return beta
+
+
+@numba.njit(cache=True, nogil=True)
+def _sdca_epoch(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int) -> None:
     """One pass of SDCA over the rows of a dense block, in place (``scale`` = 1 / (lambda n))."""
     for i in range(rows.shape[0]):
         x = rows[i]
@@ -45,21 +75,36 @@ def _sdca_epoch(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarra
         for j in range(x.shape[0]):
             margin += x[j] * w[j]
             norm += x[j] * x[j]
-        delta = (y[i] - margin - alpha[i]) / (1.0 + norm * scale)
+        if loss == 0:  # squared
+            delta = (y[i] - margin - alpha[i]) / (1.0 + norm * scale)
+        elif loss == 1:  # logistic, in beta = alpha y
+            beta = _logistic_step(alpha[i] * y[i], margin * y[i], norm * scale)
+            delta = beta * y[i] - alpha[i]
+        else:  # hinge: beta = alpha y in [0, 1]
+            beta = alpha[i] * y[i]
+            if norm > 0:
+                beta = min(max(beta + (1.0 - y[i] * margin) / (norm * scale), 0.0), 1.0)
+            delta = beta * y[i] - alpha[i]
         alpha[i] += delta
         for j in range(x.shape[0]):
             w[j] += delta * scale * x[j]
 
 
-def _gaps(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Each row's duality gap (squared loss), from one product with the current w."""
+def _gaps(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, loss: str) -> np.ndarray:
+    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z, from one product with the current w."""
     z = rows @ w
-    return 0.5 * (z - y) ** 2 + 0.5 * alpha**2 - alpha * y + alpha * z
+    if loss == "squared":
+        return 0.5 * (z - y) ** 2 + 0.5 * alpha**2 - alpha * y + alpha * z
+    beta = alpha * y
+    if loss == "logistic":
+        entropy = scipy.special.xlogy(beta, beta) + scipy.special.xlogy(1 - beta, 1 - beta)
+        return np.logaddexp(0, -y * z) + entropy + alpha * z
+    return np.maximum(0.0, 1 - y * z) - beta + alpha * z
 
 
 @dataclass
 class DuHLFit:
-    """What :func:`duhl_ridge` found, and how it got there."""
+    """What :func:`duhl_fit` found, and how it got there."""
 
     coef_: np.ndarray
     gap_: float  # the mean duality gap at the end (bounds the primal suboptimality)
@@ -69,31 +114,44 @@ class DuHLFit:
     history_: list[tuple[int, float, float]] = field(default_factory=list)  # (loads, seconds, gap)
 
 
-def duhl_ridge(
+def duhl_ridge(X: Any, y: Any, lam: float, working_set: int, tol: float = 1e-6, **options: Any) -> DuHLFit:
+    """Ridge regression (the squared loss) by :func:`duhl_fit`."""
+    return duhl_fit(X, y, lam, working_set, tol, loss="squared", **options)
+
+
+def duhl_fit(
     X: Any,
     y: Any,
     lam: float,
     working_set: int,
     tol: float = 1e-6,
+    loss: str = "squared",
     selection: str = "gap",
     max_rounds: int = 1000,
     epochs_per_round: int = 1,
     random_state: int = 0,
 ) -> DuHLFit:
-    """Ridge by SDCA on a :class:`~ilargi_db.linalg.PartitionedMatrix`, ``working_set`` partitions in fast memory.
+    """SDCA on a :class:`~ilargi_db.linalg.PartitionedMatrix`, ``working_set`` partitions in fast memory.
 
-    Each round: pick the working set (``"gap"``: the largest duality gaps, DuHL; ``"sequential"``: the next
+    ``loss``: ``"squared"`` (ridge), ``"logistic"`` or ``"hinge"`` (labels -1 and 1 for the last two). Each
+    round: pick the working set (``"gap"``: the largest duality gaps, DuHL; ``"sequential"``: the next
     partitions in turn; ``"random"``), load those not already held (a load is a partition read, and
     counted), run ``epochs_per_round`` SDCA epochs on them, refresh their gaps; every
     ``n_partitions / working_set`` rounds the partitions not held stream by once to refresh their gaps
     (which also gives the exact certificate). Stops when the mean gap is at most ``tol``.
     """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}.")
     if selection not in ("gap", "sequential", "random"):
         raise ValueError(f"selection must be 'gap', 'sequential' or 'random', got {selection!r}.")
     if working_set < 1:
         raise ValueError(f"working_set must hold at least one partition, got {working_set}.")
+    if not lam > 0:
+        raise ValueError(f"lam must be positive (the dual needs a strongly convex penalty), got {lam}.")
     began = time.perf_counter()
     y = np.asarray(to_host(y), dtype=np.float64)
+    if loss != "squared" and not np.isin(y, (-1.0, 1.0)).all():
+        raise ValueError(f"the {loss} loss needs labels -1 and 1, got {np.unique(y)[:5].tolist()}.")
     n, d = X.shape
     k = X.n_partitions
     bounds = X._offsets
@@ -116,7 +174,7 @@ def duhl_ridge(
 
     def refresh(p: int, rows: np.ndarray) -> None:
         part = slice(int(bounds[p]), int(bounds[p + 1]))
-        gaps[p] = float(_gaps(rows, y[part], alpha[part], w).sum())
+        gaps[p] = float(_gaps(rows, y[part], alpha[part], w, loss).sum())
 
     for round_ in range(max_rounds):
         if selection == "gap":
@@ -133,7 +191,7 @@ def duhl_ridge(
             rows = rows_of(int(p))
             part = slice(int(bounds[p]), int(bounds[p + 1]))
             for _ in range(epochs_per_round):
-                _sdca_epoch(rows, y[part], alpha[part], w, scale)
+                _sdca_epoch(rows, y[part], alpha[part], w, scale, _CODE[loss])
                 epochs += 1
             refresh(int(p), rows)
         if (round_ + 1) % max(k // working_set, 1) == 0 or not np.isfinite(gaps).all():
@@ -148,4 +206,4 @@ def duhl_ridge(
     return DuHLFit(w, float(gaps.sum()) / n, epochs, loads, time.perf_counter() - began, history)
 
 
-__all__ = ["DuHLFit", "duhl_ridge"]
+__all__ = ["LOSSES", "DuHLFit", "duhl_fit", "duhl_ridge"]
