@@ -2,8 +2,8 @@
 
 Ridge, logistic regression and a linear SVM by primal-dual coordinate descent (``ilargi_db.models.duhl``)
 with a working set of ``--working-set`` partitions in fast memory: the largest duality gaps (DuHL), the
-next partitions in turn (sequential streaming) or a random choice. Reported: partition reads from the slow tier and seconds to
-reach the mean duality gap ``--tol`` (or where it stood after ``--rounds`` rounds).
+next partitions in turn (sequential streaming) or a random choice. Reported: partition reads from the slow
+tier and seconds to reach the mean duality gap ``--tol`` (or where it stood after ``--rounds`` rounds).
 
 Two slow tiers: a synthetic matrix whose rows in a tenth of the partitions are 8x larger (the gaps
 concentrate, as in real data with heavy rows), held in row partitions; and a star schema streamed from

@@ -78,15 +78,28 @@ class RemotePartitions(Sequence):
     def each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
         """``fn(partition, *its arguments)`` on the worker holding each partition; the results, in order.
 
-        Arguments travel inside the tasks (parameters are small: d floats, or a partition's slice of an
-        n-vector), not as scattered data: a task's inputs must survive a lost worker, and Dask can only
-        recompute what it has the recipe for.
+        One task per worker, over the partitions it holds (the scheduler's cost grows with the tasks of a
+        pass, not with the partitions); each returns its partitions' results apart, and the caller adds
+        them in partition order. Arguments travel inside the tasks (parameters are small: d floats), not as
+        scattered data: a task's inputs must survive a lost worker, and Dask can only recompute what it
+        has the recipe for. A partition whose worker was lost is read again wherever Dask places it.
         """
-        tasks = [
-            self.client.submit(fn, future, *(args[k] for args in per_partition), pure=False)
-            for k, future in enumerate(self.futures)
-        ]
-        return self.client.gather(tasks)
+        holders = self.client.who_has(self.futures)
+        groups: dict[str | None, list[int]] = {}
+        for k, future in enumerate(self.futures):
+            where = sorted(holders.get(future.key, ()))
+            groups.setdefault(where[0] if where else None, []).append(k)
+        tasks = []
+        for worker, ks in groups.items():
+            placement = {"workers": [worker], "allow_other_workers": True} if worker else {}
+            arguments = [tuple(args[k] for args in per_partition) for k in ks]
+            partitions = [self.futures[k] for k in ks]
+            tasks.append(self.client.submit(_each_held, fn, partitions, arguments, pure=False, **placement))
+        results: list[Any] = [None] * len(self.futures)
+        for ks, found in zip(groups.values(), self.client.gather(tasks)):
+            for k, result in zip(ks, found):
+                results[k] = result
+        return results
 
     def keep(self, pieces: list[Any]) -> list[Any]:
         """Each partition's slice of a vector, sent once to the worker holding that partition.
@@ -199,6 +212,11 @@ def _stamp(file: str) -> tuple:
     except OSError:
         return ()
     return (found.st_size, found.st_mtime_ns)
+
+
+def _each_held(fn: Callable[..., Any], partitions: list[NormalizedMatrix], arguments: list[tuple]) -> list[Any]:
+    """On a worker: ``fn`` on each partition it holds, the results apart (added in order by the driver)."""
+    return [fn(p, *args) for p, args in zip(partitions, arguments)]
 
 
 def _unlabelled(p: NormalizedMatrix) -> int:
