@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import duckdb
@@ -25,6 +26,7 @@ from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_gra
 from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
+from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, PartitionSource, ScaledMatrix
@@ -196,12 +198,36 @@ def _stream_plan(con, graph: JoinGraph, chosen: str, stats: Any, memory_budget: 
             f"{format_bytes(needed)})."
         )
     rows = int(free // (2 * per_row))
+    spill, spill_why = _spill_fits(tempfile.gettempdir(), needed)
     why = (
         f"the data need about {format_bytes(needed)}, over the memory budget of {format_bytes(budget)}: the fact is "
         f"read from DuckDB in partitions of {rows:,} rows, the next read while the current one computes, again on "
         "every pass"
     )
-    return {"memory_budget": budget, "needed": needed, "rows_per_partition": rows, "why": why}
+    return {
+        "memory_budget": budget,
+        "needed": needed,
+        "rows_per_partition": rows,
+        "partitions": max(1, math.ceil(fact.rows / rows)),  # the rows in use: known once the stream opens
+        "spill": spill,
+        "spill_why": spill_why,
+        "why": why,
+    }
+
+
+def _placed_plan(explanation: Any, plan: Any, stream_plan: dict | None, workers: int) -> Any:
+    """The factorized plan of ``plan``'s solver as it runs streamed (``stream_plan``) or on ``workers`` workers,
+    priced; ``plan`` itself when the cost model has no such plan."""
+    if explanation is None or plan is None:
+        return plan
+    factorized = next((p for p in explanation.plans if p.strategy == "factorized" and p.solver == plan.solver), None)
+    if factorized is None:
+        return plan
+    if stream_plan is not None:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        needed, partitions = stream_plan["needed"], stream_plan["partitions"]
+        return streamed_plan(factorized, needed, partitions, stream_plan["spill"], memory)
+    return distributed_plan(factorized, workers)
 
 
 SPILL_HEADROOM = 1.25  # spill only where the disk has this many times the data free
@@ -218,20 +244,17 @@ def _spill_fits(where: str, needed: int) -> tuple[bool, str]:
     )
 
 
-def _streamed(
-    con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_partition: int, needed: int
-) -> tuple:
+def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_partition: int, spill: bool) -> tuple:
     """The training data as a streamed :class:`PartitionedMatrix`: the fact read range by range on every pass.
 
     The encoder is fitted from sums, counts and categories DuckDB computes over the training rows (one
     aggregate query); the dimensions are scanned and encoded once and shared by every partition; the
-    target (n numbers) is read once. The first pass spills each encoded partition to local disk where it
-    fits (later passes load it back); otherwise every pass reads from DuckDB again, in the same snapshot.
-    Returns (TrainingData, the stream, to close after the fits, what was decided about spilling).
+    target (n numbers) is read once. With ``spill`` (where the disk has room: :func:`_spill_fits`) the first
+    pass spills each encoded partition to local disk and later passes load it back; otherwise every pass
+    reads from DuckDB again, in the same snapshot. Returns (TrainingData, the stream, to close after the fits).
     """
     categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
     stream = open_stream(con, graph, categorical, rows_per_partition)
-    spill, spill_why = _spill_fits(stream.spill_dir, needed)
     try:
         encoder.fit_query(con, graph)
         dims, dim_cats = stream.dimension_blocks(categorical)
@@ -306,7 +329,7 @@ def _streamed(
     except BaseException:
         stream.close()
         raise
-    return TrainingData(X, y, encoder, stream.unlabelled), stream, spill_why
+    return TrainingData(X, y, encoder, stream.unlabelled), stream
 
 
 SPILL_ALIGNMENT = 64  # each array of a spilled partition starts on a cache line
@@ -672,14 +695,18 @@ def _train_models(
                 _check_streamable(graph, "streaming")
         else:
             _check_streamable(graph, "training on a cluster", subqueries=False)
+        if client is not None or stream_plan is not None:  # the plans as they run there, priced
+            workers = len(client.scheduler_info().get("workers", {})) if client is not None else 1
+            plans = [_placed_plan(e, p, stream_plan, workers) for e, p in zip(explanations, plans)]
+            predicted = f", {plans[0].seconds:.3g} s predicted" if plans[0] is not None else ""
         if client is not None:
             chosen = "factorized"
-            workers = len(client.scheduler_info().get("workers", {}))
-            why = f"{why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s)."
+            why = f"{why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s){predicted}."
         elif stream_plan is None:
             check_job_memory(con, graph, chosen, explanations[0], stats)  # before any feature column is read
         else:
-            chosen, why = "factorized", f"{why} Streamed: {stream_plan['why']}."
+            chosen = "factorized"
+            why = f"{why} Streamed: {stream_plan['why']}; {stream_plan['spill_why']}{predicted}."
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({'streamed' if stream_plan else chosen})")
@@ -692,11 +719,8 @@ def _train_models(
             stream_plan = None
         elif stream_plan is not None:
             encoder = FeatureEncoder(flags, impute=impute)
-            data, stream, spill_why = _streamed(
-                con, graph, encoder, be, stream_plan["rows_per_partition"], stream_plan["needed"]
-            )
+            data, stream = _streamed(con, graph, encoder, be, stream_plan["rows_per_partition"], stream_plan["spill"])
             stream_plan["partitions"] = len(stream.bounds)
-            stream_plan["spill"] = spill_why
         elif chosen == "factorized":
             data = _factorized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True, job=job)
         else:
@@ -839,7 +863,12 @@ def explain(
                 explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
             streams = None
         if streams is not None:
-            explanation.reasons.append(f"would stream: {streams['why']}")
+            streamed = _placed_plan(explanation, explanation.plan, streams, 1)
+            predicted = ""
+            if streamed is not None and streamed.placement == "streamed":
+                explanation = replace(explanation, placed=streamed)
+                predicted = f"; {streamed.seconds:.3g} s predicted streamed ({streamed.label})"
+            explanation.reasons.append(f"would stream: {streams['why']}; {streams['spill_why']}{predicted}")
         return explanation
 
 

@@ -266,6 +266,50 @@ def test_a_gram_above_the_bound_is_not_planned(star):
     assert {p.solver for p in only_normal} == {"normal"}
 
 
+def test_streamed_and_distributed_plans_price_the_passes_over_the_rows(star):
+    from ilargi_db.cost_model.plan import (
+        CLUSTER_PASS_SECONDS,
+        CLUSTER_TASK_SECONDS,
+        SPILL_READ_BYTES_PER_SECOND,
+        distributed_plan,
+        solver_passes,
+        streamed_plan,
+    )
+
+    costs = KernelCosts.prior(detect_hardware())
+    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k", "big")
+    stats = job_stats(star, graph)
+    (plan,) = [
+        p
+        for p in candidate_plans(stats, "logistic_regression", {"solver": "lbfgs"}, costs)
+        if p.strategy == "factorized"
+    ]
+    passes = solver_passes("lbfgs", plan.iterations.iterations)
+    assert passes == pytest.approx(1.15 * plan.iterations.iterations + 2)
+    memory = 2**34
+    for needed, tier in ((2**20, "memory"), (2**34, "disk")):  # more than half the memory: read from disk
+        streamed = streamed_plan(plan, needed, partitions=7, spill=True, memory=memory)
+        steps = {s.name: s for s in streamed.steps}
+        again = steps["reading the partitions again"]
+        assert again.count == pytest.approx(passes - 1) and tier.replace("memory", "page cache") in again.shape
+        assert again.seconds == pytest.approx((passes - 1) * needed / SPILL_READ_BYTES_PER_SECOND[tier])
+        assert "spilling the partitions" in steps and streamed.label == "factorized/lbfgs/streamed"
+        assert streamed.seconds > plan.seconds and streamed.to_dict()["placement"] == "streamed"
+    reread = streamed_plan(plan, 2**20, partitions=7, spill=False, memory=memory)
+    steps = {s.name: s for s in reread.steps}
+    assert "spilling the partitions" not in steps and "from DuckDB" in steps["reading the partitions again"].shape
+    read = next(s for s in plan.steps if s.name == "reading the data").seconds
+    assert steps["reading the partitions again"].seconds == pytest.approx((passes - 1) * read)
+    one, four = distributed_plan(plan, 1), distributed_plan(plan, 4)
+    assert four.label == "factorized/lbfgs/distributed"
+    scheduling = {p: next(s for s in d.steps if s.name == "scheduling").seconds for p, d in ((1, one), (4, four))}
+    assert scheduling[4] == pytest.approx(passes * (CLUSTER_PASS_SECONDS + 4 * CLUSTER_TASK_SECONDS))
+    lmm = [next(s for s in d.steps if s.name == "X @ w").seconds for d in (one, four)]
+    assert lmm[1] == pytest.approx(lmm[0] / 4)  # the matrix kernels split over the workers
+    with pytest.raises(ValueError, match="no pass count"):
+        solver_passes("sgd", 3)
+
+
 def test_iterations_are_learned_from_earlier_runs(star, fresh_cache):
     query = "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k"
     model = ilargi_db.train(star, query, target="big", algorithm="logistic_regression", backend="numpy")

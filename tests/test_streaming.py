@@ -134,12 +134,16 @@ def test_without_room_to_spill_every_pass_reads_duckdb_again_and_gives_the_same_
     import ilargi_db.training as training
 
     query = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
-    params = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **RUN)
+    params = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **{**RUN, "strategy": "auto"})
     spilled = ilargi_db.train(con, query, "late", "logistic_regression", **params)
-    assert spilled.streamed_["spill"].startswith("each partition spilled")
+    assert spilled.streamed_["spill"] and spilled.streamed_["spill_why"].startswith("each partition spilled")
     monkeypatch.setattr(training, "SPILL_HEADROOM", 1e12)  # no disk is that large
     reread = ilargi_db.train(con, query, "late", "logistic_regression", **params)
-    assert reread.streamed_["spill"].startswith("not spilled") and "TMPDIR" in reread.streamed_["spill"]
+    assert not reread.streamed_["spill"] and "TMPDIR" in reread.streamed_["spill_why"]
+    assert "not spilled" in reread.decision_ and reread.plan_["placement"] == "streamed"
+    steps = {step["name"]: step for step in reread.plan_["steps"]}
+    assert "from DuckDB" in steps["reading the partitions again"]["shape"]
+    assert "spilling the partitions" in {step["name"] for step in spilled.plan_["steps"]}
     np.testing.assert_allclose(reread.coef_, spilled.coef_, rtol=1e-9)  # the spill stores C order
 
 
@@ -219,6 +223,10 @@ def test_a_target_out_of_range_is_refused_as_in_memory(con):
 def test_explain_says_a_job_would_stream_and_the_registry_keeps_how_it_ran(con):
     explanation = ilargi_db.explain(con, STAR, "y", backend="numpy", reuse=False, memory_budget="1MB")
     assert any(reason.startswith("would stream: the data need about") for reason in explanation.reasons)
+    placed = explanation.placed  # the chosen plan as it would run streamed, priced
+    assert placed.placement == "streamed" and placed.solver == explanation.plan.solver
+    assert any(f"{placed.seconds:.3g} s predicted streamed" in r for r in explanation.reasons)
+    assert "streamed: factorized/" in str(explanation) and explanation.to_dict()["placed"]["placement"] == "streamed"
     assert not any("stream" in r for r in ilargi_db.explain(con, STAR, "y", backend="numpy", reuse=False).reasons)
     model = ilargi_db.train(con, STAR, "y", memory_budget="1MB", **RUN)
     ilargi_db.save_model(con, "streamed_model", model)

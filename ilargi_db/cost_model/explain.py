@@ -45,6 +45,9 @@ class Explanation:
         The next-cheapest plan.
     decide_seconds : float
         What deciding cost (the statistics queries and the load probe).
+    placed : PhysicalPlan or None
+        The plan as it would run streamed over a memory budget (``ilargi_db.explain`` sets it when the job's
+        data exceed the budget), priced.
     """
 
     strategy: str
@@ -56,6 +59,7 @@ class Explanation:
     runner_up: PhysicalPlan | None = None
     decide_seconds: float = 0.0
     plans: tuple[PhysicalPlan, ...] = field(default=(), repr=False)
+    placed: PhysicalPlan | None = None
 
     @property
     def solver(self) -> str | None:
@@ -68,6 +72,7 @@ class Explanation:
             "predicted_seconds": self.predicted_seconds,
             "plan": self.plan.to_dict() if self.plan else None,
             "runner_up": self.runner_up.to_dict() if self.runner_up else None,
+            "placed": self.placed.to_dict() if self.placed else None,
             "decide_seconds": self.decide_seconds,
             "features": self.features,
             "reasons": self.reasons,
@@ -77,7 +82,7 @@ class Explanation:
     def __str__(self) -> str:
         times = ", ".join(f"{s} {t:.3g} s" for s, t in self.predicted_seconds.items())
         lines = [f"strategy: {self.strategy} (predicted {times})"]
-        for title, plan in (("plan", self.plan), ("runner-up", self.runner_up)):
+        for title, plan in (("plan", self.plan), ("streamed", self.placed), ("runner-up", self.runner_up)):
             if plan is not None:
                 lines.append(
                     f"{title}: {plan.label}, {plan.seconds:.3g} s predicted"

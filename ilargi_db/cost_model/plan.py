@@ -12,7 +12,7 @@ memory and records it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ilargi_db.cost_model.features import JobStats, SourceStats
@@ -76,6 +76,7 @@ class PhysicalPlan:
     array_bytes: int
     fits: bool  # within DuckDB's memory_limit and the solver's max_gram_bytes
     limit: str = ""  # what it exceeds when it does not fit
+    placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
 
     @property
     def seconds(self) -> float:
@@ -83,7 +84,11 @@ class PhysicalPlan:
 
     @property
     def label(self) -> str:
-        return f"{self.strategy}/{self.solver}" + ("" if self.backend == "numpy" else f"/{self.backend}")
+        return (
+            f"{self.strategy}/{self.solver}"
+            + ("" if self.backend == "numpy" else f"/{self.backend}")
+            + ("" if self.placement == "memory" else f"/{self.placement}")
+        )
 
     def phase_seconds(self) -> dict[str, float]:
         """Seconds of planning, of the one-off data steps and of the iterations (as ``train``'s ``timings_``)."""
@@ -318,3 +323,75 @@ def candidate_plans(
                 PhysicalPlan(strategy, solver, backend, tuple(steps), estimate, load, needed, not limit, limit)
             )
     return sorted(plans, key=lambda p: (not p.fits, p.seconds))
+
+
+# -- where the rows are: streamed from DuckDB, or held by a cluster's workers (issue 14) -------------------
+
+# Reading spilled partitions back, bytes a second: from the page cache, or from disk when the spill is more
+# than half the memory. Measured here: bench_stream (a pass over 186 MiB of spill costs 22 ms more than in
+# memory) and a 2 GB direct read (1.3 GB/s).
+SPILL_READ_BYTES_PER_SECOND = {"memory": 8e9, "disk": 1.2e9}
+SPILL_WRITE_BYTES_PER_SECOND = 1.5e9
+# Dask, per pass (the driver's round trip through the scheduler) and per task (one per worker), measured
+# here by bench_cluster with passes that compute nothing.
+CLUSTER_PASS_SECONDS = 0.011
+CLUSTER_TASK_SECONDS = 0.003
+
+
+def solver_passes(solver: str, iterations: float) -> float:
+    """Passes over the rows ``solver`` makes when each row partition computes its share of a step at once
+    (``reduce_rows``), the training metrics' pass included: what a stream reads, or a cluster schedules."""
+    passes = {
+        "normal": 2.0,  # the sufficient statistics; the loss
+        "cg": iterations + 4.0,  # X^T y and ||y||^2, the column sums and norms, the loss
+        "gd": 2.0 * iterations + 52.0,  # a gradient and a loss per iteration; the power iteration's 50
+        "lbfgs": LBFGS_EVALUATIONS * iterations + 1.0,
+        "newton": 3.0 * iterations,  # the loss and gradient, the curvature, about one line-search step
+        "lloyd": iterations + 4.0,  # the row norms, column sums, the seeding, the final labels
+        "mu": 2.0 * iterations + 2.0,
+    }
+    if solver not in passes:
+        raise ValueError(f"no pass count for solver {solver!r}")
+    return passes[solver] + 1.0
+
+
+def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool, memory: int) -> PhysicalPlan:
+    """``plan`` (factorized, in memory) as it runs streamed: the same kernels, and every pass after the first
+    reads all ``partitions`` again, from the spill (the page cache, or disk when ``needed`` is more than
+    half of ``memory``) or, without a spill, from DuckDB."""
+    passes = solver_passes(plan.solver, plan.iterations.iterations)
+    steps, again = [], 0.0
+    for step in plan.steps:
+        if step.name == "reading the data":
+            steps.append(Step("reading the fact, partition by partition", step.kernel, step.shape, 1, step.seconds))
+            if spill:
+                seconds = needed / SPILL_WRITE_BYTES_PER_SECOND
+                steps.append(Step("spilling the partitions", "spill", f"{needed / 2**20:,.0f} MiB", 1, seconds))
+            again = step.seconds
+        else:
+            steps.append(step)
+    if spill:
+        tier = "memory" if needed <= memory / 2 else "disk"
+        where = "page cache" if tier == "memory" else "disk"
+        what = f"{partitions:,} partitions, {needed / 2**20:,.0f} MiB from the spill ({where})"
+        again = needed / SPILL_READ_BYTES_PER_SECOND[tier]
+    else:
+        what = f"{partitions:,} partitions from DuckDB"
+    steps.append(Step("reading the partitions again", "stream", what, passes - 1, (passes - 1) * again, True))
+    return replace(plan, steps=tuple(steps), placement="streamed", fits=True, limit="")
+
+
+def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:
+    """``plan`` (factorized) on ``workers`` workers: the reading and the matrix kernels split over them, and
+    per pass one round trip through the scheduler and one task per worker."""
+    workers = max(int(workers), 1)
+    passes = solver_passes(plan.solver, plan.iterations.iterations)
+    steps = [
+        replace(s, seconds=s.seconds / workers, shape=f"{s.shape}, over {workers} workers")
+        if s.name == "reading the data" or s.kernel in PARALLEL - {"solve"} and s.per_iteration
+        else s
+        for s in plan.steps
+    ]
+    seconds = passes * (CLUSTER_PASS_SECONDS + CLUSTER_TASK_SECONDS * workers)
+    steps.append(Step("scheduling", "cluster", f"{passes:g} passes x {workers} tasks", passes, seconds, True))
+    return replace(plan, steps=tuple(steps), placement="distributed", fits=True, limit="")
