@@ -19,7 +19,9 @@ with no parameter fitted to them, and projects 8-64 workers on paper.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     started = time.perf_counter()
     where = Path(tempfile.mkdtemp(prefix="ilargi-cluster-bench-"))
+    atexit.register(shutil.rmtree, where, True)  # the Parquet files go when the benchmark ends
     con = ilargi_db.connect()
     star = make_star_schema(
         con, fact_rows=args.rows, fact_features=8, n_dims=2, dim_rows=args.rows // 100, dim_features=8, seed=1515

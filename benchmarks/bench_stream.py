@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    path = str(Path(tempfile.mkdtemp(prefix="ilargi-stream-bench-")) / "star.duckdb")
+    folder = tempfile.mkdtemp(prefix="ilargi-stream-bench-")
+    try:
+        return _run(args, argv, started, str(Path(folder) / "star.duckdb"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path: str) -> int:
     con = duckdb.connect(path)
     star = make_star_schema(
         con, fact_rows=args.rows, fact_features=8, n_dims=2, dim_rows=args.rows // 100, dim_features=8, seed=1414
