@@ -46,7 +46,7 @@ def streamed_star(rows: int):
     star = make_star_schema(con, fact_rows=rows, fact_features=8, n_dims=2, dim_rows=rows // 100, dim_features=4)
     graph = build_join_graph(con, star.query(), "y")
     encoder = FeatureEncoder(categorical_flags(graph))
-    data, stream, _ = _streamed(con, graph, encoder, get_backend("numpy"), rows // 40, needed=rows * 200)
+    data, stream = _streamed(con, graph, encoder, get_backend("numpy"), rows // 40, spill=True)
     return data.X, data.y, stream
 
 

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import sqlglot
 
 from ilargi_db._terminal import progress
-from ilargi_db.backend import get_backend, to_host
+from ilargi_db.backend import backend_of, get_backend, to_host
 from ilargi_db.cluster import cluster_data, connect_cluster
 from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
@@ -224,7 +224,10 @@ def _placed_plan(explanation: Any, plan: Any, stream_plan: dict | None, workers:
     if factorized is None:
         return plan
     if stream_plan is not None:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # no sysconf (Windows): priced as read back from disk
+            memory = 0
         needed, partitions = stream_plan["needed"], stream_plan["partitions"]
         return streamed_plan(factorized, needed, partitions, stream_plan["spill"], memory)
     return distributed_plan(factorized, workers)
@@ -345,7 +348,7 @@ def _spill(path: str, arrays: dict[str, np.ndarray]) -> list[tuple]:
     with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".part", delete=False) as out:
         for name, array in arrays.items():
             array = np.asarray(array)
-            out.write(array.tobytes())  # C order, whatever the array's own
+            out.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)  # C order; no copy if it is
             layout.append((name, array.dtype.str, array.shape, offset))
             padding = -array.nbytes % SPILL_ALIGNMENT
             out.write(b"\0" * padding)
@@ -355,11 +358,16 @@ def _spill(path: str, arrays: dict[str, np.ndarray]) -> list[tuple]:
 
 
 def _unspill(path: str, layout: list[tuple]) -> dict[str, np.ndarray]:
-    size = os.path.getsize(path)
+    ends = [offset + np.dtype(dtype).itemsize * int(np.prod(shape)) for _, dtype, shape, offset in layout]
+    size = max(ends, default=0)  # from the layout, not the file: a file cut short is caught below
     buffer = np.empty(size, dtype=np.uint8)
+    view, got = memoryview(buffer), 0
     with open(path, "rb", buffering=0) as stored:
-        if stored.readinto(buffer) != size:
-            raise IlargiError(f"the spilled partition {path} was cut short: train again.")
+        while got < size:  # one read returns at most about 2 GiB on Linux
+            chunk = stored.readinto(view[got:])
+            if not chunk:
+                raise IlargiError(f"the spilled partition {path} was cut short: train again.")
+            got += chunk
     return {
         name: np.frombuffer(buffer, dtype=np.dtype(dtype), count=int(np.prod(shape)), offset=offset).reshape(shape)
         for name, dtype, shape, offset in layout
@@ -928,8 +936,9 @@ def _classification_sums(X: Any, rows: tuple, args: tuple) -> tuple:
     """Over these rows, z = X w + b against 0/1 truths: the rows classified right, and the summed log-loss."""
     (truth,), (w, b) = rows, args
     z = X @ w + b
+    xp = X.backend.xp
     right = float(((z > 0) == (truth > 0.5)).sum())
-    return right, float((X.backend.xp.logaddexp(0, z) - truth * z).sum())  # -log p of the true class
+    return right, float((xp.logaddexp(0, z) - xp.where(truth > 0.5, z, 0.0)).sum())  # -log p of the true class
 
 
 def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
@@ -944,7 +953,10 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
         return {"inertia": float(model.inertia_)}
     if kind == "factorization":
         return {"reconstruction_error": float(model.reconstruction_err_)}
-    M = X  # a NormalizedMatrix, or row partitions of one
+    # A NormalizedMatrix or row partitions of one (what training holds), or a plain array as one block.
+    M = X
+    if not hasattr(X, "reduce_rows"):
+        M = NormalizedMatrix([Block(X, np.arange(X.shape[1]))], X.shape[0], backend=backend_of(X))
     y = np.asarray(to_host(y), dtype=float)
     n = len(y)
     w, b = M.backend.asarray(np.asarray(model.coef_, dtype=float)), float(model.intercept_)

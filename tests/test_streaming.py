@@ -156,6 +156,29 @@ def test_linear_regression_reads_a_stream_three_times_statistics_loss_and_metric
     assert len(reads) == 3 * model.streamed_["partitions"]
 
 
+def test_a_spilled_partition_reads_back_exactly(tmp_path):
+    from ilargi_db.training import _spill, _unspill
+
+    arrays = {
+        "n_rows": np.array(4),
+        "fact": np.asfortranarray(np.arange(12.0).reshape(4, 3)),  # stored in C order, read back equal
+        "index/d": np.array([3, 0, -1, 2], dtype=np.int32),
+        "empty": np.empty((0, 2)),
+        "codes/1": np.arange(4, dtype=np.int64),
+    }
+    path = str(tmp_path / "0.part")
+    back = _unspill(path, _spill(path, arrays))
+    assert list(back) == list(arrays)
+    for name, array in arrays.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        np.testing.assert_array_equal(back[name], array)
+    layout = _spill(path, arrays)
+    with open(path, "r+b") as cut:  # a file cut short (a full disk, a crash) is an error, never a wrong matrix
+        cut.truncate(100)
+    with pytest.raises(IlargiError, match="cut short"):
+        _unspill(path, layout)
+
+
 def test_a_budget_that_cannot_hold_the_dimensions_says_how_much_it_needs(con):
     with pytest.raises(IlargiError, match=r"memory_budget 1000 bytes cannot hold the dimensions .* give at least"):
         ilargi_db.train(con, STAR, "y", memory_budget=1000, **RUN)

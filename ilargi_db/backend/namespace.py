@@ -84,9 +84,9 @@ _blas_lock = threading.Lock()
 def _one_blas_thread() -> Iterator[None]:
     """BLAS on one thread until the last of the nested (or concurrent) entries leaves."""
     with _blas_lock:
+        if _blas_limit["depth"] == 0:
+            _blas_limit["limiter"] = _blas_controller().limit(limits=1, user_api="blas")  # may raise: nothing held
         _blas_limit["depth"] += 1
-        if _blas_limit["depth"] == 1:
-            _blas_limit["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
     try:
         yield
     finally:

@@ -85,13 +85,15 @@ class RemotePartitions(Sequence):
         has the recipe for. A partition whose worker was lost is read again wherever Dask places it.
         """
         holders = self.client.who_has(self.futures)
-        groups: dict[str | None, list[int]] = {}
+        groups: dict[Any, list[int]] = {}
         for k, future in enumerate(self.futures):
             where = sorted(holders.get(future.key, ()))
-            groups.setdefault(where[0] if where else None, []).append(k)
+            # A partition not computed yet (or being read again after a lost worker) is a task of its own,
+            # for Dask to place: grouped, they would all land on one worker.
+            groups.setdefault(where[0] if where else ("unplaced", k), []).append(k)
         tasks = []
         for worker, ks in groups.items():
-            placement = {"workers": [worker], "allow_other_workers": True} if worker else {}
+            placement = {"workers": [worker], "allow_other_workers": True} if isinstance(worker, str) else {}
             arguments = [tuple(args[k] for args in per_partition) for k in ks]
             partitions = [self.futures[k] for k in ks]
             tasks.append(self.client.submit(_each_held, fn, partitions, arguments, pure=False, **placement))

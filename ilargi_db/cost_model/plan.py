@@ -77,6 +77,7 @@ class PhysicalPlan:
     fits: bool  # within DuckDB's memory_limit and the solver's max_gram_bytes
     limit: str = ""  # what it exceeds when it does not fit
     placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
+    k: int = 1  # the iterate's columns (clusters, components)
 
     @property
     def seconds(self) -> float:
@@ -320,7 +321,18 @@ def candidate_plans(
             elif solver in GRAM_SOLVERS and 8 * shape_columns**2 > max_gram:
                 limit = "max_gram_bytes"
             plans.append(
-                PhysicalPlan(strategy, solver, backend, tuple(steps), estimate, load, needed, not limit, limit)
+                PhysicalPlan(
+                    strategy,
+                    solver,
+                    backend,
+                    tuple(steps),
+                    estimate,
+                    load,
+                    needed,
+                    not limit,
+                    limit,
+                    k=facts.width(params),
+                )
             )
     return sorted(plans, key=lambda p: (not p.fits, p.seconds))
 
@@ -338,16 +350,17 @@ CLUSTER_PASS_SECONDS = 0.011
 CLUSTER_TASK_SECONDS = 0.003
 
 
-def solver_passes(solver: str, iterations: float) -> float:
+def solver_passes(solver: str, iterations: float, k: int = 1) -> float:
     """Passes over the rows ``solver`` makes when each row partition computes its share of a step at once
-    (``reduce_rows``), the training metrics' pass included: what a stream reads, or a cluster schedules."""
+    (``reduce_rows``), the training metrics' pass included: what a stream reads, or a cluster schedules.
+    ``k``: clusters (k-means++ seeding reads the rows twice per center)."""
     passes = {
         "normal": 2.0,  # the sufficient statistics; the loss
-        "cg": iterations + 4.0,  # X^T y and ||y||^2, the column sums and norms, the loss
+        "cg": iterations + 4.0,  # X^T b, sum(b) and ||b||^2; the column sums; the column norms; the loss
         "gd": 2.0 * iterations + 52.0,  # a gradient and a loss per iteration; the power iteration's 50
         "lbfgs": LBFGS_EVALUATIONS * iterations + 1.0,
         "newton": 3.0 * iterations,  # the loss and gradient, the curvature, about one line-search step
-        "lloyd": iterations + 4.0,  # the row norms, column sums, the seeding, the final labels
+        "lloyd": iterations + 3.0 + 2.0 * k,  # the row norms, column sums, final labels; the seeding
         "mu": 2.0 * iterations + 2.0,
     }
     if solver not in passes:
@@ -359,7 +372,7 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
     """``plan`` (factorized, in memory) as it runs streamed: the same kernels, and every pass after the first
     reads all ``partitions`` again, from the spill (the page cache, or disk when ``needed`` is more than
     half of ``memory``) or, without a spill, from DuckDB."""
-    passes = solver_passes(plan.solver, plan.iterations.iterations)
+    passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
     steps, again = [], 0.0
     for step in plan.steps:
         if step.name == "reading the data":
@@ -385,7 +398,7 @@ def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:
     """``plan`` (factorized) on ``workers`` workers: the reading and the matrix kernels split over them, and
     per pass one round trip through the scheduler and one task per worker."""
     workers = max(int(workers), 1)
-    passes = solver_passes(plan.solver, plan.iterations.iterations)
+    passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
     steps = [
         replace(s, seconds=s.seconds / workers, shape=f"{s.shape}, over {workers} workers")
         if s.name == "reading the data" or s.kernel in PARALLEL - {"solve"} and s.per_iteration

@@ -53,18 +53,19 @@ def _normal_statistics(X: Any, rows: tuple, args: tuple) -> tuple:
     return X.crossprod(), X.T @ y, X.colsums(), float(y.sum())
 
 
-def _transposed_product(X: Any, rows: tuple, args: tuple) -> tuple:
-    """X^T v and sum(v) over these rows."""
-    (v,) = rows
-    return X.T @ v, float(v.sum())
+def _centered_target(X: Any, rows: tuple, args: tuple) -> tuple:
+    """b = y - mean over these rows (centered before any sum, so no digits cancel): X^T b, sum(b), b . b."""
+    (y,), (mean,) = rows, args
+    b = y - mean
+    return X.T @ b, float(b.sum()), float(b @ b)
 
 
 def _normal_product(X: Any, rows: tuple, args: tuple) -> tuple:
-    """q = X p - shift over these rows: X^T q, sum(q), q . q, and q . b for a row vector b when given."""
-    p, shift = args
+    """q = X p - shift over these rows: X^T q, sum(q), q . q, and q . (y - mean) for the target y when given."""
+    p, shift, mean = args
     q = X @ p - shift
     found = (X.T @ q, float(q.sum()), float(q @ q))
-    return found + (float(q @ rows[0]),) if rows else found
+    return found + (float(q @ (rows[0] - mean)),) if rows else found
 
 
 def _logistic(X: Any, rows: tuple, args: tuple) -> tuple:
@@ -203,7 +204,9 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.convergence_warning_ = None
         X, y = check_input(self, X, y, reset=True, y_numeric=True)
         M = as_matrix(X)
-        y = M.keep_rows(M.backend.asarray(y, dtype=M.dtype))  # sliced once, where the rows are
+        y = M.backend.asarray(y, dtype=M.dtype)
+        self._y_mean = float(y.sum()) / max(len(y), 1)  # here, before the rows are kept where they are
+        y = M.keep_rows(y)  # sliced once, where the rows are
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
         with M.backend.hot_loop():
             {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
@@ -248,27 +251,22 @@ class LinearRegression(RegressorMixin, _LinearModel):
         """
         xp = M.backend.xp
         n, d = M.shape
-        xty, y_sum = M.reduce_rows(_transposed_product, (y,))
-        y_squares = M.reduce_rows(_squared_error, (y,), (xp.zeros(d, dtype=M.dtype), 0.0))[2]
-        if self.fit_intercept:
-            mu, y_mean = M.colsums() / n, y_sum / n
-        else:
-            mu, y_mean = xp.zeros(d, dtype=M.dtype), 0.0
-        # b = y - mean(y), kept implicit: A^T b = X^T b - mu sum(b) = X^T y - mu sum(y) (X^T 1 = n mu), and
-        # ||b||^2 = ||y||^2 - n mean(y)^2.
-        b_squares = y_squares - n * y_mean * y_mean
+        y_mean = self._y_mean if self.fit_intercept else 0.0
+        mu = M.colsums() / n if self.fit_intercept else xp.zeros(d, dtype=M.dtype)
+        # b = y - mean(y), centered row by row inside the pass: X^T b, sum(b) and ||b||^2 in one read.
+        xtb, b_sum, b_squares = M.reduce_rows(_centered_target, (y,), (y_mean,))
         diagonal = M.column_norms_squared() - n * mu * mu + self.alpha
         inverse_diagonal = xp.where(diagonal > 0, 1.0 / xp.maximum(diagonal, 1e-300), 0.0)  # constant columns: 0
 
         def normal_product(p: Any, with_y: bool = False) -> tuple:
             """A^T A p + alpha p and ||A p||^2 (and (A p) . b) in one pass: q = A p = X p - (mu . p) 1."""
-            found = M.reduce_rows(_normal_product, (y,) if with_y else (), (p, float(mu @ p)))
+            found = M.reduce_rows(_normal_product, (y,) if with_y else (), (p, float(mu @ p), y_mean))
             xtq, q_sum, q_squares = found[:3]
             normal = xtq - mu * q_sum + self.alpha * p
-            return (normal, q_squares, found[3] - y_mean * q_sum) if with_y else (normal, q_squares)
+            return (normal, q_squares, found[3]) if with_y else (normal, q_squares)
 
         w = xp.zeros(d, dtype=M.dtype)
-        r = xty - mu * y_sum
+        r = xtb - mu * b_sum
         target = self.tol * float(xp.linalg.norm(r))  # relative to the cold start's residual, warm or not
         losses: list[float] = [b_squares / n]
         start = getattr(self, "_coef_init", None)
@@ -357,7 +355,7 @@ def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
     value = 1.0
     for _ in range(iterations):
         # z = X v + v_d 1; u = [X^T z, sum(z)]: one pass.
-        u, z_sum, _ = M.reduce_rows(_normal_product, (), (v[:d], -float(v[d]) if intercept else 0.0))
+        u, z_sum, _ = M.reduce_rows(_normal_product, (), (v[:d], -float(v[d]) if intercept else 0.0, 0.0))
         if intercept:
             u = xp.concatenate([u, xp.asarray([z_sum], dtype=M.dtype)])
         value = float(xp.linalg.norm(u))
