@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import sqlglot
 
 from ilargi_db._terminal import progress
-from ilargi_db.backend import backend_of, get_backend, to_host
+from ilargi_db.backend import get_backend, to_host
 from ilargi_db.cluster import cluster_data, connect_cluster
 from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
@@ -29,7 +29,14 @@ from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_by
 from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError, PlanError, spell
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, PartitionSource, ScaledMatrix
+from ilargi_db.linalg import (
+    Block,
+    NormalizedMatrix,
+    PartitionedMatrix,
+    PartitionSource,
+    ScaledMatrix,
+    as_matrix,
+)
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
 from ilargi_db.metadata.indicator import indicator_sql
@@ -291,6 +298,7 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
             return arrays
 
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
+        unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
         def load(k: int) -> dict[str, np.ndarray]:
             # The first pass reads from DuckDB and spills the partition to local disk; later passes load it
@@ -298,20 +306,29 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
             path = os.path.join(stream.spill_dir, f"{k}.part")
             if k in spilled:
                 return _unspill(path, spilled[k])
+            if k in unread:  # read for the template: the first pass takes it instead of reading it again
+                return unread.pop(k)
             arrays = read(k)
             if spill:
                 spilled[k] = _spill(path, arrays)
             return arrays
 
+        # A fact category's block: the identity over its one-hot columns, indexed by each row's code; built
+        # once, shared by every partition as the dimensions are.
+        code_blocks = {
+            j: (
+                sp.identity(encoder.specs_[j].width, format="csr"),
+                encoder.offsets_[j] + np.arange(encoder.specs_[j].width),
+            )
+            for j in fact_text
+        }
+
         def build(arrays: dict[str, np.ndarray]) -> NormalizedMatrix:
             blocks = []
             if "fact" in arrays:
                 blocks.append(Block(arrays["fact"], columns=encoder.offsets_[fact_numeric]))  # row i is row i
-            for j in fact_text:
+            for j, (identity, columns) in code_blocks.items():
                 if f"codes/{j}" in arrays:
-                    spec = encoder.specs_[j]
-                    columns = encoder.offsets_[j] + np.arange(spec.width)
-                    identity = sp.identity(spec.width, format="csr")
                     blocks.append(Block(identity, columns=columns, index=arrays[f"codes/{j}"]))
             for alias, block in shared:
                 blocks.append(Block(block.data, columns=block.columns, index=arrays[f"index/{alias}"], fill=block.fill))
@@ -322,7 +339,9 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
         # of the budget (the partitions then take two shares of it: the one computing, the one prefetched).
         first = load(0)
         template = build({name: a[:0].copy() if a.ndim else np.array(0) for name, a in first.items()})
-        del first
+        if not spill:
+            unread[0] = first
+        del first  # spilled (or held in unread): not kept here beside the budget's two partitions
         X = PartitionedMatrix(
             PartitionSource(lambda k: build(load(k)), len(stream.bounds)), sizes=stream.sizes, template=template
         )
@@ -953,10 +972,7 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
         return {"inertia": float(model.inertia_)}
     if kind == "factorization":
         return {"reconstruction_error": float(model.reconstruction_err_)}
-    # A NormalizedMatrix or row partitions of one (what training holds), or a plain array as one block.
-    M = X
-    if not hasattr(X, "reduce_rows"):
-        M = NormalizedMatrix([Block(X, np.arange(X.shape[1]))], X.shape[0], backend=backend_of(X))
+    M = as_matrix(X)  # what training holds (a normalized matrix, or row partitions of one), or a plain array
     y = np.asarray(to_host(y), dtype=float)
     n = len(y)
     w, b = M.backend.asarray(np.asarray(model.coef_, dtype=float)), float(model.intercept_)

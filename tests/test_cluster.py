@@ -131,6 +131,15 @@ def test_an_iteration_ships_parameters_and_sums_never_a_row_vector(client, parqu
     # k-means ships row vectors only to seed (row norms) and for the final labels, never per iteration.
     kmeans = dict(n_clusters=3, init="random", random_state=0, tol=0)
     assert row_vectors_shipped(KMeans(max_iter=2, **kmeans)) == row_vectors_shipped(KMeans(max_iter=6, **kmeans))
+    # Where each partition lives is asked once per matrix, not on every pass.
+    asked = []
+    who_has = client.who_has
+    monkeypatch.setattr(client, "who_has", lambda *a, **k: asked.append(1) or who_has(*a, **k))
+    LogisticRegression(tol=0, max_iter=2).fit(X, y)
+    few = len(asked)
+    LogisticRegression(tol=0, max_iter=6).fit(X, y)
+    assert len(asked) == 2 * few <= 2  # keeping the target's slices: set-up, the same for 2 or 6 iterations
+    monkeypatch.setattr(client, "who_has", who_has)
     # Partitions not computed yet (an element-wise map, as standardizing makes) stay beside their data: not
     # gathered into one task on one worker.
     squared = X**2

@@ -14,6 +14,7 @@ import pytest
 import ilargi_db
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, PartitionedMatrix, PartitionSource
+from ilargi_db.metadata.stream import FactStream
 
 FACT_ROWS = 100_000
 
@@ -138,7 +139,16 @@ def test_without_room_to_spill_every_pass_reads_duckdb_again_and_gives_the_same_
     spilled = ilargi_db.train(con, query, "late", "logistic_regression", **params)
     assert spilled.streamed_["spill"] and spilled.streamed_["spill_why"].startswith("each partition spilled")
     monkeypatch.setattr(training, "SPILL_HEADROOM", 1e12)  # no disk is that large
+    written, queried = [], []
+    monkeypatch.setattr(training, "_spill", lambda path, arrays: written.append(path))
+    real = FactStream.read
+    monkeypatch.setattr(FactStream, "read", lambda self, k: queried.append(k) or real(self, k))
     reread = ilargi_db.train(con, query, "late", "logistic_regression", **params)
+    assert not written  # nothing spilled: every pass is a query
+    partitions = reread.streamed_["partitions"]
+    # Whole passes only: partition 0, read for the template, serves the first pass without a second query.
+    assert len(queried) % partitions == 0 and len(queried) >= 3 * partitions
+    assert queried[:partitions] == list(range(partitions))
     assert not reread.streamed_["spill"] and "TMPDIR" in reread.streamed_["spill_why"]
     assert "not spilled" in reread.decision_ and reread.plan_["placement"] == "streamed"
     steps = {step["name"]: step for step in reread.plan_["steps"]}
@@ -255,3 +265,21 @@ def test_explain_says_a_job_would_stream_and_the_registry_keeps_how_it_ran(con):
     ilargi_db.save_model(con, "streamed_model", model)
     back = ilargi_db.load_model(con, "streamed_model")
     assert back.streamed_ == json.loads(json.dumps(model.streamed_)) and back.streamed_["partitions"] > 1
+
+
+def test_wide_categorical_data_streams_to_the_in_memory_model():
+    """Thousands of one-hot columns: a dimension's names (one-hot on the dimension side) and a fact-side
+    category (codes per row, an identity block per partition)."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE fact AS SELECT range AS id, range % 3000 AS k, 'c' || (range * 7919 % 2000) AS code, "
+        "sin(range) AS x, (sin(range * 0.3) + (range % 3000) * 0.0004 > 0.5) AS late FROM range(30000)"
+    )
+    con.execute("CREATE TABLE dim AS SELECT range AS k, 'n' || range AS name, cos(range) AS z FROM range(3000)")
+    query = "SELECT f.x, f.code, d.name, d.z, f.late FROM fact f JOIN dim d ON f.k = d.k"
+    params = dict(tol=0.0, max_iter=8, **RUN)
+    whole = ilargi_db.train(con, query, "late", "logistic_regression", **params)
+    assert whole.estimator_.coef_.shape[0] > 4_000
+    streamed = ilargi_db.train(con, query, "late", "logistic_regression", memory_budget="400KB", **params)
+    assert streamed.streamed_["partitions"] > 3
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-7, atol=1e-10)

@@ -68,6 +68,7 @@ class RemotePartitions(Sequence):
 
     def __init__(self, client: Any, futures: list[Any]):
         self.client, self.futures = client, futures
+        self._groups: dict[Any, list[int]] | None = None  # worker -> the partitions it holds, once all are held
 
     def __len__(self) -> int:
         return len(self.futures)
@@ -84,13 +85,7 @@ class RemotePartitions(Sequence):
         scattered data: a task's inputs must survive a lost worker, and Dask can only recompute what it
         has the recipe for. A partition whose worker was lost is read again wherever Dask places it.
         """
-        holders = self.client.who_has(self.futures)
-        groups: dict[Any, list[int]] = {}
-        for k, future in enumerate(self.futures):
-            where = sorted(holders.get(future.key, ()))
-            # A partition not computed yet (or being read again after a lost worker) is a task of its own,
-            # for Dask to place: grouped, they would all land on one worker.
-            groups.setdefault(where[0] if where else ("unplaced", k), []).append(k)
+        groups = self._groups if self._groups is not None else self._group()
         tasks = []
         for worker, ks in groups.items():
             placement = {"workers": [worker], "allow_other_workers": True} if isinstance(worker, str) else {}
@@ -102,6 +97,21 @@ class RemotePartitions(Sequence):
             for k, result in zip(ks, found):
                 results[k] = result
         return results
+
+    def _group(self) -> dict[Any, list[int]]:
+        """The partitions by the worker holding each (one scheduler query). Kept once every partition is held:
+        placement is a hint (a task may run elsewhere, after a lost worker), so a stale one costs a transfer,
+        never a wrong result."""
+        holders = self.client.who_has(self.futures)
+        groups: dict[Any, list[int]] = {}
+        for k, future in enumerate(self.futures):
+            where = sorted(holders.get(future.key, ()))
+            # A partition not computed yet (or being read again after a lost worker) is a task of its own,
+            # for Dask to place: grouped, they would all land on one worker.
+            groups.setdefault(where[0] if where else ("unplaced", k), []).append(k)
+        if all(isinstance(worker, str) for worker in groups):
+            self._groups = groups
+        return groups
 
     def keep(self, pieces: list[Any]) -> list[Any]:
         """Each partition's slice of a vector, sent once to the worker holding that partition.

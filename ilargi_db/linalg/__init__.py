@@ -1,7 +1,17 @@
 """Linear algebra over the normalized matrix, without materializing the join."""
 
 from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
+from ilargi_db.linalg.operands import MatrixLike, as_matrix, is_normalized
 from ilargi_db.linalg.partitioned_matrix import PartitionedMatrix, PartitionSource
 from ilargi_db.linalg.scaled_matrix import ScaledMatrix
 
-__all__ = ["Block", "NormalizedMatrix", "PartitionSource", "PartitionedMatrix", "ScaledMatrix"]
+__all__ = [
+    "Block",
+    "MatrixLike",
+    "NormalizedMatrix",
+    "PartitionSource",
+    "PartitionedMatrix",
+    "ScaledMatrix",
+    "as_matrix",
+    "is_normalized",
+]

@@ -18,6 +18,7 @@ import numpy as np
 
 from ilargi_db.backend import to_host
 from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
+from ilargi_db.linalg.products import ProductOperators
 
 
 # What each partition computes, as module-level functions: a cluster ships them to its workers by name.
@@ -115,7 +116,7 @@ class PartitionSource(Sequence):
         return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch)
 
 
-class PartitionedMatrix:
+class PartitionedMatrix(ProductOperators):
     """Row partitions of a normalized matrix; the operators of :class:`NormalizedMatrix`.
 
     Examples
@@ -131,8 +132,6 @@ class PartitionedMatrix:
     >>> X.T @ np.ones(3)
     array([ 6.,  9., 50.])
     """
-
-    __array_ufunc__ = None  # NumPy defers to our operators
 
     def __init__(
         self,
@@ -264,17 +263,6 @@ class PartitionedMatrix:
     def _tmm(self, v: Any) -> Any:
         v = self.backend.asarray(v, dtype=self.dtype)
         return self._sum(self._each(_tmm, self._split(v)))
-
-    def __matmul__(self, w: Any) -> Any:
-        """``X @ W`` (rows of each partition, stacked), or ``X.T @ V`` (partials summed in order)."""
-        return self._tmm(w) if self._transposed else self._lmm(w)
-
-    def __rmatmul__(self, w: Any) -> Any:
-        """``W @ X`` = (X^T W^T)^T."""
-        w = self.backend.asarray(w, dtype=self.dtype)
-        if self._transposed:
-            return self._lmm(w) if w.ndim == 1 else self._lmm(w.T).T
-        return self._tmm(w) if w.ndim == 1 else self._tmm(w.T).T
 
     def crossprod(self, weights: Any = None) -> Any:
         """X^T X (or X^T diag(weights) X): each partition's, summed in order."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
+from ilargi_db.linalg.products import ProductOperators
 
 
 def _on_scaled(X: Any, rows: tuple, packed: tuple) -> tuple:
@@ -13,15 +14,13 @@ def _on_scaled(X: Any, rows: tuple, packed: tuple) -> tuple:
     return fn(ScaledMatrix(X, mean, scale), rows, args)
 
 
-class ScaledMatrix:
+class ScaledMatrix(ProductOperators):
     """Z = (X - 1 mu^T) diag(1/sigma): the operators models need, rewritten onto X.
 
     Z w = X (w/sigma) - 1 (mu . w/sigma); Z^T v = (X^T v - mu sum(v)) / sigma.
     Centering would make every sparse or empty cell non-zero; this view keeps
     X factorized and sparse.
     """
-
-    __array_ufunc__ = None
 
     def __init__(self, base: NormalizedMatrix, mean: Any, scale: Any):
         self.base = base
@@ -80,15 +79,6 @@ class ScaledMatrix:
         if v.ndim == 1:
             return (raw - self.mean * v.sum()) / self.scale
         return (raw - self.mean[:, None] * v.sum(axis=0)[None, :]) / self.scale[:, None]
-
-    def __matmul__(self, w: Any) -> Any:
-        return self._tmm(w) if self._transposed else self._lmm(w)
-
-    def __rmatmul__(self, w: Any) -> Any:
-        w = self.backend.asarray(w, dtype=self.dtype)
-        if self._transposed:
-            return self._lmm(w) if w.ndim == 1 else self._lmm(w.T).T
-        return self._tmm(w) if w.ndim == 1 else self._tmm(w.T).T
 
     def crossprod(self, weights: Any = None) -> Any:
         """Z^T D Z from X^T D X, X^T d and sum(d)."""

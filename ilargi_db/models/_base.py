@@ -9,11 +9,9 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
-from ilargi_db.backend import backend_of, to_host  # noqa: F401 - to_host: the models' import of it
+from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
 from ilargi_db.errors import CALLER, IlargiError, spell
-from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, ScaledMatrix
-
-MatrixLike = NormalizedMatrix | ScaledMatrix
+from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
 
 
 class DivergenceError(IlargiError, FloatingPointError):
@@ -27,21 +25,6 @@ class SparseInputMixin:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-
-def is_normalized(X: Any) -> bool:
-    return isinstance(X, (NormalizedMatrix, PartitionedMatrix, ScaledMatrix))
-
-
-def as_matrix(X: Any) -> MatrixLike:
-    """A normalized matrix as given, or a plain array/sparse matrix as a one-block normalized matrix.
-
-    Every algorithm then runs one code path, factorized or not.
-    """
-    if is_normalized(X):
-        return X
-    n, d = X.shape
-    return NormalizedMatrix([Block(X, columns=np.arange(d))], n_rows=n, backend=backend_of(X))
 
 
 _NO_Y = object()
@@ -103,5 +86,3 @@ def warn_not_converged(estimator: Any, what: str, max_iter: int) -> None:
     estimator.convergence_warning_ = message
     if CALLER.get() == "python":
         warnings.warn(message, ConvergenceWarning, stacklevel=3)
-
-
