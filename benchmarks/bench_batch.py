@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import write_section  # noqa: E402
+from report import publish  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -107,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines += [f"| {n} | {s:.3f} s | {b:.3f} s | **{r:.2f}x** | {st} |" for n, s, b, r, st in rows]
     section = "\n".join(lines) + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_batch", section)
+    publish(section, args.output, "bench_batch")
     return 0
 
 

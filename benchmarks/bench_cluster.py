@@ -30,22 +30,11 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import write_section  # noqa: E402
+from report import publish, record_seconds  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import make_star_schema  # noqa: E402
 from ilargi_db.models import LogisticRegression  # noqa: E402
-
-PASSES: list[float] = []  # seconds of each evaluation of the loss and gradient, where the driver calls it
-_objective = LogisticRegression._objective
-
-
-def _timed_objective(self, *args):
-    began = time.perf_counter()
-    try:
-        return _objective(self, *args)
-    finally:
-        PASSES.append(time.perf_counter() - began)
 
 
 def nothing(X, rows, args) -> tuple:
@@ -53,10 +42,11 @@ def nothing(X, rows, args) -> tuple:
     return (0.0,)
 
 
-def median_pass(train) -> tuple[float, object]:
-    PASSES.clear()
+def median_pass(passes: list[float], train) -> tuple[float, object]:
+    """The median seconds of the passes ``train()`` makes after its first, and its model."""
+    passes.clear()
     model = train()
-    return statistics.median(PASSES[1:] or PASSES), model
+    return statistics.median(passes[1:] or passes), model
 
 
 def empty_pass(client, con, query: str, target: str, repeats: int = 15) -> float:
@@ -105,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     linear = star.query().replace("FROM fact AS f", f"FROM read_parquet('{where}/*/*.parquet') AS f")
     logistic = linear.replace("f.y FROM", "f.label FROM")
     lr = dict(algorithm="logistic_regression", tol=0.0, max_iter=args.iterations, backend="numpy", reuse=False)
-    LogisticRegression._objective = _timed_objective
+    passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass
     ilargi_db.train(con, logistic, "label", strategy="factorized", **lr)  # warm the kernels
-    local_pass, local = median_pass(lambda: ilargi_db.train(con, logistic, "label", strategy="factorized", **lr))
+    local_pass, local = median_pass(
+        passes, lambda: ilargi_db.train(con, logistic, "label", strategy="factorized", **lr)
+    )
     linear_local = timed(lambda: ilargi_db.train(con, linear, "y", strategy="factorized", backend="numpy", reuse=False))
     rows = [("one machine, no Dask", local_pass, local, linear_local[0])]
     measured, empty = {}, {}
@@ -119,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         ) as cluster:
             with Client(cluster) as client:
                 ilargi_db.train(con, logistic, "label", cluster=client, **lr)  # the workers' kernels warm
-                per_pass, model = median_pass(lambda c=client: ilargi_db.train(con, logistic, "label", cluster=c, **lr))
+                per_pass, model = median_pass(
+                    passes, lambda c=client: ilargi_db.train(con, logistic, "label", cluster=c, **lr)
+                )
                 seconds, _ = timed(lambda c=client: ilargi_db.train(con, linear, "y", cluster=c, backend="numpy"))
                 rows.append((f"Dask, {workers} worker(s)", per_pass, model, seconds))
                 measured[workers] = per_pass
@@ -163,18 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| workers | 1 | 2 | 8 | 16 | 32 | 64 |",
         "|---|---:|---:|---:|---:|---:|---:|",
-        "| predicted s / pass | "
-        + " | ".join(f"{v:.4f}" for v in [predict(1), predict(2), *paper.values()])
-        + " |",
+        "| predicted s / pass | " + " | ".join(f"{v:.4f}" for v in [predict(1), predict(2), *paper.values()]) + " |",
         f"| measured | {measured[1]:.4f} | {measured[2]:.4f} | | | | |",
         f"| speed-up over one worker (predicted) | 1.0 | {predict(1) / predict(2):.1f} | "
         + " | ".join(f"{predict(1) / v:.1f}" for v in paper.values())
         + " |",
     ]
     section = "\n".join(lines) + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_cluster", section)
+    publish(section, args.output, "bench_cluster")
     return 0
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
-from report import write_section  # noqa: E402
+from report import publish  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.backend import get_backend  # noqa: E402
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stream.close()
     section = "\n".join(lines).replace("{wall}", f"{time.perf_counter() - started:.0f}") + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_duhl", section)
+    publish(section, args.output, "bench_duhl")
     return 0
 
 

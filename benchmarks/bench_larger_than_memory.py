@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
-from report import write_section  # noqa: E402
+from report import publish, run_fresh  # noqa: E402
 
 FEATURES = 8
 DIM_FEATURES = 4
@@ -37,15 +36,8 @@ warnings.simplefilter("ignore")
 import duckdb, ilargi_db
 from ilargi_db.linalg import PartitionedMatrix
 path, query, target, algorithm, budget, duckdb_memory, iterations = json.loads(sys.argv[1])
-passes = []  # seconds of each pass over the partitions (every operator and sum over rows is one)
-each = PartitionedMatrix._each
-def timed(self, *args):
-    began = time.perf_counter()
-    try:
-        return each(self, *args)
-    finally:
-        passes.append(time.perf_counter() - began)
-PartitionedMatrix._each = timed
+from report import record_seconds
+passes = record_seconds(PartitionedMatrix, "_each")  # every operator and sum over rows is one pass
 con = duckdb.connect(path, read_only=True)
 con.execute(f"SET memory_limit = '{duckdb_memory}'")
 params = dict(tol=0.0, max_iter=iterations) if algorithm == "logistic_regression" else {}
@@ -100,12 +92,7 @@ def query(label: bool) -> str:
 
 
 def run(*job) -> dict:
-    found = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps(list(job))], capture_output=True, text=True, check=False
-    )
-    if found.returncode:
-        raise SystemExit(f"the training failed:\n{found.stderr[-4000:]}")
-    return json.loads(found.stdout.strip().splitlines()[-1])
+    return run_fresh(RUN, *job)
 
 
 def gib(n: float) -> str:
@@ -174,9 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         timings = {k: round(v, 1) for k, v in r["timings"].items()}
         lines.append(f"- {name}: training metrics {json.dumps(r['metrics'])}; seconds {json.dumps(timings)}")
     section = "\n".join(lines) + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_larger_than_memory", section)
+    publish(section, args.output, "bench_larger_than_memory")
     return 0
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
 from bench_batch import MODELS as BATCH  # noqa: E402  the same four models as the batch benchmark
-from report import write_section  # noqa: E402
+from report import publish  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -293,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             used = "; ".join(r[what]["reused"][:4]) + ("; ..." if len(r[what]["reused"]) > 4 else "")
             lines.append(f"- {name}, {what}: {used}")
     section = "\n".join(lines) + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_reuse", section)
+    publish(section, args.output, "bench_reuse")
     return 0
 
 

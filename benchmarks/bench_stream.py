@@ -13,9 +13,7 @@ one evaluation of the loss and gradient, one read of every partition) and of lin
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
-from report import write_section  # noqa: E402
+from report import publish, run_fresh  # noqa: E402
 
 from ilargi_db.datasets import make_star_schema  # noqa: E402
 
@@ -42,15 +40,8 @@ for a in ("linear_regression", "logistic_regression"):
     ilargi_db.train(scratch, "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)", "y", a, "factorized", "numpy", reuse=False)
     ilargi_db.train(scratch, "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)", "y", a, "factorized", "numpy", reuse=False,
                     memory_budget="100KB")
-passes = []  # seconds of each evaluation of the loss and gradient: one pass over the data
-objective = LogisticRegression._objective
-def timed(self, *args):
-    began = time.perf_counter()
-    try:
-        return objective(self, *args)
-    finally:
-        passes.append(time.perf_counter() - began)
-LogisticRegression._objective = timed
+from report import record_seconds
+passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass over the data
 con = duckdb.connect(path, read_only=True)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 out = {}
@@ -85,13 +76,7 @@ print(json.dumps(out))
 
 
 def run(path: str, query: str, budget: int | None, prefetch: bool, iterations: int) -> dict:
-    found = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps([path, query, budget, prefetch, iterations])],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(found.stdout.strip().splitlines()[-1])
+    return run_fresh(RUN, path, query, budget, prefetch, iterations)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,9 +143,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path:
             f"{r['peak_above_start'] / 2**20:,.0f} MiB | {r['arrays_peak'] / 2**20:,.0f} MiB |"
         )
     section = "\n".join(lines) + "\n"
-    print(section)
-    if args.output:
-        write_section(args.output, "bench_stream", section)
+    publish(section, args.output, "bench_stream")
     return 0
 
 
