@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         first = f"{passes[0]:.0f} s" if passes else "-"
         lines.append(
             f"| {name} | {r['rows']:,} | {gib(s.get('needed', 0))} | {s.get('partitions', '-')} | "
-            f"{'yes' if str(s.get('spill', '')).startswith('each') else 'no'} | {first} | "
+            f"{'yes' if s.get('spill') else 'no'} | {first} | "
             f"{f'{later:.0f} s' if later is not None else '-'} | {len(passes) or '-'} | {r['seconds'] / 60:.1f} min | "
             f"{gib(r['peak_resident'])} |"
         )
