@@ -18,6 +18,9 @@ _LAZY = {
     "artifacts": "ilargi_db.reuse",
     "clear_artifacts": "ilargi_db.reuse",
     "set_artifact_budget": "ilargi_db.reuse",
+    "register_cluster": "ilargi_db.cluster",
+    "registered_clusters": "ilargi_db.cluster",
+    "unregister_cluster": "ilargi_db.cluster",
     "TrainingInterrupted": "ilargi_db.interruption",
     "interrupt_training": "ilargi_db.interruption",
     "Block": "ilargi_db.linalg",
@@ -43,6 +46,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from ilargi_db.cluster import register_cluster, registered_clusters, unregister_cluster
     from ilargi_db.interruption import TrainingInterrupted, interrupt_training
     from ilargi_db.linalg import Block, NormalizedMatrix
     from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
@@ -87,6 +91,9 @@ __all__ = [
     "artifacts",
     "clear_artifacts",
     "set_artifact_budget",
+    "register_cluster",
+    "registered_clusters",
+    "unregister_cluster",
     "GaussianNMF",
     "KMeans",
     "LinearRegression",

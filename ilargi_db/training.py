@@ -493,7 +493,8 @@ def train(
         docs/architecture.md, "Row partitions and streaming"). None: half the memory free when the job
         starts (and a job that cannot stream then trains in memory, as DuckDB's memory_limit allows).
     cluster : dask.distributed.Client, str or None
-        Train on a Dask cluster (a client, or a scheduler address such as ``"tcp://host:8786"``): the fact
+        Train on a Dask cluster (a client, or a scheduler address such as ``"tcp://host:8786"``, reached
+        within :data:`~ilargi_db.cluster.CONNECT_SECONDS`; its workers must run this build): the fact
         must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
         and keeps its partitions; the driver adds the partials (see :mod:`ilargi_db.cluster`).
     **params

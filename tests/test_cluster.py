@@ -5,11 +5,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
+import threading
+import time
 
+import duckdb
 import numpy as np
 import pytest
 
 import ilargi_db
+from ilargi_db.cluster import CONNECT_SECONDS
 from ilargi_db.errors import IlargiError
 
 distributed = pytest.importorskip("dask.distributed")
@@ -185,21 +190,109 @@ def test_a_fact_that_is_not_parquet_is_refused(client, parquet):
 
 def test_an_unreachable_scheduler_is_a_clear_error(parquet):
     con, query = parquet
-    with pytest.raises(IlargiError, match="could not reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
+    with pytest.raises(IlargiError, match="scheduler at 'tcp://127.0.0.1:9'"):
         ilargi_db.train(con, query, "y", reuse=False, cluster="tcp://127.0.0.1:9")
     with pytest.raises(IlargiError, match="cluster must be a dask.distributed.Client or a scheduler address"):
         ilargi_db.train(con, query, "y", reuse=False, cluster=42)
 
 
-def test_the_sql_option_names_a_scheduler(client, parquet):
+def test_the_sql_option_names_a_cluster_the_host_registered(client, parquet):
     con, query = parquet
-    options = json.dumps({"cluster": client.scheduler.address, "strategy": "factorized"})
-    summary = json.loads(
-        con.sql(
-            f"SELECT ilargi_train('on_cluster', 'linear_regression', $${query}$$, 'y', options := '{options}')"
-        ).fetchall()[0][0]
-    )
-    assert "Distributed" in summary["why"]
+    ilargi_db.register_cluster("lab", client)
+    try:
+        options = json.dumps({"cluster": "lab", "strategy": "factorized"})
+        summary = json.loads(
+            con.sql(
+                f"SELECT ilargi_train('on_cluster', 'linear_regression', $${query}$$, 'y', options := '{options}')"
+            ).fetchall()[0][0]
+        )
+        assert "Distributed" in summary["why"]
+    finally:
+        ilargi_db.unregister_cluster("lab")
+    assert "lab" not in ilargi_db.registered_clusters()
+
+
+@contextlib.contextmanager
+def listener(answer: bytes | None):
+    """A local TCP listener that answers every connection with ``answer`` (None: says nothing, ever)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve():
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(conn)
+            if answer is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+def test_a_sql_string_never_chooses_where_the_process_connects(parquet):
+    con, query = parquet
+    with listener(None) as (address, accepted):
+        options = json.dumps({"cluster": address})
+        with pytest.raises(duckdb.Error, match="names a cluster the host registered.*register_cluster"):
+            sql = f"SELECT ilargi_train('m', 'linear_regression', $${query}$$, 'y', options := '{options}')"
+            con.sql(sql).fetchall()
+        time.sleep(0.3)
+        assert accepted == []  # nothing connected, so nothing could be read back, let alone unpickled
+
+
+def test_a_sandboxed_connection_reaches_no_cluster_even_a_registered_one(client, tmp_path):
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS x, 2.0 * range AS y FROM range(10)")
+    ilargi_db.register_cluster("lab", client)
+    try:
+        con.execute("SET enable_external_access = false")
+        options = json.dumps({"cluster": "lab"})
+        with pytest.raises(duckdb.Error, match="enable_external_access = false"):
+            con.sql(
+                f"SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y', options := '{options}')"
+            ).fetchall()
+    finally:
+        ilargi_db.unregister_cluster("lab")
+
+
+@pytest.mark.parametrize("answer", [None, b"\xff" * 64, b"\x00\x00\x00\x00\xff\xff\xff\x7f" * 8])
+def test_a_scheduler_that_is_silent_or_speaks_garbage_is_a_clear_error_within_the_deadline(parquet, answer):
+    con, query = parquet
+    with listener(answer) as (address, _):
+        began = time.monotonic()
+        with pytest.raises(IlargiError, match=f"scheduler at '{address}'"):
+            ilargi_db.train(con, query, "y", reuse=False, cluster=address)
+        assert time.monotonic() - began < CONNECT_SECONDS + 3
+
+
+def test_workers_running_another_build_of_ilargi_db_are_refused(client, parquet):
+    con, query = parquet
+
+    def claim(version):
+        ilargi_db.__version__ = version
+
+    client.run(claim, "0.0.1")
+    try:
+        with pytest.raises(IlargiError, match="run another build of ilargi_db.*0.0.1"):
+            ilargi_db.train(con, query, "y", reuse=False, cluster=client)
+    finally:
+        client.run(claim, ilargi_db.__version__)
 
 
 def test_null_targets_duplicate_features_and_random_filters(client, parquet):

@@ -127,6 +127,34 @@ def test_a_job_whose_expressions_are_not_pure_functions_of_the_data_is_not_reuse
     assert any(line.startswith("no reuse") and why in line for line in model.reused_)
 
 
+@pytest.mark.parametrize(
+    "feature",
+    [
+        "f.x - 1",
+        "year(DATE '2020-01-01' + f.k::INTEGER)",
+        "date_diff('day', TIMESTAMPTZ '2020-01-01 00:00+00', TIMESTAMPTZ '2020-03-01 00:00+00' + to_days(f.k::INT))",
+        "month(timezone('UTC', TIMESTAMP '2020-01-01' + to_hours(f.k::INTEGER)))",
+        "strftime(TIMESTAMPTZ '2020-01-01 00:00+00' + to_days(f.k::INTEGER), '%d')::INTEGER",
+    ],
+)
+def test_arithmetic_and_dates_are_pure_functions_of_the_data_and_are_reused(star, feature):
+    # Overloads on time-zone-aware values depend on the session's TimeZone and Calendar, both in every key.
+    query = f"SELECT {feature} AS a, d.z, f.y FROM f JOIN d ON f.k = d.k"
+    assert keys(star, query).reusable, keys(star, query).why_not
+    run = dict(backend="numpy", strategy="factorized")
+    ilargi_db.train(star, query, "y", **run)
+    assert "the encoded matrix" in reused(ilargi_db.train(star, query, "y", **run))
+
+
+def test_a_time_zone_change_spoils_what_depends_on_it(star):
+    hour = "hour(TIMESTAMPTZ '2020-01-01 00:00+00' + to_hours(f.k::INTEGER))"
+    query = f"SELECT {hour} AS h, d.z, f.y FROM f JOIN d USING (k)"
+    star.execute("SET TimeZone = 'UTC'")
+    utc = keys(star, query)
+    star.execute("SET TimeZone = 'Asia/Kolkata'")
+    assert keys(star, query).rows_key != utc.rows_key
+
+
 # -- reuse in process ---------------------------------------------------------------------------
 
 

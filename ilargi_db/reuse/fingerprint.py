@@ -95,13 +95,28 @@ class JobFingerprint:
 NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")
 
 
+# Time-zone-aware types: an overload that takes or returns one reads the session's TimeZone and Calendar
+# (DuckDB 2.0 marks it CONSISTENT_WITHIN_QUERY for that reason), both part of every key (SETTINGS).
+ZONED_TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ_NS", "TIME WITH TIME ZONE")
+
+
 @functools.lru_cache(maxsize=1)
 def consistent_functions() -> frozenset[str]:
-    """DuckDB's built-in functions whose result depends on their arguments only (every overload CONSISTENT)."""
+    """DuckDB's built-in functions whose result depends on their arguments and the keyed settings only.
+
+    A name passes when every overload DuckDB could bind is CONSISTENT, or CONSISTENT_WITHIN_QUERY only because
+    it converts to or from a time-zone-aware value (``year(TIMESTAMPTZ)``, ``timezone('UTC', ts)``): whichever
+    overload the job binds, its result is then fixed by the data, the time zone and the calendar. Functions of
+    the clock, the transaction, variables or the catalog (``now()``, ``current_date``, ``getvariable``) and
+    VOLATILE ones (``random()``) never pass.
+    """
     con = duckdb.connect()  # a fresh database: no user macro, no extension function
-    found = con.sql(
+    found = con.execute(
         "SELECT function_name FROM duckdb_functions() WHERE internal GROUP BY function_name "
-        "HAVING bool_and(stability = 'CONSISTENT')"
+        "HAVING bool_and(stability = 'CONSISTENT' OR (stability = 'CONSISTENT_WITHIN_QUERY' AND "
+        "(list_has_any(parameter_types, ?::VARCHAR[]) OR (len(parameter_types) > 0 AND return_type IN "
+        "(SELECT unnest(?::VARCHAR[]))))))",
+        [list(ZONED_TYPES), list(ZONED_TYPES)],
     ).fetchall()
     con.close()
     return frozenset(name.lower() for (name,) in found)

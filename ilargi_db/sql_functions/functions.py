@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
@@ -180,10 +181,17 @@ def train_and_store(
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
+    _resolve_cluster(con, kwargs)
     model = train(con, query, target, algorithm, **kwargs)  # a SQL user reads warnings in the summary
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
     return _summary(model, time.perf_counter() - start)
+
+
+def _resolve_cluster(con: duckdb.DuckDBPyConnection, options: dict) -> None:
+    """The option ``"cluster"``, a name the Python host registered, replaced by what it registered under it."""
+    if "cluster" in options:
+        options["cluster"] = registered_cluster(con, options["cluster"])
 
 
 def _summary(model: Any, seconds: float) -> dict:
@@ -236,6 +244,7 @@ def train_batch_and_store(
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
+    _resolve_cluster(con, shared)
     trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)  # warnings in summaries
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)])  # all or none
