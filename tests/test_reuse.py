@@ -109,6 +109,63 @@ def test_views_files_and_dataframes_are_fingerprinted_by_content(tmp_path):
     assert keys(con, framed).stats_key != before.stats_key
 
 
+def test_rows_of_zeros_added_to_a_view_or_a_file_change_its_fingerprint(tmp_path):
+    con = ilargi_db.connect()
+    path = tmp_path / "f.parquet"
+    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
+    con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
+    con.execute(f"CREATE VIEW fv AS SELECT * FROM read_parquet('{path}')")
+    query = "SELECT f.x, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k"
+    before = keys(con, query)
+    zeros = "SELECT 0 AS k, 0.0 AS x, 0.0 AS y FROM range(20)"
+    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50) UNION ALL {zeros}) "
+                f"TO '{path}'")
+    assert keys(con, query).stats_key != before.stats_key
+
+
+def test_what_duckdb_compares_as_equal_but_a_model_tells_apart_changes_the_fingerprint(tmp_path):
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE f AS SELECT range % 4 AS k, ['ab', 'Cd'][range % 2 + 1] AS kind, range * 1.0 AS y "
+                "FROM range(40)")
+    con.execute("CREATE TABLE d (k BIGINT, name VARCHAR COLLATE NOCASE, z DOUBLE)")
+    con.execute("INSERT INTO d VALUES (0, 'x', 0.0), (1, 'y', 1.0), (2, 'z', 2.0), (3, 'w', 3.0)")
+    query = "SELECT f.kind, d.name, d.z, f.y FROM f JOIN d ON f.k = d.k"
+    seen = {keys(con, query).stats_key}
+    for change in [
+        "UPDATE d SET name = upper(name)",  # case only, under the column's NOCASE collation
+        "CREATE TABLE d2 (k BIGINT, name VARCHAR, z DOUBLE); INSERT INTO d2 SELECT * FROM d ORDER BY k; "
+        "DROP TABLE d; ALTER TABLE d2 RENAME TO d",  # the same rows, without the collation
+        "SET default_collation = 'nocase'",
+        "UPDATE f SET kind = upper(kind) WHERE kind = 'ab'",  # case only, under the default collation
+    ]:
+        con.execute(change)
+        now = keys(con, query).stats_key
+        assert now not in seen, change
+        seen.add(now)
+
+
+def test_a_negative_zero_written_into_a_file_changes_its_fingerprint(tmp_path):
+    con = ilargi_db.connect()
+    path = tmp_path / "f.parquet"
+    con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
+    query = f"SELECT 1.0 / f.x AS inverse, d.z, f.y FROM read_parquet('{path}') AS f JOIN d ON f.k = d.k"
+    write = "COPY (SELECT range % 5 AS k, {zero}::DOUBLE AS x, range * 2.0 AS y FROM range(50)) TO '" + str(path) + "'"
+    con.execute(write.format(zero="'0.0'"))
+    before = keys(con, query)
+    con.execute(write.format(zero="'-0.0'"))  # 1.0 / x is now -inf, not inf
+    assert keys(con, query).stats_key != before.stats_key
+
+
+@pytest.mark.parametrize(
+    "query", ["SELECT COLUMNS('^x$'), d.z, f.y FROM f JOIN d USING (k)", "SELECT #2, d.z, f.y FROM f JOIN d USING (k)"]
+)
+def test_columns_read_by_pattern_or_position_are_fingerprinted(star, query):
+    before = keys(star, query)
+    assert before.reusable
+    star.execute("UPDATE f SET x = x + 1 WHERE k = 3")
+    assert keys(star, query).stats_key != before.stats_key
+
+
 @pytest.mark.parametrize(
     "feature, why",
     [

@@ -41,7 +41,7 @@ from ilargi_db.read_snapshot import renew_snapshot
 ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
 # Part of every key: a release that changes what an artifact holds (or how a read computes it) bumps it,
 # and artifacts an older release stored in a database are then never served.
-REUSE_FORMAT = 2
+REUSE_FORMAT = 3
 # Settings that change what an expression returns for the same columns (time zones and calendars for
 # timestamps, collations for comparisons and ORDER BY, integer division...): part of every key.
 SETTINGS = (
@@ -76,7 +76,7 @@ class SourcePrint:
     def of(self, columns: set[str]) -> str:
         """The hash of ``columns`` (and of which rows there are, and how they join)."""
         if not self.native:
-            return self.hashes[ROWS]
+            return digest(self.rows, self.hashes[ROWS])
         return digest(self.rows, self.hashes[ROWS], sorted((c, self.hashes[c]) for c in columns if c in self.hashes))
 
 
@@ -205,15 +205,40 @@ def _settings(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     ).fetchall()
 
 
+ALL_COLUMNS = "*"  # a reference to every column of a source: a star, COLUMNS(...) or a position (#2)
+# Expressions that read columns without naming them; PositionalColumn is missing from older sqlglot releases.
+_UNNAMED = tuple(t for t in (exp.Star, exp.Columns, getattr(exp, "PositionalColumn", None)) if t is not None)
+
+
 @functools.lru_cache(maxsize=4096)
 def _references(sql: str) -> tuple[tuple[str, str], ...]:
-    """``(source alias, column)`` of every column ``sql`` names, lower case (parsed once per text)."""
-    return tuple((c.table.lower(), c.name) for c in sqlglot.parse_one(sql, read="duckdb").find_all(exp.Column))
+    """``(source alias, column)`` of every column ``sql`` reads, lower case (parsed once per text).
+
+    A star, ``COLUMNS(...)`` or a positional reference reads columns it does not name: it gives
+    ``(alias, ALL_COLUMNS)``, with alias ``""`` where it is not qualified (any source).
+    """
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    found = []
+    for node in tree.walk():
+        if isinstance(node, exp.Column):
+            found.append((node.table.lower(), ALL_COLUMNS if isinstance(node.this, exp.Star) else node.name))
+        elif isinstance(node, _UNNAMED) and not isinstance(node.parent, exp.Column):
+            found.append(("", ALL_COLUMNS))
+    return tuple(found)
 
 
 def _columns(sql: str, alias: str, source: Source) -> set[str]:
-    """The raw columns of ``source`` (as ``alias``) that ``sql`` reads, lower case."""
-    return {name.lower() for table, name in _references(sql) if table == alias.lower() and source.has_column(name)}
+    """The raw columns of ``source`` (as ``alias``) that ``sql`` reads, lower case (all of them for a star,
+    ``COLUMNS(...)`` or a position)."""
+    found = set()
+    for table, name in _references(sql):
+        if table not in ("", alias.lower()):
+            continue
+        if name == ALL_COLUMNS:
+            return {c.lower() for c in source.columns}
+        if source.has_column(name):  # unqualified too: reading more than the job does is never stale
+            found.add(name.lower())
+    return found
 
 
 def _row_expressions(graph: JoinGraph) -> list[str]:
@@ -250,6 +275,25 @@ def _feature_columns(graph: JoinGraph) -> list[dict[str, set[str]]]:
     ]
 
 
+def as_compared(column: str, duckdb_type: str) -> str:
+    """What to hash of ``column`` so that every value DuckDB tells apart hashes apart.
+
+    ``hash()`` follows DuckDB's equality, which is looser than what a model sees: under a NOCASE collation
+    'A' and 'a' hash alike, and -0.0 hashes as 0.0. Text is hashed as its bytes, with whether it equals its
+    lower case, upper case and accent-free forms (those comparisons follow the column's collation, so a
+    column re-created with another collation hashes apart); floats with their sign bit.
+    """
+    kind = duckdb_type.upper()
+    if kind.startswith("VARCHAR"):
+        return (
+            f"{column}::BLOB, {column} = lower({column}), {column} = upper({column}), "
+            f"{column} = strip_accents({column})"
+        )
+    if kind in ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"):
+        return f"{column}, signbit({column})"
+    return column
+
+
 def _hash_query(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, rows: dict[str, set[str]], read: dict[str, set[str]]
 ) -> tuple[str, list]:
@@ -262,9 +306,10 @@ def _hash_query(
     prefix = with_prefix(graph.select)
     for s in graph.sources:
         real = {c.lower(): c for c in s.columns}
+        types = {c.lower(): t for c, t in zip(s.columns, s.types)}
 
-        def named(columns: list[str], alias: str = s.alias, real: dict = real) -> list[str]:
-            return [f"{quote(alias)}.{quote(real[c])}" for c in columns]
+        def named(columns: list[str], alias: str = s.alias, real: dict = real, types: dict = types) -> list[str]:
+            return [as_compared(f"{quote(alias)}.{quote(real[c])}", types[c]) for c in columns]
 
         native = supports_rowid(con, s, prefix)
         if native:
@@ -275,6 +320,7 @@ def _hash_query(
             keys = [ROWS, *others]
         else:
             names = named(sorted(read[s.alias]))
+            # The row count is in the key too (SourcePrint.of): a row of zeros hashes to 0.
             sums = [f"sum(hash({', '.join(names)}))" if names else "sum(hash(0))"]
             keys = [ROWS]
         values = ", ".join(f"coalesce({total}, 0)::VARCHAR" for total in sums)
