@@ -753,6 +753,8 @@ def _train_models(
             data = _factorized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True, job=job)
         else:
             data = _materialized(con, graph, FeatureEncoder(flags, impute=impute), True, be, check=True)
+        if stream is None and client is None:
+            job.confirm_read()  # a file read outside the snapshot did not change under the read
         if stream is None:
             snapshot.close()  # all read: the fits need no transaction (a stream reads on every pass)
         X, y, encoder = data.X, data.y, data.encoder

@@ -33,6 +33,7 @@ from ilargi_db.reuse.store import (
     SETTINGS_TABLE,
     DatabaseTier,
     database_file,
+    database_scope,
 )
 
 
@@ -54,7 +55,7 @@ def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, An
             "last_used": datetime.fromtimestamp(a.last_used, timezone.utc).replace(tzinfo=None),
             "key": a.key,
         }
-        for a in list(MEMORY.items.values())
+        for a in MEMORY.of(database_scope(con) if con is not None else None)
     ]
     if con is not None and DatabaseTier.exists(con):
         columns = "kind, what, nbytes, compute_seconds, hits, created, last_used, key"
@@ -65,7 +66,7 @@ def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, An
 
 def clear_artifacts(con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
     """Forget every artifact of this process and, given ``con`` on a writable file, of its database."""
-    cleared = {"memory": MEMORY.clear(), "database": 0}
+    cleared = {"memory": MEMORY.clear(database_scope(con) if con is not None else None), "database": 0}
     if con is not None and database_file(con) is not None and DatabaseTier.exists(con):
         cleared["database"] = int(con.execute(f"SELECT count(*) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
         con.execute(f"DELETE FROM {ARTIFACTS_TABLE}")

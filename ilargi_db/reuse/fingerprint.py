@@ -90,6 +90,22 @@ class JobFingerprint:
     stats_key: str = ""  # the cost model's statistics of the whole job
     column_keys: dict[int, str] = field(default_factory=dict)  # feature index -> key of its scanned values
     seconds: float = field(default=0.0, compare=False)  # what fingerprinting cost
+    # The hashes of the sources a transaction does not hold still (files, DataFrames, views over them), and the
+    # query that gives them: the same after the read, or the read was not of one state (still_the_same).
+    outside_snapshot: tuple[str, tuple] | None = field(default=None, compare=False)
+
+
+def still_the_same(con: duckdb.DuckDBPyConnection, fingerprint: JobFingerprint) -> bool:
+    """Whether the sources outside the read's snapshot (a Parquet file, a view over one) still hold what
+    ``fingerprint`` hashed: after a read, False means the read may mix two states of a file."""
+    if fingerprint.outside_snapshot is None:
+        return True
+    sql, values = fingerprint.outside_snapshot
+    try:
+        return tuple(con.sql(sql).fetchall()[0]) == values
+    except duckdb.Error:
+        renew_snapshot(con)
+        return False
 
 
 NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")
@@ -296,8 +312,9 @@ def as_compared(column: str, duckdb_type: str) -> str:
 
 def _hash_query(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, rows: dict[str, set[str]], read: dict[str, set[str]]
-) -> tuple[str, list]:
-    """One query: per source, its rows and the content hash(es) of the columns read.
+) -> tuple[str, list[str], list]:
+    """The hash query as (its WITH prefix, one item per source, their layout): per source, its rows and the
+    content hash(es) of the columns read.
 
     A base table gives one hash of its rowids with the columns that decide the join (``ROWS``) and one per
     other column read; any other source one hash of every column read.
@@ -326,7 +343,7 @@ def _hash_query(
         values = ", ".join(f"coalesce({total}, 0)::VARCHAR" for total in sums)
         items.append(f"(SELECT [count(*)::VARCHAR, {values}] FROM {s.relation_sql})")
         layout.append((s.alias, native, keys))
-    return f"{prefix}SELECT {', '.join(items)}", layout
+    return prefix, items, layout
 
 
 def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool]) -> JobFingerprint:
@@ -345,9 +362,9 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     for parts in by_feature:
         for alias, columns in parts.items():
             read[alias] |= columns
-    sql, layout = _hash_query(con, graph, rows_by_source, read)
+    prefix, items, layout = _hash_query(con, graph, rows_by_source, read)
     try:
-        found = con.sql(sql).fetchall()[0]
+        found = con.sql(f"{prefix}SELECT {', '.join(items)}").fetchall()[0]
     except duckdb.Error as err:
         renew_snapshot(con)  # a failed statement aborts the job's read transaction
         return JobFingerprint(False, f"the content of a source could not be hashed ({err})")
@@ -369,7 +386,10 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
             "column", rows_key, feature.kind, [(p.source, p.sql) for p in feature.parts], categorical[j], content
         )
     stats_key = digest("stats", rows_key, [column_keys[j] for j in sorted(column_keys)], categorical)
-    return JobFingerprint(True, "", rows_key, stats_key, column_keys, time.perf_counter() - began)
+    outside = [k for k, (_, native, _) in enumerate(layout) if not native]
+    again = (f"{prefix}SELECT {', '.join(items[k] for k in outside)}", tuple(found[k] for k in outside))
+    seconds = time.perf_counter() - began
+    return JobFingerprint(True, "", rows_key, stats_key, column_keys, seconds, again if outside else None)
 
 
 __all__ = [
@@ -379,5 +399,6 @@ __all__ = [
     "digest",
     "fingerprint_job",
     "impure_expression",
+    "still_the_same",
     "volatile_expression",
 ]

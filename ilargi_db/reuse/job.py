@@ -33,8 +33,8 @@ from ilargi_db.metadata.scans import ROWID, cast_part, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import in_transaction, renew_snapshot
-from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job
-from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, nbytes_of
+from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job, still_the_same
+from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, database_scope, nbytes_of
 
 MEMOIZED = ("crossprod", "colsums")  # the sums a NormalizedMatrix memoizes that the gram artifact keeps
 
@@ -62,6 +62,7 @@ class JobReuse:
     hit_keys: list[str] = field(default_factory=list)  # keys found that the database stores
     sums_key: str = ""
     sums_found: bool = False
+    database: str = ""  # database_scope(con): whose artifacts these are, for listing and clearing
 
     @classmethod
     def open(
@@ -76,8 +77,7 @@ class JobReuse:
         if not enabled:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)
-        job = cls(con, fingerprint, persist=persist and database_file(con) is not None)
-        return job
+        return cls(con, fingerprint, persist=persist and database_file(con) is not None, database=database_scope(con))
 
     @property
     def enabled(self) -> bool:
@@ -103,7 +103,7 @@ class JobReuse:
         for key, what in wanted.items():
             if not key:
                 continue
-            artifact = MEMORY.get(key)
+            artifact = MEMORY.get(key, self.database)
             if artifact is not None:
                 self.used.append(Use(kind, what, "memory", artifact.compute_seconds))
                 if key in self._index():
@@ -111,11 +111,11 @@ class JobReuse:
                 found[key] = artifact.value
             elif key in self._index() and DatabaseTier.worth_loading(*self._index()[key]):
                 load.append(key)
-        for key, payload in DatabaseTier.load(self.con, load).items():
+        for key, payload in DatabaseTier.load(self.con, dict.fromkeys(load, kind)).items():
             seconds = self._index()[key][1]
             self.used.append(Use(kind, wanted[key], "database", seconds))
             self.hit_keys.append(key)
-            MEMORY.put(Artifact(key, kind, wanted[key], payload, nbytes_of(payload), seconds, hits=1))
+            MEMORY.put(Artifact(key, kind, wanted[key], payload, nbytes_of(payload), seconds, hits=1), self.database)
             found[key] = payload
         return found
 
@@ -136,7 +136,7 @@ class JobReuse:
         if not self.enabled or not key:
             return
         artifact = Artifact(key, kind, what, value, nbytes_of(value), seconds)
-        MEMORY.put(artifact)
+        MEMORY.put(artifact, self.database)
         self.made.append((artifact, persistable))
 
     def finish(self) -> int:
@@ -166,6 +166,19 @@ class JobReuse:
         with _HITS_LOCK:
             hits = _PENDING_HITS.pop(path, Counter())
         return DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
+
+    def confirm_read(self) -> None:
+        """After the job read its data: refuse the job if a source outside the read's snapshot (a Parquet or
+        CSV file, a view over one) changed since it was fingerprinted. The read may mix two states of the
+        file, and its artifacts would serve under the old content's keys: they are forgotten."""
+        if not self.enabled or not self.made or still_the_same(self.con, self.fingerprint):
+            return
+        MEMORY.discard([artifact.key for artifact, _ in self.made])
+        self.made.clear()
+        raise IlargiError(
+            "a file (or another source outside the database) that the training query reads changed while it was "
+            "read: the rows may mix its old and new contents. Train again once it no longer changes."
+        )
 
     def saved_seconds(self) -> float:
         return sum(u.saved_seconds for u in self.used)
@@ -246,7 +259,8 @@ class JobReuse:
         ][-8:]
         value = {"fits": fits}
         MEMORY.put(
-            Artifact(key, "model", f"earlier {algorithm} models", value, nbytes_of([f["coef"] for f in fits]), 0.0)
+            Artifact(key, "model", f"earlier {algorithm} models", value, nbytes_of([f["coef"] for f in fits]), 0.0),
+            self.database,
         )
 
     # -- the factorized read ------------------------------------------------------------------

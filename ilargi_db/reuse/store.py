@@ -4,9 +4,15 @@
   shared by every connection of the process. Keys are content-addressed (see
   :mod:`~ilargi_db.reuse.fingerprint`), so an artifact is right for any database whose tables hold what
   it was made from.
-- **In the database** (:class:`DatabaseTier`): table ``ilargi.artifacts`` of a file database, so a new
-  process reuses them. Payloads are NumPy ``.npz`` archives read with ``allow_pickle=False``: a database
-  file from elsewhere cannot run code through them.
+  Listing and clearing are per database (:func:`database_scope`): a database sees and clears only the
+  artifacts its own jobs made or used.
+- **In the database** (:class:`DatabaseTier`): table ``ilargi.artifacts_store`` of a file database, so a
+  new process reuses them. Nothing read from a database file is believed: each payload is sealed with an
+  HMAC (:func:`seal`) under a secret kept outside the file (:func:`artifact_secret`, in the user's cache
+  directory), over its key, its kind and its bytes. A payload that another user's process wrote, that was
+  copied under another key, or that was edited is a miss, never decoded. Payloads are uncompressed NumPy
+  ``.npz`` archives (checked before reading: no compressed member, nothing larger than the payload) read
+  with ``allow_pickle=False``, and their Arrow arrays are validated in full.
 
 Each tier keeps what it has room for by utility, Experiment Graph's measure: (hits + 1) x the seconds it
 took to compute / its bytes. A stored artifact that would take longer to load than to recompute is not
@@ -15,10 +21,15 @@ loaded (:meth:`DatabaseTier.worth_loading`).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
+import os
+import secrets
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +37,8 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+
+from ilargi_db.cost_model.hardware import cache_dir
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
 DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
@@ -60,6 +73,7 @@ class Artifact:
     hits: int = 0
     created: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.time)
+    databases: set[str] = field(default_factory=set)  # the databases whose jobs made or used it (database_scope)
 
     @property
     def utility(self) -> float:
@@ -78,20 +92,28 @@ class MemoryTier:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.items.values())
 
-    def get(self, key: str) -> Artifact | None:
+    def get(self, key: str, database: str | None = None) -> Artifact | None:
+        """The artifact under ``key``, counted as a hit (and as ``database``'s from now on), or None."""
         with self.lock:
             artifact = self.items.get(key)
             if artifact is not None:
                 artifact.hits += 1
                 artifact.last_used = time.time()
+                if database is not None:
+                    artifact.databases.add(database)
             return artifact
 
-    def put(self, artifact: Artifact) -> bool:
-        """Keep ``artifact`` if it is worth its bytes against what is kept; whether it was kept."""
+    def put(self, artifact: Artifact, database: str | None = None) -> bool:
+        """Keep ``artifact`` (made by a job of ``database``) if it is worth its bytes against what is kept;
+        whether it was kept."""
         with self.lock:
             if artifact.nbytes > self.budget:
                 return False
-            self.items.pop(artifact.key, None)
+            held = self.items.pop(artifact.key, None)
+            if held is not None:
+                artifact.databases |= held.databases
+            if database is not None:
+                artifact.databases.add(database)
             used = sum(a.nbytes for a in self.items.values())
             if used + artifact.nbytes > self.budget:
                 ranked = sorted(self.items.values(), key=lambda a: a.utility)
@@ -108,6 +130,17 @@ class MemoryTier:
             self.items[artifact.key] = artifact
             return True
 
+    def of(self, database: str | None) -> list[Artifact]:
+        """The artifacts ``database``'s jobs made or used (every one for None: the process's own view)."""
+        with self.lock:
+            return [a for a in self.items.values() if database is None or database in a.databases]
+
+    def discard(self, keys: list[str]) -> None:
+        """Forget the artifacts under ``keys`` (made from a read that turned out not to be one snapshot)."""
+        with self.lock:
+            for key in keys:
+                self.items.pop(key, None)
+
     def shrink(self) -> None:
         """Leave the budget: the least useful per byte go first."""
         with self.lock:
@@ -116,10 +149,21 @@ class MemoryTier:
                     break
                 del self.items[artifact.key]
 
-    def clear(self) -> int:
+    def clear(self, database: str | None = None) -> int:
+        """Forget ``database``'s artifacts (those another database used too stay, as its own); every one for
+        None. Returns how many ``database`` no longer sees."""
         with self.lock:
-            n = len(self.items)
-            self.items.clear()
+            if database is None:
+                n = len(self.items)
+                self.items.clear()
+                return n
+            n = 0
+            for key, artifact in list(self.items.items()):
+                if database in artifact.databases:
+                    artifact.databases.discard(database)
+                    n += 1
+                    if not artifact.databases:
+                        del self.items[key]
             return n
 
 
@@ -149,7 +193,17 @@ def pack(value: dict[str, Any]) -> bytes:
 
 
 def unpack(payload: bytes) -> dict[str, Any]:
-    """The dict :func:`pack` archived (``allow_pickle=False``: no object arrays, no code)."""
+    """The dict :func:`pack` archived (``allow_pickle=False``: no object arrays, no code).
+
+    Refuses (``ValueError``) an archive :func:`pack` would not write: a compressed member or one larger
+    than the payload (a small zip must not expand to gigabytes), and Arrow arrays that fail full validation.
+    """
+    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+        members = archive.infolist()
+        if any(m.compress_type != zipfile.ZIP_STORED for m in members) or sum(m.file_size for m in members) > len(
+            payload
+        ):
+            raise ValueError("not an archive ilargi_db writes (compressed, or larger than its payload)")
     value: dict[str, Any] = {}
     with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
         for name in archive.files:
@@ -159,10 +213,74 @@ def unpack(payload: bytes) -> dict[str, Any]:
                 value[key] = data
             elif kind == "a":
                 with pa.ipc.open_stream(data.tobytes()) as reader:
-                    value[key] = reader.read_all().column("v").combine_chunks()
+                    table = reader.read_all()
+                table.validate(full=True)
+                value[key] = table.column("v").combine_chunks()
             else:
                 value.update(json.loads(data.tobytes().decode()))
     return value
+
+
+# -- sealing: what this user's processes wrote, and nothing else ------------------------------------------
+
+SEAL_PREFIX = b"ilargi-hmac-sha256:"  # the seal's version: a payload without it is a miss
+SECRET_FILE = "artifact_secret"  # 32 random bytes in the user's cache directory, readable by the user alone
+_SECRET_LOCK = threading.Lock()
+
+
+def artifact_secret(directory: str | os.PathLike | None = None) -> bytes | None:
+    """The secret sealing this user's artifacts (made on first use); None where it cannot be kept.
+
+    It lives outside every database file, so a file that someone else wrote (or edited) cannot carry
+    payloads this process accepts. Without it the database tier is off: nothing is loaded or stored.
+    """
+    path = cache_dir(directory) / SECRET_FILE
+    with _SECRET_LOCK:
+        try:
+            return _read_secret(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it first
+            return _read_secret(path)
+        except OSError:
+            return None
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_bytes(32))
+        return _read_secret(path)
+
+
+def _read_secret(path: Any) -> bytes | None:
+    secret = path.read_bytes()
+    return secret if len(secret) == 32 else None  # a damaged secret file seals nothing
+
+
+def seal(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
+    """``payload`` with an HMAC over its key, its kind and its bytes in front."""
+    return SEAL_PREFIX + _mac(secret, key, kind, payload) + payload
+
+
+def unseal(secret: bytes, key: str, kind: str, sealed: bytes) -> bytes | None:
+    """The payload :func:`seal` sealed for ``key`` and ``kind`` with ``secret``; None for anything else."""
+    head = len(SEAL_PREFIX) + hashlib.sha256().digest_size
+    if len(sealed) < head or not sealed.startswith(SEAL_PREFIX):
+        return None
+    payload = sealed[head:]
+    if not hmac.compare_digest(sealed[len(SEAL_PREFIX) : head], _mac(secret, key, kind, payload)):
+        return None
+    return payload
+
+
+def _mac(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
+    message = hmac.new(secret, digestmod=hashlib.sha256)
+    for part in (key.encode(), kind.encode()):
+        message.update(len(part).to_bytes(8, "little") + part)
+    message.update(payload)
+    return message.digest()
 
 
 # -- the database tier ---------------------------------------------------------------------------------
@@ -183,6 +301,16 @@ def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
     if not row or not row[0][0] or row[0][1]:
         return None  # in memory (it dies with the process) or read-only
     return str(row[0][0])
+
+
+def database_scope(con: duckdb.DuckDBPyConnection) -> str:
+    """Which database ``con`` is on, for the in-process tier's listing and clearing: its file, or
+    ``":memory:"`` (the in-memory databases of a process are one scope: DuckDB names none of them apart)."""
+    try:
+        row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    except duckdb.Error:
+        return ":memory:"
+    return os.path.realpath(row[0][0]) if row and row[0][0] else ":memory:"
 
 
 class DatabaseTier:
@@ -214,8 +342,15 @@ class DatabaseTier:
         """key -> (bytes, compute seconds) of every stored artifact (no payload is read)."""
         if not DatabaseTier.exists(con):
             return {}
-        rows = con.execute(f"SELECT key, nbytes, compute_seconds FROM {ARTIFACTS_TABLE}").fetchall()
-        return {key: (int(nbytes), float(seconds)) for key, nbytes, seconds in rows}
+        rows = con.execute(  # what the file holds is checked, not believed: odd rows are left out
+            f"SELECT key, TRY_CAST(nbytes AS BIGINT), TRY_CAST(compute_seconds AS DOUBLE) FROM {ARTIFACTS_TABLE} "
+            "WHERE TRY_CAST(key AS VARCHAR) IS NOT NULL"
+        ).fetchall()
+        return {
+            str(key): (int(nbytes), float(seconds))
+            for key, nbytes, seconds in rows
+            if nbytes is not None and nbytes >= 0 and seconds is not None and 0 <= seconds < float("inf")
+        }
 
     @staticmethod
     def load_seconds(nbytes: int) -> float:
@@ -226,18 +361,25 @@ class DatabaseTier:
         return DatabaseTier.load_seconds(nbytes) < compute_seconds
 
     @staticmethod
-    def load(con: duckdb.DuckDBPyConnection, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """The payloads stored under ``keys`` (one query); a damaged payload is left out (a miss, not an error)."""
-        if not keys:
+    def load(con: duckdb.DuckDBPyConnection, keys: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """The payloads stored under ``keys`` (``{key: kind}``, one query) that this user's processes sealed for
+        that key and kind; anything else (unsealed, sealed elsewhere, damaged) is left out: a miss, not an error."""
+        secret = artifact_secret()
+        if not keys or secret is None:
             return {}
         rows = con.execute(
             f"SELECT key, payload FROM {ARTIFACTS_TABLE} WHERE key IN (SELECT unnest(?::VARCHAR[]))", [list(keys)]
         ).fetchall()
         found = {}
-        for key, payload in rows:
+        for key, sealed in rows:
+            if not isinstance(sealed, (bytes, bytearray, memoryview)) or key not in keys:
+                continue
+            payload = unseal(secret, key, keys[key], bytes(sealed))
+            if payload is None:
+                continue
             try:
-                found[key] = unpack(bytes(payload))
-            except Exception:  # noqa: BLE001 - a damaged payload (a bad zip, a bad CRC...) is a miss, not an error
+                found[key] = unpack(payload)
+            except Exception:  # noqa: BLE001 - sealed by us yet unreadable (another release's codec): a miss
                 continue
         return found
 
@@ -255,6 +397,9 @@ class DatabaseTier:
         optimization, so the training that made them never fails for them, and no transaction is left open.
         """
         budget = DatabaseTier.budget(con)
+        secret = artifact_secret()
+        if secret is None:
+            return 0  # nothing this process stores could be believed by a later one
         try:
             con.begin()
         except duckdb.Error:
@@ -281,7 +426,7 @@ class DatabaseTier:
             used = int(con.execute(f"SELECT coalesce(sum(nbytes), 0) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
             n = 0
             for artifact, payload in artifacts:
-                blob = pack(payload())
+                blob = seal(secret, artifact.key, artifact.kind, pack(payload()))
                 size = len(blob)
                 if size > budget:
                     continue
@@ -347,8 +492,12 @@ __all__ = [
     "DatabaseTier",
     "MEMORY",
     "MemoryTier",
+    "artifact_secret",
     "database_file",
+    "database_scope",
     "nbytes_of",
     "pack",
+    "seal",
     "unpack",
+    "unseal",
 ]

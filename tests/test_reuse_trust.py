@@ -1,0 +1,156 @@
+"""Nothing read from a database file is believed over the data: the store's payloads are sealed by this user's
+processes, bounded when decoded, and each database sees only its own artifacts."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ilargi_db
+from ilargi_db.plan import build_join_graph, categorical_flags
+from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job
+from ilargi_db.reuse.fingerprint import still_the_same
+from ilargi_db.reuse.job import JobReuse
+from ilargi_db.reuse.store import MEMORY, DatabaseTier, artifact_secret, pack, seal, unpack, unseal
+
+QUERY = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
+RUN = dict(backend="numpy", strategy="factorized", solver="normal")
+
+
+def make_star(con, seed: int, n: int, scale: float) -> None:
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, 10, n)
+    x = rng.normal(size=n)
+    con.execute("CREATE TABLE f (k BIGINT, x DOUBLE, y DOUBLE)")
+    con.executemany("INSERT INTO f VALUES (?, ?, ?)", [[int(a), float(b), float(scale * b + a)] for a, b in zip(k, x)])
+    con.execute(
+        "CREATE TABLE d AS SELECT range AS k, cos(range * ?) AS z, ['a', 'b', 'c'][range % 3 + 1] AS kind "
+        "FROM range(10)",
+        [scale],
+    )
+
+
+def store_everything(monkeypatch) -> None:
+    """As a slower machine would: every artifact is worth storing and loading."""
+    monkeypatch.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(20, 200),
+    scale=st.floats(0.5, 4.0),
+    writer=st.sampled_from(["this user", "another user"]),
+)
+def test_a_store_written_by_another_database_file_never_changes_a_model(
+    tmp_path_factory, monkeypatch, seed, n, scale, writer
+):
+    where = tmp_path_factory.mktemp("stores")
+    store_everything(monkeypatch)
+    if writer == "another user":  # their secret is not ours
+        monkeypatch.setenv("ILARGI_CACHE_DIR", str(where / "their_cache"))
+    theirs = ilargi_db.connect(str(where / "theirs.duckdb"))
+    make_star(theirs, seed + 1, n + 7, scale + 1.0)
+    ilargi_db.train(theirs, QUERY, "y", **RUN)
+    stolen = theirs.execute("SELECT key, kind, payload FROM ilargi.artifacts_store ORDER BY key").fetchall()
+    assert {kind for _, kind, _ in stolen} >= {"rows", "column", "stats", "gram"}
+    theirs.close()
+    monkeypatch.undo()
+    store_everything(monkeypatch)
+    ours = ilargi_db.connect(str(where / "ours.duckdb"))
+    make_star(ours, seed, n, scale)
+    ilargi_db.train(ours, QUERY, "y", **RUN)
+    # Same keys, other payloads: each of our artifacts' payload replaced by one of theirs of the same kind;
+    # their own rows copied in as well.
+    for key, kind, _ in ours.execute("SELECT key, kind, payload FROM ilargi.artifacts_store").fetchall():
+        other = next((p for _, k, p in stolen if k == kind), None)
+        if other is not None:
+            ours.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [other, key])
+    for key, kind, payload in stolen:
+        ours.execute(
+            "INSERT OR REPLACE INTO ilargi.artifacts_store VALUES (?, ?, 'theirs', ?, 1.0, 0, now(), now(), ?)",
+            [key, kind, len(payload), payload],
+        )
+    clear_artifacts()  # as a new process finds the file
+    warm = ilargi_db.train(ours, QUERY, "y", alpha=2.0, **RUN)
+    cold = ilargi_db.train(ours, QUERY, "y", alpha=2.0, reuse=False, **RUN)
+    assert not any("from database" in line for line in warm.reused_)
+    np.testing.assert_array_equal(warm.coef_, cold.coef_)
+    np.testing.assert_array_equal(warm.intercept_, cold.intercept_)
+    ours.close()
+
+
+def test_a_sealed_payload_opens_only_for_its_own_key_kind_and_secret():
+    secret, other = b"s" * 32, b"o" * 32
+    sealed = seal(secret, "key1", "rows", b"payload")
+    assert unseal(secret, "key1", "rows", sealed) == b"payload"
+    assert unseal(secret, "key2", "rows", sealed) is None  # moved under another key
+    assert unseal(secret, "key1", "column", sealed) is None  # read as another kind
+    assert unseal(other, "key1", "rows", sealed) is None  # another user's
+    assert unseal(secret, "key1", "rows", sealed[:-1] + b"!") is None  # edited
+    assert unseal(secret, "key1", "rows", b"payload") is None  # never sealed
+    assert artifact_secret() == artifact_secret() and len(artifact_secret()) == 32
+
+
+def test_an_archive_that_would_expand_is_refused_before_it_is_read():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("n:x.npy", b"\0" * 50_000_000)  # 50 MB of zeros in about 50 KB
+    payload = buffer.getvalue()
+    assert len(payload) < 200_000
+    with pytest.raises(ValueError, match="compressed, or larger than its payload"):
+        unpack(payload)
+    assert unpack(pack({"a": np.arange(4)}))["a"].tolist() == [0, 1, 2, 3]  # what ilargi_db writes still reads
+
+
+def test_a_damaged_arrow_array_in_a_payload_is_refused_not_used():
+    import pyarrow as pa
+
+    good = pack({"text": pa.array(["ab", "cd", None])})
+    archive = np.load(io.BytesIO(good), allow_pickle=False)
+    stream = bytearray(archive["a:text"].tobytes())
+    offsets = stream.find(np.array([0, 2, 4], dtype=np.int32).tobytes())
+    assert offsets > 0
+    stream[offsets + 4 : offsets + 8] = np.int32(1 << 30).tobytes()  # an offset far past the data
+    out = io.BytesIO()
+    np.savez(out, **{"a:text": np.frombuffer(bytes(stream), dtype=np.uint8), "j:": archive["j:"]})
+    with pytest.raises((ValueError, pa.ArrowInvalid)):
+        unpack(out.getvalue())
+
+
+def test_each_database_sees_and_clears_only_its_own_artifacts(tmp_path):
+    clear_artifacts()
+    first = ilargi_db.connect(str(tmp_path / "first.duckdb"))
+    second = ilargi_db.connect(str(tmp_path / "second.duckdb"))
+    make_star(first, 0, 50, 1.0)
+    make_star(second, 1, 50, 2.0)
+    second.execute("ALTER TABLE d RENAME COLUMN z TO secret_feature")
+    ilargi_db.train(first, QUERY, "y", **RUN)
+    ilargi_db.train(second, QUERY.replace("d.z", "d.secret_feature"), "y", **RUN)
+    listed = str(first.sql("SELECT ilargi_artifacts()").fetchall()[0][0])
+    assert "secret_feature" not in listed and "'x'" in listed
+    first.sql("SELECT ilargi_clear_artifacts()").fetchall()
+    assert [a for a in artifacts(first) if a["tier"] == "memory"] == []
+    assert any("secret_feature" in a["what"] for a in artifacts(second) if a["tier"] == "memory")
+
+
+def test_a_file_rewritten_between_the_fingerprint_and_the_read_is_refused(tmp_path):
+    con = ilargi_db.connect()
+    path = tmp_path / "f.parquet"
+    write = "COPY (SELECT range % 5 AS k, range * {m} AS x, range * 2.0 AS y FROM range(50)) TO '" + str(path) + "'"
+    con.execute(write.format(m=1.0))
+    con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
+    graph = build_join_graph(con, f"SELECT f.x, d.z, f.y FROM read_parquet('{path}') AS f JOIN d USING (k)", "y")
+    flags = categorical_flags(graph)
+    assert still_the_same(con, fingerprint_job(con, graph, flags))
+    job = JobReuse.open(con, graph, flags)
+    job.keep("stats", job.fingerprint.stats_key, "the job's statistics", {"n": 50}, 0.1)
+    con.execute(write.format(m=1.5))  # rewritten before the read finished
+    with pytest.raises(ilargi_db.IlargiError, match="changed while it was read"):
+        job.confirm_read()
+    assert job.fingerprint.stats_key not in MEMORY.items  # its artifacts are forgotten
