@@ -34,7 +34,7 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import in_transaction, renew_snapshot
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job
-from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, nbytes_of
+from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, nbytes_of, store_warnings
 
 MEMOIZED = ("crossprod", "colsums")  # the sums a NormalizedMatrix memoizes that the gram artifact keeps
 
@@ -62,6 +62,7 @@ class JobReuse:
     hit_keys: list[str] = field(default_factory=list)  # keys found that the database stores
     sums_key: str = ""
     sums_found: bool = False
+    warnings: list[str] = field(default_factory=list)  # why the database keeps none of the job's artifacts, ...
 
     @classmethod
     def open(
@@ -77,6 +78,8 @@ class JobReuse:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)
         job = cls(con, fingerprint, persist=persist and database_file(con) is not None)
+        if job.persist and job.enabled:
+            job.warnings = store_warnings(con)
         return job
 
     @property
