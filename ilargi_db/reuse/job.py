@@ -62,7 +62,7 @@ class JobReuse:
     hit_keys: list[str] = field(default_factory=list)  # keys found that the database stores
     sums_key: str = ""
     sums_found: bool = False
-    warnings: list[str] = field(default_factory=list)  # why the database keeps none of the job's artifacts, ...
+    warnings: list[str] = field(default_factory=list)  # what the store tells the models (store_warnings)
 
     @classmethod
     def open(

@@ -272,8 +272,7 @@ class DatabaseTier:
     @staticmethod
     def exists(con: duckdb.DuckDBPyConnection) -> bool:
         """Whether the store's own table is there (a user's table of its name is not read)."""
-        objects = _store_objects(con)
-        return "artifacts_store" in objects and objects["artifacts_store"] == _expected_objects()["artifacts_store"]
+        return _store_objects(con).get("artifacts_store") == _expected_objects()["artifacts_store"]
 
     @staticmethod
     def settings(con: duckdb.DuckDBPyConnection, foreign: dict[str, str] | None = None) -> tuple[int, str | None]:
