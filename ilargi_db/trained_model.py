@@ -61,7 +61,7 @@ class TrainedModel:
     training_metrics_: dict = field(default_factory=dict)
     n_rows_: int = 0
     unlabelled_rows_: int = 0
-    warnings_: list[str] = field(default_factory=list)  # convergence warnings the training raised
+    warnings_: list[str] = field(default_factory=list)  # what the training warned of (convergence, the store)
     reused_: list[str] = field(default_factory=list)  # artifacts of earlier jobs this training used
     streamed_: dict | None = None  # how the data was streamed (budget, partitions), None when held in memory
     name_: str | None = None

@@ -817,7 +817,7 @@ def _train_models(
                 streamed_=dict(stream_plan) if stream_plan else None,
                 reused_=job.describe() + ([warm] if warm else []),
                 unlabelled_rows_=data.unlabelled,
-                warnings_=[unconverged] if unconverged else [],
+                warnings_=([unconverged] if unconverged else []) + job.warnings,
             )
             model.training_metrics_ = training_metrics(model, X, y)
             done = time.perf_counter()

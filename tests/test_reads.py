@@ -83,6 +83,52 @@ def test_the_sequence_is_not_advanced(con):
     assert con.execute("SELECT nextval('numbers')").fetchall() == [(1,)]
 
 
+HIDDEN_NEXTVAL = {
+    "a view": (
+        "CREATE VIEW numbered AS SELECT nextval('numbers') AS n, x, y FROM f",
+        "SELECT v.x, v.y FROM numbered v",
+    ),
+    "a view of a view": (
+        "CREATE VIEW numbered AS SELECT nextval('numbers') AS n, x, y FROM f; "
+        "CREATE VIEW outer_view AS SELECT x, y FROM numbered",
+        "SELECT v.x, v.y FROM outer_view v",
+    ),
+    "a scalar macro": ("CREATE MACRO bump(a) AS a + 0 * nextval('numbers')", "SELECT bump(f.x) AS x, f.y FROM f"),
+    "a macro in a view": (
+        "CREATE MACRO bump(a) AS a + 0 * nextval('numbers'); CREATE VIEW bumped AS SELECT bump(x) AS x, y FROM f",
+        "SELECT b.x, b.y FROM bumped b",
+    ),
+    "a table macro": (
+        "CREATE MACRO numbered(k) AS TABLE SELECT nextval('numbers') AS n, x, y FROM f LIMIT k",
+        "SELECT v.x, v.y FROM numbered(10) v",
+    ),
+}
+
+
+@pytest.mark.parametrize("in_transaction_of_the_caller", [False, True], ids=["autocommit", "in a transaction"])
+@pytest.mark.parametrize("where", list(HIDDEN_NEXTVAL))
+def test_a_nextval_hidden_in_a_view_or_macro_is_refused_and_the_sequence_is_not_advanced(
+    con, where, in_transaction_of_the_caller
+):
+    # In the caller's transaction the read-only wall is off: DuckDB would advance the sequence on every read.
+    ddl, query = HIDDEN_NEXTVAL[where]
+    con.execute(ddl)
+    if in_transaction_of_the_caller:
+        con.begin()
+    for call in (
+        lambda: ilargi_db.train(con, query, "y"),
+        lambda: ilargi_db.train(con, query, "y", strategy="materialized"),
+        lambda: ilargi_db.explain(con, query, "y"),
+    ):
+        with pytest.raises(PlanError, match=r"nextval\('numbers'\), which advances a sequence: ilargi_db only reads"):
+            call()
+    if in_transaction_of_the_caller:
+        con.commit()
+    assert con.execute("SELECT last_value FROM duckdb_sequences() WHERE sequence_name = 'numbers'").fetchall() == [
+        (None,)
+    ]
+
+
 def test_every_entry_point_refuses_a_query_that_writes(con, tmp_path, capsys):
     model = ilargi_db.train(con, GOOD, "y", strategy="factorized")
     ilargi_db.save_model(con, "good", model)

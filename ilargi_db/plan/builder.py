@@ -12,7 +12,7 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
 from ilargi_db.plan.reserved import refuse_reserved_names
 from ilargi_db.plan.sources import collect_sources
-from ilargi_db.plan.statement import check_reads_only, parse_training_query
+from ilargi_db.plan.statement import check_reads_only, parse_training_query, refuse_hidden_writes
 from ilargi_db.read_snapshot import ReadSnapshot
 
 
@@ -58,6 +58,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
 def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
     check_reads_only(con, query)  # DuckDB's parser, before anything binds (binding runs a statement that writes)
     select = parse_training_query(query)
+    refuse_hidden_writes(con, select)  # a nextval in a view or macro, which DuckDB expands when it binds
     with ReadSnapshot(con):  # binding reads the catalog; nothing may write
         return _plan(con, query, target, select)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 import sqlglot
@@ -90,11 +91,118 @@ def refuse_writes(statement: exp.Expression) -> exp.Expression:
                 f"the training query holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}"
             )
         if isinstance(node, exp.Anonymous) and node.name.lower() in _WRITING_FUNCTIONS:
-            raise PlanError(
-                f"the training query calls {node.sql('duckdb')}, which advances a sequence: ilargi_db only reads "
-                "training data and runs the query several times. Number the rows in a table first."
-            )
+            raise PlanError(f"the training query calls {node.sql('duckdb', normalize_functions=False)}, {_ADVANCES}")
     return statement
+
+
+_ADVANCES = (
+    "which advances a sequence: ilargi_db only reads training data and runs the query several times. "
+    "Number the rows in a table first."
+)
+
+
+class _Definitions:
+    """The views and macros of ``con``'s catalog, each parsed once, the macros read only when a call needs them
+    (listing DuckDB's functions takes some 20 ms)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        database, schemas = con.execute("SELECT current_database(), current_schemas(true)").fetchall()[0]
+        self.database, self.schemas = database.lower(), {schema.lower() for schema in schemas}
+        self.views: dict[str, list[tuple[str, str, str]]] = {}  # name -> [(database, schema, SQL)]
+        for database, schema, name, sql in con.execute(
+            "SELECT database_name, schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal"
+        ).fetchall():
+            self.views.setdefault(name.lower(), []).append((database.lower(), schema.lower(), sql))
+        self.macros: dict[str, list[str]] = {}  # name -> the bodies of its overloads ([] for no macro)
+
+    def views_named(self, table: exp.Table) -> list[str]:
+        """The SQL of every view ``table`` may name (DuckDB's search path, widened: a miss would let a write by)."""
+        catalog, schema = table.catalog.lower(), table.db.lower()
+        found = []
+        for database, view_schema, sql in self.views.get(table.name.lower(), []):
+            if catalog:
+                matches = (database, view_schema) == (catalog, schema)
+            elif schema:  # schema.view of the current database, or database.view (its default schema)
+                matches = view_schema == schema or database == schema
+            else:  # the search path, in this database or among the temporary views
+                matches = database in (self.database, "temp") and view_schema in self.schemas
+            if matches:
+                found.append(sql)
+        return found
+
+    def macro_bodies(self, names: set[str]) -> None:
+        missing = sorted(names - set(self.macros))
+        if not missing:
+            return
+        for name in missing:
+            self.macros[name] = []
+        for name, body in self.con.execute(
+            "SELECT lower(function_name), macro_definition FROM duckdb_functions() WHERE NOT internal "
+            "AND function_type IN ('macro', 'table_macro') AND lower(function_name) IN (SELECT unnest(?::VARCHAR[]))",
+            [missing],
+        ).fetchall():
+            self.macros[name].append(body)
+
+
+def _parse_definition(sql: str) -> exp.Expression | None:
+    try:
+        return sqlglot.parse_one(sql, read="duckdb")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
+        return None
+
+
+_SEQUENCE_CALL = re.compile(r"\b(nextval|setval)\s*\(", re.IGNORECASE)
+
+
+def _hidden_sequence_call(tree: exp.Expression, definitions: _Definitions, seen: set[str]) -> list[str]:
+    """How ``tree`` reaches a ``nextval``/``setval`` through views and macros, in words; [] where it does not."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    calls = {node.name.lower(): node for node in tree.find_all(exp.Anonymous)}
+    for name, node in calls.items():
+        if name in _WRITING_FUNCTIONS:
+            return [f"calls {node.sql('duckdb', normalize_functions=False)}"]
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier) or (not table.db and table.name.lower() in ctes):
+            continue
+        for sql in definitions.views_named(table):
+            if sql in seen:
+                continue
+            seen.add(sql)
+            found = _reaches(sql, definitions, seen)
+            if found:
+                return [f"reads view {table.name}", *found]
+    definitions.macro_bodies(set(calls))
+    for name, node in calls.items():
+        for body in definitions.macros.get(name, []):
+            if body in seen:
+                continue
+            seen.add(body)
+            found = _reaches(body, definitions, seen)
+            if found:
+                return [f"calls macro {node.name}", *found]
+    return []
+
+
+def _reaches(sql: str, definitions: _Definitions, seen: set[str]) -> list[str]:
+    """:func:`_hidden_sequence_call` of a view's or macro's SQL; SQL sqlglot cannot parse is judged by its text."""
+    tree = _parse_definition(sql)
+    if tree is None:
+        match = _SEQUENCE_CALL.search(sql)
+        return [f"calls {match.group(1)}(...)"] if match else []
+    return _hidden_sequence_call(tree, definitions, seen)
+
+
+def refuse_hidden_writes(con: duckdb.DuckDBPyConnection, statement: exp.Expression) -> None:
+    """Refuse a view or macro that ``statement`` reads, at any depth, that advances a sequence (nextval, setval).
+
+    :func:`refuse_writes` sees the query's own text only; DuckDB expands views and macros when it binds, and
+    inside a caller's transaction (where ilargi_db reads without its read-only wall) would advance the sequence
+    once per row on every read.
+    """
+    found = _hidden_sequence_call(statement, _Definitions(con), set())
+    if found:
+        raise PlanError(f"the training query {', which '.join(found)}, {_ADVANCES}")
 
 
 def _query_nodes(tree: object, cte: str | None = None):

@@ -25,15 +25,16 @@ from typing import Any
 import duckdb
 
 from ilargi_db.cost_model.memory import size_in_bytes
+from ilargi_db.errors import IlargiError
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.reuse.store import (
     ARTIFACTS_TABLE,
     MEMORY,
-    SETTINGS_TABLE,
     DatabaseTier,
     database_file,
     database_scope,
+    refuse_foreign,
 )
 
 
@@ -65,7 +66,13 @@ def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, An
 
 
 def clear_artifacts(con: duckdb.DuckDBPyConnection | None = None) -> dict[str, int]:
-    """Forget every artifact of this process and, given ``con`` on a writable file, of its database."""
+    """Forget every artifact of this process and, given ``con`` on a writable file, of its database.
+
+    A table of the user's named ``ilargi.artifacts_store`` is never emptied: clearing is refused, with what to
+    rename, before anything is forgotten.
+    """
+    if con is not None and database_file(con) is not None:
+        refuse_foreign(con, "artifacts_store", "clear the artifacts")
     cleared = {"memory": MEMORY.clear(database_scope(con) if con is not None else None), "database": 0}
     if con is not None and database_file(con) is not None and DatabaseTier.exists(con):
         cleared["database"] = int(con.execute(f"SELECT count(*) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
@@ -80,23 +87,22 @@ def set_artifact_budget(
 
     Sizes are bytes or strings such as ``"512MB"``; ``0`` keeps nothing; None leaves a budget as it is.
     The storage budget is kept in the database (``ilargi.artifact_settings``), for every later session.
-    Returns both budgets.
+    Returns both budgets. A table of the user's named ``ilargi.artifact_settings`` is never replaced: setting
+    the storage budget over it is refused, with what to rename.
     """
-    if memory is not None:
-        MEMORY.budget = size_in_bytes(memory, "the memory budget")
-        MEMORY.shrink()
+    memory_budget = None if memory is None else size_in_bytes(memory, "the memory budget")
     if storage is not None:
         if con is None or database_file(con) is None:
-            from ilargi_db.errors import IlargiError
-
             raise IlargiError(
                 "a storage budget needs a connection to a database file opened for writing: an in-memory "
                 "database keeps no artifacts beyond the process (set the memory budget instead)."
             )
         budget = size_in_bytes(storage, "the storage budget")
-        con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
-        con.execute(f"CREATE OR REPLACE TABLE {SETTINGS_TABLE} AS SELECT ?::BIGINT AS storage_budget", [budget])
+        DatabaseTier.set_budget(con, budget)  # first: a refusal leaves both budgets as they were
         DatabaseTier.shrink(con, budget)
+    if memory_budget is not None:
+        MEMORY.budget = memory_budget
+        MEMORY.shrink()
     stored = DatabaseTier.budget(con) if con is not None and database_file(con) is not None else None
     return {"memory": MEMORY.budget, **({"storage": stored} if stored is not None else {})}
 

@@ -34,7 +34,15 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import in_transaction, renew_snapshot
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job, still_the_same
-from ilargi_db.reuse.store import MEMORY, Artifact, DatabaseTier, database_file, database_scope, nbytes_of
+from ilargi_db.reuse.store import (
+    MEMORY,
+    Artifact,
+    DatabaseTier,
+    database_file,
+    database_scope,
+    nbytes_of,
+    store_warnings,
+)
 
 MEMOIZED = ("crossprod", "colsums")  # the sums a NormalizedMatrix memoizes that the gram artifact keeps
 
@@ -63,6 +71,7 @@ class JobReuse:
     sums_key: str = ""
     sums_found: bool = False
     database: str = ""  # database_scope(con): whose artifacts these are, for listing and clearing
+    warnings: list[str] = field(default_factory=list)  # what the store tells the models (store_warnings)
 
     @classmethod
     def open(
@@ -77,7 +86,10 @@ class JobReuse:
         if not enabled:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)
-        return cls(con, fingerprint, persist=persist and database_file(con) is not None, database=database_scope(con))
+        job = cls(con, fingerprint, persist=persist and database_file(con) is not None, database=database_scope(con))
+        if job.persist and job.enabled:
+            job.warnings = store_warnings(con)
+        return job
 
     @property
     def enabled(self) -> bool:

@@ -21,6 +21,7 @@ loaded (:meth:`DatabaseTier.worth_loading`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import io
@@ -39,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.cost_model.hardware import cache_dir
+from ilargi_db.errors import IlargiError
+from ilargi_db.read_snapshot import in_transaction
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
 DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
@@ -289,6 +292,83 @@ ARTIFACTS_TABLE = "ilargi.artifacts_store"
 ARTIFACTS_VIEW = "ilargi.artifacts"
 SETTINGS_TABLE = "ilargi.artifact_settings"
 
+# What the store keeps in schema ilargi, as it creates each object. A table or view of one of these names is the
+# store's only when DuckDB describes it exactly as this DDL does (the test ilargi.models passes, see
+# sql_functions/registry.py): ilargi_db never writes, replaces or empties any other.
+STORE_DDL = {
+    "artifacts_store": (
+        f"CREATE TABLE IF NOT EXISTS {ARTIFACTS_TABLE} (key VARCHAR PRIMARY KEY, kind VARCHAR, what VARCHAR, "
+        "nbytes BIGINT, compute_seconds DOUBLE, hits BIGINT, created TIMESTAMP, last_used TIMESTAMP, payload BLOB)"
+    ),
+    "artifacts": (  # what any DuckDB client can list (the payloads stay out of it)
+        f"CREATE VIEW IF NOT EXISTS {ARTIFACTS_VIEW} AS SELECT kind, what, nbytes, compute_seconds, hits, "
+        f"created, last_used, key FROM {ARTIFACTS_TABLE}"
+    ),
+    "artifact_settings": f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (storage_budget BIGINT)",
+}
+
+
+def _store_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
+    """``{name: (kind, SQL)}`` of the tables and views in schema ilargi of the current database with a store name.
+
+    The SQL is DuckDB's own normalized ``CREATE`` statement, so one DDL gives one text whatever made it.
+    """
+    names = list(STORE_DDL)
+    found = con.execute(
+        "SELECT lower(table_name), 'table', sql FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND lower(schema_name) = 'ilargi' AND lower(table_name) IN (SELECT unnest(?::VARCHAR[])) "
+        "UNION ALL SELECT lower(view_name), 'view', sql FROM duckdb_views() WHERE database_name = current_database() "
+        "AND lower(schema_name) = 'ilargi' AND lower(view_name) IN (SELECT unnest(?::VARCHAR[])) AND NOT internal",
+        [names, names],
+    ).fetchall()
+    return {name: (kind, sql) for name, kind, sql in found}
+
+
+@functools.cache
+def _expected_objects() -> dict[str, tuple[str, str]]:
+    """The store's objects as :data:`STORE_DDL` creates them (in a scratch in-memory database)."""
+    scratch = duckdb.connect()
+    try:
+        scratch.execute("CREATE SCHEMA ilargi")
+        for statement in STORE_DDL.values():
+            scratch.execute(statement)
+        return _store_objects(scratch)
+    finally:
+        scratch.close()
+
+
+def foreign_objects(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """``{name: kind}`` of the tables and views in schema ilargi named like a store object that the store did not
+    create (its own are as :data:`STORE_DDL` makes them)."""
+    expected = _expected_objects()
+    return {name: kind for name, (kind, sql) in _store_objects(con).items() if (kind, sql) != expected[name]}
+
+
+def not_ours(name: str, kind: str) -> str:
+    """What to do about a user's table or view ``ilargi.<name>`` that has a store object's name."""
+    return (
+        f"schema ilargi has a {kind} {name} that ilargi_db did not create, and ilargi_db never writes or replaces "
+        f"your objects: rename yours (ALTER {kind.upper()} ilargi.{name} RENAME TO my_{name}) or drop it"
+    )
+
+
+def refuse_foreign(con: duckdb.DuckDBPyConnection, name: str, then: str) -> None:
+    """Raise :class:`IlargiError` when store object ``name`` is a user's table or view (before anything is written)."""
+    if name in (foreign := foreign_objects(con)):
+        raise IlargiError(f"{not_ours(name, foreign[name])}, then {then} again.")
+
+
+def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Why a training on ``con`` stores no artifact in the database, or stores them under the default budget."""
+    foreign = foreign_objects(con)
+    found = [
+        f"no artifact is stored in this database: {not_ours(name, kind)} to store them again."
+        for name, kind in foreign.items()
+        if name != "artifact_settings"
+    ]
+    why = DatabaseTier.settings(con, foreign)[1]
+    return found + ([why] if why else [])
+
 
 def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
     """The file of ``con``'s current database when it can hold artifacts (a writable file), else None."""
@@ -318,24 +398,61 @@ class DatabaseTier:
 
     @staticmethod
     def exists(con: duckdb.DuckDBPyConnection) -> bool:
-        found = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = 'ilargi' AND table_name = 'artifacts_store'"
-        ).fetchall()
-        return bool(found[0][0])
+        """Whether the store's own table is there (a user's table of its name is not read)."""
+        return _store_objects(con).get("artifacts_store") == _expected_objects()["artifacts_store"]
+
+    @staticmethod
+    def settings(con: duckdb.DuckDBPyConnection, foreign: dict[str, str] | None = None) -> tuple[int, str | None]:
+        """The storage budget set in this database, and why the default stands instead where it does.
+
+        The default where none is set; where the settings table is a user's, or holds no one size (several
+        rows, NULL, a negative number), the default with a warning: never a failing statement, which would
+        fail a training after its fit or abort a caller's transaction.
+        """
+        foreign = foreign_objects(con) if foreign is None else foreign
+        default = f"the default storage budget ({DEFAULT_STORAGE_BUDGET:,} bytes) is used"
+        if "artifact_settings" in foreign:
+            return DEFAULT_STORAGE_BUDGET, f"{not_ours('artifact_settings', foreign['artifact_settings'])}; {default}."
+        if "artifact_settings" not in _store_objects(con):
+            return DEFAULT_STORAGE_BUDGET, None
+        rows = con.execute(f"SELECT storage_budget FROM {SETTINGS_TABLE} LIMIT 3").fetchall()
+        if not rows:
+            return DEFAULT_STORAGE_BUDGET, None
+        (value,) = rows[0]
+        if len(rows) == 1 and value is not None and value >= 0:
+            return int(value), None
+        if len(rows) > 1:
+            held = f"{len(rows) if len(rows) < 3 else 'more than 2'} rows"
+        else:
+            held = "a NULL storage budget" if value is None else f"a storage budget of {value} bytes"
+        return DEFAULT_STORAGE_BUDGET, (
+            f"{SETTINGS_TABLE} holds {held}, not one budget of 0 bytes or more: {default}. Set it again "
+            "(ilargi_artifact_budget(NULL, '1GB') in SQL, ilargi_db.set_artifact_budget(con, storage='1GB'))."
+        )
 
     @staticmethod
     def budget(con: duckdb.DuckDBPyConnection) -> int:
-        """The storage budget set in this database (the default where none is): no failing statement, which
-        would abort a caller's transaction."""
-        found = con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-            "AND schema_name = 'ilargi' AND table_name = 'artifact_settings'"
-        ).fetchall()
-        if not found[0][0]:
-            return DEFAULT_STORAGE_BUDGET
-        row = con.execute(f"SELECT storage_budget FROM {SETTINGS_TABLE}").fetchall()
-        return int(row[0][0]) if row else DEFAULT_STORAGE_BUDGET
+        """The storage budget set in this database (the default where none is, or where it is not one size)."""
+        return DatabaseTier.settings(con)[0]
+
+    @staticmethod
+    def set_budget(con: duckdb.DuckDBPyConnection, budget: int) -> None:
+        """Keep ``budget`` in the store's settings table (created if missing; a user's table of its name is refused)."""
+        refuse_foreign(con, "artifact_settings", "set the budget")
+        own = not in_transaction(con)  # in a caller's transaction the writes are part of it
+        if own:
+            con.begin()
+        try:
+            con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
+            con.execute(STORE_DDL["artifact_settings"])
+            con.execute(f"DELETE FROM {SETTINGS_TABLE}")
+            con.execute(f"INSERT INTO {SETTINGS_TABLE} VALUES (?)", [budget])
+            if own:
+                con.commit()
+        except BaseException:
+            if own:
+                con.rollback()
+            raise
 
     @staticmethod
     def index(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[int, float]]:
@@ -405,16 +522,12 @@ class DatabaseTier:
         except duckdb.Error:
             return 0
         try:
+            if set(foreign_objects(con)) & {"artifacts_store", "artifacts"}:  # a user's: never written (store_warnings)
+                con.rollback()
+                return 0
             con.execute("CREATE SCHEMA IF NOT EXISTS ilargi")
-            con.execute(
-                f"CREATE TABLE IF NOT EXISTS {ARTIFACTS_TABLE} (key VARCHAR PRIMARY KEY, kind VARCHAR, what VARCHAR, "
-                "nbytes BIGINT, compute_seconds DOUBLE, hits BIGINT, created TIMESTAMP, last_used TIMESTAMP, "
-                "payload BLOB)"
-            )
-            con.execute(  # what any DuckDB client can list (the payloads stay out of it)
-                f"CREATE VIEW IF NOT EXISTS {ARTIFACTS_VIEW} AS SELECT kind, what, nbytes, compute_seconds, hits, "
-                f"created, last_used, key FROM {ARTIFACTS_TABLE}"
-            )
+            con.execute(STORE_DDL["artifacts_store"])
+            con.execute(STORE_DDL["artifacts"])
             if hits:
                 con.execute(
                     f"UPDATE {ARTIFACTS_TABLE} AS a SET hits = a.hits + h.n, last_used = now()::TIMESTAMP "
@@ -492,12 +605,17 @@ __all__ = [
     "DatabaseTier",
     "MEMORY",
     "MemoryTier",
+    "STORE_DDL",
     "artifact_secret",
     "database_file",
     "database_scope",
+    "foreign_objects",
+    "not_ours",
     "nbytes_of",
     "pack",
+    "refuse_foreign",
     "seal",
+    "store_warnings",
     "unpack",
     "unseal",
 ]

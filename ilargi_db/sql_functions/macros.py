@@ -7,7 +7,9 @@ feature with up to ``INLINE_CATEGORIES`` categories is a CASE inside the macro;
 a wider one is looked up in ``ilargi.category_weights`` of the model's own
 database with a scalar subquery, which DuckDB decorrelates into a hash join (no
 giant CASE). Unseen categories (and NULL, unless training saw it) weigh zero, as
-in the encoder. A numeric NaN is missing, as NULL is in training.
+in the encoder. Categories compare byte for byte (``COLLATE "binary"``), as the
+encoder does, whatever the column's or the session's collation. A numeric NaN
+is missing, as NULL is in training.
 
 A linear score is a sum of scalar terms written as a balanced tree, and
 k-means takes one list of the numeric features to native ``list_distance``:
@@ -77,6 +79,18 @@ def double(value: float) -> str:
 # A target type as DuckDB spells it (BOOLEAN, INTEGER, DECIMAL(18,3)): safe to paste into a CAST.
 SQL_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\(\d+(, ?\d+)?\))?")
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
+
+
+def category_text(expression: str) -> str:
+    """``expression`` as the text a category is compared by: byte for byte, as the encoder and ``predict`` compare.
+
+    A COLLATE NOCASE column keeps its collation through a CAST, and ``SET default_collation`` applies to every
+    comparison without its own: either would make 'a' match a category 'A' in the macro and not in ``predict``.
+
+    >>> category_text('"c"')
+    'CAST("c" AS VARCHAR) COLLATE "binary"'
+    """
+    return f'CAST({expression} AS VARCHAR) COLLATE "binary"'
 
 
 def double_list(values: np.ndarray) -> str:
@@ -149,7 +163,7 @@ class MacroWriter:
             otherwise = f"CASE WHEN {column} IS NULL THEN {double(weights[-1, output - 1])} ELSE 0.0 END"
         if not cases:  # training saw only NULLs
             return f"({otherwise})"
-        return f"(CASE CAST({column} AS VARCHAR) {' '.join(cases)} ELSE {otherwise} END)"
+        return f"(CASE {category_text(column)} {' '.join(cases)} ELSE {otherwise} END)"
 
     def _category_lookup(self, spec: ColumnSpec, output: int) -> str:
         # The registry's columns are read qualified and renamed: a feature (a macro parameter) named like one of
@@ -160,7 +174,8 @@ class MacroWriter:
             f"w.weights AS __ilargi_weights FROM {quote_identifier(self.database)}.ilargi.category_weights w) "
             f"WHERE __ilargi_model = {quote_string(self.name)} AND __ilargi_version = {self.version} "
             f"AND __ilargi_feature = {quote_string(spec.name)} "
-            f"AND __ilargi_category IS NOT DISTINCT FROM CAST({quote_identifier(spec.name)} AS VARCHAR)), 0.0)"
+            f"AND {category_text('__ilargi_category')} IS NOT DISTINCT FROM "
+            f"{category_text(quote_identifier(spec.name))}), 0.0)"
         )
 
     def _add_weights(self, spec: ColumnSpec, weights: np.ndarray) -> None:
