@@ -281,6 +281,27 @@ def test_a_scheduler_that_is_silent_or_speaks_garbage_is_a_clear_error_within_th
         assert time.monotonic() - began < CONNECT_SECONDS + 3
 
 
+def test_interrupt_training_stops_a_connection_that_hangs(parquet):
+    con, query = parquet
+    with listener(None) as (address, _):
+        outcome = {}
+
+        def run():
+            try:
+                ilargi_db.train(con.cursor(), query, "y", reuse=False, cluster=address)
+            except BaseException as err:  # noqa: BLE001 - what stopped it is the test's answer
+                outcome["error"] = err
+
+        worker = threading.Thread(target=run)
+        began = time.monotonic()
+        worker.start()
+        time.sleep(2.0)  # planned by now, and waiting on the listener
+        ilargi_db.interrupt_training()
+        worker.join(timeout=CONNECT_SECONDS)
+        assert isinstance(outcome.get("error"), ilargi_db.TrainingInterrupted)
+        assert time.monotonic() - began < CONNECT_SECONDS  # before the deadline: the interruption stopped it
+
+
 def test_workers_running_another_build_of_ilargi_db_are_refused(client, parquet):
     con, query = parquet
 
