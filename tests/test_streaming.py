@@ -283,3 +283,11 @@ def test_wide_categorical_data_streams_to_the_in_memory_model():
     streamed = ilargi_db.train(con, query, "late", "logistic_regression", memory_budget="400KB", **params)
     assert streamed.streamed_["partitions"] > 3
     np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-7, atol=1e-10)
+
+
+def test_a_single_table_streams_to_the_in_memory_model(con):
+    query = "SELECT x1, x2, x3, kind, w0, y FROM fact"  # no dimension: nothing joins the partitions
+    whole = ilargi_db.train(con, query, "y", **RUN)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="500KB", **RUN)
+    assert streamed.streamed_["partitions"] > 1
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
