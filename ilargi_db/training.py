@@ -28,7 +28,7 @@ from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
 from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
-from ilargi_db.errors import IlargiError, PlanError, spell
+from ilargi_db.errors import IlargiError, PlanError, speaking_of, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import (
     Block,
@@ -1018,9 +1018,11 @@ def _encoded(
     backend: str,
     check: bool = False,
     labelled_only: bool = True,
+    role: str = "evaluate on",
 ) -> TrainingData:
     """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
 
+    ``role`` says what the query is for, in errors ("the query to evaluate on").
     ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
     leaves out rows whose target (when the query selects it) is NULL.
     """
@@ -1030,7 +1032,7 @@ def _encoded(
             "on arrays otherwise."
         )
     encoder = model.encoder_
-    with ReadSnapshot(con):  # every read sees one committed state of the database
+    with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
         columns = [c.lower() for c in build_join_graph(con, query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
         graph = build_join_graph(con, query, target)
@@ -1059,7 +1061,7 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     Every row gets one: the query need not select the target, and a row whose
     target is NULL is scored like any other.
     """
-    return np.asarray(model.predict(_encoded(con, model, query, backend, labelled_only=False).X))
+    return np.asarray(model.predict(_encoded(con, model, query, backend, labelled_only=False, role="predict on").X))
 
 
 @interruptible_job

@@ -1,0 +1,29 @@
+"""Inputs and damaged state that once gave a raw Python or DuckDB error: a message in the caller's terms,
+or a fallback that trains as if nothing were wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+import ilargi_db
+from ilargi_db.errors import IlargiError
+
+
+@pytest.fixture
+def con():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, (range % 3)::DOUBLE AS y FROM range(300)")
+    return con
+
+
+def test_a_query_to_score_is_named_as_such_not_as_the_training_query(con):
+    model = ilargi_db.train(con, "SELECT x, y FROM t", "y")
+    with pytest.raises(IlargiError, match="^the query to evaluate on has no FROM clause"):
+        ilargi_db.evaluate(con, model, "SELECT 1.0 AS x, 2.0 AS y")
+    with pytest.raises(IlargiError, match="^the query to predict on has no FROM clause"):
+        ilargi_db.predict(con, model, "SELECT 1.0 AS x")
+    ilargi_db.save_model(con, "m", model)
+    with pytest.raises(IlargiError, match="^the query to predict on has no FROM clause"):
+        ilargi_db.prediction_sql(con, ilargi_db.load_model(con, "m"), "SELECT 1.0 AS x")
+    with pytest.raises(IlargiError, match="^the training query has no FROM clause"):  # and training still says so
+        ilargi_db.train(con, "SELECT 1.0 AS x, 2.0 AS y", "y")
