@@ -34,3 +34,30 @@ def test_logistic_regression_refuses_a_target_of_three_classes_as_an_ilargi_erro
         ilargi_db.train(con, "SELECT x, y FROM t", "y", "logistic_regression")
     with pytest.raises(IlargiError, match="target is continuous"):
         ilargi_db.train(con, "SELECT y, x + 0.5 AS z FROM t", "z", "logistic_regression")
+
+
+def test_a_shell_user_without_db_is_told_to_pass_it_not_con_register(capsys):
+    from ilargi_db import cli
+
+    assert cli.main(["explain", "linear_regression", "SELECT x, y FROM t", "--target", "y"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown table 't'" in err and "pass --db with the DuckDB file that holds it" in err
+    assert "con.register" not in err
+
+
+def test_dot_commands_run_in_sql_batches_as_in_the_duckdb_shell(tmp_path, capsys):
+    from ilargi_db import cli
+
+    db = str(tmp_path / "dots.duckdb")
+    batch = "CREATE TABLE sales AS SELECT 1 AS id;\n.tables\n.timer on\nSELECT 42 AS a;"
+    assert cli.main(["sql", db, "-c", batch]) == 0
+    out = capsys.readouterr().out
+    assert "\nsales\n" in out and "a\n----\n42" in out and "Run Time: " in out
+    script = tmp_path / "job.sql"
+    script.write_text("SELECT 1 AS x;\n-- a comment\n.schema sales\n\nSELECT nope\n  FROM sales;\n")
+    assert cli.main(["sql", db, "-f", str(script)]) == 1
+    captured = capsys.readouterr()
+    assert "CREATE TABLE sales(id INTEGER);" in captured.out
+    assert "statement 2 (line 5), 'SELECT nope'" in captured.err  # numbered and placed in the whole script
+    assert cli.main(["sql", db, "-c", ".nope"]) == 1
+    assert "unknown command .nope: .help lists the dot commands." in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
-from ilargi_db.errors import PlanError
+from ilargi_db.errors import CALLER, PlanError
 from ilargi_db.plan.join_graph import Source
 
 
@@ -65,14 +65,21 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
             columns, types = tuple(relation.columns), tuple(str(t) for t in relation.dtypes)
         except duckdb.CatalogException as err:
             what = f"table {name!r}" if name else f"source {relation_sql!r}"
-            raise PlanError(
-                f"unknown {what} in FROM ({_first_line(err)}). Create it, fix the name, or "
-                "register a DataFrame/Arrow table with con.register(name, data)."
-            ) from None
+            fix = _UNKNOWN_TABLE_FIX[CALLER.get()]
+            raise PlanError(f"unknown {what} in FROM ({_first_line(err)}). {fix}") from None
         except duckdb.Error as err:
             raise PlanError(f"DuckDB cannot read the source {relation_sql!r}: {_first_line(err)}") from None
         sources.append(Source(alias=alias, relation_sql=relation_sql, kind=kind, columns=columns, types=types))
     return sources
+
+
+# What a caller can do about a name the database lacks: only Python can register data frames, and only
+# the command line chooses the database with a flag.
+_UNKNOWN_TABLE_FIX = {
+    "python": "Create it, fix the name, or register a DataFrame/Arrow table with con.register(name, data).",
+    "sql": "Create it, or fix the name.",
+    "cli": "Fix the name, or pass --db with the DuckDB file that holds it.",
+}
 
 
 def _first_line(err: Exception) -> str:

@@ -86,9 +86,7 @@ def refuse_writes(statement: exp.Expression) -> exp.Expression:
     for node in statement.walk():
         if isinstance(node, _WRITING_STATEMENTS) and node is not statement:
             kind = node.key.upper() if not isinstance(node, exp.Command) else str(node.this).upper()
-            raise PlanError(
-                f"{the_query()} holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}"
-            )
+            raise PlanError(f"{the_query()} holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}")
         if isinstance(node, exp.Anonymous) and node.name.lower() in _WRITING_FUNCTIONS:
             raise PlanError(
                 f"{the_query()} calls {node.sql('duckdb')}, which advances a sequence: ilargi_db only reads "
