@@ -61,3 +61,11 @@ def test_dot_commands_run_in_sql_batches_as_in_the_duckdb_shell(tmp_path, capsys
     assert "statement 2 (line 5), 'SELECT nope'" in captured.err  # numbered and placed in the whole script
     assert cli.main(["sql", db, "-c", ".nope"]) == 1
     assert "unknown command .nope: .help lists the dot commands." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source, column", [("range(100)", "range"), ("generate_series(0, 99)", "generate_series")])
+def test_a_table_functions_default_column_name_is_a_column(con, source, column):
+    query = f"SELECT {column}::DOUBLE AS x, (2 * {column} + 1)::DOUBLE AS y FROM {source}"
+    for strategy in ("factorized", "materialized"):
+        model = ilargi_db.train(con, query, "y", strategy=strategy)
+        assert model.coef_ == pytest.approx([2.0]) and model.intercept_ == pytest.approx(1.0)

@@ -51,9 +51,9 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
     for position, item in enumerate(from_items(select)):
         kind, name = _kind_and_name(item)
         alias = item.alias or name
-        if not alias:
+        generated = not alias
+        if generated:
             alias = f"src{position + 1}"
-            item.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
         if any(s.alias.lower() == alias.lower() for s in sources):
             raise PlanError(
                 f"the source name {alias!r} is used twice in FROM: give each occurrence its "
@@ -69,6 +69,10 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
             raise PlanError(f"unknown {what} in FROM ({_first_line(err)}). {fix}") from None
         except duckdb.Error as err:
             raise PlanError(f"DuckDB cannot read the source {relation_sql!r}: {_first_line(err)}") from None
+        if generated:  # read above without it: DuckDB names a one-column function's column after its alias
+            pinned = [exp.to_identifier(c, quoted=True) for c in columns] if kind == "function" else []
+            item.set("alias", exp.TableAlias(this=exp.to_identifier(alias), columns=pinned))
+            relation_sql = item.sql("duckdb")
         sources.append(Source(alias=alias, relation_sql=relation_sql, kind=kind, columns=columns, types=types))
     return sources
 
