@@ -302,14 +302,22 @@ def cmd_models(args: argparse.Namespace) -> int:
             f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version"
         )
         columns = [d[0] for d in cursor.description]
-        rows = [
-            (*row[:6], ", ".join(f"{k} {_number(v)}" for k, v in json.loads(row[6]).items()), row[7])
-            for row in cursor.fetchall()
-        ]
+        rows = [(*row[:6], _metrics_cell(row[6]), row[7]) for row in cursor.fetchall()]
         print(format_table(columns, rows, max_cell=None))  # metrics whole, as "r2 0.845, rmse 17.88"
     finally:
         con.close()
     return 0
+
+
+def _metrics_cell(text: str) -> str:
+    """A registry row's metrics as "r2 0.845, rmse 17.88"; a damaged value (edited by hand) says so."""
+    try:
+        metrics = json.loads(text)
+    except (ValueError, RecursionError):
+        metrics = None
+    if not isinstance(metrics, dict):
+        return "(damaged: not a JSON object)"
+    return ", ".join(f"{k} {_number(v)}" for k, v in metrics.items())
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

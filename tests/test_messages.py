@@ -69,3 +69,33 @@ def test_a_table_functions_default_column_name_is_a_column(con, source, column):
     for strategy in ("factorized", "materialized"):
         model = ilargi_db.train(con, query, "y", strategy=strategy)
         assert model.coef_ == pytest.approx([2.0]) and model.intercept_ == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("metrics", "'[1, 2]'"),
+        ("metrics", "repeat('[', 100000) || repeat(']', 100000)"),
+        ("model", "'{}'"),
+        ("preprocessing", "'{}'"),
+        ("features", """'{"a": 1}'"""),
+        ("parameters", "'[]'"),
+        ("algorithm", "'svm'"),
+    ],
+)
+def test_a_damaged_registry_row_is_named_and_listed_not_a_traceback(tmp_path, capsys, column, value):
+    from ilargi_db import cli
+
+    db = str(tmp_path / "registry.duckdb")
+    con = ilargi_db.connect(db)
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, (range % 3)::DOUBLE AS y FROM range(300)")
+    ilargi_db.save_model(con, "m", ilargi_db.train(con, "SELECT x, y FROM t", "y"))
+    con.execute(f"UPDATE ilargi.models SET {column} = {value}")
+    with pytest.raises(IlargiError, match=r"model 'm' version 1 in ilargi.models is damaged .*drop_model\(con, 'm'\)"):
+        ilargi_db.load_model(con, "m")
+    con.close()
+    assert cli.main(["models", "--db", db]) == 0  # the list still shows every row
+    out = capsys.readouterr().out
+    assert "linear_regression" in out or "svm" in out
+    if column == "metrics":
+        assert "(damaged: not a JSON object)" in out
