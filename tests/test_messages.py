@@ -3,6 +3,8 @@ or a fallback that trains as if nothing were wrong."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import ilargi_db
@@ -99,3 +101,38 @@ def test_a_damaged_registry_row_is_named_and_listed_not_a_traceback(tmp_path, ca
     assert "linear_regression" in out or "svm" in out
     if column == "metrics":
         assert "(damaged: not a JSON object)" in out
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', "{", '{"%KEY%": {"cores": "many"}}', '{"%KEY%": [1]}'])
+def test_a_damaged_hardware_cache_is_measured_again(tmp_path, content):
+    from ilargi_db.cost_model.hardware import Hardware, detect_hardware
+
+    detect_hardware(cache=tmp_path, refresh=True)
+    key = next(iter(json.loads((tmp_path / "hardware.json").read_text())))  # this machine's entry
+    (tmp_path / "hardware.json").write_text(content.replace("%KEY%", key))
+    for refresh in (True, False):  # measuring writes the cache back; reading it in a new process
+        hw = detect_hardware(cache=tmp_path, refresh=refresh)
+        assert isinstance(hw, Hardware) and hw.cores >= 1 and hw.gflops > 0
+    assert isinstance(json.loads((tmp_path / "hardware.json").read_text())[key]["cores"], int)
+
+
+@pytest.mark.parametrize(
+    "coefficients",
+    [
+        {"lmm": {"fixed": "1e-5", "rows": "x"}},
+        {"lmm": [1, 2]},
+        ["lmm"],
+        {"lmm": {"rows": -1.0}},
+        {"lmm": {"rows": None}},
+    ],
+)
+def test_damaged_kernel_costs_fall_back_to_the_priors(con, tmp_path, monkeypatch, coefficients):
+    from ilargi_db.cost_model.hardware import detect_hardware
+    from ilargi_db.cost_model.kernels import FORMAT_VERSION, kernel_costs, kernel_costs_path
+
+    damaged = {"format": FORMAT_VERSION, "coefficients": coefficients, "source": "calibrated", "errors": {}}
+    kernel_costs_path("numpy", tmp_path).write_text(json.dumps(damaged))
+    costs = kernel_costs(detect_hardware(), "numpy", tmp_path)
+    assert not costs.calibrated and costs.seconds("lmm", {"rows": 1e6}) > 0
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))  # where training looks for the calibration
+    assert ilargi_db.train(con, "SELECT x, y FROM t", "y").n_rows_ == 300
