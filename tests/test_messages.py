@@ -136,3 +136,16 @@ def test_damaged_kernel_costs_fall_back_to_the_priors(con, tmp_path, monkeypatch
     assert not costs.calibrated and costs.seconds("lmm", {"rows": 1e6}) > 0
     monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))  # where training looks for the calibration
     assert ilargi_db.train(con, "SELECT x, y FROM t", "y").n_rows_ == 300
+
+
+def test_calibration_times_the_work_so_no_fitted_kernel_prices_a_shape_at_zero(tmp_path):
+    from ilargi_db.calibration import calibrate, measure_matrix_kernels
+
+    # A matrix memoizes X^T X: a repeat on the same matrix copies a d x d result (under a microsecond)
+    # instead of reading 20,000 rows. Every timed run must do the work.
+    for m in measure_matrix_kernels("tiny", "numpy"):
+        if m.kernel == "crossprod":
+            assert m.seconds > 5e-6, (m.shape, m.seconds)
+    result = calibrate(grid="tiny", cache_dir=tmp_path, progress=False)
+    for m in result.measurements:  # every shape measured has rows: no coefficient set may price it at 0 s
+        assert result.costs.seconds(m.kernel, m.terms) > 0, (m.kernel, m.shape)
