@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: fits before it timed memoized X^T X (0 s); such a file is ignored, the priors serve
 CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
 
 
