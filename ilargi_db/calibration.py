@@ -138,11 +138,17 @@ def _matrix(n: int, dense: int, parts: list[tuple[str, int, int]], rng: np.rando
     return NormalizedMatrix(blocks, n_rows=n), MatrixShape(n, dense, tuple(shape_parts))
 
 
-def _best_of(run: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+def _best_of(
+    run: Callable[[], Any], repeats: int, sync: Callable[[], None], forget: Callable[[], None] = lambda: None
+) -> float:
+    """The best of ``repeats`` timed runs after a warm one; ``forget()`` before each drops what a run left for
+    the next (a matrix memoizes X^T X and its column sums: a second run would time a copy, not the work)."""
+    forget()
     run()
     sync()  # warm: caches, compiled kernels
     best = math.inf
     for _ in range(repeats):
+        forget()
         start = time.perf_counter()
         run()
         sync()
@@ -172,7 +178,7 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
         if d <= 3_200:  # the Gram matrix of the widest layouts would take seconds: its terms are spanned anyway
             runs.append(("crossprod", 1, X.crossprod, None))
         for kernel, k, operator, operand in runs:
-            seconds = _best_of(functools.partial(operator, operand), 3, sync)
+            seconds = _best_of(functools.partial(operator, operand), 3, sync, X.memo.clear)
             found.append(Measurement(kernel, matrix_terms(kernel, shape, k), seconds, shape.describe()))
     for d in (50, 400, 1_200):
         a = rng.standard_normal((d, d))
@@ -216,7 +222,7 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
             estimator = make_estimator(algorithm, params)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a fixed, short max_iter stops before convergence on purpose
-                seconds = _best_of(functools.partial(estimator.fit, *args), 1, lambda: None)
+                seconds = _best_of(functools.partial(estimator.fit, *args), 1, lambda: None, X.memo.clear)
             iterations = float(getattr(estimator, "n_iter_", 1) or 1)
             k = facts.width(params)
             kernels = sum(s.seconds for s in iteration_steps(shape, solver, iterations, k, costs))

@@ -65,15 +65,16 @@ def _cell(value: Any, max_cell: int | None) -> str:
     return text
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None, timer: bool = False) -> None:
-    """Run every statement of ``sql``, printing the results of those that return rows.
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None, timer: bool = False, first: int = 1) -> int:
+    """Run every statement of ``sql``, printing the results of those that return rows; returns how many ran.
 
-    A failing statement stops the run with an error that names it: its number, its line in ``sql``
-    and its first line.
+    A failing statement stops the run with an error that names it: its number (counted from ``first``),
+    its line in ``sql`` and its first line.
     """
     out = out or sys.stdout
     position = 0
-    for number, statement in enumerate(con.extract_statements(sql), start=1):
+    number = first - 1
+    for number, statement in enumerate(con.extract_statements(sql), start=first):
         text = statement.query.strip()
         found = sql.find(text[:40], position) if text else -1
         line = sql.count("\n", 0, found) + 1 if found >= 0 else None
@@ -95,6 +96,31 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None, timer: bool = Fa
                 print(format_table(columns, rows), file=out)
         if timer:
             print(f"Run Time: {time.perf_counter() - start:.3f} s", file=out)
+    return number - first + 1
+
+
+def run_script(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
+    """Run ``sql`` as the duckdb shell runs a script: statements, and dot commands (``.tables``, ``.timer on``...)
+    on lines of their own between statements; ``.quit`` ends the script."""
+    lines = sql.split("\n")
+    timer, number, start = False, 1, 0  # start: the line where the pending statements begin
+
+    def flush(stop: int) -> None:
+        nonlocal number
+        text = "\n".join(lines[start:stop])
+        if text.strip():  # led by blank lines, so that errors name the line in the whole script
+            number += run_sql(con, "\n" * start + text, out, timer, first=number)
+
+    for i, line in enumerate(lines):
+        pending = re.sub(r"--[^\n]*", "", "\n".join(lines[start:i])).strip()  # comments end no statement
+        if not line.strip().startswith(".") or (pending and not pending.endswith(";")):
+            continue  # SQL, or a line inside a statement
+        flush(i)
+        start = i + 1
+        if line.strip() in (".quit", ".exit"):
+            return
+        timer = dot_command(con, line.strip(), timer, out)
+    flush(len(lines))
 
 
 def _read_only(db: str) -> duckdb.DuckDBPyConnection:
@@ -200,13 +226,13 @@ def cmd_sql(args: argparse.Namespace) -> int:
     con = ilargi_db.connect(args.db)
     try:
         if args.command is not None:
-            run_sql(con, args.command)
+            run_script(con, args.command)
         elif args.file is not None:
-            run_sql(con, Path(args.file).read_text())
+            run_script(con, Path(args.file).read_text())
         elif sys.stdin.isatty():
             shell(con)
         else:
-            run_sql(con, sys.stdin.read())
+            run_script(con, sys.stdin.read())
     finally:
         con.close()
     return 0
@@ -276,14 +302,22 @@ def cmd_models(args: argparse.Namespace) -> int:
             f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version"
         )
         columns = [d[0] for d in cursor.description]
-        rows = [
-            (*row[:6], ", ".join(f"{k} {_number(v)}" for k, v in json.loads(row[6]).items()), row[7])
-            for row in cursor.fetchall()
-        ]
+        rows = [(*row[:6], _metrics_cell(row[6]), row[7]) for row in cursor.fetchall()]
         print(format_table(columns, rows, max_cell=None))  # metrics whole, as "r2 0.845, rmse 17.88"
     finally:
         con.close()
     return 0
+
+
+def _metrics_cell(text: str) -> str:
+    """A registry row's metrics as "r2 0.845, rmse 17.88"; a damaged value (edited by hand) says so."""
+    try:
+        metrics = json.loads(text)
+    except (ValueError, RecursionError):
+        metrics = None
+    if not isinstance(metrics, dict):
+        return "(damaged: not a JSON object)"
+    return ", ".join(f"{k} {_number(v)}" for k, v in metrics.items())
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

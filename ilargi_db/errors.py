@@ -59,6 +59,31 @@ def speaking_to(caller: str) -> Iterator[None]:
         CALLER.reset(token)
 
 
+# The query a planner error is about: the training query, unless an entry point that reads another
+# query (evaluate, predict) names it with ``speaking_of``.
+QUERY: ContextVar[str] = ContextVar("ilargi_query", default="the training query")
+
+
+@contextmanager
+def speaking_of(query: str) -> Iterator[None]:
+    """Name the query the errors raised inside are about, e.g. "the query to evaluate on"."""
+    token = QUERY.set(query)
+    try:
+        yield
+    finally:
+        QUERY.reset(token)
+
+
+def the_query() -> str:
+    """The query the current planner errors are about ("the training query" by default).
+
+    >>> with speaking_of("the query to score"):
+    ...     the_query()
+    'the query to score'
+    """
+    return QUERY.get()
+
+
 def spell(name: str, value: object = ...) -> str:
     """How the current caller passes setting ``name`` (with ``value``, when one is given).
 

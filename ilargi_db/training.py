@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
@@ -27,7 +28,7 @@ from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
 from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
-from ilargi_db.errors import IlargiError, PlanError, spell
+from ilargi_db.errors import IlargiError, PlanError, speaking_of, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import (
     Block,
@@ -300,17 +301,27 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
+        spilling = [spill]  # switched off when the disk fails a write
+
         def load(k: int) -> dict[str, np.ndarray]:
             # The first pass reads from DuckDB and spills the partition to local disk; later passes load it
-            # back, which costs a file read instead of a join (cedar's offloading).
+            # back, which costs a file read instead of a join (cedar's offloading). A spill file that is gone
+            # (a temp cleaner) or cut short, or a disk that fails a write (full), costs a read from DuckDB
+            # again, in the same snapshot: the rows are the same.
             path = os.path.join(stream.spill_dir, f"{k}.part")
             if k in spilled:
-                return _unspill(path, spilled[k])
+                try:
+                    return _unspill(path, spilled[k])
+                except (OSError, SpillLost):
+                    del spilled[k]
             if k in unread:  # read for the template: the first pass takes it instead of reading it again
                 return unread.pop(k)
             arrays = read(k)
-            if spill:
-                spilled[k] = _spill(path, arrays)
+            if spilling[0]:
+                try:
+                    spilled[k] = _spill(path, arrays)
+                except OSError:
+                    spilling[0] = False
             return arrays
 
         # A fact category's block: the identity over its one-hot columns, indexed by each row's code; built
@@ -357,6 +368,10 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
 SPILL_ALIGNMENT = 64  # each array of a spilled partition starts on a cache line
 
 
+class SpillLost(IlargiError):
+    """A spilled partition's file no longer holds what was written (cut short): read it from DuckDB again."""
+
+
 def _spill(path: str, arrays: dict[str, np.ndarray]) -> list[tuple]:
     """A partition's arrays to one file, raw and back to back; returns where each lies (kept in memory).
 
@@ -365,13 +380,20 @@ def _spill(path: str, arrays: dict[str, np.ndarray]) -> list[tuple]:
     """
     layout, offset = [], 0
     with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), suffix=".part", delete=False) as out:
-        for name, array in arrays.items():
-            array = np.asarray(array)
-            out.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)  # C order; no copy if it is
-            layout.append((name, array.dtype.str, array.shape, offset))
-            padding = -array.nbytes % SPILL_ALIGNMENT
-            out.write(b"\0" * padding)
-            offset += array.nbytes + padding
+        try:
+            for name, array in arrays.items():
+                array = np.asarray(array)
+                out.write(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)  # C order; no copy if it is
+                layout.append((name, array.dtype.str, array.shape, offset))
+                padding = -array.nbytes % SPILL_ALIGNMENT
+                out.write(b"\0" * padding)
+                offset += array.nbytes + padding
+            out.flush()  # a full disk fails here, not after the file is in place
+        except BaseException:
+            out.close()
+            with contextlib.suppress(OSError):
+                os.remove(out.name)  # a failed write (a full disk) leaves nothing behind
+            raise
     os.replace(out.name, path)  # whole or absent: a pass interrupted mid-write leaves no torn file
     return layout
 
@@ -385,7 +407,7 @@ def _unspill(path: str, layout: list[tuple]) -> dict[str, np.ndarray]:
         while got < size:  # one read returns at most about 2 GiB on Linux
             chunk = stored.readinto(view[got:])
             if not chunk:
-                raise IlargiError(f"the spilled partition {path} was cut short: train again.")
+                raise SpillLost(f"the spilled partition {path} was cut short.")
             got += chunk
     return {
         name: np.frombuffer(buffer, dtype=np.dtype(dtype), count=int(np.prod(shape)), offset=offset).reshape(shape)
@@ -999,9 +1021,11 @@ def _encoded(
     backend: str,
     check: bool = False,
     labelled_only: bool = True,
+    role: str = "evaluate on",
 ) -> TrainingData:
     """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
 
+    ``role`` says what the query is for, in errors ("the query to evaluate on").
     ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
     leaves out rows whose target (when the query selects it) is NULL.
     """
@@ -1011,7 +1035,7 @@ def _encoded(
             "on arrays otherwise."
         )
     encoder = model.encoder_
-    with ReadSnapshot(con):  # every read sees one committed state of the database
+    with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
         columns = [c.lower() for c in build_join_graph(con, query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
         graph = build_join_graph(con, query, target)
@@ -1040,7 +1064,7 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     Every row gets one: the query need not select the target, and a row whose
     target is NULL is scored like any other.
     """
-    return np.asarray(model.predict(_encoded(con, model, query, backend, labelled_only=False).X))
+    return np.asarray(model.predict(_encoded(con, model, query, backend, labelled_only=False, role="predict on").X))
 
 
 @interruptible_job

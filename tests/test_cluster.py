@@ -330,3 +330,11 @@ def test_null_targets_duplicate_features_and_random_filters(client, parquet):
     sampled = query + " WHERE random() < 0.5"
     with pytest.raises(IlargiError, match="reads the data more than once.*random"):
         ilargi_db.train(con, sampled, "y", reuse=False, cluster=client)
+
+
+def test_a_single_parquet_source_trains_on_the_workers_too(client, parquet):
+    con, query = parquet
+    single = query.replace(", d.z1, d.grp", "").replace(" JOIN dim d ON f.k = d.k", "")  # no dimension
+    local = ilargi_db.train(con, single, "y", **LOCAL)
+    remote = ilargi_db.train(con, single, "y", backend="numpy", reuse=False, cluster=client)
+    np.testing.assert_allclose(remote.coef_, local.coef_, rtol=1e-9, atol=1e-12)

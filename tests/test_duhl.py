@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
+from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, PartitionedMatrix
 from ilargi_db.models.duhl import duhl_fit, duhl_ridge
 
@@ -100,3 +101,31 @@ def test_bad_settings_are_refused():
         duhl_fit(X, y, 0.1, working_set=2, loss="hinge")
     with pytest.raises(ValueError, match="lam must be positive"):
         duhl_fit(X, y, 0.0, working_set=2)
+
+
+@pytest.mark.parametrize("selection", ["gap", "sequential", "random"])
+def test_a_fit_stopped_by_max_rounds_reports_a_gap_that_still_bounds_the_suboptimality(selection):
+    rng = np.random.default_rng(0)
+    n, d, lam = 2_000, 5, 1e-3
+    rows = rng.normal(size=(n, d))
+    y = rows @ rng.normal(size=d) + 0.1 * rng.normal(size=n)
+    X = PartitionedMatrix.from_blocks([Block(rows, columns=np.arange(d))], n, 250, backend="numpy")
+    exact = np.linalg.solve(rows.T @ rows + lam * n * np.eye(d), rows.T @ y)
+
+    def primal(w):
+        return 0.5 * np.mean((rows @ w - y) ** 2) + 0.5 * lam * w @ w
+
+    for max_rounds in range(1, 16):
+        fit = duhl_ridge(X, y, lam, working_set=1, tol=1e-14, selection=selection, max_rounds=max_rounds)
+        assert primal(fit.coef_) - primal(exact) <= fit.gap_ * (1 + 1e-9), max_rounds
+        assert fit.history_[-1][2] == fit.gap_  # the last certificate is the one reported
+
+
+def test_nan_in_the_data_is_refused_not_spread_into_the_coefficients():
+    X, y, rows = skewed(n=2_400, parts=8)
+    with pytest.raises(IlargiError, match=r"y holds 1 NaN or infinite value\(s\)"):
+        duhl_ridge(X, np.where(np.arange(len(y)) == 5, np.nan, y), 0.1, working_set=2)
+    rows[700, 3] = np.nan
+    bad = PartitionedMatrix.from_blocks([Block(rows, columns=np.arange(rows.shape[1]))], len(y), 300, backend="numpy")
+    with pytest.raises(IlargiError, match=r"partition 2 of X holds 1 NaN"):
+        duhl_ridge(bad, y, 0.1, working_set=2)

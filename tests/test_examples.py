@@ -26,6 +26,11 @@ def run_script(name: str, *args: str) -> str:
 def test_star_schema_example():
     out = run_script("star_schema.py", "--rows", "50000", "--dim-rows", "2500")
     assert "factorized" in out
+    # X^T X and column sums are memoized per matrix: timing a repeat would time a copy (thousands of times
+    # "faster" than the materialized product). Each repeat must time the work.
+    for operation in ("X.T @ X (crossprod)", "colsums"):
+        (line,) = [line for line in out.splitlines() if line.startswith(operation)]
+        assert float(line.split()[-2].rstrip("x")) < 500, line
 
 
 def test_train_flights_example():

@@ -591,3 +591,24 @@ def test_a_warm_start_never_changes_a_fit_stopped_by_max_iter():
     assert not any("warm start" in line for line in warm.reused_)
     unpenalized = ilargi_db.train(con, label, "late", penalty=None, **run)
     assert not any("warm start" in line for line in unpenalized.reused_)  # no single optimum to share
+
+
+@pytest.mark.parametrize("bad", [10**6, -5, 2**40])
+def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
+    clear_artifacts()  # the process's tier may hold this job already: then nothing would be stored
+    con = ilargi_db.connect(str(tmp_path / "indicator.duckdb"))
+    make_star(con, n=2_000)
+    run = dict(backend="numpy", strategy="factorized", solver="normal")
+    with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
+        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        ilargi_db.train(con, STAR, "y", **run)
+        rows = con.execute("SELECT key, payload FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
+        assert rows
+        for key, payload in rows:  # a crafted payload: every key in place, one indicator pointing nowhere
+            value = unpack(bytes(payload))
+            value["indicator/d"] = np.full_like(value["indicator/d"], bad)
+            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [pack(value), key])
+        clear_artifacts()
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
+    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)

@@ -283,3 +283,48 @@ def test_wide_categorical_data_streams_to_the_in_memory_model():
     streamed = ilargi_db.train(con, query, "late", "logistic_regression", memory_budget="400KB", **params)
     assert streamed.streamed_["partitions"] > 3
     np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-7, atol=1e-10)
+
+
+def test_a_single_table_streams_to_the_in_memory_model(con):
+    query = "SELECT x1, x2, x3, kind, w0, y FROM fact"  # no dimension: nothing joins the partitions
+    whole = ilargi_db.train(con, query, "y", **RUN)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="500KB", **RUN)
+    assert streamed.streamed_["partitions"] > 1
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+
+
+LATE = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+SPILLED = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **RUN)
+
+
+def test_spill_files_deleted_mid_training_are_read_from_duckdb_again(con, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # spill here, where the test may delete
+    expected = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
+    real = PartitionSource.__getitem__
+
+    def read_with_a_temp_cleaner(self, k):
+        if self.reads == self.n:  # the second pass begins: a temp cleaner empties the spill directory
+            for path in glob.glob(str(tmp_path / "ilargi-stream-*" / "*")):
+                os.remove(path)
+        return real(self, k)
+
+    monkeypatch.setattr(PartitionSource, "__getitem__", read_with_a_temp_cleaner)
+    model = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
+    assert model.streamed_["spill"]
+    np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-9)
+
+
+def test_a_spill_that_cannot_be_written_reads_from_duckdb_again(con, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    expected = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
+    real = FactStream.read
+
+    def read_on_a_broken_disk(self, k):
+        if os.path.isdir(self.spill_dir):  # every write there fails with an OSError, as on a full disk
+            os.rmdir(self.spill_dir)
+            open(self.spill_dir, "w").close()
+        return real(self, k)
+
+    monkeypatch.setattr(FactStream, "read", read_on_a_broken_disk)
+    model = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
+    np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-9)

@@ -7,6 +7,7 @@ directory, so that a later process reads them instead of measuring again.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -110,6 +111,21 @@ def _gpu() -> tuple[str, float, float, float]:
 MEASURE_VERSION = 2  # bump when the measurements change: older cached figures are measured again
 
 
+def _valid(hw: Hardware) -> Hardware:
+    """``hw`` as read from the cache, if every field has its type and every rate is positive; else ValueError."""
+    numbers = (hw.memory_bandwidth_gbs, hw.gflops, hw.gpu_memory_gb, hw.gpu_bandwidth_gbs, hw.gpu_gflops)
+    if not (
+        type(hw.cores) is int
+        and hw.cores >= 1
+        and isinstance(hw.gpu_name, str)
+        and all(type(x) in (int, float) and math.isfinite(x) and x >= 0 for x in numbers)
+        and hw.memory_bandwidth_gbs > 0
+        and hw.gflops > 0
+    ):
+        raise ValueError(f"a damaged hardware cache entry: {hw}")
+    return hw
+
+
 def _key() -> str:
     return f"v{MEASURE_VERSION}-{platform.node()}-{platform.machine()}-{os.cpu_count()}"
 
@@ -127,21 +143,25 @@ def detect_hardware(cache: str | os.PathLike | None = None, refresh: bool = Fals
     hw = None
     if not refresh:
         try:
-            stored = json.loads(path.read_text())
-            hw = Hardware(**stored[key])
-        except (OSError, ValueError, KeyError, TypeError):
-            hw = None
+            hw = _valid(Hardware(**json.loads(path.read_text())[key]))
+        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
+            hw = None  # no cache, or a damaged one: measure again
     if hw is None:
         name, memory, gpu_bandwidth, gpu_gflops = _gpu()
         hw = Hardware(
             os.cpu_count() or 1, _measure_bandwidth(), _measure_gflops(), name, memory, gpu_bandwidth, gpu_gflops
         )
         try:
-            stored = json.loads(path.read_text()) if path.exists() else {}
+            try:
+                stored = json.loads(path.read_text()) if path.exists() else {}
+            except (ValueError, RecursionError):
+                stored = None
+            if not isinstance(stored, dict):  # damaged: replaced by this machine's measurement
+                stored = {}
             stored[key] = asdict(hw)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(stored, indent=1))
-        except (OSError, ValueError):
+        except OSError:
             pass  # a read-only home: measure again next process
     _CACHED[key] = hw
     return hw

@@ -25,6 +25,7 @@ small blocks and gathers; the cost model weighs exactly that.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: fits before it timed memoized X^T X (0 s); such a file is ignored, the priors serve
 CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
 
 
@@ -319,11 +320,23 @@ class KernelCosts:
         """The stored calibration, or None when there is none or it is of another format."""
         try:
             stored = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(stored, dict) or stored.get("format") != FORMAT_VERSION:
             return None
-        return cls(stored["coefficients"], stored["source"], True, stored.get("errors", {}))
+        coefficients, source, errors = stored.get("coefficients"), stored.get("source"), stored.get("errors", {})
+        if not (_numbers_by_name(coefficients, nested=True) and isinstance(source, str) and _numbers_by_name(errors)):
+            return None  # damaged (edited, or written by something else): the priors serve instead
+        return cls(coefficients, source, True, errors)
+
+
+def _numbers_by_name(value: object, nested: bool = False) -> bool:
+    """Whether ``value`` maps names to finite non-negative numbers (``nested``: to such maps)."""
+    if not isinstance(value, dict):
+        return False
+    if nested:
+        return all(isinstance(k, str) and _numbers_by_name(v) for k, v in value.items())
+    return all(isinstance(k, str) and type(v) in (int, float) and math.isfinite(v) and v >= 0 for k, v in value.items())
 
 
 def kernel_costs_path(backend: str = "numpy", cache: str | os.PathLike | None = None) -> Path:

@@ -214,9 +214,11 @@ def used_dimension_rows(
     The in-memory read zeroes NaN and inf in rows no training row uses (they never reach the model but
     would leak into sums as NaN * 0); the partitioned reads must treat the same rows the same way.
     """
+    positions = {s.alias: p for p, s in enumerate(graph.sources) if s.alias in scans}
+    if not positions:  # the fact alone: no dimension rows to mark
+        return {}
     sql = indicator_sql(graph, registered, fact, (), streamed_rowid=False)
     select = sqlglot.parse_one(sql, read="duckdb")
-    positions = {s.alias: p for p, s in enumerate(graph.sources) if s.alias in scans}
     items = [f"list(DISTINCT {row_column(p)})" for p in positions.values()]
     inner = select.copy()
     if graph.target is not None:

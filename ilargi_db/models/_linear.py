@@ -14,7 +14,7 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
-from ilargi_db.errors import spell
+from ilargi_db.errors import IlargiError, spell
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
@@ -445,17 +445,18 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
         if type_of_target(y_host) == "continuous":
-            raise ValueError(
+            raise IlargiError(
                 f"logistic regression needs two classes, but the target is continuous ({len(np.unique(y_host))} "
                 "distinct values; Unknown label type: continuous): turn it into a label in the query (e.g. "
                 "y > 15 AS late), or use linear_regression."
             )
         check_classification_targets(y_host)
         self.classes_ = np.unique(y_host)
-        if len(self.classes_) != 2:
-            raise ValueError(
+        if len(self.classes_) != 2:  # scikit-learn's words first: its estimator checks look for them
+            raise IlargiError(
                 f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
-                f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes."
+                f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes "
+                "in the query (e.g. y = 2 AS is_two), or use kmeans to group rows without a label."
             )
         M = as_matrix(X)
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))

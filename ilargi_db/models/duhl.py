@@ -39,6 +39,7 @@ import numpy as np
 import scipy.special
 
 from ilargi_db.backend import to_host
+from ilargi_db.errors import IlargiError
 
 LOSSES = ("squared", "logistic", "hinge")
 _CODE = {name: code for code, name in enumerate(LOSSES)}
@@ -102,6 +103,11 @@ def _gaps(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, los
     return np.maximum(0.0, 1 - y * z) - beta + alpha * z
 
 
+def _nonfinite(values: np.ndarray) -> str:
+    bad = ~np.isfinite(values)
+    return f"{int(bad.sum())} NaN or infinite value(s) (the first: {values[bad].flat[0]})"
+
+
 @dataclass
 class DuHLFit:
     """What :func:`duhl_fit` found, and how it got there."""
@@ -150,6 +156,8 @@ def duhl_fit(
         raise ValueError(f"lam must be positive (the dual needs a strongly convex penalty), got {lam}.")
     began = time.perf_counter()
     y = np.asarray(to_host(y), dtype=np.float64)
+    if not np.isfinite(y).all():
+        raise IlargiError(f"y holds {_nonfinite(y)}: DuHL trains on finite numbers; leave those rows out.")
     if loss != "squared" and not np.isin(y, (-1.0, 1.0)).all():
         raise ValueError(f"the {loss} loss needs labels -1 and 1, got {np.unique(y)[:5].tolist()}.")
     n, d = X.shape
@@ -165,17 +173,33 @@ def duhl_fit(
     history: list[tuple[int, float, float]] = []
     turn = 0
 
-    def rows_of(p: int) -> np.ndarray:
+    def read(p: int) -> np.ndarray:
         nonlocal loads
+        loads += 1
+        rows = np.ascontiguousarray(to_host(X.partitions[p].materialize()))
+        if not np.isfinite(rows).all():  # NaN would spread through w and every coefficient silently
+            raise IlargiError(f"partition {p} of X holds {_nonfinite(rows)}: DuHL trains on finite numbers.")
+        return rows
+
+    def rows_of(p: int) -> np.ndarray:
         if p not in held:
-            loads += 1
-            held[p] = np.ascontiguousarray(to_host(X.partitions[p].materialize()))
+            held[p] = read(p)
         return held[p]
+
+    def certify() -> float:
+        """The mean gap with every partition's gap refreshed at the current w: the others stream by, and the
+        held ones too (a later partition's epoch in the round moved w after theirs were refreshed)."""
+        for p in range(k):
+            refresh(p, held[p] if p in held else read(p))
+        gap = float(gaps.sum()) / n
+        history.append((loads, time.perf_counter() - began, gap))
+        return gap
 
     def refresh(p: int, rows: np.ndarray) -> None:
         part = slice(int(bounds[p]), int(bounds[p + 1]))
         gaps[p] = float(_gaps(rows, y[part], alpha[part], w, loss).sum())
 
+    fresh = False  # whether every gap was refreshed at the current w
     for round_ in range(max_rounds):
         if selection == "gap":
             chosen = list(np.argsort(-gaps, kind="stable")[:working_set])
@@ -194,15 +218,12 @@ def duhl_fit(
                 _sdca_epoch(rows, y[part], alpha[part], w, scale, _CODE[loss])
                 epochs += 1
             refresh(int(p), rows)
-        if (round_ + 1) % max(k // working_set, 1) == 0 or not np.isfinite(gaps).all():
-            for p in range(k):  # the others stream by: their gaps refreshed, the certificate exact
-                if p not in held:
-                    refresh(p, np.ascontiguousarray(to_host(X.partitions[p].materialize())))
-                    loads += 1
-            gap = float(gaps.sum()) / n
-            history.append((loads, time.perf_counter() - began, gap))
-            if gap <= tol:
-                break
+        fresh = (round_ + 1) % max(k // working_set, 1) == 0 or not np.isfinite(gaps).all()
+        if fresh and certify() <= tol:
+            break
+    else:  # stopped by max_rounds: gaps refreshed rounds ago understate what w has left; certify at this w
+        if not fresh:
+            certify()
     return DuHLFit(w, float(gaps.sum()) / n, epochs, loads, time.perf_counter() - began, history)
 
 

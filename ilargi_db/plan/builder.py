@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
-from ilargi_db.errors import PlanError
+from ilargi_db.errors import PlanError, the_query
 from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_by
 from ilargi_db.plan.features import classify_item, pick_target, split_filters
 from ilargi_db.plan.join_graph import JoinGraph
@@ -21,9 +21,9 @@ def output_schema(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str]
     try:
         relation = con.sql(query)
     except duckdb.Error as err:
-        raise PlanError(f"DuckDB cannot bind the training query: {str(err).strip()}") from None
+        raise PlanError(f"DuckDB cannot bind {the_query()}: {str(err).strip()}") from None
     if relation is None:  # pragma: no cover - parse_training_query only lets SELECTs through
-        raise PlanError("the training query returned no result set; pass a SELECT.")
+        raise PlanError(f"{the_query()} returned no result set; pass a SELECT.")
     return list(relation.columns), [str(t) for t in relation.dtypes]
 
 
@@ -45,12 +45,12 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
     if not isinstance(con, duckdb.DuckDBPyConnection):
         raise PlanError(f"con must be a DuckDB connection (duckdb.connect() or ilargi_db.connect()), got {con!r}.")
     if not isinstance(query, str):
-        raise PlanError(f"the training query must be a string holding one SELECT, got {type(query).__name__}.")
+        raise PlanError(f"{the_query()} must be a string holding one SELECT, got {type(query).__name__}.")
     try:
         return _run_passes(con, query, target)
     except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end
         raise PlanError(
-            "the training query nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
+            f"{the_query()} nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
             "nested expressions in a view (CREATE VIEW v AS SELECT ...) and train on the view, or flatten them."
         ) from None
 

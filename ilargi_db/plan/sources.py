@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 from sqlglot import exp
 
-from ilargi_db.errors import PlanError
+from ilargi_db.errors import CALLER, PlanError
 from ilargi_db.plan.join_graph import Source
 
 
@@ -51,9 +51,9 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
     for position, item in enumerate(from_items(select)):
         kind, name = _kind_and_name(item)
         alias = item.alias or name
-        if not alias:
+        generated = not alias
+        if generated:
             alias = f"src{position + 1}"
-            item.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
         if any(s.alias.lower() == alias.lower() for s in sources):
             raise PlanError(
                 f"the source name {alias!r} is used twice in FROM: give each occurrence its "
@@ -65,14 +65,25 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
             columns, types = tuple(relation.columns), tuple(str(t) for t in relation.dtypes)
         except duckdb.CatalogException as err:
             what = f"table {name!r}" if name else f"source {relation_sql!r}"
-            raise PlanError(
-                f"unknown {what} in FROM ({_first_line(err)}). Create it, fix the name, or "
-                "register a DataFrame/Arrow table with con.register(name, data)."
-            ) from None
+            fix = _UNKNOWN_TABLE_FIX[CALLER.get()]
+            raise PlanError(f"unknown {what} in FROM ({_first_line(err)}). {fix}") from None
         except duckdb.Error as err:
             raise PlanError(f"DuckDB cannot read the source {relation_sql!r}: {_first_line(err)}") from None
+        if generated:  # read above without it: DuckDB names a one-column function's column after its alias
+            pinned = [exp.to_identifier(c, quoted=True) for c in columns] if kind == "function" else []
+            item.set("alias", exp.TableAlias(this=exp.to_identifier(alias), columns=pinned))
+            relation_sql = item.sql("duckdb")
         sources.append(Source(alias=alias, relation_sql=relation_sql, kind=kind, columns=columns, types=types))
     return sources
+
+
+# What a caller can do about a name the database lacks: only Python can register data frames, and only
+# the command line chooses the database with a flag.
+_UNKNOWN_TABLE_FIX = {
+    "python": "Create it, fix the name, or register a DataFrame/Arrow table with con.register(name, data).",
+    "sql": "Create it, or fix the name.",
+    "cli": "Fix the name, or pass --db with the DuckDB file that holds it.",
+}
 
 
 def _first_line(err: Exception) -> str:

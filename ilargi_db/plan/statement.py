@@ -9,7 +9,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from ilargi_db.errors import PlanError
+from ilargi_db.errors import PlanError, the_query
 
 _NOT_A_TRAINING_SET = (
     "{what} does not describe a training set over joins: every output row must be one "
@@ -87,11 +87,9 @@ def refuse_writes(statement: exp.Expression) -> exp.Expression:
     for node in statement.walk():
         if isinstance(node, _WRITING_STATEMENTS) and node is not statement:
             kind = node.key.upper() if not isinstance(node, exp.Command) else str(node.this).upper()
-            raise PlanError(
-                f"the training query holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}"
-            )
+            raise PlanError(f"{the_query()} holds {_article(kind)} {kind} statement {_where(node)}: {_ONLY_READS}")
         if isinstance(node, exp.Anonymous) and node.name.lower() in _WRITING_FUNCTIONS:
-            raise PlanError(f"the training query calls {node.sql('duckdb', normalize_functions=False)}, {_ADVANCES}")
+            raise PlanError(f"{the_query()} calls {node.sql('duckdb', normalize_functions=False)}, {_ADVANCES}")
     return statement
 
 
@@ -202,7 +200,7 @@ def refuse_hidden_writes(con: duckdb.DuckDBPyConnection, statement: exp.Expressi
     """
     found = _hidden_sequence_call(statement, _Definitions(con), set())
     if found:
-        raise PlanError(f"the training query {', which '.join(found)}, {_ADVANCES}")
+        raise PlanError(f"{the_query()} {', which '.join(found)}, {_ADVANCES}")
 
 
 def _query_nodes(tree: object, cte: str | None = None):
@@ -244,14 +242,14 @@ def check_reads_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
     tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])
     if tree.get("error"):
         raise PlanError(
-            f"DuckDB cannot show ilargi_db the parse tree of the training query ({tree.get('error_message')}), so "
+            f"DuckDB cannot show ilargi_db the parse tree of {the_query()} ({tree.get('error_message')}), so "
             "ilargi_db cannot check that it only reads. Write it as a plain SELECT over joined tables."
         )
     for node, cte in _query_nodes(tree):
         if node not in _READING_NODES:
             kind = node.removesuffix("_NODE").removesuffix("_QUERY")
             where = f" in the WITH clause ({cte})" if cte else ""
-            raise PlanError(f"the training query holds {_article(kind)} {kind} statement{where}: {_ONLY_READS}")
+            raise PlanError(f"{the_query()} holds {_article(kind)} {kind} statement{where}: {_ONLY_READS}")
 
 
 def outer_scope(node: exp.Expression):
@@ -275,17 +273,17 @@ def parse_training_query(query: str) -> exp.Select:
     ilargi_db.errors.PlanError: ilargi_db only reads training data, but the query is a DELETE statement...
     """
     if not isinstance(query, str) or not query.strip():
-        raise PlanError("the training query is empty: pass a SELECT over joined tables.")
+        raise PlanError(f"{the_query()} is empty: pass a SELECT over joined tables.")
     try:
         statements = [s for s in sqlglot.parse(query, read="duckdb") if s is not None]
     except sqlglot.errors.ParseError as err:
         first = err.errors[0] if err.errors else {}
         where = f" (line {first.get('line')}, column {first.get('col')})" if first else ""
         description = first.get("description", str(err))
-        raise PlanError(f"could not parse the training query{where}: {description}") from None
+        raise PlanError(f"could not parse {the_query()}{where}: {description}") from None
     if len(statements) != 1:
         raise PlanError(
-            f"the training query must be a single SELECT statement, but it holds "
+            f"{the_query()} must be a single SELECT statement, but it holds "
             f"{len(statements)} statements. Pass one SELECT."
         )
     statement = statements[0]
@@ -316,7 +314,7 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
     for call in select.find_all(exp.Anonymous):  # anywhere, subqueries included
         if call.name.lower().lstrip("_").startswith("ilargi_"):
             raise PlanError(
-                f"the training query calls {call.name}: ilargi_db's SQL functions train and write models, and "
+                f"{the_query()} calls {call.name}: ilargi_db's SQL functions train and write models, and "
                 "cannot run inside a query that only reads training data. Call them on their own."
             )
     if select.args.get("into"):
@@ -339,5 +337,5 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
         if isinstance(node, exp.AggFunc):
             raise PlanError(_NOT_A_TRAINING_SET.format(what=f"the aggregate {node.sql('duckdb')}"))
     if not select.args.get("from_"):
-        raise PlanError("the training query has no FROM clause: name the tables to train on.")
+        raise PlanError(f"{the_query()} has no FROM clause: name the tables it reads.")
     return select

@@ -483,8 +483,11 @@ def assemble(
                 rows[f"{prefix}/fill"],
             )
         )
+    n_rows = int(rows["n_rows"])
+    for part in (*blocks, *cats):  # a payload from elsewhere may point anywhere: read cold instead
+        _check_indicator(part.indicator, n_rows, part.n_source_rows)
     return DIMetadata(
-        n_rows=int(rows["n_rows"]),
+        n_rows=n_rows,
         feature_names=graph.feature_names,
         blocks=blocks,
         indicators=indicators,
@@ -493,6 +496,18 @@ def assemble(
         categoricals=cats,
         row_ids={s.alias: rows.get(f"rowids/{s.alias}") for s in graph.sources},
     )
+
+
+def _check_indicator(indicator: Any, n_rows: int, source_rows: int) -> None:
+    """Raise :class:`_Stale` unless ``indicator`` is one source row per output row: an integer in
+    [-2, ``source_rows``) (-1 an empty row, -2 a row a coalesce part does not own) for each of ``n_rows``."""
+    if not (
+        isinstance(indicator, np.ndarray)
+        and indicator.shape == (n_rows,)
+        and np.issubdtype(indicator.dtype, np.integer)
+        and (n_rows == 0 or (int(indicator.min()) >= -2 and int(indicator.max()) < source_rows))
+    ):
+        raise _Stale
 
 
 def _fills(

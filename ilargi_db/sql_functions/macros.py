@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import quote
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import build_join_graph
@@ -282,9 +282,10 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     macros = model.macros_
     if not macros:
         raise IlargiError("this model has no SQL macro: save it with ilargi_db.save_model (NMF has none).")
-    names = [c.lower() for c in build_join_graph(con, query).feature_names]
-    target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
-    graph = build_join_graph(con, query, target)
+    with speaking_of("the query to predict on"):
+        names = [c.lower() for c in build_join_graph(con, query).feature_names]
+        target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
+        graph = build_join_graph(con, query, target)
     model.encoder_.check_features(graph.feature_names)
     select = graph.select.copy()
     items = [item for i, item in enumerate(select.expressions) if i != graph.target_index]

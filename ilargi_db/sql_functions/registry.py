@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.errors import IlargiError, literal
+from ilargi_db.errors import CALLER, IlargiError, literal
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
@@ -295,23 +295,39 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
             f"{which} does not exist: train it with ilargi_train(...) first, or list the models with "
             "SELECT name, version FROM ilargi.models."
         )
-    return _rebuild(row)
+    try:
+        return _rebuild(row)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as err:
+        # A row edited by hand, or a file from elsewhere: say which row, not where the rebuild stumbled.
+        drop = f"ilargi_db.drop_model(con, {name!r})" if CALLER.get() == "python" else f"ilargi_drop_model('{name}')"
+        raise IlargiError(
+            f"model {name!r} version {row['version']} in ilargi.models is damaged ({type(err).__name__}: "
+            f"{str(err)[:200]}): train it again, or drop it with {drop}."
+        ) from None
+
+
+def _json_object(text: str, column: str) -> dict:
+    """A JSON column of the registry that must hold an object (a deep nesting raises RecursionError)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise TypeError(f"{column} is not a JSON object")
+    return value
 
 
 def _rebuild(row: dict) -> TrainedModel:
     algorithm = row["algorithm"]
-    params = json.loads(row["parameters"])
+    params = _json_object(row["parameters"], "parameters")
     estimator = ALGORITHMS[algorithm]()
     known = estimator.get_params()
     estimator.set_params(**{k: v for k, v in params.items() if k in known})  # for display; it is not refitted
-    fitted = json.loads(row["model"])
+    fitted = _json_object(row["model"], "model")
     for attr in algorithm_facts(algorithm).fitted:
         value = fitted[attr]
         setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
     names = fitted["feature_names_out"]
     estimator.n_features_in_ = len(names)
     estimator.feature_names_in_ = np.asarray(names, dtype=object)
-    preprocessing = json.loads(row["preprocessing"])
+    preprocessing = _json_object(row["preprocessing"], "preprocessing")
     return TrainedModel(
         estimator,
         FeatureEncoder.from_state(preprocessing),
@@ -328,8 +344,8 @@ def _rebuild(row: dict) -> TrainedModel:
         warnings_=list(fitted.get("warnings", [])),
         reused_=list(fitted.get("reused", [])),
         streamed_=fitted.get("streamed"),
-        timings_=json.loads(row["timings"]),
-        training_metrics_=json.loads(row["metrics"]),
+        timings_=_json_object(row["timings"], "timings"),
+        training_metrics_=_json_object(row["metrics"], "metrics"),
         n_rows_=int(row["n_rows"]),
         name_=row["name"],
         version_=int(row["version"]),
