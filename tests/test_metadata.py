@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -72,3 +73,26 @@ def test_categorical_metadata_counts_its_source_rows():
 
     meta = CategoricalMetadata("d", 0, pa.array(["a", "b", None]), np.array([0, 1, 1, 2]), None)
     assert meta.n_source_rows == 3  # it read a field the class does not have (issue 12)
+
+
+def test_a_fact_of_many_row_groups_comes_out_in_rowid_order_on_every_read():
+    # DuckDB's threads join row groups (122,880 rows each) in any order; the read puts the fact's rows back in
+    # rowid order, so every sum over the rows adds them in the same order (a rerun's model bit for bit).
+    con = duckdb.connect()
+    n = 400_000
+    con.execute(
+        f"CREATE TABLE f AS SELECT range AS id, range % 50 AS k, sin(range) AS x, range % 3 AS c FROM range({n})"
+    )
+    con.execute("CREATE TABLE d AS SELECT range AS k, cos(range) AS z FROM range(50)")
+    query = "SELECT f.x, CAST(f.c AS VARCHAR) AS c, d.z, f.id * 1.0 AS y FROM f JOIN d ON f.k = d.k"
+    for _ in range(3):
+        meta = extract_metadata(con, build_join_graph(con, query, "y"), categorical=frozenset({1}))
+        np.testing.assert_array_equal(meta.row_ids["f"], np.arange(n))
+        np.testing.assert_array_equal(meta.target, np.arange(n))
+        (fact,) = [b for b in meta.blocks if b.source == "f"]
+        np.testing.assert_array_equal(fact.data[:, 0], np.sin(np.arange(n)))
+        (codes,) = meta.categoricals
+        assert codes.values.to_pylist()[:6] == ["0", "1", "2", "0", "1", "2"]
+        dim = meta.indicators["d"]
+        (z,) = [b for b in meta.blocks if b.source == "d"]
+        np.testing.assert_allclose(z.data[dim, 0], np.cos(np.arange(n) % 50))

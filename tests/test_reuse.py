@@ -453,6 +453,48 @@ def test_conjugate_gradients_start_from_an_earlier_model():
     np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-6)
 
 
+SEPARABLE = STAR.replace("f.y FROM", "f.x > d.z AS late FROM")  # large coefficients: a long way from zeros
+AFTER = [  # (job, its parameters, an earlier job's different parameters: a start far from the optimum)
+    ("logistic", dict(algorithm="logistic_regression"), dict(C=1.0), dict(C=0.01)),
+    ("cg", dict(solver="cg"), dict(alpha=1.0), dict(alpha=2.0)),
+]
+LOSS = {"logistic": ("log_loss", dict(abs=1e-4)), "cg": ("rmse", dict(rel=1e-6))}  # what each default tol leaves
+
+
+@pytest.mark.parametrize("kind, run, params, earlier", AFTER, ids=[a[0] for a in AFTER])
+@pytest.mark.parametrize("tol", [0.1, 0.5])
+def test_a_loose_tol_never_warm_starts_so_the_model_is_the_cold_one(kind, run, params, earlier, tol):
+    con = ilargi_db.connect()
+    make_star(con, n=2_000)
+    query, target = (SEPARABLE, "late") if kind == "logistic" else (STAR, "y")
+    run = dict(run, backend="numpy", strategy="factorized", tol=tol)
+    clear_artifacts()  # as a new process finds it: no earlier model but the one below
+    ilargi_db.train(con, query, target, **earlier, **run)
+    after = ilargi_db.train(con, query, target, **params, **run)
+    cold = ilargi_db.train(con, query, target, **params, reuse=False, **run)
+    assert not any("warm start" in line for line in after.reused_)
+    np.testing.assert_array_equal(after.coef_, cold.coef_)  # what trained before changes nothing
+    assert after.intercept_ == cold.intercept_
+
+
+@pytest.mark.parametrize("kind, run, params, earlier", AFTER, ids=[a[0] for a in AFTER])
+def test_at_the_default_tol_a_warm_start_is_faster_and_reaches_the_cold_optimum(kind, run, params, earlier):
+    con = ilargi_db.connect()
+    make_star(con, n=2_000)
+    query, target = (SEPARABLE, "late") if kind == "logistic" else (STAR, "y")
+    run = dict(run, backend="numpy", strategy="factorized")
+    clear_artifacts()
+    ilargi_db.train(con, query, target, **earlier, **run)
+    warm = ilargi_db.train(con, query, target, **params, **run)
+    cold = ilargi_db.train(con, query, target, **params, reuse=False, **run)
+    assert any("warm start" in line for line in warm.reused_)
+    assert warm.n_iter_ < cold.n_iter_
+    # The same optimum, to within what the default tol leaves: the loss to the tol, the coefficients to 1%.
+    loss, within = LOSS[kind]
+    assert warm.training_metrics_[loss] == pytest.approx(cold.training_metrics_[loss], **within)
+    np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-2, atol=1e-2 * np.abs(cold.coef_).max())
+
+
 def test_k_means_never_warm_starts(star):
     run = dict(algorithm="kmeans", n_clusters=3, random_state=0, backend="numpy", strategy="factorized")
     query = STAR.replace(", f.y", "")

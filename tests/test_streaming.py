@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import tempfile
 import tracemalloc
@@ -92,6 +93,35 @@ def test_iterative_solvers_stream_every_pass_and_give_the_same_model(con, algori
             np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-7, atol=1e-9)
     if algorithm == "kmeans":
         assert np.array_equal(streamed.labels_, whole.labels_)
+
+
+@pytest.mark.parametrize("memory_budget", ["3MB", None], ids=["streamed", "in memory"])
+def test_a_rerun_gives_the_same_model_bit_for_bit(con, memory_budget):
+    query = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+    runs = [
+        ilargi_db.train(con, query, "late", "logistic_regression", memory_budget=memory_budget, **RUN) for _ in range(3)
+    ]
+    assert (runs[0].streamed_ is not None) == (memory_budget is not None)
+    for run in runs[1:]:
+        assert run.coef_.tobytes() == runs[0].coef_.tobytes()
+        assert run.intercept_ == runs[0].intercept_
+        assert run.encoder_.specs_ == runs[0].encoder_.specs_
+
+
+def test_the_means_a_stream_imputes_are_the_exactly_rounded_means_of_the_training_rows(con):
+    from ilargi_db.cost_model.explain import prepare_graph
+    from ilargi_db.preprocess import FeatureEncoder
+
+    # Sums of doubles in DuckDB's threads come out in any order: these are exact, so the same on every run.
+    query = (
+        "SELECT f.x1, f.x3, f.w0 * 1e300 AS huge, f.w1 * 1e-300 AS tiny, d.z2, f.y FROM fact f JOIN dim d ON f.k = d.k"
+    )
+    graph = prepare_graph(con, query, "y")
+    encoder = FeatureEncoder([False] * 5).fit_query(con, graph)
+    columns = list(zip(*con.sql(query).fetchall()))
+    for spec, column in zip(encoder.specs_, columns):
+        values = [v for v in column if v is not None]
+        assert spec.mean == math.fsum(values) / len(values), spec.name
 
 
 def test_prefetching_changes_nothing_but_the_wait():

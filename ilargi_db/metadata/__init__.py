@@ -21,6 +21,38 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 
 
+def sorting_order(rows: np.ndarray, distinct: bool = False) -> np.ndarray | None:
+    """The stable permutation that sorts ``rows`` (None: already sorted): a counting sort for dense distinct
+    keys (``distinct``: known to be, else checked), O(n + their span)."""
+    n = len(rows)
+    if n == 0 or bool(np.all(rows[1:] >= rows[:-1])):
+        return None
+    low = int(rows.min())
+    span = int(rows.max()) - low + 1
+    keys = rows if low == 0 else rows - low  # no copy for rowids from 0
+    if span <= 4 * n and (distinct or np.bincount(keys, minlength=span).max() == 1):
+        slot = np.full(span, -1, dtype=np.int64)
+        slot[keys] = np.arange(n)
+        return slot if span == n else slot[slot >= 0]
+    return np.argsort(rows, kind="stable")
+
+
+def _permuted(arrays: dict[str, np.ndarray], order: np.ndarray, keep: str) -> dict[str, np.ndarray]:
+    """``arrays`` (but ``keep``) put in ``order``, in place through one scratch vector where they can be: a
+    sorted copy of each would add their size to the read's peak (their memory stays with Arrow's pool)."""
+    scratch = np.empty(len(order) * 8, dtype=np.uint8)
+    out = {}
+    for name, values in arrays.items():
+        if name != keep and values.flags.writeable and values.ndim == 1 and values.dtype.itemsize <= 8:
+            sorted_values = scratch[: values.nbytes].view(values.dtype)
+            np.take(values, order, out=sorted_values)
+            values[:] = sorted_values
+        elif name != keep:
+            values = values[order]
+        out[name] = values
+    return out
+
+
 def in_anchor_order(
     joined: dict[str, np.ndarray], graph: JoinGraph, widths: dict[str, int], heights: dict[str, int]
 ) -> dict:
@@ -28,22 +60,15 @@ def in_anchor_order(
 
     Without ORDER BY any row order is the query's answer; this one makes the
     fact's indicator the identity in a star join (no gather in X @ W) and
-    sequential otherwise. A permutation of the fact's rows is inverted in O(n).
+    sequential otherwise, and the same on every run (DuckDB's threads return
+    row groups in any order). A permutation of the fact's rows is inverted in O(n).
     """
     candidates = [s for s in graph.sources if not s.nullable and widths[s.alias]]
     if not candidates:
         return joined
     anchor = max(candidates, key=lambda s: heights[s.alias] * widths[s.alias])
-    rows = joined[anchor.alias]
-    n = len(rows)
-    if n == 0 or bool(np.all(rows[1:] >= rows[:-1])):
-        return joined
-    if rows.max() < n and np.bincount(rows, minlength=n).max() == 1:  # a permutation of 0..n-1
-        order = np.empty(n, dtype=np.int64)
-        order[rows] = np.arange(n)
-    else:
-        order = np.argsort(rows, kind="stable")
-    return {name: values[order] for name, values in joined.items()}
+    order = sorting_order(joined[anchor.alias])
+    return joined if order is None else {name: values[order] for name, values in joined.items()}
 
 
 def streamable_source(
@@ -135,13 +160,27 @@ def extract_metadata(
     if anchor is not None:
         streamed = (anchor, {name: cast_part(name, sql, text_parts) for name, sql in parts[anchor].items()})
     joined, join_table = compute_indicators(con, graph, scans, uuid.uuid4().hex, streamed)
+    order = None  # where the anchor's rows come out of the join: their rowid order, as DuckDB returned them
     if not graph.order_by and anchor is None:
         widths = {alias: len(p) for alias, p in parts.items()}
         joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
+    elif not graph.order_by:
+        # DuckDB's threads return the fact's row groups in any order: in rowid order, every sum over the rows
+        # adds them in the same order on every run (a model the same bit for bit).
+        order = sorting_order(joined[STREAMED_ROWID], distinct=True)  # a fact's rows flow through once each
+        if order is not None:
+            joined = _permuted(joined, order, keep=anchor)
     n_rows = join_table.num_rows
 
     def values_of(alias: str):
         return join_table if alias == anchor else scans[alias].values
+
+    def block_of(alias: str, names: list[str]) -> np.ndarray:
+        data = arrow_to_block(values_of(alias), names, dtype)
+        if alias == anchor and order is not None:
+            for j in range(data.shape[1]):  # a column at a time: one column's copy at most
+                data[:, j] = data[order, j]
+        return data
 
     def fill_of(alias: str, name: str):
         if alias != anchor:
@@ -161,7 +200,7 @@ def extract_metadata(
             blocks.append(
                 BlockMetadata(
                     source=source.alias,
-                    data=arrow_to_block(values_of(source.alias), names, dtype),
+                    data=block_of(source.alias, names),
                     indicator=joined[source.alias],
                     columns=np.array([j for j, _ in plain], dtype=np.int64),
                     fill=np.array([fill_of(source.alias, name) for name in names], dtype=dtype),
@@ -171,6 +210,8 @@ def extract_metadata(
         source = graph.features[j].parts[0].source
         name = part_column(j, 0)
         values = values_of(source).column(name).combine_chunks()
+        if source == anchor and order is not None:
+            values = values.take(order)
         categoricals.append(CategoricalMetadata(source, j, values, joined[source], fill_of(source, name)))
     for j, feature in enumerate(graph.features):
         if feature.kind != "coalesce":

@@ -9,6 +9,7 @@ materialized Arrow table, and both give the same columns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import duckdb
@@ -63,6 +64,59 @@ def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
     hit = codes >= 0
     rows = np.arange(len(values))
     return sp.csr_matrix((np.ones(int(hit.sum())), (rows[hit], codes[hit])), shape=(len(values), spec.width))
+
+
+SUM_BITS = 126  # an exact sum adds integers below 2**126 in DuckDB's HUGEINT (2**127 would overflow)
+
+
+def _present_value(sql: str) -> tuple[str, str]:
+    """A numeric feature as DOUBLE, and the condition that it is present (neither NULL nor NaN)."""
+    value = f"CAST(({sql}) AS DOUBLE)"
+    return value, f"{value} IS NOT NULL AND NOT isnan({value})"
+
+
+def _aggregate(con: duckdb.DuckDBPyConnection, graph: JoinGraph, items: list[str], what: str) -> dict:
+    """One row of aggregates ``items`` over the training rows of ``graph`` (those whose target is set)."""
+    select = graph.select.copy()
+    select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
+    for arg in ("order", "limit", "offset"):
+        select.set(arg, None)
+    if graph.target is not None:
+        select = select.where(_present_value(graph.target.sql)[1], dialect="duckdb")
+    return fetch_arrow(con, select.sql("duckdb"), what=what).to_pylist()[0]
+
+
+def _power_of_two(exponent: int) -> str:
+    """2**exponent as a DOUBLE in SQL, as two exact factors (each one in a double's range)."""
+    half = exponent // 2
+    return " * ".join(f"CAST('{math.ldexp(1.0, e)!r}' AS DOUBLE)" for e in (half, exponent - half))
+
+
+def _exact_sums(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, largest: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
+    """Each numeric feature's sum over the training rows, the same whatever order DuckDB adds the rows in.
+
+    Every value becomes a fixed-point integer, x * 2**(bits - e) rounded, where 2**e bounds the feature's
+    largest magnitude and ``bits`` leaves room for ``count`` of them in a HUGEINT: integers add exactly in
+    any order, and the total is rounded to a double once. The values keep ``bits`` (at least 80) bits below
+    the largest, more than a double's 53, so the sum is the exactly rounded one in all but contrived cases.
+    Features with no finite nonzero value need no query (their sum is 0, or not finite as a double sum is).
+    """
+    sums = np.where(np.isfinite(largest), 0.0, largest)
+    items, scales = [], {}
+    for j, (top, count) in enumerate(zip(largest.tolist(), counts.tolist())):
+        if count and top > 0 and math.isfinite(top):
+            bits = SUM_BITS - int(count).bit_length()
+            scales[j] = math.frexp(top)[1] - bits  # 2**(e - bits) per unit: |x| < 2**e
+            value, present = _present_value(graph.features[j].sql)
+            fixed = f"CAST({value} * {_power_of_two(-scales[j])} AS HUGEINT)"
+            items.append(f"CAST(sum({fixed}) FILTER (WHERE {present}) AS VARCHAR) AS s{j}")
+    if items:
+        found = _aggregate(con, graph, items, "the encoder's sums")
+        for j, total in zip(scales, found.values()):
+            sums[j] = math.ldexp(float(int(total)), scales[j])  # int -> float rounds once, correctly
+    return sums
 
 
 class FeatureEncoder:
@@ -132,11 +186,13 @@ class FeatureEncoder:
         return self
 
     def fit_query(self, con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> FeatureEncoder:
-        """Fit on the training rows of ``graph`` without holding them: one aggregate query in DuckDB.
+        """Fit on the training rows of ``graph`` without holding them: aggregate queries in DuckDB.
 
         Sums and counts of each numeric feature (NULL and NaN left out), the categories of each
         categorical one and whether NULL is one, over the rows whose target is set: what the
-        materialized read's :meth:`fit_table` computes (streaming and a cluster fit this way).
+        materialized read's :meth:`fit_table` computes (streaming and a cluster fit this way). The sums
+        are exact (:func:`_exact_sums`): DuckDB adds doubles in whatever order its threads finish, which
+        would change the means, and so the model, from run to run.
         """
         items = []
         for j, feature in enumerate(graph.features):
@@ -147,29 +203,21 @@ class FeatureEncoder:
                     f"bool_or({text} IS NULL) AS b{j}",
                 ]
             else:  # named by position: two features with the same expression give two columns
-                value = f"CAST(({feature.sql}) AS DOUBLE)"
-                present = f"{value} IS NOT NULL AND NOT isnan({value})"
+                value, present = _present_value(feature.sql)
                 items += [
-                    f"sum({value}) FILTER (WHERE {present}) AS a{j}",
+                    f"max(abs({value})) FILTER (WHERE {present}) AS a{j}",  # the scale of the exact sum
                     f"count(*) FILTER (WHERE {present}) AS b{j}",
                 ]
-        select = graph.select.copy()
-        select.set("expressions", [sqlglot.parse_one(i, read="duckdb") for i in items])
-        for arg in ("order", "limit", "offset"):
-            select.set(arg, None)
-        if graph.target is not None:
-            value = f"CAST(({graph.target.sql}) AS DOUBLE)"
-            select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
-        row = fetch_arrow(con, select.sql("duckdb"), what="the encoder's statistics").to_pylist()[0]
-        values = list(row.values())
+        values = list(_aggregate(con, graph, items, "the encoder's statistics").values())
         n = len(graph.features)
-        sums, counts, categories = np.zeros(n), np.zeros(n), {}
+        largest, counts, categories = np.zeros(n), np.zeros(n), {}
         for j in range(n):
             first, second = values[2 * j], values[2 * j + 1]
             if self.categorical[j]:
                 categories[j] = (sorted(first or []), bool(second))
             else:
-                sums[j], counts[j] = float(first or 0.0), float(second or 0)
+                largest[j], counts[j] = float(first or 0.0), float(second or 0)
+        sums = _exact_sums(con, graph, largest, counts)
         return self.fit_sums(graph.feature_names, sums, counts, categories)
 
     def _fit(self, names, sums, counts, categories) -> None:
