@@ -14,7 +14,7 @@ import ilargi_db
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import build_join_graph, categorical_flags
 from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_artifact_budget
-from ilargi_db.reuse.store import MEMORY, DatabaseTier, pack, unpack
+from ilargi_db.reuse.store import MEMORY, DatabaseTier, artifact_secret, pack, seal, unpack, unseal
 
 STAR = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 
@@ -646,10 +646,12 @@ def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
         ilargi_db.train(con, STAR, "y", **run)
         rows = con.execute("SELECT key, payload FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
         assert rows
-        for key, payload in rows:  # a crafted payload: every key in place, one indicator pointing nowhere
-            value = unpack(bytes(payload))
+        secret = artifact_secret()
+        for key, payload in rows:  # sealed as ours, yet one indicator points nowhere: decoding still checks
+            value = unpack(unseal(secret, key, "rows", bytes(payload)))
             value["indicator/d"] = np.full_like(value["indicator/d"], bad)
-            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [pack(value), key])
+            sealed = seal(secret, key, "rows", pack(value))
+            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [sealed, key])
         clear_artifacts()
         model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
     cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
