@@ -152,14 +152,14 @@ def dot_command(con: duckdb.DuckDBPyConnection, command: str, timer: bool, out=N
     elif name == ".tables":
         run_sql(
             con,
-            "SELECT table_name AS name FROM duckdb_tables() WHERE NOT internal UNION SELECT view_name "
-            "FROM duckdb_views() WHERE NOT internal ORDER BY name",
+            "SELECT table_name AS name FROM system.main.duckdb_tables() WHERE NOT internal UNION SELECT view_name "
+            "FROM system.main.duckdb_views() WHERE NOT internal ORDER BY name",
             out,
         )
     elif name == ".schema":
         found = con.execute(
-            "SELECT sql FROM duckdb_tables() WHERE NOT internal AND (? = '' OR table_name = ?) "
-            "UNION ALL SELECT sql FROM duckdb_views() WHERE NOT internal AND (? = '' OR view_name = ?)",
+            "SELECT sql FROM system.main.duckdb_tables() WHERE NOT internal AND (? = '' OR table_name = ?) "
+            "UNION ALL SELECT sql FROM system.main.duckdb_views() WHERE NOT internal AND (? = '' OR view_name = ?)",
             [argument, argument, argument, argument],
         ).fetchall()
         if not found:

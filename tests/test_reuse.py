@@ -171,6 +171,9 @@ def test_columns_read_by_pattern_or_position_are_fingerprinted(star, query):
     [
         ("f.x + random()", "random"),
         ("f.x + epoch(now())", "now"),
+        ("f.x + day(current_date)", "CURRENT_DATE"),
+        ("f.x + epoch(CURRENT_TIMESTAMP)", "CURRENT_TIMESTAMP"),
+        ("f.x + epoch(age(TIMESTAMP '2020-01-01' + to_days(f.k::INTEGER)))", "age"),
         ("(SELECT max(z) FROM d)", "subquery"),
         ("plus_one(f.x)", "plus_one"),
     ],

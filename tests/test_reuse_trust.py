@@ -154,3 +154,49 @@ def test_a_file_rewritten_between_the_fingerprint_and_the_read_is_refused(tmp_pa
     with pytest.raises(ilargi_db.IlargiError, match="changed while it was read"):
         job.confirm_read()
     assert job.fingerprint.stats_key not in MEMORY.items  # its artifacts are forgotten
+
+
+def test_a_database_whose_macros_shadow_duckdb_built_ins_keeps_nothing_another_database_could_use(tmp_path):
+    clear_artifacts()
+    bent = ilargi_db.connect(str(tmp_path / "bent.duckdb"))
+    honest = ilargi_db.connect(str(tmp_path / "honest.duckdb"))
+    for con in (bent, honest):
+        make_star(con, 3, 120, 1.5)
+    bent.execute("CREATE MACRO ln(v) AS v * 0")  # and hidden from a plain listing of DuckDB's functions
+    bent.execute("CREATE MACRO duckdb_functions() AS TABLE SELECT 'ln' AS function_name, true AS internal")
+    query = "SELECT ln(1 + abs(f.x)) AS lx, d.z, f.y FROM f JOIN d ON f.k = d.k"
+    bent_model = ilargi_db.train(bent, query, "y", **RUN)
+    assert any("is defined in this database (a macro or function) over DuckDB" in line for line in bent_model.reused_)
+    served = ilargi_db.train(honest, query, "y", **RUN)
+    cold = ilargi_db.train(honest, query, "y", reuse=False, **RUN)
+    np.testing.assert_array_equal(served.coef_, cold.coef_)
+
+
+@pytest.mark.parametrize(
+    "query, change",
+    [
+        ("SELECT f.x, COLUMNS('^z$'), f.y FROM f JOIN d USING (k)", "UPDATE d SET z = z + 1"),
+        ("SELECT f.x, #5, f.y FROM f JOIN d USING (k)", "UPDATE d SET z = z + 1"),
+        ("SELECT f.x, d.name, f.y FROM f JOIN d USING (k)", "UPDATE d SET name = '\\x61' WHERE name = 'a'"),
+        ("SELECT f.x, d.name, f.y FROM f JOIN d USING (k)", "UPDATE d SET name = 'café' WHERE name = 'a'"),
+        ("SELECT f.x, d.l[1] AS first, f.y FROM f JOIN d USING (k)", "UPDATE d SET l = ['-0.0'::DOUBLE] WHERE k = 0"),
+        (
+            "SELECT f.x, d.name, f.y FROM f JOIN d USING (k)",
+            "CREATE TABLE d2 (k BIGINT, z DOUBLE, name VARCHAR COLLATE NOACCENT, l DOUBLE[]); "
+            "INSERT INTO d2 SELECT * FROM d ORDER BY k; DROP TABLE d; ALTER TABLE d2 RENAME TO d",
+        ),
+    ],
+)
+def test_what_a_model_tells_apart_is_fingerprinted_apart(query, change):
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE f AS SELECT range % 4 AS k, sin(range) AS x, range * 1.0 AS y FROM range(40)")
+    con.execute(
+        "CREATE TABLE d AS SELECT range AS k, range * 0.5 AS z, ['a', 'b', 'c', 'd'][range + 1] AS name, "
+        "[0.0::DOUBLE] AS l FROM range(4)"
+    )
+    graph = build_join_graph(con, query, "y")
+    before = fingerprint_job(con, graph, categorical_flags(graph))
+    assert before.reusable, before.why_not
+    con.execute(change)
+    after = fingerprint_job(con, graph, categorical_flags(graph))
+    assert after.reusable and after.stats_key != before.stats_key

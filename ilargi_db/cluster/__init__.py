@@ -87,7 +87,7 @@ def registered_cluster(con: duckdb.DuckDBPyConnection, name: Any) -> Any:
 
     Refused where DuckDB's ``enable_external_access`` is off: the caller's sandbox covers the cluster too.
     """
-    external = con.execute("SELECT current_setting('enable_external_access')").fetchall()[0][0]
+    external = con.execute("SELECT system.main.current_setting('enable_external_access')").fetchall()[0][0]
     if str(external).lower() in ("false", "0"):
         raise IlargiError(
             "the option \"cluster\" reaches other machines, and this connection has enable_external_access = false: "

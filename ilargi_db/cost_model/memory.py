@@ -74,7 +74,7 @@ def size_in_bytes(value: Any, what: str) -> int:
 def memory_limit_bytes(con: duckdb.DuckDBPyConnection) -> int | None:
     """DuckDB's ``memory_limit`` setting in bytes (None if it cannot be read)."""
     try:
-        shown = con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        shown = con.sql("SELECT system.main.current_setting('memory_limit')").fetchall()[0][0]
     except duckdb.Error:
         return None
     return parse_bytes(str(shown))

@@ -105,11 +105,13 @@ class _Definitions:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
-        database, schemas = con.execute("SELECT current_database(), current_schemas(true)").fetchall()[0]
+        database, schemas = con.execute(
+            "SELECT system.main.current_database(), system.main.current_schemas(true)"
+        ).fetchall()[0]
         self.database, self.schemas = database.lower(), {schema.lower() for schema in schemas}
         self.views: dict[str, list[tuple[str, str, str]]] = {}  # name -> [(database, schema, SQL)]
         for database, schema, name, sql in con.execute(
-            "SELECT database_name, schema_name, view_name, sql FROM duckdb_views() WHERE NOT internal"
+            "SELECT database_name, schema_name, view_name, sql FROM system.main.duckdb_views() WHERE NOT internal"
         ).fetchall():
             self.views.setdefault(name.lower(), []).append((database.lower(), schema.lower(), sql))
         self.macros: dict[str, list[str]] = {}  # name -> the bodies of its overloads ([] for no macro)
@@ -136,7 +138,7 @@ class _Definitions:
         for name in missing:
             self.macros[name] = []
         for name, body in self.con.execute(
-            "SELECT lower(function_name), macro_definition FROM duckdb_functions() WHERE NOT internal "
+            "SELECT lower(function_name), macro_definition FROM system.main.duckdb_functions() WHERE NOT internal "
             "AND function_type IN ('macro', 'table_macro') AND lower(function_name) IN (SELECT unnest(?::VARCHAR[]))",
             [missing],
         ).fetchall():

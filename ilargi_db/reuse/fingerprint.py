@@ -11,12 +11,16 @@ correct test, and it costs one aggregate query over the columns the job reads (n
   ``count(*)`` and ``sum(hash(c1, ..., cn))`` over all its columns the job reads: a changed Parquet
   file, a replaced view or a re-registered DataFrame with other content gives another fingerprint.
 
-Sums of 64-bit hashes (as HUGEINT, never wrapping) are a multiset hash: two different states collide
-with probability about 2^-64. DROP and CREATE of a table with the same content keeps its artifacts:
-they are still right. The expressions the job evaluates outside the hashed content (features,
-filters, join conditions, the target) must be pure functions of it: a subquery inside them, a macro,
-a user-defined type or any function DuckDB does not mark CONSISTENT (``random()``, ``now()``,
-``current_date``) makes the job not reusable, and it runs cold.
+Each column is hashed as a model sees it, not as DuckDB's equality does (:func:`as_compared`: text as
+bytes, floats with their sign); a star, ``COLUMNS(...)`` or a position reads every column; the definitions
+of the tables and views a source reaches (their types and collations) are part of its key. Sums of 64-bit
+hashes (as HUGEINT, never wrapping) are a multiset hash: two different states collide with probability
+about 2^-64. DROP and CREATE of a table with the same definition and content keeps its artifacts: they
+are still right. The expressions the job evaluates outside the hashed content (features, filters, join
+conditions, the target) must be pure functions of it and of the session settings in every key: a
+subquery inside them, a macro, a user-defined type, a function of the clock or the session
+(``random()``, ``now()``, ``current_date``, one-argument ``age()``), or a database whose macros shadow a
+DuckDB built-in makes the job not reusable, and it runs cold.
 """
 
 from __future__ import annotations
@@ -111,6 +115,13 @@ def still_the_same(con: duckdb.DuckDBPyConnection, fingerprint: JobFingerprint) 
 NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")
 
 
+# SQL keywords DuckDB parses as a column reference when unqualified (the planner qualifies every real column).
+CLOCK_KEYWORDS = frozenset(
+    ("current_date", "current_time", "current_timestamp", "localtime", "localtimestamp", "current_user",
+     "session_user", "user", "current_role", "current_catalog", "current_schema")
+)
+# Overloads DuckDB marks CONSISTENT although they read the clock: age(ts) is age(current_date, ts).
+CLOCK_OVERLOADS = frozenset({("age", 1)})
 # Time-zone-aware types: an overload that takes or returns one reads the session's TimeZone and Calendar
 # (DuckDB 2.0 marks it CONSISTENT_WITHIN_QUERY for that reason), both part of every key (SETTINGS).
 ZONED_TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ_NS", "TIME WITH TIME ZONE")
@@ -128,7 +139,7 @@ def consistent_functions() -> frozenset[str]:
     """
     con = duckdb.connect()  # a fresh database: no user macro, no extension function
     found = con.execute(
-        "SELECT function_name FROM duckdb_functions() WHERE internal GROUP BY function_name "
+        "SELECT function_name FROM system.main.duckdb_functions() WHERE internal GROUP BY function_name "
         "HAVING bool_and(stability = 'CONSISTENT' OR (stability = 'CONSISTENT_WITHIN_QUERY' AND "
         "(list_has_any(parameter_types, ?::VARCHAR[]) OR (len(parameter_types) > 0 AND return_type IN "
         "(SELECT unnest(?::VARCHAR[]))))))",
@@ -151,22 +162,20 @@ def _nodes(tree: Any) -> Iterator[dict]:
 def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) -> str | None:
     """Why the result of ``expressions`` may change while the columns they read do not; None if it cannot.
 
-    Only DuckDB's CONSISTENT built-ins pass, and not where a function of the caller's (a macro, a UDF)
-    has the same name: DuckDB would call that one.
+    Only DuckDB's consistent built-ins pass (:func:`consistent_functions`), and only in a database whose own
+    functions (macros, UDFs) shadow none of DuckDB's built-ins: DuckDB would call those in the job's
+    expressions and in ilargi_db's own queries (the hashes, the reads), and the artifacts this job made
+    could then serve another database of the process wrongly.
     """
-    if not expressions:
-        return None
-    why, functions = _impure(tuple(expressions))
-    if why or not functions:
+    why, _ = _impure(tuple(expressions))
+    if why:
         return why
-    names = sorted(functions)
     shadowed = con.execute(
-        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE NOT internal AND lower(function_name) IN "
-        "(SELECT unnest(?::VARCHAR[]))",
-        [names],
-    ).fetchall()
+        "SELECT min(function_name) FROM system.main.duckdb_functions() WHERE NOT internal AND lower(function_name) IN "
+        "(SELECT lower(function_name) FROM system.main.duckdb_functions() WHERE internal)"
+    ).fetchall()[0][0]
     if shadowed:
-        return f"{shadowed[0][0]}() is defined in this database (a macro or function), not DuckDB's built-in"
+        return f"{shadowed}() is defined in this database (a macro or function) over DuckDB's built-in of that name"
     return None
 
 
@@ -196,12 +205,16 @@ def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
     called = set()
     for node in _nodes(tree.get("statements", [])):
         kind = node.get("class")
+        names = node.get("column_names") or []
+        if kind == "COLUMN_REF" and len(names) == 1 and names[0].lower() in CLOCK_KEYWORDS:
+            return f"{names[0]} reads the clock or the session, not the data", frozenset()
         if kind == "SUBQUERY":
             why = "a subquery in a feature, filter or join condition reads tables the fingerprint does not cover"
             return why, frozenset()
         if kind == "FUNCTION":
             name = node["function_name"].lower()
-            if node.get("schema") or name not in allowed:
+            arity = len(node.get("arguments", node.get("children")) or [])
+            if node.get("schema") or name not in allowed or (name, arity) in CLOCK_OVERLOADS:
                 return (
                     f"{node['function_name']}() may return other values for the same input (or is user-defined)",
                     frozenset(),
@@ -215,8 +228,8 @@ def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
 def _settings(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     """The caller's values of the settings that change what an expression returns (:data:`SETTINGS`)."""
     return con.execute(
-        "SELECT lower(name), value FROM duckdb_settings() WHERE lower(name) IN (SELECT unnest(?::VARCHAR[])) "
-        "ORDER BY 1",
+        "SELECT lower(name), value FROM system.main.duckdb_settings() "
+        "WHERE lower(name) IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1",
         [list(SETTINGS)],
     ).fetchall()
 
@@ -284,29 +297,94 @@ def _row_columns(graph: JoinGraph) -> dict[str, set[str]]:
 
 
 def _feature_columns(graph: JoinGraph) -> list[dict[str, set[str]]]:
-    """Per feature, the raw columns of each source it reads."""
-    return [
-        {part.source: _columns(part.sql, part.source, graph.source(part.source)) for part in f.parts}
-        for f in graph.features
-    ]
+    """Per feature, the raw columns of each source it reads: of any source, since ``COLUMNS('z')`` or ``#5``
+    in a part the planner gave the fact may name a dimension's column."""
+    found = []
+    for f in graph.features:
+        read: dict[str, set[str]] = {part.source: set() for part in f.parts}
+        for part in f.parts:
+            for s in graph.sources:
+                columns = _columns(part.sql, s.alias, s)
+                if columns:
+                    read.setdefault(s.alias, set()).update(columns)
+        found.append(read)
+    return found
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """What a source reads beyond its rows: the DDL of every table and view it reaches (column types and
+    collations, which decide how its values compare), and whether those are base tables alone, whose
+    reads the job's transaction holds still (files and DataFrames it does not)."""
+
+    ddl: tuple[str, ...]
+    held: bool
+
+
+def source_definitions(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, Definitions]:
+    """:class:`Definitions` of each source of ``graph`` (views followed at any depth; one catalog query)."""
+    catalog: dict[str, list[tuple[str, str]]] = {}
+    for name, kind, sql in con.execute(
+        "SELECT lower(table_name), 'table', sql FROM system.main.duckdb_tables() WHERE NOT internal "
+        "UNION ALL SELECT lower(view_name), 'view', sql FROM system.main.duckdb_views() WHERE NOT internal"
+    ).fetchall():
+        catalog.setdefault(name, []).append((kind, sql or ""))
+    prefix = with_prefix(graph.select)
+    found = {}
+    for source in graph.sources:
+        ddl: list[str] = []
+        held = _reach(f"{prefix}SELECT * FROM {source.relation_sql}", catalog, ddl)
+        found[source.alias] = Definitions(tuple(ddl), held)
+    return found
+
+
+def _reach(sql: str, catalog: dict[str, list[tuple[str, str]]], ddl: list[str]) -> bool:
+    """Add the DDL of the tables and views ``sql`` reads to ``ddl`` (by name, in every schema: more than it
+    reads is never stale); whether they are all base tables (a file, a table function or a name the catalog
+    does not hold, such as a registered DataFrame, is not)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="duckdb")
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, RecursionError):
+        return False
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    held = True
+    for table in tree.find_all(exp.Table):
+        name = table.name.lower()
+        if not isinstance(table.this, exp.Identifier):
+            held = False  # read_parquet(...), range(...): a table function
+            continue
+        if not table.db and name in ctes:
+            continue
+        if name not in catalog:
+            held = False
+            continue
+        for kind, definition in catalog[name]:
+            if definition in ddl:
+                continue
+            ddl.append(definition)
+            if kind == "view":
+                held = _reach(definition, catalog, ddl) and held
+    return held
+
+
+FLOATS = ("DOUBLE", "FLOAT")
 
 
 def as_compared(column: str, duckdb_type: str) -> str:
-    """What to hash of ``column`` so that every value DuckDB tells apart hashes apart.
+    """What to hash of ``column`` so that values a model tells apart hash apart.
 
     ``hash()`` follows DuckDB's equality, which is looser than what a model sees: under a NOCASE collation
-    'A' and 'a' hash alike, and -0.0 hashes as 0.0. Text is hashed as its bytes, with whether it equals its
-    lower case, upper case and accent-free forms (those comparisons follow the column's collation, so a
-    column re-created with another collation hashes apart); floats with their sign bit.
+    'A' and 'a' hash alike, and -0.0 hashes as 0.0. Text is hashed as its UTF-8 bytes (``encode``), floats
+    with their sign bit, nested values (lists, structs, maps) also as their text, which spells -0.0 and
+    every text's bytes. A column's collation is in its source's definition (part of every key).
     """
     kind = duckdb_type.upper()
-    if kind.startswith("VARCHAR"):
-        return (
-            f"{column}::BLOB, {column} = lower({column}), {column} = upper({column}), "
-            f"{column} = strip_accents({column})"
-        )
-    if kind in ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"):
+    if kind == "VARCHAR":
+        return f"encode({column})"
+    if kind in FLOATS:
         return f"{column}, signbit({column})"
+    if "[" in kind or kind.startswith(("STRUCT", "MAP", "UNION")):
+        return f"{column}, {column}::VARCHAR"
     return column
 
 
@@ -371,7 +449,11 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     prints = {}
     for (alias, native, keys), values in zip(layout, found):
         prints[alias] = SourcePrint(alias, int(values[0]), native, dict(zip(keys, values[1:])))
-    sources = [(s.alias, s.relation_sql, s.kind, dict(zip(s.columns, s.types))) for s in graph.sources]
+    definitions = source_definitions(con, graph)
+    sources = [
+        (s.alias, s.relation_sql, s.kind, dict(zip(s.columns, s.types)), definitions[s.alias].ddl)
+        for s in graph.sources
+    ]
     with_ = with_prefix(graph.select)
     rows = [(alias, prints[alias].of(columns)) for alias, columns in sorted(rows_by_source.items())]
     select = graph.select
@@ -386,7 +468,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
             "column", rows_key, feature.kind, [(p.source, p.sql) for p in feature.parts], categorical[j], content
         )
     stats_key = digest("stats", rows_key, [column_keys[j] for j in sorted(column_keys)], categorical)
-    outside = [k for k, (_, native, _) in enumerate(layout) if not native]
+    outside = [k for k, (alias, _, _) in enumerate(layout) if not definitions[alias].held]
     again = (f"{prefix}SELECT {', '.join(items[k] for k in outside)}", tuple(found[k] for k in outside))
     seconds = time.perf_counter() - began
     return JobFingerprint(True, "", rows_key, stats_key, column_keys, seconds, again if outside else None)

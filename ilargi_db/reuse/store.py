@@ -315,9 +315,11 @@ def _store_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]
     """
     names = list(STORE_DDL)
     found = con.execute(
-        "SELECT lower(table_name), 'table', sql FROM duckdb_tables() WHERE database_name = current_database() "
+        "SELECT lower(table_name), 'table', sql FROM system.main.duckdb_tables() "
+        "WHERE database_name = system.main.current_database() "
         "AND lower(schema_name) = 'ilargi' AND lower(table_name) IN (SELECT unnest(?::VARCHAR[])) "
-        "UNION ALL SELECT lower(view_name), 'view', sql FROM duckdb_views() WHERE database_name = current_database() "
+        "UNION ALL SELECT lower(view_name), 'view', sql FROM system.main.duckdb_views() "
+        "WHERE database_name = system.main.current_database() "
         "AND lower(schema_name) = 'ilargi' AND lower(view_name) IN (SELECT unnest(?::VARCHAR[])) AND NOT internal",
         [names, names],
     ).fetchall()
@@ -374,7 +376,8 @@ def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
     """The file of ``con``'s current database when it can hold artifacts (a writable file), else None."""
     try:
         row = con.execute(
-            "SELECT path, readonly FROM duckdb_databases() WHERE database_name = current_database()"
+            "SELECT path, readonly FROM system.main.duckdb_databases() "
+            "WHERE database_name = system.main.current_database()"
         ).fetchall()
     except duckdb.Error:
         return None
@@ -387,7 +390,9 @@ def database_scope(con: duckdb.DuckDBPyConnection) -> str:
     """Which database ``con`` is on, for the in-process tier's listing and clearing: its file, or
     ``":memory:"`` (the in-memory databases of a process are one scope: DuckDB names none of them apart)."""
     try:
-        row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+        row = con.execute(
+            "SELECT path FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
+        ).fetchall()
     except duckdb.Error:
         return ":memory:"
     return os.path.realpath(row[0][0]) if row and row[0][0] else ":memory:"

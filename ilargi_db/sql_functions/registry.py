@@ -46,10 +46,10 @@ def _registry_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, st
     the same definition compare equal whatever spacing or DDL version made them.
     """
     found = con.execute(
-        "SELECT lower(table_name), 'table', sql FROM duckdb_tables() "
-        "WHERE database_name = current_database() AND lower(schema_name) = 'ilargi' "
-        "UNION ALL SELECT lower(view_name), 'view', sql FROM duckdb_views() "
-        "WHERE database_name = current_database() AND lower(schema_name) = 'ilargi' AND NOT internal"
+        "SELECT lower(table_name), 'table', sql FROM system.main.duckdb_tables() "
+        "WHERE database_name = system.main.current_database() AND lower(schema_name) = 'ilargi' "
+        "UNION ALL SELECT lower(view_name), 'view', sql FROM system.main.duckdb_views() "
+        "WHERE database_name = system.main.current_database() AND lower(schema_name) = 'ilargi' AND NOT internal"
     ).fetchall()
     return {name: (kind, sql) for name, kind, sql in found}
 
@@ -106,7 +106,9 @@ def check_model_name(name: Any) -> str:
 
 
 def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
-    found = con.execute("SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()")
+    found = con.execute(
+        "SELECT readonly FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
+    )
     return bool(found.fetchall()[0][0])
 
 
@@ -142,8 +144,8 @@ def _json(value: Any) -> str:
 
 def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
     found = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = 'models' "
-        "AND database_name = current_database()"
+        "SELECT count(*) FROM system.main.duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = 'models' "
+        "AND database_name = system.main.current_database()"
     ).fetchall()[0][0]
     return bool(found)
 
@@ -158,7 +160,7 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
     """Functions with a macro's name that no version of model ``name`` created (never overwrite them)."""
     ours = _macros_of(con, name)
     taken = con.execute(
-        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE lower(function_name) IN "
+        "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE lower(function_name) IN "
         "(SELECT lower(unnest(?::VARCHAR[])))",
         [macros],
     ).fetchall()
@@ -214,7 +216,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     """The writes of :func:`save_model`, inside its transaction."""
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
-    (database,) = con.execute("SELECT current_database()").fetchall()[0]
+    (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
     writer = MacroWriter(name, version, model, database)
     statements = writer.statements()
     foreign = _foreign_functions(con, name, list(statements))
