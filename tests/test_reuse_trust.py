@@ -200,3 +200,32 @@ def test_what_a_model_tells_apart_is_fingerprinted_apart(query, change):
     con.execute(change)
     after = fingerprint_job(con, graph, categorical_flags(graph))
     assert after.reusable and after.stats_key != before.stats_key
+
+
+@pytest.mark.parametrize("planted", ["world-writable", "fifo", "symlink", "directory", "short"])
+def test_a_secret_file_this_user_alone_could_not_have_written_is_never_believed(tmp_path, monkeypatch, planted):
+    import os
+
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
+    path = tmp_path / "artifact_secret"
+    if planted == "world-writable":
+        path.write_bytes(b"k" * 32)
+        path.chmod(0o666)
+    elif planted == "fifo":
+        os.mkfifo(path)  # reading it would block every training
+    elif planted == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"k" * 32)
+        path.symlink_to(tmp_path / "elsewhere")
+    elif planted == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"k" * 31)
+        path.chmod(0o600)
+    assert artifact_secret() is None
+    con = ilargi_db.connect(str(tmp_path / "db.duckdb"))
+    make_star(con, 0, 40, 1.0)
+    model = ilargi_db.train(con, QUERY, "y", **RUN)  # trains, stores nothing in the file, and says why
+    assert any("artifact_secret is not a private file" in w for w in model.warnings_)
+    assert not DatabaseTier.exists(con) or con.execute("SELECT count(*) FROM ilargi.artifacts_store").fetchall() == [
+        (0,)
+    ]

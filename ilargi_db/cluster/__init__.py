@@ -95,12 +95,11 @@ def registered_cluster(con: duckdb.DuckDBPyConnection, name: Any) -> Any:
         )
     with _CLUSTERS_LOCK:
         found = _CLUSTERS.get(name) if isinstance(name, str) else None
-        names = sorted(_CLUSTERS)
     if found is None:
-        known = f"registered: {', '.join(map(repr, names))}" if names else "none is registered"
         raise IlargiError(
-            f"the option \"cluster\" names a cluster the host registered ({known}), got {name!r}. SQL cannot give an "
-            "address: register it from Python with ilargi_db.register_cluster('name', 'tcp://host:8786')."
+            f"the option \"cluster\" names a cluster registered in this process, and none is registered as {name!r}: "
+            "an address cannot be given here. From Python: ilargi_db.register_cluster('name', 'tcp://host:8786'), "
+            "then pass \"cluster\": \"name\"."
         )
     return found
 
@@ -109,9 +108,11 @@ def _check_cluster_value(cluster: Any) -> None:
     try:
         from dask.distributed import Client
     except ImportError:  # an address can be registered before Dask is installed; connecting says what to install
-        Client = ()  # noqa: N806
-    if isinstance(cluster, Client):
-        return
+        if isinstance(cluster, str) and cluster.strip():
+            return
+    else:
+        if isinstance(cluster, Client):
+            return
     if not isinstance(cluster, str) or not cluster.strip():
         raise IlargiError(
             f"cluster must be a dask.distributed.Client or a scheduler address such as 'tcp://host:8786', "
@@ -207,6 +208,8 @@ def check_versions(client: Any) -> None:
             f"the cluster's workers could not report their ilargi_db build ({type(err).__name__}: {str(err)[:200]}): "
             "install this ilargi_db on every worker."
         ) from None
+    if not theirs:
+        raise IlargiError("the cluster has no workers: start some (dask worker <scheduler address>), then train.")
     other = {worker: found for worker, found in theirs.items() if found != mine}
     if other:
         worker, found = sorted(other.items())[0]

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 import zipfile
@@ -227,39 +228,52 @@ def unpack(payload: bytes) -> dict[str, Any]:
 # -- sealing: what this user's processes wrote, and nothing else ------------------------------------------
 
 SEAL_PREFIX = b"ilargi-hmac-sha256:"  # the seal's version: a payload without it is a miss
-SECRET_FILE = "artifact_secret"  # 32 random bytes in the user's cache directory, readable by the user alone
+SECRET_FILE = "artifact_secret"  # random bytes in the user's cache directory, readable by the user alone
+SECRET_BYTES = 32
 _SECRET_LOCK = threading.Lock()
 
 
 def artifact_secret(directory: str | os.PathLike | None = None) -> bytes | None:
-    """The secret sealing this user's artifacts (made on first use); None where it cannot be kept.
+    """The secret sealing this user's artifacts (made on first use); None where it cannot be kept safely.
 
     It lives outside every database file, so a file that someone else wrote (or edited) cannot carry
-    payloads this process accepts. Without it the database tier is off: nothing is loaded or stored.
+    payloads this process accepts. Only a regular file of 32 bytes, owned by this user and readable by no
+    one else, is believed. Without one the database tier is off: nothing is loaded or stored.
     """
-    path = cache_dir(directory) / SECRET_FILE
+    path = cache_dir(directory).absolute() / SECRET_FILE
     with _SECRET_LOCK:
-        try:
-            return _read_secret(path)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return None
+        found = _read_secret(path)
+        if found is not None or path.exists() or path.is_symlink():
+            return found
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         except FileExistsError:  # another process made it first
             return _read_secret(path)
         except OSError:
             return None
         with os.fdopen(fd, "wb") as out:
-            out.write(secrets.token_bytes(32))
+            out.write(secrets.token_bytes(SECRET_BYTES))
         return _read_secret(path)
 
 
 def _read_secret(path: Any) -> bytes | None:
-    secret = path.read_bytes()
-    return secret if len(secret) == 32 else None  # a damaged secret file seals nothing
+    """The secret at ``path`` if it is one this user alone could have written; None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        mine = not hasattr(os, "getuid") or found.st_uid == os.getuid()
+        if not stat.S_ISREG(found.st_mode) or not mine or found.st_mode & 0o077:
+            return None  # a directory, a FIFO, another user's file or one others may write: not a secret
+        secret = os.read(fd, SECRET_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return secret if len(secret) == SECRET_BYTES else None
 
 
 def seal(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
@@ -369,6 +383,12 @@ def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
         if name != "artifact_settings"
     ]
     why = DatabaseTier.settings(con, foreign)[1]
+    if artifact_secret() is None:
+        found.append(
+            f"no artifact is stored in or loaded from this database: {cache_dir().absolute() / SECRET_FILE} is not "
+            "a private file of this user's (mode 600), so nothing stored could be told from a forgery. Remove it, "
+            "or set ILARGI_CACHE_DIR to a directory of your own."
+        )
     return found + ([why] if why else [])
 
 
