@@ -90,16 +90,16 @@ def registered_cluster(con: duckdb.DuckDBPyConnection, name: Any) -> Any:
     external = con.execute("SELECT system.main.current_setting('enable_external_access')").fetchall()[0][0]
     if str(external).lower() in ("false", "0"):
         raise IlargiError(
-            "the option \"cluster\" reaches other machines, and this connection has enable_external_access = false: "
-            "train without \"cluster\", or from a connection that allows external access."
+            'the option "cluster" reaches other machines, and this connection has enable_external_access = false: '
+            'train without "cluster", or from a connection that allows external access.'
         )
     with _CLUSTERS_LOCK:
         found = _CLUSTERS.get(name) if isinstance(name, str) else None
     if found is None:
         raise IlargiError(
-            f"the option \"cluster\" names a cluster registered in this process, and none is registered as {name!r}: "
+            f'the option "cluster" names a cluster registered in this process, and none is registered as {name!r}: '
             "an address cannot be given here. From Python: ilargi_db.register_cluster('name', 'tcp://host:8786'), "
-            "then pass \"cluster\": \"name\"."
+            'then pass "cluster": "name".'
         )
     return found
 

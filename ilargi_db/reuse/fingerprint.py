@@ -117,8 +117,8 @@ NOT_REUSABLE = JobFingerprint(False, "reuse is off for this call")
 
 # SQL keywords DuckDB parses as a column reference when unqualified (the planner qualifies every real column).
 CLOCK_KEYWORDS = frozenset(
-    ("current_date", "current_time", "current_timestamp", "localtime", "localtimestamp", "current_user",
-     "session_user", "user", "current_role", "current_catalog", "current_schema")
+    "current_date current_time current_timestamp localtime localtimestamp current_user session_user user "
+    "current_role current_catalog current_schema".split()
 )
 # Overloads DuckDB marks CONSISTENT although they read the clock: age(ts) is age(current_date, ts).
 CLOCK_OVERLOADS = frozenset({("age", 1)})
@@ -167,16 +167,22 @@ def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) ->
     expressions and in ilargi_db's own queries (the hashes, the reads), and the artifacts this job made
     could then serve another database of the process wrongly.
     """
-    why, _ = _impure(tuple(expressions))
+    why = _impure(tuple(expressions))[0] if expressions else None
     if why:
         return why
-    shadowed = con.execute(
-        "SELECT min(function_name) FROM system.main.duckdb_functions() WHERE NOT internal AND lower(function_name) IN "
-        "(SELECT lower(function_name) FROM system.main.duckdb_functions() WHERE internal)"
-    ).fetchall()[0][0]
+    own = con.execute("SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE NOT internal").fetchall()
+    shadowed = sorted(name for (name,) in own if name.lower() in built_in_functions())
     if shadowed:
-        return f"{shadowed}() is defined in this database (a macro or function) over DuckDB's built-in of that name"
+        return f"{shadowed[0]}() is defined in this database (a macro or function) over DuckDB's built-in of that name"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def built_in_functions() -> frozenset[str]:
+    """The names of DuckDB's built-in functions, lower case (from a fresh database: nothing of a caller's)."""
+    with duckdb.connect() as fresh:
+        found = fresh.execute("SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE internal").fetchall()
+    return frozenset(name for (name,) in found)
 
 
 def volatile_expression(expressions: list[str], subqueries: bool = True) -> str | None:
