@@ -24,6 +24,7 @@ from ilargi_db.linalg import Block
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.plan.sources import with_prefix
 
 NULL_CATEGORY = "NULL"
 
@@ -67,6 +68,7 @@ def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
 
 
 SUM_BITS = 126  # an exact sum adds integers below 2**126 in DuckDB's HUGEINT (2**127 would overflow)
+MAX_ROWS_BITS = 40  # room for 2**40 training rows: values keep 126 - 41 = 85 bits below the largest
 
 
 def _present_value(sql: str) -> tuple[str, str]:
@@ -92,31 +94,39 @@ def _power_of_two(exponent: int) -> str:
     return " * ".join(f"CAST('{math.ldexp(1.0, e)!r}' AS DOUBLE)" for e in (half, exponent - half))
 
 
-def _exact_sums(
-    con: duckdb.DuckDBPyConnection, graph: JoinGraph, largest: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """Each numeric feature's sum over the training rows, the same whatever order DuckDB adds the rows in.
+def _fixed_point_sum(sql: str, top: float) -> tuple[str, int]:
+    """The SQL summing ``sql`` exactly as fixed-point integers scaled to ``top`` (a bound of its magnitudes),
+    and the scale: the sum is that integer times 2**scale.
 
-    Every value becomes a fixed-point integer, x * 2**(bits - e) rounded, where 2**e bounds the feature's
-    largest magnitude and ``bits`` leaves room for ``count`` of them in a HUGEINT: integers add exactly in
-    any order, and the total is rounded to a double once. The values keep ``bits`` (at least 80) bits below
-    the largest, more than a double's 53, so the sum is the exactly rounded one in all but contrived cases.
-    Features with no finite nonzero value need no query (their sum is 0, or not finite as a double sum is).
+    Every value becomes x * 2**(bits - e) rounded, where 2**e bounds ``top`` and ``bits`` leaves room for
+    2**MAX_ROWS_BITS of them in a HUGEINT: integers add exactly in any order (DuckDB adds doubles in whatever
+    order its threads finish), and the total is rounded to a double once. 85 bits below the largest, more
+    than a double's 53, make it the exactly rounded sum in all but contrived cases.
     """
-    sums = np.where(np.isfinite(largest), 0.0, largest)
-    items, scales = [], {}
-    for j, (top, count) in enumerate(zip(largest.tolist(), counts.tolist())):
-        if count and top > 0 and math.isfinite(top):
-            bits = SUM_BITS - int(count).bit_length()
-            scales[j] = math.frexp(top)[1] - bits  # 2**(e - bits) per unit: |x| < 2**e
-            value, present = _present_value(graph.features[j].sql)
-            fixed = f"CAST({value} * {_power_of_two(-scales[j])} AS HUGEINT)"
-            items.append(f"CAST(sum({fixed}) FILTER (WHERE {present}) AS VARCHAR) AS s{j}")
-    if items:
-        found = _aggregate(con, graph, items, "the encoder's sums")
-        for j, total in zip(scales, found.values()):
-            sums[j] = math.ldexp(float(int(total)), scales[j])  # int -> float rounds once, correctly
-    return sums
+    scale = math.frexp(top)[1] - (SUM_BITS - MAX_ROWS_BITS - 1)
+    value, present = _present_value(sql)
+    return f"CAST(sum(CAST({value} * {_power_of_two(-scale)} AS HUGEINT)) FILTER (WHERE {present}) AS VARCHAR)", scale
+
+
+def _source_bounds(con: duckdb.DuckDBPyConnection, graph: JoinGraph, numeric: list[int]) -> dict[int, float]:
+    """The largest magnitude of each numeric feature read from one source, over all of that source's rows (a
+    bound of the training rows', which the join takes from them): one scan per source, no join."""
+    by_source: dict[str, list[int]] = {}
+    for j in numeric:
+        feature = graph.features[j]
+        if feature.kind == "source" and len(feature.parts) == 1:
+            by_source.setdefault(feature.parts[0].source, []).append(j)
+    bounds: dict[int, float] = {}
+    prefix = with_prefix(graph.select)
+    for alias, features in by_source.items():
+        items = []
+        for j in features:
+            value, present = _present_value(graph.features[j].parts[0].sql)
+            items.append(f"max(abs({value})) FILTER (WHERE {present})")
+        sql = f"{prefix}SELECT {', '.join(items)} FROM {graph.source(alias).relation_sql}"
+        row = con.execute(sql).fetchall()[0]
+        bounds.update({j: float(top or 0.0) for j, top in zip(features, row)})
+    return bounds
 
 
 class FeatureEncoder:
@@ -194,7 +204,10 @@ class FeatureEncoder:
         are exact (:func:`_exact_sums`): DuckDB adds doubles in whatever order its threads finish, which
         would change the means, and so the model, from run to run.
         """
-        items = []
+        n = len(graph.features)
+        numeric = [j for j in range(n) if not self.categorical[j]]
+        bounds = {j: top for j, top in _source_bounds(con, graph, numeric).items() if math.isfinite(top)}
+        items, scales = [], {}
         for j, feature in enumerate(graph.features):
             if self.categorical[j]:
                 text = f"CAST(({feature.sql}) AS VARCHAR)"
@@ -202,22 +215,38 @@ class FeatureEncoder:
                     f"list(DISTINCT {text}) FILTER (WHERE {text} IS NOT NULL) AS a{j}",
                     f"bool_or({text} IS NULL) AS b{j}",
                 ]
-            else:  # named by position: two features with the same expression give two columns
-                value, present = _present_value(feature.sql)
-                items += [
-                    f"max(abs({value})) FILTER (WHERE {present}) AS a{j}",  # the scale of the exact sum
-                    f"count(*) FILTER (WHERE {present}) AS b{j}",
-                ]
+                continue
+            value, present = _present_value(feature.sql)  # named by position: equal expressions, two columns
+            if j in bounds:  # the scale known from the source alone: the exact sum in this one pass
+                total, scales[j] = _fixed_point_sum(feature.sql, bounds[j]) if bounds[j] > 0 else ("0", 0)
+                items.append(f"{total} AS a{j}")
+            else:  # a feature of several sources, or infinite somewhere: its scale first, its sum after
+                items.append(f"max(abs({value})) FILTER (WHERE {present}) AS a{j}")
+            items.append(f"count(*) FILTER (WHERE {present}) AS b{j}")
         values = list(_aggregate(con, graph, items, "the encoder's statistics").values())
-        n = len(graph.features)
-        largest, counts, categories = np.zeros(n), np.zeros(n), {}
+        sums, counts, categories, later = np.zeros(n), np.zeros(n), {}, {}
         for j in range(n):
             first, second = values[2 * j], values[2 * j + 1]
             if self.categorical[j]:
                 categories[j] = (sorted(first or []), bool(second))
+                continue
+            counts[j] = float(second or 0)
+            if j in scales:
+                sums[j] = math.ldexp(float(int(first or 0)), scales[j])  # int -> float rounds once, correctly
             else:
-                largest[j], counts[j] = float(first or 0.0), float(second or 0)
-        sums = _exact_sums(con, graph, largest, counts)
+                later[j] = float(first or 0.0)
+        items = []
+        for j, top in later.items():
+            if counts[j] and top > 0 and math.isfinite(top):
+                total, scales[j] = _fixed_point_sum(graph.features[j].sql, top)
+                items.append(f"{total} AS s{j}")
+            else:
+                sums[j] = top if not math.isfinite(top) else 0.0  # inf (or NaN) as a double sum gives
+        if items:
+            found = _aggregate(con, graph, items, "the encoder's sums")
+            for name, total in found.items():
+                j = int(name[1:])
+                sums[j] = math.ldexp(float(int(total)), scales[j])
         return self.fit_sums(graph.feature_names, sums, counts, categories)
 
     def _fit(self, names, sums, counts, categories) -> None:
