@@ -89,13 +89,23 @@ def test_a_table_dropped_and_created_with_the_same_content_keeps_its_keys(star):
     assert keys(star) == before  # right to reuse: nothing it was made from differs
 
 
-def test_views_files_and_dataframes_are_fingerprinted_by_content(tmp_path):
+PARQUET_FACT = "SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50)"
+VIEW_QUERY = "SELECT f.x, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k"
+
+
+def parquet_star(tmp_path):
+    """A view ``fv`` over a Parquet file of 50 rows (its path returned) and a table ``d`` it joins."""
     con = ilargi_db.connect()
     path = tmp_path / "f.parquet"
-    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
+    con.execute(f"COPY ({PARQUET_FACT}) TO '{path}'")
     con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
     con.execute(f"CREATE VIEW fv AS SELECT * FROM read_parquet('{path}')")
-    query = "SELECT f.x, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k"
+    return con, path
+
+
+def test_views_files_and_dataframes_are_fingerprinted_by_content(tmp_path):
+    con, path = parquet_star(tmp_path)
+    query = VIEW_QUERY
     first = keys(con, query)
     con.execute(f"COPY (SELECT range % 5 AS k, range * 1.5 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
     assert keys(con, query).stats_key != first.stats_key  # a changed file
@@ -110,17 +120,11 @@ def test_views_files_and_dataframes_are_fingerprinted_by_content(tmp_path):
 
 
 def test_rows_of_zeros_added_to_a_view_or_a_file_change_its_fingerprint(tmp_path):
-    con = ilargi_db.connect()
-    path = tmp_path / "f.parquet"
-    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50)) TO '{path}'")
-    con.execute("CREATE TABLE d AS SELECT range AS k, range * 3.0 AS z FROM range(5)")
-    con.execute(f"CREATE VIEW fv AS SELECT * FROM read_parquet('{path}')")
-    query = "SELECT f.x, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k"
-    before = keys(con, query)
+    con, path = parquet_star(tmp_path)
+    before = keys(con, VIEW_QUERY)
     zeros = "SELECT 0 AS k, 0.0 AS x, 0.0 AS y FROM range(20)"
-    con.execute(f"COPY (SELECT range % 5 AS k, range * 1.0 AS x, range * 2.0 AS y FROM range(50) UNION ALL {zeros}) "
-                f"TO '{path}'")
-    assert keys(con, query).stats_key != before.stats_key
+    con.execute(f"COPY ({PARQUET_FACT} UNION ALL {zeros}) TO '{path}'")
+    assert keys(con, VIEW_QUERY).stats_key != before.stats_key
 
 
 def test_what_duckdb_compares_as_equal_but_a_model_tells_apart_changes_the_fingerprint(tmp_path):

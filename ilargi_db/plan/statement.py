@@ -165,22 +165,26 @@ def _hidden_sequence_call(tree: exp.Expression, definitions: _Definitions, seen:
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier) or (not table.db and table.name.lower() in ctes):
             continue
-        for sql in definitions.views_named(table):
-            if sql in seen:
-                continue
-            seen.add(sql)
-            found = _reaches(sql, definitions, seen)
-            if found:
-                return [f"reads view {table.name}", *found]
+        found = _through(f"reads view {table.name}", definitions.views_named(table), definitions, seen)
+        if found:
+            return found
     definitions.macro_bodies(set(calls))
     for name, node in calls.items():
-        for body in definitions.macros.get(name, []):
-            if body in seen:
-                continue
-            seen.add(body)
-            found = _reaches(body, definitions, seen)
-            if found:
-                return [f"calls macro {node.name}", *found]
+        found = _through(f"calls macro {node.name}", definitions.macros.get(name, []), definitions, seen)
+        if found:
+            return found
+    return []
+
+
+def _through(step: str, bodies: list[str], definitions: _Definitions, seen: set[str]) -> list[str]:
+    """``[step, ...]`` if one of ``bodies`` (a view's or macros' SQL, each judged once) reaches a sequence call."""
+    for body in bodies:
+        if body in seen:
+            continue
+        seen.add(body)
+        found = _reaches(body, definitions, seen)
+        if found:
+            return [step, *found]
     return []
 
 

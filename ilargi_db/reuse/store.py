@@ -43,6 +43,7 @@ import pyarrow as pa
 from ilargi_db.cost_model.hardware import cache_dir
 from ilargi_db.errors import IlargiError
 from ilargi_db.read_snapshot import in_transaction
+from ilargi_db.schema_objects import described, ilargi_objects
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
 DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
@@ -323,34 +324,14 @@ STORE_DDL = {
 
 
 def _store_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
-    """``{name: (kind, SQL)}`` of the tables and views in schema ilargi of the current database with a store name.
-
-    The SQL is DuckDB's own normalized ``CREATE`` statement, so one DDL gives one text whatever made it.
-    """
-    names = list(STORE_DDL)
-    found = con.execute(
-        "SELECT lower(table_name), 'table', sql FROM system.main.duckdb_tables() "
-        "WHERE database_name = system.main.current_database() "
-        "AND lower(schema_name) = 'ilargi' AND lower(table_name) IN (SELECT unnest(?::VARCHAR[])) "
-        "UNION ALL SELECT lower(view_name), 'view', sql FROM system.main.duckdb_views() "
-        "WHERE database_name = system.main.current_database() "
-        "AND lower(schema_name) = 'ilargi' AND lower(view_name) IN (SELECT unnest(?::VARCHAR[])) AND NOT internal",
-        [names, names],
-    ).fetchall()
-    return {name: (kind, sql) for name, kind, sql in found}
+    """``{name: (kind, SQL)}`` of the tables and views in schema ilargi of the current database with a store name."""
+    return {name: found for name, found in ilargi_objects(con).items() if name in STORE_DDL}
 
 
 @functools.cache
 def _expected_objects() -> dict[str, tuple[str, str]]:
-    """The store's objects as :data:`STORE_DDL` creates them (in a scratch in-memory database)."""
-    scratch = duckdb.connect()
-    try:
-        scratch.execute("CREATE SCHEMA ilargi")
-        for statement in STORE_DDL.values():
-            scratch.execute(statement)
-        return _store_objects(scratch)
-    finally:
-        scratch.close()
+    """The store's objects as :data:`STORE_DDL` creates them."""
+    return described(STORE_DDL.values())
 
 
 def foreign_objects(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

@@ -19,6 +19,7 @@ import numpy as np
 from ilargi_db.errors import CALLER, IlargiError, literal
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
 from ilargi_db.trained_model import TrainedModel
 from ilargi_db.training import ALGORITHMS
@@ -39,31 +40,11 @@ class ForeignRegistryError(IlargiError):
     """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
 
 
-def _registry_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
-    """``{name: (kind, SQL)}`` of the tables and views in schema ``ilargi`` of the current database.
-
-    The SQL is DuckDB's own normalized ``CREATE`` statement, so two objects with
-    the same definition compare equal whatever spacing or DDL version made them.
-    """
-    found = con.execute(
-        "SELECT lower(table_name), 'table', sql FROM system.main.duckdb_tables() "
-        "WHERE database_name = system.main.current_database() AND lower(schema_name) = 'ilargi' "
-        "UNION ALL SELECT lower(view_name), 'view', sql FROM system.main.duckdb_views() "
-        "WHERE database_name = system.main.current_database() AND lower(schema_name) = 'ilargi' AND NOT internal"
-    ).fetchall()
-    return {name: (kind, sql) for name, kind, sql in found}
-
-
 @functools.cache
 def _expected_objects() -> dict[str, tuple[str, str]]:
-    """The registry's objects as ``registry.sql`` creates them (in a scratch in-memory database)."""
-    scratch = duckdb.connect()
-    try:
-        for statement in scratch.extract_statements(registry_ddl()):
-            scratch.execute(statement.query)
-        return _registry_objects(scratch)
-    finally:
-        scratch.close()
+    """The registry's objects as ``registry.sql`` creates them."""
+    with duckdb.connect() as parser:
+        return described(statement.query for statement in parser.extract_statements(registry_ddl()))
 
 
 def check_registry(con: duckdb.DuckDBPyConnection) -> bool:
@@ -74,7 +55,7 @@ def check_registry(con: duckdb.DuckDBPyConnection) -> bool:
     ``registry.sql`` creates (as an earlier ilargi_db with the same DDL did).
     """
     expected = _expected_objects()
-    found = {name: obj for name, obj in _registry_objects(con).items() if name in expected}
+    found = {name: obj for name, obj in ilargi_objects(con).items() if name in expected}
     for name, (kind, sql) in sorted(found.items()):
         want_kind, want_sql = expected[name]
         if (kind, sql) != (want_kind, want_sql):
