@@ -229,3 +229,19 @@ def test_a_secret_file_this_user_alone_could_not_have_written_is_never_believed(
     assert not DatabaseTier.exists(con) or con.execute("SELECT count(*) FROM ilargi.artifacts_store").fetchall() == [
         (0,)
     ]
+
+
+def test_two_in_memory_databases_see_and_clear_only_their_own_artifacts():
+    first, second = ilargi_db.connect(), ilargi_db.connect()
+    make_star(first, 0, 50, 1.0)
+    make_star(second, 1, 50, 2.0)
+    second.execute("ALTER TABLE d RENAME COLUMN z TO secret_bonus")
+    first.sql(f"SELECT ilargi_train('m', 'linear_regression', '{QUERY}', 'y')").fetchall()  # from SQL
+    ilargi_db.train(second, QUERY.replace("d.z", "d.secret_bonus"), "y", **RUN)  # from Python
+
+    def listed(con) -> str:
+        return str(con.sql("SELECT ilargi_artifacts()").fetchall()[0][0])
+
+    assert "secret_bonus" not in listed(first) and "secret_bonus" in listed(second)
+    first.sql("SELECT ilargi_clear_artifacts()").fetchall()
+    assert "'x'" not in listed(first) and "secret_bonus" in listed(second)

@@ -31,6 +31,8 @@ import secrets
 import stat
 import threading
 import time
+import uuid
+import weakref
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -387,16 +389,31 @@ def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
     return str(row[0][0])
 
 
+# In-memory databases have no path, and DuckDB names none of them apart: each one installed gets a name here
+# (its connection, and the cursors ilargi_db's SQL functions open on it, carry it).
+_MEMORY_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def name_database(con: duckdb.DuckDBPyConnection, like: duckdb.DuckDBPyConnection | None = None) -> None:
+    """Give the in-memory database of ``con`` a scope of its own, or that of ``like`` (a connection to the same
+    database, such as the one ``con`` is a cursor of)."""
+    if con not in _MEMORY_NAMES:
+        found = _MEMORY_NAMES.get(like) if like is not None else None
+        _MEMORY_NAMES[con] = found or f":memory:{uuid.uuid4().hex}"
+
+
 def database_scope(con: duckdb.DuckDBPyConnection) -> str:
-    """Which database ``con`` is on, for the in-process tier's listing and clearing: its file, or
-    ``":memory:"`` (the in-memory databases of a process are one scope: DuckDB names none of them apart)."""
+    """Which database ``con`` is on, for the in-process tier's listing and clearing: its file; for an in-memory
+    database the name :func:`name_database` gave it, else ``":memory:"`` (shared by every unnamed one)."""
     try:
         row = con.execute(
             "SELECT path FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
         ).fetchall()
     except duckdb.Error:
-        return ":memory:"
-    return os.path.realpath(row[0][0]) if row and row[0][0] else ":memory:"
+        row = []
+    if row and row[0][0]:
+        return os.path.realpath(row[0][0])
+    return _MEMORY_NAMES.get(con, ":memory:")
 
 
 class DatabaseTier:
@@ -615,6 +632,7 @@ __all__ = [
     "artifact_secret",
     "database_file",
     "database_scope",
+    "name_database",
     "foreign_objects",
     "not_ours",
     "nbytes_of",

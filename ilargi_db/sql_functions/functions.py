@@ -31,6 +31,7 @@ from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
+from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -151,6 +152,7 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
         )
     try:
         cursor = outer.cursor()
+        name_database(cursor, like=outer)
         try:
             with interruptible(cursor):  # Ctrl-C and interrupt_training() reach it on DuckDB's thread too
                 return work(cursor)

@@ -9,10 +9,11 @@ import duckdb
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import watch_sigint
+from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.functions import register_functions
 from ilargi_db.sql_functions.registry import check_registry, ensure_registry, is_read_only
 
-MIN_DUCKDB = (1, 4)
+MIN_DUCKDB = (2, 0)
 _INSTALLED: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -63,6 +64,7 @@ def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
         ensure_registry(con)
     if con not in _INSTALLED:
         register_functions(con)
+        name_database(con)  # an in-memory database lists and clears its own artifacts, not another's
         _INSTALLED.add(con)
     watch_sigint()  # DuckDB may run the functions on its own threads, which Ctrl-C does not reach otherwise
     return con
