@@ -255,6 +255,9 @@ def _number(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+CLI_CLUSTER = "ilargi-cli"  # the name --cluster's address is registered under for the one training
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     if args.db is None:
         raise IlargiError(
@@ -265,11 +268,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise IlargiError(f"there is no database at {args.db}: pass --db with the DuckDB file that holds the tables.")
     from ilargi_db.sql_functions.functions import train_and_store
 
+    options = args.options
+    if args.cluster is not None:  # the shell user chooses where this process connects (SQL names registered ones)
+        from ilargi_db.cluster import register_cluster, unregister_cluster
+        from ilargi_db.sql_functions.functions import load_json
+
+        given = load_json(options or "{}", "--options", """an object such as '{"alpha": 1.0}'""")
+        if not isinstance(given, dict) or "cluster" in given:
+            raise IlargiError('give the cluster once, as --cluster ADDRESS, and --options as a JSON object without it.')
+        register_cluster(CLI_CLUSTER, args.cluster)
+        options = json.dumps({**given, "cluster": CLI_CLUSTER})
     con = ilargi_db.connect(args.db)
     try:  # what ilargi_train runs, on this thread, with errors in --flag terms
-        summary = train_and_store(con, args.name, args.algorithm, args.query, args.target, args.options)
+        summary = train_and_store(con, args.name, args.algorithm, args.query, args.target, options)
     finally:
         con.close()
+        if args.cluster is not None:
+            unregister_cluster(CLI_CLUSTER)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -480,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--options", default="{}", help="""JSON object of parameters, e.g. '{"alpha": 1.0}'""")
         if name == "train":
             p.add_argument("--db", help="the DuckDB database file with the tables; the model is stored there")
+            p.add_argument(
+                "--cluster", metavar="ADDRESS", help="train on this Dask scheduler (tcp://host:8786); needs Dask"
+            )
         else:
             p.add_argument("--db", default=":memory:", help="the DuckDB database file (default: memory)")
         p.add_argument("--json", action="store_true", help="print JSON")

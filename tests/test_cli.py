@@ -201,3 +201,17 @@ def test_errors_speak_the_callers_language(db, capsys):
     assert """--options '{"standardize": true}' is for linear""" in capsys.readouterr().err
     assert cli.main(["train", "m", "kmeans", query, "--target", "y", "--db", db]) == 1
     assert "pass no --target, and leave 'y' out" in capsys.readouterr().err
+
+
+def test_a_shell_user_trains_on_a_cluster_by_address(tmp_path, capsys):
+    pytest.importorskip("dask.distributed")
+    path = str(tmp_path / "db.duckdb")
+    with ilargi_db.connect(path) as con:
+        con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range AS y FROM range(20)")
+    args = ["train", "m", "linear_regression", "SELECT x, y FROM t", "--target", "y", "--db", path]
+    # The address reaches the connection (nothing listens on port 9), and is forgotten after the training.
+    assert cli.main([*args, "--cluster", "tcp://127.0.0.1:9"]) == 1
+    assert "scheduler at 'tcp://127.0.0.1:9'" in capsys.readouterr().err
+    assert ilargi_db.registered_clusters() == []
+    assert cli.main([*args, "--cluster", "tcp://127.0.0.1:9", "--options", '{"cluster": "x"}']) == 1
+    assert "give the cluster once" in capsys.readouterr().err
