@@ -9,7 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ilargi_db.errors import BackendUnavailableError, IlargiError, NotFactorizableError, PlanError
+from ilargi_db.errors import (
+    BackendUnavailableError,
+    DivergenceError,
+    ForeignRegistryError,
+    IlargiError,
+    ModelNotFoundError,
+    NotFactorizableError,
+    NotStreamable,
+    PlanError,
+    TrainingInterrupted,
+)
 
 # The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
 # scikit-learn, sqlglot, SciPy and numba before anything asks for them.
@@ -21,7 +31,6 @@ _LAZY = {
     "register_cluster": "ilargi_db.cluster",
     "registered_clusters": "ilargi_db.cluster",
     "unregister_cluster": "ilargi_db.cluster",
-    "TrainingInterrupted": "ilargi_db.interruption",
     "interrupt_training": "ilargi_db.interruption",
     "Block": "ilargi_db.linalg",
     "NormalizedMatrix": "ilargi_db.linalg",
@@ -31,7 +40,6 @@ _LAZY = {
     "LogisticRegression": "ilargi_db.models",
     "normalize": "ilargi_db.normalization",
     "build_join_graph": "ilargi_db.plan",
-    "ModelNotFoundError": "ilargi_db.sql_functions",
     "connect": "ilargi_db.sql_functions",
     "drop_model": "ilargi_db.sql_functions",
     "install": "ilargi_db.sql_functions",
@@ -47,14 +55,13 @@ _LAZY = {
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from ilargi_db.cluster import register_cluster, registered_clusters, unregister_cluster
-    from ilargi_db.interruption import TrainingInterrupted, interrupt_training
+    from ilargi_db.interruption import interrupt_training
     from ilargi_db.linalg import Block, NormalizedMatrix
     from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
     from ilargi_db.normalization import normalize
     from ilargi_db.plan import build_join_graph
     from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
     from ilargi_db.sql_functions import (
-        ModelNotFoundError,
         connect,
         drop_model,
         install,
@@ -107,6 +114,9 @@ __all__ = [
     "IlargiError",
     "NormalizedMatrix",
     "NotFactorizableError",
+    "NotStreamable",
+    "DivergenceError",
+    "ForeignRegistryError",
     "PlanError",
     "build_join_graph",
     "connect",

@@ -37,6 +37,29 @@ class BackendUnavailableError(IlargiError):
     """The requested array backend (e.g. CuPy) cannot run on this machine."""
 
 
+class NotStreamable(IlargiError):
+    """The job cannot be read in row partitions (its fact is not a base table read once per row)."""
+
+
+class DivergenceError(IlargiError, FloatingPointError):
+    """Training produced NaN or inf."""
+
+
+class ModelNotFoundError(IlargiError):
+    """No model of that name in the registry."""
+
+
+class ForeignRegistryError(IlargiError):
+    """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A job was interrupted (Ctrl-C or :func:`~ilargi_db.interruption.interrupt_training`): nothing was stored.
+
+    A ``KeyboardInterrupt``, so that ``except Exception`` does not swallow a request to stop.
+    """
+
+
 # -- the caller's language -------------------------------------------------------------------
 #
 # One message serves three surfaces: Python keywords, SQL arguments and JSON options, CLI flags.

@@ -24,16 +24,11 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from ilargi_db.errors import TrainingInterrupted
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 MESSAGE = "interrupted: ilargi_db stopped before storing anything, and the connection is usable."
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """A job was interrupted (Ctrl-C or :func:`interrupt_training`): nothing was stored.
-
-    A ``KeyboardInterrupt``, so that ``except Exception`` does not swallow a request to stop.
-    """
 
 
 class _Job:

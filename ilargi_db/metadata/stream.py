@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import sqlglot
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, NotStreamable  # noqa: F401 - NotStreamable: raised here, defined with the others
 from ilargi_db.metadata import joins_cannot_repeat_rows
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
@@ -39,10 +39,6 @@ from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 
 PARTITION = "__ilargi_partition"
-
-
-class NotStreamable(IlargiError):
-    """The job cannot be read in row partitions (its fact is not a base table read once per row)."""
 
 
 @dataclass

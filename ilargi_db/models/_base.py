@@ -10,12 +10,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
-from ilargi_db.errors import CALLER, IlargiError, spell
+from ilargi_db.errors import CALLER, DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
 from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
-
-
-class DivergenceError(IlargiError, FloatingPointError):
-    """Training produced NaN or inf."""
 
 
 class SparseInputMixin:

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.errors import CALLER, IlargiError, literal
+from ilargi_db.errors import CALLER, ForeignRegistryError, IlargiError, ModelNotFoundError, literal
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.schema_objects import described, ilargi_objects
@@ -27,17 +27,9 @@ from ilargi_db.training import ALGORITHMS
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
-class ModelNotFoundError(IlargiError):
-    """No model of that name in the registry."""
-
-
 def registry_ddl() -> str:
     """The registry's DDL, as shipped (``sql/registry.sql``)."""
     return resources.files("ilargi_db.sql_functions").joinpath("registry.sql").read_text()
-
-
-class ForeignRegistryError(IlargiError):
-    """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
 
 
 @functools.cache
