@@ -291,28 +291,37 @@ def test_synthetic_star_schema_options():
         make_star_schema(con, fact_rows=10, dim_rows=2, join="full")
 
 
-def test_review_findings_on_training(con):
-    """Regressions found in review: each line failed before its fix."""
-    query = "SELECT f.dep_delay, f.arr_delay FROM flights f"
-    model = ilargi_db.train(con, query, target="ARR_DELAY", backend="numpy")
-    # Extra or missing columns in predict/evaluate are refused, not silently dropped.
+def test_predict_refuses_columns_that_are_not_the_models_features(con):
+    model = ilargi_db.train(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", target="arr_delay", backend="numpy")
     with pytest.raises(IlargiError, match="do not match the model's features"):
         ilargi_db.predict(con, model, "SELECT f.dep_delay, f.hour FROM flights f")
     with pytest.raises(IlargiError, match="do not match the model's features"):
         ilargi_db.predict(
             con, model, "SELECT f.dep_delay * p.seats AS x, f.hour FROM flights f JOIN planes p USING (tailnum)"
         )
-    # The target's capitalisation does not matter.
+
+
+def test_the_targets_capitalisation_does_not_matter(con):
+    query = "SELECT f.dep_delay, f.arr_delay FROM flights f"
+    model = ilargi_db.train(con, query, target="ARR_DELAY", backend="numpy")
     assert "r2" in ilargi_db.evaluate(con, model, query)
-    # A non-finite value only in an unlabelled row: both strategies train.
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_a_non_finite_value_only_in_an_unlabelled_row_trains(con, strategy):
     con.sql("UPDATE flights SET dep_delay = 'inf'::DOUBLE, arr_delay = NULL WHERE id = 2")
-    for strategy in ("factorized", "materialized"):
-        ilargi_db.train(con, query, target="arr_delay", strategy=strategy, backend="numpy")
-    # Without imputation, NULLs (here a LEFT-join gap) are a clear error on both paths.
+    query = "SELECT f.dep_delay, f.arr_delay FROM flights f"
+    assert ilargi_db.train(con, query, target="arr_delay", strategy=strategy, backend="numpy").n_rows_ > 0
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_without_imputation_nulls_are_a_clear_error(con, strategy):
     gap = "SELECT f.dep_delay, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d ON f.dest = d.faa"
-    for strategy in ("factorized", "materialized"):
-        with pytest.raises(IlargiError, match="hold NULLs"):
-            ilargi_db.train(con, gap, target="arr_delay", impute=False, strategy=strategy, backend="numpy")
+    with pytest.raises(IlargiError, match="hold NULLs"):
+        ilargi_db.train(con, gap, target="arr_delay", impute=False, strategy=strategy, backend="numpy")
+
+
+def test_a_query_of_the_target_alone_is_refused(con):
     with pytest.raises(IlargiError, match="selects no feature"):
         ilargi_db.train(con, "SELECT f.arr_delay FROM flights f", target="arr_delay", backend="numpy")
 
@@ -580,7 +589,7 @@ def test_bad_batches_say_which_model(con, models, message):
         ilargi_db.train_batch(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay", models)
 
 
-def test_review_fixes_convergence_is_kept_per_model_and_filters_are_untouched(con):
+def test_a_convergence_warning_is_kept_per_model_and_the_callers_filters_are_untouched(con):
     import warnings as w
 
     from sklearn.exceptions import ConvergenceWarning
@@ -594,7 +603,7 @@ def test_review_fixes_convergence_is_kept_per_model_and_filters_are_untouched(co
     assert done.warnings_ == []
 
 
-def test_review_fixes_a_trained_model_sets_through_and_refuses_refits(con):
+def test_a_trained_models_attributes_set_through_to_its_estimator_and_it_refuses_refits(con):
     model = ilargi_db.train(con, "SELECT f.dep_delay, f.arr_delay FROM flights f", "arr_delay", backend="numpy")
     model.coef_ = model.coef_ * 0
     assert model.estimator_.coef_[0] == 0 and model.predict(np.ones((1, 1)))[0] == model.intercept_
@@ -604,14 +613,14 @@ def test_review_fixes_a_trained_model_sets_through_and_refuses_refits(con):
         model.fit(np.ones((2, 1)), [1.0, 2.0])
 
 
-def test_review_fixes_a_corrupt_iteration_history_does_not_stop_training(con, tmp_path, monkeypatch):
+def test_a_corrupt_iteration_history_does_not_stop_training(con, tmp_path, monkeypatch):
     monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
     (tmp_path / "iterations.json").write_text('{"logistic_regression/lbfgs/tol=0.0001/max_iter=100": 5, "x": [1, "a"]}')
     model = ilargi_db.train(con, "SELECT f.dep_delay, f.late FROM flights f", "late", "logistic_regression")
     assert model.n_iter_ >= 1
 
 
-def test_review_fixes_the_statistics_sample_is_the_same_every_run():
+def test_the_statistics_sample_is_the_same_every_run():
     from ilargi_db.cost_model import job_stats
     from ilargi_db.plan import build_join_graph
 
