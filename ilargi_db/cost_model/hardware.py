@@ -12,9 +12,10 @@ import os
 import platform
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
+
+from ilargi_db.user_cache import cache_dir
 
 _CACHED: dict[str, Hardware] = {}
 
@@ -40,23 +41,6 @@ class Hardware:
             "gpu_memory_gb": round(self.gpu_memory_gb, 2),
             "gpu_bandwidth_gbs": round(self.gpu_bandwidth_gbs, 2),
         }
-
-
-def cache_dir(path: str | os.PathLike | None = None) -> Path:
-    """The user's cache directory: ``path``, else ``$ILARGI_CACHE_DIR``, else the platform's cache.
-
-    >>> cache_dir("/tmp/somewhere").name
-    'somewhere'
-    """
-    if path is not None:
-        return Path(path)
-    if os.environ.get("ILARGI_CACHE_DIR"):
-        return Path(os.environ["ILARGI_CACHE_DIR"])
-    if os.name == "nt":  # pragma: no cover - not tested on Windows
-        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "ilargi_db" / "cache"
-    if platform.system() == "Darwin":  # pragma: no cover
-        return Path.home() / "Library" / "Caches" / "ilargi_db"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ilargi_db"
 
 
 def _measure_bandwidth() -> float:

@@ -42,10 +42,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ilargi_db.cost_model.hardware import cache_dir
 from ilargi_db.errors import IlargiError
 from ilargi_db.read_snapshot import in_transaction
 from ilargi_db.schema_objects import described, ilargi_objects
+from ilargi_db.user_cache import cache_dir
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
 DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
