@@ -6,6 +6,7 @@ Every error says what was wrong and what to do about it. They derive from
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +54,10 @@ class ForeignRegistryError(IlargiError):
     """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
 
 
+class SpillLost(IlargiError):
+    """A spilled partition's file no longer holds what was written (cut short): it is read from DuckDB again."""
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """A job was interrupted (Ctrl-C or :func:`~ilargi_db.interruption.interrupt_training`): nothing was stored.
 
@@ -73,13 +78,17 @@ ARGUMENTS = frozenset({"target", "algorithm", "query", "name"})
 
 
 @contextmanager
-def speaking_to(caller: str) -> Iterator[None]:
-    """Word the errors raised inside for ``caller``: "python", "sql" or "cli"."""
-    token = CALLER.set(caller)
+def _set(variable: ContextVar[str], value: str) -> Iterator[None]:
+    token = variable.set(value)
     try:
         yield
     finally:
-        CALLER.reset(token)
+        variable.reset(token)
+
+
+def speaking_to(caller: str) -> contextlib.AbstractContextManager[None]:
+    """Word the errors raised inside for ``caller``: "python", "sql" or "cli"."""
+    return _set(CALLER, caller)
 
 
 # The query a planner error is about: the training query, unless an entry point that reads another
@@ -87,14 +96,9 @@ def speaking_to(caller: str) -> Iterator[None]:
 QUERY: ContextVar[str] = ContextVar("ilargi_query", default="the training query")
 
 
-@contextmanager
-def speaking_of(query: str) -> Iterator[None]:
+def speaking_of(query: str) -> contextlib.AbstractContextManager[None]:
     """Name the query the errors raised inside are about, e.g. "the query to evaluate on"."""
-    token = QUERY.set(query)
-    try:
-        yield
-    finally:
-        QUERY.reset(token)
+    return _set(QUERY, query)
 
 
 def the_query() -> str:

@@ -28,7 +28,7 @@ from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
 from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
-from ilargi_db.errors import IlargiError, PlanError, speaking_of, spell
+from ilargi_db.errors import IlargiError, PlanError, SpillLost, speaking_of, spell
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import (
     Block,
@@ -301,9 +301,8 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
-        spilling = [spill]  # switched off when the disk fails a write
-
         def load(k: int) -> dict[str, np.ndarray]:
+            nonlocal spill  # switched off when the disk fails a write
             # The first pass reads from DuckDB and spills the partition to local disk; later passes load it
             # back, which costs a file read instead of a join (cedar's offloading). A spill file that is gone
             # (a temp cleaner) or cut short, or a disk that fails a write (full), costs a read from DuckDB
@@ -317,11 +316,11 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
             if k in unread:  # read for the template: the first pass takes it instead of reading it again
                 return unread.pop(k)
             arrays = read(k)
-            if spilling[0]:
+            if spill:
                 try:
                     spilled[k] = _spill(path, arrays)
                 except OSError:
-                    spilling[0] = False
+                    spill = False
             return arrays
 
         # A fact category's block: the identity over its one-hot columns, indexed by each row's code; built
@@ -366,10 +365,6 @@ def _streamed(con, graph: JoinGraph, encoder: FeatureEncoder, backend, rows_per_
 
 
 SPILL_ALIGNMENT = 64  # each array of a spilled partition starts on a cache line
-
-
-class SpillLost(IlargiError):
-    """A spilled partition's file no longer holds what was written (cut short): read it from DuckDB again."""
 
 
 def _spill(path: str, arrays: dict[str, np.ndarray]) -> list[tuple]:

@@ -375,18 +375,23 @@ def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     return found + ([why] if why else [])
 
 
-def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The file of ``con``'s current database when it can hold artifacts (a writable file), else None."""
+def _current_database(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
+    """The file of ``con``'s current database (None in memory, or where it cannot be read), and if read-only."""
     try:
         row = con.execute(
             "SELECT path, readonly FROM system.main.duckdb_databases() "
             "WHERE database_name = system.main.current_database()"
         ).fetchall()
     except duckdb.Error:
-        return None
-    if not row or not row[0][0] or row[0][1]:
-        return None  # in memory (it dies with the process) or read-only
-    return str(row[0][0])
+        return None, True
+    return (str(row[0][0]), bool(row[0][1])) if row and row[0][0] else (None, bool(row and row[0][1]))
+
+
+def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The file of ``con``'s current database when it can hold artifacts (a writable file), else None (in
+    memory, where it dies with the process, or read-only)."""
+    path, read_only = _current_database(con)
+    return None if read_only else path
 
 
 # In-memory databases have no path, and DuckDB names none of them apart: each one installed gets a name here
@@ -405,15 +410,8 @@ def name_database(con: duckdb.DuckDBPyConnection, like: duckdb.DuckDBPyConnectio
 def database_scope(con: duckdb.DuckDBPyConnection) -> str:
     """Which database ``con`` is on, for the in-process tier's listing and clearing: its file; for an in-memory
     database the name :func:`name_database` gave it, else ``":memory:"`` (shared by every unnamed one)."""
-    try:
-        row = con.execute(
-            "SELECT path FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
-        ).fetchall()
-    except duckdb.Error:
-        row = []
-    if row and row[0][0]:
-        return os.path.realpath(row[0][0])
-    return _MEMORY_NAMES.get(con, ":memory:")
+    path = _current_database(con)[0]
+    return os.path.realpath(path) if path else _MEMORY_NAMES.get(con, ":memory:")
 
 
 class DatabaseTier:
