@@ -28,9 +28,11 @@ from ilargi_db.backend import get_backend  # noqa: E402
 from ilargi_db.datasets import make_star_schema  # noqa: E402
 from ilargi_db.linalg import Block, PartitionedMatrix  # noqa: E402
 from ilargi_db.models.duhl import duhl_fit  # noqa: E402
+from ilargi_db.pipeline.placement import StreamPlan  # noqa: E402
+from ilargi_db.pipeline.readers import ReadSettings  # noqa: E402
+from ilargi_db.pipeline.streaming import read_streamed  # noqa: E402  the reader train() streams with
 from ilargi_db.plan import build_join_graph, categorical_flags  # noqa: E402
 from ilargi_db.preprocess import FeatureEncoder  # noqa: E402
-from ilargi_db.training import _streamed  # noqa: E402  the reader train() streams with
 
 
 def synthetic(n: int, d: int, parts: int):
@@ -46,8 +48,10 @@ def streamed_star(rows: int):
     star = make_star_schema(con, fact_rows=rows, fact_features=8, n_dims=2, dim_rows=rows // 100, dim_features=4)
     graph = build_join_graph(con, star.query(), "y")
     encoder = FeatureEncoder(categorical_flags(graph))
-    data, stream = _streamed(con, graph, encoder, get_backend("numpy"), rows // 40, spill=True)
-    return data.X, data.y, stream
+    read = ReadSettings(encoder, fit=True, backend=get_backend("numpy"))
+    plan = StreamPlan(0, 0, rows // 40, 40, spill=True, spill_why="", why="")
+    data = read_streamed(con, graph, read, plan)
+    return data.X, data.y, data.stream
 
 
 def main(argv: list[str] | None = None) -> int:

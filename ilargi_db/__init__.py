@@ -24,7 +24,7 @@ from ilargi_db.errors import (
 # The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
 # scikit-learn, sqlglot, SciPy and numba before anything asks for them.
 _LAZY = {
-    "explain": "ilargi_db.training",
+    "explain": "ilargi_db.pipeline",
     "artifacts": "ilargi_db.reuse",
     "clear_artifacts": "ilargi_db.reuse",
     "set_artifact_budget": "ilargi_db.reuse",
@@ -47,10 +47,10 @@ _LAZY = {
     "prediction_sql": "ilargi_db.sql_functions",
     "save_model": "ilargi_db.sql_functions",
     "TrainedModel": "ilargi_db.trained_model",
-    "evaluate": "ilargi_db.training",
-    "predict": "ilargi_db.training",
-    "train": "ilargi_db.training",
-    "train_batch": "ilargi_db.training",
+    "evaluate": "ilargi_db.pipeline",
+    "predict": "ilargi_db.pipeline",
+    "train": "ilargi_db.pipeline",
+    "train_batch": "ilargi_db.pipeline",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from ilargi_db.linalg import Block, NormalizedMatrix
     from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
     from ilargi_db.normalization import normalize
+    from ilargi_db.pipeline import evaluate, explain, predict, train, train_batch
     from ilargi_db.plan import build_join_graph
     from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
     from ilargi_db.sql_functions import (
@@ -70,13 +71,12 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         save_model,
     )
     from ilargi_db.trained_model import TrainedModel
-    from ilargi_db.training import evaluate, explain, predict, train, train_batch
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        try:  # a subpackage or module, as `ilargi_db.training` reads after a plain `import ilargi_db`
+        try:  # a subpackage or module, as `ilargi_db.pipeline` reads after a plain `import ilargi_db`
             return importlib.import_module(f"ilargi_db.{name}")
         except ModuleNotFoundError as err:
             if err.name != f"ilargi_db.{name}":

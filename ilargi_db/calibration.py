@@ -7,7 +7,7 @@ small generated star schema read the way ``train`` reads it. Non-negative least
 squares on relative error fits each kernel's coefficients; a kernel whose fit
 fails keeps its roofline prior. The result goes to the user's cache, where
 ``explain`` and ``train`` find it. It reads the data through the training
-pipeline, so it sits above :mod:`ilargi_db.training`.
+pipeline, so it sits above :mod:`ilargi_db.pipeline`.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from ilargi_db.cost_model.plan import data_shape, iteration_steps
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.models.catalog import algorithm_facts, make_estimator
+from ilargi_db.pipeline import read_training_data
 from ilargi_db.plan import build_join_graph
-from ilargi_db.training import read_training_data
 
 GRIDS = ("tiny", "default")
 BUSY = 1.3  # a load probe above this: other processes hold the cores

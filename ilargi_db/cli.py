@@ -293,8 +293,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from ilargi_db.pipeline import explain
     from ilargi_db.sql_functions.functions import explain_options
-    from ilargi_db.training import explain
 
     params = explain_options(args.algorithm, args.options)
     con = _read_only(args.db)  # explaining never writes, not even the registry's schema

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ilargi_db.backend import NUMPY
+from ilargi_db.pipeline.readers import ReadSettings, read_factorized
 from ilargi_db.plan import build_join_graph, is_categorical
 from ilargi_db.preprocess import FeatureEncoder
-from ilargi_db.training import _factorized
 from tests.oracle import assert_close
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -94,7 +94,7 @@ def test_categorical_operators_match_one_hot_join(star, seed):
     con, query = star
     graph = build_join_graph(con, query, "y")
     encoder = FeatureEncoder([is_categorical(f.duckdb_type) for f in graph.features])
-    X = _factorized(con, graph, encoder, True, NUMPY).X
+    X = read_factorized(con, graph, ReadSettings(encoder, fit=True, backend=NUMPY)).X
     T = one_hot_join(con, query, "y")
     rng = np.random.default_rng(seed)
     n, d = T.shape

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import duckdb
@@ -10,14 +11,17 @@ import pytest
 
 import ilargi_db
 from ilargi_db.calibration import calibrate
-from ilargi_db.cost_model import Explanation, detect_hardware, explain, job_features, job_stats
+from ilargi_db.cost_model import Explanation, detect_hardware, job_features, job_stats
 from ilargi_db.cost_model.explain import prepare_graph
 from ilargi_db.cost_model.iterations import expected_iterations, load_history
 from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, matrix_terms, probe_load
 from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import NAMES, estimator_class
 from tests.conftest import _gpu_usable
+
+explain = functools.partial(ilargi_db.explain, reuse=False)  # the cost model's explanation, the store aside
 
 
 @pytest.fixture(autouse=True)
@@ -142,10 +146,6 @@ def test_explanation_reads_and_serialises(star):
     text = str(e)
     assert text.startswith(f"strategy: {e.strategy}") and "why:" in text and e.model in text
     assert f"plan: {e.plan.label}" in text and f"runner-up: {e.runner_up.label}" in text
-    public = ilargi_db.explain(
-        star, "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y", backend="numpy", reuse=False
-    )  # the cost model's explanation, store aside
-    assert public.plan.label == e.plan.label and public.features["rows"] == e.features["rows"]
 
 
 def test_a_cross_source_feature_is_explained_as_materialized(star):
@@ -164,7 +164,7 @@ def test_explain_never_trains_nor_writes(tmp_path, monkeypatch):
     def no_fit(*args, **kwargs):
         raise AssertionError("explain trained a model")
 
-    for cls in ilargi_db.training.ALGORITHMS.values():
+    for cls in map(estimator_class, NAMES):
         monkeypatch.setattr(cls, "fit", no_fit)
     read_only = duckdb.connect(path, read_only=True)  # any write would raise
     e = explain(read_only, schema.query(), target="y", algorithm="logistic_regression", max_iter=5)
@@ -220,7 +220,7 @@ def test_fit_kernel_recovers_known_coefficients():
 
 def test_plan_shapes_are_the_matrices_train_builds(star):
     """The cost model's picture of each strategy's matrix matches what reading the data builds."""
-    from ilargi_db.training import read_training_data
+    from ilargi_db.pipeline import read_training_data
 
     query = (
         "SELECT f.x1, f.x2, d1.a, d1.b, d1.colour, d2.w, f.y FROM fact f JOIN d1 ON f.k = d1.k LEFT JOIN d2 USING (c)"

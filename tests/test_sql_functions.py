@@ -98,7 +98,7 @@ def test_macros_equal_predict_on_flights(flights, algorithm, target, params, inl
     ilargi_db.save_model(flights, f"flights_{algorithm}", model)
     if algorithm == "logistic_regression":
         expected = ilargi_db.load_model(flights, f"flights_{algorithm}")
-        data = ilargi_db.training._encoded(flights, expected, query, "numpy", labelled_only=False)
+        data = ilargi_db.pipeline.encoded_rows(flights, expected, query, "numpy", labelled_only=False)
         python = expected.predict_proba(data.X)[:, 1]
     else:
         python = ilargi_db.predict(flights, model, query).astype(float)

@@ -162,21 +162,21 @@ def test_spilled_partitions_are_removed_after_training(con):
 
 
 def test_without_room_to_spill_every_pass_reads_duckdb_again_and_gives_the_same_model(con, monkeypatch):
-    import ilargi_db.training as training
+    import shutil
 
     query = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
     params = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **{**RUN, "strategy": "auto"})
     spilled = ilargi_db.train(con, query, "late", "logistic_regression", **params)
     assert spilled.streamed_["spill"] and spilled.streamed_["spill_why"].startswith("each partition spilled")
-    monkeypatch.setattr(training, "SPILL_HEADROOM", 1e12)  # no disk is that large
-    written, queried = [], []
-    monkeypatch.setattr(training, "_spill", lambda path, arrays: written.append(path))
+    full = shutil.disk_usage(tempfile.gettempdir())._replace(free=0)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: full)  # a full disk: no room to spill
+    queried = []
     real = FactStream.read
     monkeypatch.setattr(FactStream, "read", lambda self, k: queried.append(k) or real(self, k))
     reread = ilargi_db.train(con, query, "late", "logistic_regression", **params)
-    assert not written  # nothing spilled: every pass is a query
     partitions = reread.streamed_["partitions"]
-    # Whole passes only: partition 0, read for the template, serves the first pass without a second query.
+    # Nothing spilled, so every pass is a query. Whole passes only: partition 0, read for the template,
+    # serves the first pass without a second query.
     assert len(queried) % partitions == 0 and len(queried) >= 3 * partitions
     assert queried[:partitions] == list(range(partitions))
     assert not reread.streamed_["spill"] and "TMPDIR" in reread.streamed_["spill_why"]
@@ -197,7 +197,7 @@ def test_linear_regression_reads_a_stream_three_times_statistics_loss_and_metric
 
 
 def test_a_spilled_partition_reads_back_exactly(tmp_path):
-    from ilargi_db.training import _spill, _unspill
+    from ilargi_db.pipeline.spill import read_spill, write_spill
 
     arrays = {
         "n_rows": np.array(4),
@@ -207,16 +207,16 @@ def test_a_spilled_partition_reads_back_exactly(tmp_path):
         "codes/1": np.arange(4, dtype=np.int64),
     }
     path = str(tmp_path / "0.part")
-    back = _unspill(path, _spill(path, arrays))
+    back = read_spill(path, write_spill(path, arrays))
     assert list(back) == list(arrays)
     for name, array in arrays.items():
         assert back[name].dtype == array.dtype and back[name].shape == array.shape
         np.testing.assert_array_equal(back[name], array)
-    layout = _spill(path, arrays)
+    layout = write_spill(path, arrays)
     with open(path, "r+b") as cut:  # a file cut short (a full disk, a crash) is an error, never a wrong matrix
         cut.truncate(100)
     with pytest.raises(IlargiError, match="cut short"):
-        _unspill(path, layout)
+        read_spill(path, layout)
 
 
 def test_a_budget_that_cannot_hold_the_dimensions_says_how_much_it_needs(con):
@@ -266,9 +266,9 @@ def test_features_of_the_dimensions_alone_stream_too(con):
 
 
 def test_the_default_budget_never_refuses_a_job_that_fits_in_memory(con, monkeypatch):
-    from ilargi_db import training
+    from ilargi_db.pipeline import placement
 
-    monkeypatch.setattr(training, "default_memory_budget", lambda: 1_000)  # "little memory free"
+    monkeypatch.setattr(placement, "default_memory_budget", lambda: 1_000)  # "little memory free"
     con.execute("CREATE OR REPLACE VIEW fact_v AS SELECT * FROM fact")
     view = STAR.replace("FROM fact f", "FROM fact_v f")  # cannot stream
     assert ilargi_db.train(con, view, "y", **RUN).streamed_ is None  # trains in memory, as before

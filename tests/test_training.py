@@ -534,7 +534,7 @@ def test_train_returns_one_trained_model_and_leaves_the_estimator_alone(con):
 
 def test_a_batch_reads_the_data_once_and_equals_separate_trainings(con, monkeypatch):
     """train_batch (issue 13): one snapshot, one read; every model as train() would make it."""
-    import ilargi_db.training as training
+    from ilargi_db.pipeline.readers import READERS
 
     query = "SELECT f.dep_delay, f.distance, a.alt, f.arr_delay FROM flights f JOIN airports a ON f.origin = a.faa"
     specs = [
@@ -542,7 +542,7 @@ def test_a_batch_reads_the_data_once_and_equals_separate_trainings(con, monkeypa
         {"algorithm": "kmeans", "n_clusters": 2, "random_state": 0},
         "linear_regression",
     ]
-    real = {"factorized": training._factorized, "materialized": training._materialized}
+    real = dict(READERS)
     reads = []
 
     def counted(strategy):
@@ -550,7 +550,7 @@ def test_a_batch_reads_the_data_once_and_equals_separate_trainings(con, monkeypa
 
     for strategy in ("factorized", "materialized"):
         reads.clear()
-        monkeypatch.setattr(training, f"_{strategy}", counted(strategy))
+        monkeypatch.setitem(READERS, strategy, counted(strategy))  # the readers' table: a counted reader
         lin, km, plain = ilargi_db.train_batch(con, query, "arr_delay", specs, strategy=strategy, backend="numpy")
         monkeypatch.undo()
         assert reads == [strategy]

@@ -7,13 +7,14 @@
 - :mod:`~ilargi_db.cost_model.iterations`: expected iterations per solver, learned from earlier runs.
 - :mod:`~ilargi_db.cost_model.plan`: candidate plans (strategy x solver x backend) as steps with seconds.
 - :mod:`~ilargi_db.cost_model.memory`: each strategy's arrays against DuckDB's ``memory_limit``.
-- :mod:`~ilargi_db.cost_model.explain`: the chosen plan, the runner-up and the reasons.
+- :mod:`~ilargi_db.cost_model.explain`: the chosen plan, the runner-up and the reasons (``ilargi_db.explain``
+  says them for a query).
 
 Fitting the kernels (``ilargi_db.calibration.calibrate``) reads data through the training pipeline,
 so it lives above training; this package never imports it.
 """
 
-from ilargi_db.cost_model.explain import Explanation, explain, explain_graph
+from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.cost_model.features import JobStats, SourceStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import Hardware, cache_dir, detect_hardware
 from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, kernel_costs_path
@@ -30,7 +31,6 @@ __all__ = [
     "cache_dir",
     "candidate_plans",
     "detect_hardware",
-    "explain",
     "explain_graph",
     "job_features",
     "job_stats",

@@ -17,10 +17,8 @@ from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, ReuseOffer, candidate_plans
 from ilargi_db.errors import IlargiError
-from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import make_estimator
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
-from ilargi_db.read_snapshot import ReadSnapshot
 
 
 @dataclass(frozen=True)
@@ -331,51 +329,3 @@ def explain_graph(
             )
         reasons.insert(0, lead)
     return Explanation(chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans))
-
-
-@interruptible_job
-def explain(
-    con: duckdb.DuckDBPyConnection,
-    query: str,
-    target: str | None = None,
-    algorithm: str = "linear_regression",
-    backend: str = "auto",
-    **params: Any,
-) -> Explanation:
-    """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
-
-    Runs two aggregate queries (row counts, and the join's size and fan-outs)
-    and a 2 ms probe of how busy the cores are; never reads a feature block,
-    never trains, never writes to the database.
-
-    Parameters
-    ----------
-    con : duckdb.DuckDBPyConnection
-    query : str
-        The training query, as for :func:`ilargi_db.train`.
-    target : str or None
-        The label column for supervised algorithms.
-    algorithm : {"linear_regression", "logistic_regression", "kmeans", "gnmf"}
-    backend : {"auto", "numpy", "cupy"}
-    **params
-        The algorithm's parameters (``max_iter``, ``n_clusters``, ...): they set the expected iterations.
-
-    Returns
-    -------
-    Explanation
-
-    Examples
-    --------
-    >>> import duckdb, ilargi_db
-    >>> con = duckdb.connect()
-    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 100 AS k, random() AS x, random() AS y FROM range(200000)")
-    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, " + ", ".join(f"random() AS z{j}" for j in range(20))
-    ...             + " FROM range(100)")
-    >>> e = ilargi_db.explain(con, "SELECT f.x, d.*, f.y FROM f JOIN d USING (k)", target="y", backend="numpy")
-    >>> e.strategy, sorted(e.predicted_seconds), round(e.features["tuple_ratio"], -2), e.plan.label[:11]
-    ('factorized', ['factorized', 'materialized'], 2000.0, 'factorized/')
-    """
-    _check(algorithm, params)  # before the query is planned
-    with ReadSnapshot(con):  # every read sees one committed state of the database
-        graph = prepare_graph(con, query, target)
-        return explain_graph(con, graph, algorithm, backend, params)

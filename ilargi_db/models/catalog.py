@@ -12,9 +12,38 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from ilargi_db.errors import CALLER, IlargiError
+
+
+class Choice(str, Enum):
+    """A name from a fixed set that is also its plain string: equal to it, hashed, printed and in JSON as it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+class Strategy(Choice):
+    """How training reads the data: the normalized matrix over the sources, or the join DuckDB builds."""
+
+    FACTORIZED = "factorized"
+    MATERIALIZED = "materialized"
+
+
+AUTO = "auto"  # a setting left to ilargi_db (the strategy, the backend, a solver)
+STRATEGY_CHOICES = (AUTO, *Strategy)  # what a caller may ask for
+
+
+class Placement(Choice):
+    """Where the training rows are while the model fits."""
+
+    MEMORY = "memory"  # read once, resident
+    STREAMED = "streamed"  # the fact read from DuckDB in row partitions on every pass
+    DISTRIBUTED = "distributed"  # partitions held by a Dask cluster's workers
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
+from ilargi_db.models.catalog import TRAIN_SETTINGS, check_algorithm, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
+from ilargi_db.pipeline import evaluate, explain, train, train_batch
 from ilargi_db.plan import build_join_graph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
@@ -42,7 +43,6 @@ from ilargi_db.sql_functions.registry import (
     save_model,
     save_models,
 )
-from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, train, train_batch
 
 # Options that are not the estimator's parameters, with the JSON type each takes.
 # train()'s own settings (models/catalog.py names them) with the JSON type each takes.
@@ -67,7 +67,7 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
             size = 'a size: a number of bytes or a string such as "2GB"'
             expected = {str: "a string", bool: "true or false"}.get(kind, size)
             raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
-    check_json_types(algorithm, ALGORITHMS[algorithm], {k: v for k, v in parsed.items() if k not in allowed_extra})
+    check_json_types(algorithm, estimator_class(algorithm), {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed
 
 

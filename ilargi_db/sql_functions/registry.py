@@ -17,12 +17,11 @@ import duckdb
 import numpy as np
 
 from ilargi_db.errors import CALLER, ForeignRegistryError, IlargiError, ModelNotFoundError, literal
-from ilargi_db.models.catalog import algorithm_facts
+from ilargi_db.models.catalog import algorithm_facts, estimator_class
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
 from ilargi_db.trained_model import TrainedModel
-from ilargi_db.training import ALGORITHMS
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -292,7 +291,7 @@ def _json_object(text: str, column: str) -> dict:
 def _rebuild(row: dict) -> TrainedModel:
     algorithm = row["algorithm"]
     params = _json_object(row["parameters"], "parameters")
-    estimator = ALGORITHMS[algorithm]()
+    estimator = estimator_class(algorithm)()
     known = estimator.get_params()
     estimator.set_params(**{k: v for k, v in params.items() if k in known})  # for display; it is not refitted
     fitted = _json_object(row["model"], "model")

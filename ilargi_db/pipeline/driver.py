@@ -1,0 +1,214 @@
+"""The driver: ``train``, ``train_batch`` and ``explain`` run the phases in order.
+
+    options (:mod:`.options`) -> plan (:mod:`.planning`, :mod:`.placement`) -> read (:mod:`.readers`,
+    :mod:`.streaming`, or the cluster's partitions) -> fit (:mod:`.fit`) -> record (the artifact store)
+
+One read-only snapshot covers the plan and the read (and every pass of a stream); the record phase
+stores new artifacts in its own transaction after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from ilargi_db._terminal import progress
+from ilargi_db.backend import get_backend
+from ilargi_db.errors import IlargiError, spell
+from ilargi_db.interruption import interruptible_job
+from ilargi_db.models.catalog import SUPERVISED, Placement, check_algorithm
+from ilargi_db.pipeline.fit import fit_model
+from ilargi_db.pipeline.options import ModelSpec, TrainOptions, make_estimators, model_specs
+from ilargi_db.pipeline.planning import JobPlan, plan_job
+from ilargi_db.pipeline.readers import TrainingData
+from ilargi_db.pipeline.reading import read_job
+from ilargi_db.read_snapshot import ReadSnapshot
+from ilargi_db.trained_model import TrainedModel
+
+
+@interruptible_job
+def train(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    algorithm: str = "linear_regression",
+    strategy: str = "auto",
+    backend: str = "auto",
+    *,
+    standardize: bool = False,
+    impute: bool = True,
+    reuse: bool = True,
+    memory_budget: int | str | None = None,
+    cluster: Any = None,
+    **params: Any,
+) -> Any:
+    """Train a model on the rows of a SELECT over joined tables.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+    query : str
+        A single SELECT (DuckDB SQL) whose columns are the features (and the target).
+    target : str or None
+        The label column for ``linear_regression`` / ``logistic_regression``.
+    algorithm : {"linear_regression", "logistic_regression", "kmeans", "gnmf"}
+    strategy : {"auto", "factorized", "materialized"}
+        Train on the normalized matrix, on the DuckDB join, or let ilargi_db choose.
+    backend : {"auto", "numpy", "cupy"}
+    standardize : bool
+        Train linear models on standardized columns (computed factorized); the
+        coefficients are returned in the original units.
+    impute : bool
+        Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
+        are one-hot encoded, NULL as its own category).
+    reuse : bool
+        Use and keep artifacts of earlier jobs (statistics, the key-only join, each feature's values,
+        the encoded matrix, X^T X) while the tables they came from are unchanged; ``False`` runs cold
+        and keeps nothing (see :mod:`ilargi_db.reuse`).
+    memory_budget : int, str or None
+        Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
+        streamed from DuckDB in row partitions, the next read while the current one computes (see
+        docs/architecture.md, "Row partitions and streaming"). None: half the memory free when the job
+        starts (and a job that cannot stream then trains in memory, as DuckDB's memory_limit allows).
+    cluster : dask.distributed.Client, str or None
+        Train on a Dask cluster (a client, or a scheduler address such as ``"tcp://host:8786"``, reached
+        within :data:`~ilargi_db.cluster.CONNECT_SECONDS`; its workers must run this build): the fact
+        must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
+        and keeps its partitions; the driver adds the partials (see :mod:`ilargi_db.cluster`).
+    **params
+        The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
+
+    Returns
+    -------
+    TrainedModel
+        The fitted estimator (``model.estimator_``; its ``coef_``, ``predict``... are the model's too),
+        its encoder, and the job: ``strategy_``, ``decision_`` (why), ``plan_``, ``timings_`` (seconds
+        of planning, data, training, training metrics and in total), ``training_metrics_`` (cheap
+        ones: see :func:`training_metrics`), ``unlabelled_rows_``.
+
+    Examples
+    --------
+    >>> import ilargi_db
+    >>> con = ilargi_db.connect()
+    >>> _ = con.sql("CREATE TABLE f AS SELECT range % 3 AS k, range * 1.0 AS x, 2.0 * range + 1 AS y FROM range(30)")
+    >>> _ = con.sql("CREATE TABLE d AS SELECT range AS k, ['a', 'b', 'c'][range + 1] AS kind FROM range(3)")
+    >>> model = ilargi_db.train(con, "SELECT x, kind, y FROM f JOIN d USING (k)", target="y", backend="numpy")
+    >>> model.strategy_ in ("factorized", "materialized"), round(float(model.coef_[0]), 6)
+    (True, 2.0)
+    """
+    check_algorithm(algorithm)
+    if algorithm not in SUPERVISED and target is not None:
+        raise IlargiError(
+            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
+            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+        )
+    options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
+    (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
+    return model
+
+
+@interruptible_job
+def train_batch(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    models: Sequence[Any] = (),
+    strategy: str = "auto",
+    backend: str = "auto",
+    *,
+    standardize: bool = False,
+    impute: bool = True,
+    reuse: bool = True,
+    memory_budget: int | str | None = None,
+    cluster: Any = None,
+) -> list[TrainedModel]:
+    """Train several models on one training query in one call, reading the data once.
+
+    One read-only snapshot, one plan of the query, one set of statistics and one read of the data
+    (the key-only join and scans, or the materialized join) serve every model; each then fits on
+    the same matrix. With ``strategy="auto"`` the cost model prices each model's plans and takes the
+    strategy whose plans cost least in sum.
+
+    Parameters
+    ----------
+    models : sequence
+        Each model as an algorithm name, an ``(algorithm, {parameters})`` pair, or a dict
+        ``{"algorithm": ..., **parameters}``.
+    target : str or None
+        The label column of the supervised models; unsupervised ones learn from the other columns. All
+        models learn from the same rows: those whose target is not NULL (``unlabelled_rows_`` counts
+        the others), so an unsupervised model may see fewer rows than it would alone.
+    standardize : bool
+        Standardize the columns of the supervised (linear) models.
+    query, strategy, backend, impute, reuse, memory_budget, cluster
+        As for :func:`train`.
+
+    Returns
+    -------
+    list of TrainedModel, in the order of ``models``.
+
+    Examples
+    --------
+    >>> import ilargi_db
+    >>> con = ilargi_db.connect()
+    >>> _ = con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range % 7 * 1.0 AS z, 2.0 * range AS y FROM range(60)")
+    >>> lin, km = ilargi_db.train_batch(con, "SELECT x, z, y FROM t", "y", ["linear_regression", ("kmeans",
+    ...                                 {"n_clusters": 2, "random_state": 0})], backend="numpy")
+    >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
+    (2.0, (2, 2))
+    """
+    options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
+    return run_training(con, query, target, model_specs(models), options)
+
+
+def run_training(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, specs: Sequence[ModelSpec], options: TrainOptions
+) -> list[TrainedModel]:
+    """Train each model of ``specs`` on one read of ``query``'s rows: the phases, in order."""
+    start = time.perf_counter()
+    stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
+    snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
+    with contextlib.ExitStack() as cleanup:  # on any error too: the stream, the client, the snapshot, the bar
+        cleanup.callback(stages.close)
+        cleanup.callback(snapshot.close)
+        estimators = make_estimators(specs, target)
+        options.check(specs)
+        backend = get_backend(options.backend)
+        snapshot.open()
+        job = plan_job(con, query, target, specs, estimators, options, backend)
+        if job.client is not None and job.client is not options.cluster:  # connected here: not the caller's
+            cleanup.callback(job.client.close)
+        planned = time.perf_counter()
+        stages.update()
+        stages.set_description(f"reading data ({'streamed' if job.stream else job.strategy})")
+        data = read_job(con, job)
+        cleanup.callback(data.close)
+        if job.placement == Placement.MEMORY:
+            job.reuse.confirm_read()  # a file read outside the snapshot did not change under the read
+        if job.placement != Placement.STREAMED:
+            snapshot.close()  # all read: the fits need no transaction (a stream reads on every pass)
+        if data.X.shape[0] == 0:
+            what = "rows with a non-NULL target" if target is not None else "rows"
+            raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
+        shared = {"planning": planned - start, "data": time.perf_counter() - planned}
+        stages.update()
+        models = []
+        for model in job.models:
+            stages.set_description(f"training {model.spec.algorithm}")
+            models.append(fit_model(job, model, data, shared))
+            stages.update()
+        record_job(job, data, snapshot)
+    return models
+
+
+def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> None:
+    """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction."""
+    if job.placement == Placement.MEMORY:  # resident rows: a normalized matrix, its sums memoized
+        job.reuse.keep_sums(data.X)
+    data.close()
+    snapshot.close()  # the store writes after the read, never inside its snapshot
+    job.reuse.finish()

@@ -1,0 +1,73 @@
+"""``explain``: the plan phase alone, in words; it never reads the data, never trains, never writes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import duckdb
+
+from ilargi_db.backend import get_backend
+from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
+from ilargi_db.errors import IlargiError
+from ilargi_db.interruption import interruptible_job
+from ilargi_db.models.catalog import Placement, make_estimator
+from ilargi_db.pipeline.placement import placed_plan, stream_plan
+from ilargi_db.pipeline.planning import stored_stats
+from ilargi_db.pipeline.readers import matrix_settings
+from ilargi_db.plan import categorical_flags
+from ilargi_db.read_snapshot import ReadSnapshot
+from ilargi_db.reuse.job import JobReuse
+
+
+@interruptible_job
+def explain(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    algorithm: str = "linear_regression",
+    backend: str = "auto",
+    *,
+    reuse: bool = True,
+    memory_budget: int | str | None = None,
+    **params: Any,
+) -> Explanation:
+    """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
+
+    As :func:`ilargi_db.cost_model.explain`, and with ``reuse`` (the default) it says what the artifact
+    store holds for the job and prices the factorized plans with it, as ``train`` does: it fingerprints
+    the columns the job reads (one aggregate query) to know. It also says when the job's data exceed
+    ``memory_budget`` (as for :func:`train`) and would stream. Never trains, never writes.
+
+    Examples
+    --------
+    >>> import ilargi_db
+    >>> con = ilargi_db.connect()
+    >>> _ = con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range % 5 * 1.0 AS z, 3.0 * range AS y FROM range(40)")
+    >>> _ = ilargi_db.train(con, "SELECT x, z, y FROM t", "y", strategy="factorized", backend="numpy")
+    >>> e = ilargi_db.explain(con, "SELECT x, z, y FROM t", "y", backend="numpy")
+    >>> any("reuses the encoded matrix" in r for r in e.reasons)
+    True
+    """
+    make_estimator(algorithm, params)  # an unknown algorithm or parameter fails before the query is planned
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        graph = prepare_graph(con, query, target)
+        flags = categorical_flags(graph)
+        job = JobReuse.open(con, graph, flags, enabled=reuse)
+        stats = stored_stats(job)
+        offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
+        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+        try:
+            streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)
+        except IlargiError as err:
+            if memory_budget is not None:
+                explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
+            streams = None
+        if streams is not None:
+            streamed = placed_plan(explanation, explanation.plan, streams, 1)
+            predicted = ""
+            if streamed is not None and streamed.placement == Placement.STREAMED:
+                explanation = replace(explanation, placed=streamed)
+                predicted = f"; {streamed.seconds:.3g} s predicted streamed ({streamed.label})"
+            explanation.reasons.append(f"would stream: {streams.why}; {streams.spill_why}{predicted}")
+        return explanation

@@ -1,0 +1,144 @@
+"""The fit phase: each planned model fitted on the data read once, warm-started where that cannot change
+the result, and returned as a :class:`~ilargi_db.trained_model.TrainedModel` with its job's record."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any
+
+from ilargi_db.backend import to_host
+from ilargi_db.cost_model.iterations import record as record_iterations
+from ilargi_db.linalg import ScaledMatrix
+from ilargi_db.models.catalog import AUTO, algorithm_facts
+from ilargi_db.pipeline.metrics import training_metrics
+from ilargi_db.pipeline.planning import JobPlan, ModelPlan
+from ilargi_db.pipeline.readers import TrainingData
+from ilargi_db.reuse.job import JobReuse
+from ilargi_db.trained_model import TrainedModel
+
+
+def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[str, float]) -> TrainedModel:
+    """Fit ``model`` on ``data`` and describe it; ``shared`` holds the seconds of planning and reading."""
+    began = time.perf_counter()
+    spec, estimator = model.spec, model.estimator
+    scaled = job.options.standardize and spec.supervised
+    X, y = data.X, data.y
+    M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
+    warm = fit_estimator(job.reuse, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
+    unconverged = getattr(estimator, "convergence_warning_", None)
+    if scaled:  # the coefficients in the columns' own units
+        scale, mean = to_host(M.scale), to_host(M.mean)
+        estimator.coef_ = estimator.coef_ / scale
+        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
+    trained = time.perf_counter()
+    solver = _solver_that_ran(model)
+    if hasattr(estimator, "n_iter_"):
+        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_))
+    graph = job.graph
+    result = TrainedModel(
+        estimator,
+        data.encoder,
+        spec.algorithm,
+        job.query,
+        job.target if spec.supervised else None,
+        target_type_=graph.target.duckdb_type if graph.target is not None and spec.supervised else None,
+        feature_types_=[f.duckdb_type for f in graph.features],
+        standardize_=scaled,
+        strategy_=job.strategy,
+        decision_=job.why,
+        plan_=(
+            model.plan.to_dict()
+            if model.plan is not None
+            else {"strategy": job.strategy, "solver": solver, "backend": job.backend.name, "chosen_by": job.chosen_by}
+        ),
+        explanation_=model.explanation,
+        n_rows_=int(X.shape[0]),
+        streamed_=job.stream.to_dict() if job.stream is not None else None,
+        reused_=job.reuse.describe() + ([warm] if warm else []),
+        unlabelled_rows_=data.unlabelled,
+        warnings_=([unconverged] if unconverged else []) + job.reuse.warnings,
+    )
+    result.training_metrics_ = training_metrics(result, X, y)
+    done = time.perf_counter()
+    result.timings_ = {
+        "planning": shared["planning"],
+        "data": shared["data"],
+        "training": trained - began,
+        "metrics": done - trained,
+        "total": (done - began) + shared["planning"] + shared["data"],
+        **({"shared_by": len(job.models)} if len(job.models) > 1 else {}),  # planning and data served the batch
+    }
+    return result
+
+
+def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any) -> str:
+    """Fit ``estimator`` on ``M`` (and ``y`` when supervised), from an earlier model where :func:`warm_start`
+    allows; keep a converged linear model as a later job's start. Returns the start taken, in words."""
+    if y is None:
+        estimator.fit(M)
+    else:
+        init, warm = warm_start(job, algorithm, estimator, scaled, M)
+        estimator.fit(M, y, **init)
+        if init and unconverged_after(estimator):  # stopped by max_iter: the result hangs on the start
+            estimator.fit(M, y)  # so the cold start's, as without reuse
+            warm = ""
+    if hasattr(estimator, "coef_") and not unconverged_after(estimator):  # a start only from a converged fit
+        loss = float(estimator.loss_curve_[-1]) if getattr(estimator, "loss_curve_", None) else 0.0
+        job.record_fit(algorithm, scaled, M.feature_names, estimator.coef_, estimator.intercept_, loss)
+    return warm if y is not None else ""
+
+
+def _solver_that_ran(model: ModelPlan) -> str:
+    """The solver the fit ran; where the plan chose it, the caller's "auto" put back and the reason kept."""
+    estimator = model.estimator
+    facts = algorithm_facts(model.spec.algorithm)
+    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
+    if model.solver_chosen:
+        estimator.set_params(**{facts.solver_parameter: AUTO})  # the caller's setting; solver_ says what ran
+        estimator.solver_reason_ = f"the cost model's plan: {model.plan.label}, {model.plan.seconds:.3g} s predicted"
+    return solver
+
+
+def stops_early(estimator: Any) -> bool:
+    """Whether the caller asked the solver to stop before the estimator's defaults would: ``max_iter`` below
+    its default, or a ``tol`` above it.
+
+    The default tolerances (scikit-learn's) stop at what the estimator reports as the optimum: there a
+    warm and a cold start agree to within that tolerance. A looser ``tol`` stops wherever the path from
+    the start first meets it (a cold and a warm start measured 1.6 apart at logistic ``tol=0.01``), so
+    the model would depend on what trained before.
+    """
+    defaults = inspect.signature(type(estimator)).parameters
+    return estimator.max_iter < defaults["max_iter"].default or estimator.tol > defaults["tol"].default
+
+
+def unconverged_after(estimator: Any) -> bool:
+    """Whether the fit stopped at ``max_iter`` before its tolerance."""
+    return getattr(estimator, "convergence_warning_", None) is not None
+
+
+def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any) -> tuple[dict[str, Any], str]:
+    """The ``fit`` arguments that start an iterative convex solver from an earlier model, and what it is.
+
+    Only where the objective has one optimum and the solver runs to a tight tolerance: L2-regularized
+    logistic regression, and ridge by conjugate gradients (alpha > 0), each with 0 < tol <= its default
+    and ``max_iter`` not capped below its default (:func:`stops_early`). The result then equals a cold
+    start's within that tolerance (not bit for bit); with a looser ``tol`` it would depend on the start, so
+    the fit starts cold and gives the cold model exactly. A fit stopped by ``max_iter`` would depend on its
+    start too: a start is taken only from an earlier model that converged, and a warm-started fit that
+    does not converge is fitted again cold. k-means and NMF are not convex: a start would change their
+    result, so they never take one.
+    """
+    if stops_early(estimator):  # an early stop lands where the path from the start first meets it
+        return {}, ""
+    if algorithm == "logistic_regression" and estimator.penalty == "l2" and estimator.tol > 0:
+        found = job.warm_start(algorithm, scaled, M.feature_names)
+        if found is not None:
+            return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
+    if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
+        solver = estimator.solver if estimator.solver != "auto" else estimator.choose_solver(M.shape[1])[0]
+        found = job.warm_start(algorithm, scaled, M.feature_names) if solver == "cg" else None
+        if found is not None:
+            return {"coef_init": found[0]}, found[2]
+    return {}, ""

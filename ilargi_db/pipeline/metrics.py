@@ -1,0 +1,88 @@
+"""The metrics of a fitted model: the cheap ones a training reports, and the full set ``evaluate`` reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ilargi_db.backend import to_host
+from ilargi_db.linalg import as_matrix
+from ilargi_db.models.catalog import SUPERVISED, algorithm_facts
+
+
+def _regression_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows (``reduce_rows``), r = X w + b - y: r . r, sum |r| and sum (y - mean y)^2."""
+    (y,), (w, b, y_mean) = rows, args
+    r = X @ w + (b - y)
+    return float(r @ r), float(X.backend.xp.abs(r).sum()), float(((y - y_mean) ** 2).sum())
+
+
+def _classification_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows, z = X w + b against 0/1 truths: the rows classified right, and the summed log-loss."""
+    (truth,), (w, b) = rows, args
+    z = X @ w + b
+    xp = X.backend.xp
+    right = float(((z > 0) == (truth > 0.5)).sum())
+    return right, float((xp.logaddexp(0, z) - xp.where(truth > 0.5, z, 0.0)).sum())  # -log p of the true class
+
+
+def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
+    """The cheap metrics a training reports: what the fit already knows, or one more pass over the rows.
+
+    Sums over the rows (``reduce_rows``): a streamed or distributed matrix computes them where its rows
+    are, without an n-length vector of scores. Ranking metrics (ROC AUC) and the like cost a sort of every
+    row: :func:`evaluate` reports them.
+    """
+    kind = algorithm_facts(model.algorithm_).metrics
+    if kind == "clustering":
+        return {"inertia": float(model.inertia_)}
+    if kind == "factorization":
+        return {"reconstruction_error": float(model.reconstruction_err_)}
+    M = as_matrix(X)  # what training holds (a normalized matrix, or row partitions of one), or a plain array
+    y = np.asarray(to_host(y), dtype=float)
+    n = len(y)
+    w, b = M.backend.asarray(np.asarray(model.coef_, dtype=float)), float(model.intercept_)
+    if kind == "regression":
+        y_mean = float(y.mean())
+        squares, absolute, total = M.reduce_rows(_regression_sums, (M.keep_rows(M.backend.asarray(y)),), (w, b, y_mean))
+        return {
+            "r2": 1.0 - squares / total if total > 0 and n > 1 else float("nan"),
+            "rmse": float(np.sqrt(squares / n)),
+            "mae": absolute / n,
+        }
+    truth = M.keep_rows(M.backend.asarray((y == model.classes_[1]).astype(float)))
+    right, log_loss = M.reduce_rows(_classification_sums, (truth,), (w, b))
+    return {"accuracy": right / n, "log_loss": log_loss / n}
+
+
+def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
+    """The metrics ``evaluate`` reports, of a fitted ``model`` on encoded rows ``X`` (and labels ``y``)."""
+    from sklearn import metrics
+
+    kind = algorithm_facts(model.algorithm_).metrics
+    if model.algorithm_ in SUPERVISED:
+        y = np.asarray(to_host(y), dtype=float)
+    if kind == "regression":
+        p = model.predict(X)
+        return {
+            "r2": float(metrics.r2_score(y, p)) if len(y) > 1 else float("nan"),
+            "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
+            "mae": float(metrics.mean_absolute_error(y, p)),
+        }
+    if kind == "classification":
+        proba = model.predict_proba(X)[:, 1]
+        truth = y == model.classes_[1]
+        guess = proba > 0.5
+        both = len(np.unique(truth)) == 2
+        return {
+            "accuracy": float(metrics.accuracy_score(truth, guess)),
+            "precision": float(metrics.precision_score(truth, guess, zero_division=0)),
+            "recall": float(metrics.recall_score(truth, guess, zero_division=0)),
+            "f1": float(metrics.f1_score(truth, guess, zero_division=0)),
+            "log_loss": float(metrics.log_loss(truth, proba, labels=[False, True])),
+            "roc_auc": float(metrics.roc_auc_score(truth, proba)) if both else float("nan"),
+        }
+    if kind == "clustering":
+        return {"inertia": -float(model.score(X))}
+    return {"reconstruction_error": model.reconstruction_error(X)}

@@ -1,0 +1,93 @@
+"""The options phase: what the caller asked for, checked once before anything is read.
+
+:class:`TrainOptions` holds the settings ``train`` takes besides the model (one dataclass, the same for
+``train``, ``train_batch``, the SQL functions and the command line); :func:`model_specs` and
+:func:`make_estimators` turn the models asked for into estimators, refusing unknown algorithms,
+parameters and values with the estimator's own words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ilargi_db.errors import IlargiError, spell
+from ilargi_db.models.catalog import AUTO, SUPERVISED, make_estimator
+
+
+class ModelSpec(NamedTuple):
+    """One model of a job as the caller names it."""
+
+    algorithm: str
+    params: dict[str, Any]
+
+    @property
+    def supervised(self) -> bool:
+        return self.algorithm in SUPERVISED
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The settings of a training besides its models: how to read, where to run, what to keep.
+
+    See :func:`ilargi_db.train` for each one's meaning; :meth:`check` refuses values of the wrong kind.
+    """
+
+    strategy: str = AUTO
+    backend: str = AUTO
+    standardize: bool = False
+    impute: bool = True
+    reuse: bool = True
+    memory_budget: int | str | None = None
+    cluster: Any = None  # a dask.distributed.Client, or the name or address of a registered cluster
+
+    def check(self, specs: Sequence[ModelSpec]) -> None:
+        """Refuse flags that are not booleans, and standardizing where no model is a linear one."""
+        for name in ("standardize", "impute", "reuse"):
+            flag = getattr(self, name)
+            if not isinstance(flag, (bool, np.bool_)):
+                raise IlargiError(f"{name} must be True or False, got {flag!r}.")
+        if self.standardize and not any(s.supervised for s in specs):
+            raise IlargiError(
+                f"{spell('standardize', True)} is for linear and logistic regression; scale columns in the query."
+            )
+
+
+def model_specs(models: Any) -> list[ModelSpec]:
+    """``models`` (names, ``(algorithm, {parameters})`` pairs or dicts) as specs, refusing what is not a model."""
+    if isinstance(models, (str, dict)) or not isinstance(models, Sequence) or not len(models):
+        raise IlargiError(
+            "models must be a non-empty list of models, each an algorithm name, an (algorithm, {parameters}) pair "
+            f"or a dict with an 'algorithm' key; got {models!r}."
+        )
+    specs = []
+    for i, m in enumerate(models, start=1):
+        if isinstance(m, str):
+            specs.append(ModelSpec(m, {}))
+        elif isinstance(m, dict) and "algorithm" in m:
+            specs.append(ModelSpec(m["algorithm"], {k: v for k, v in m.items() if k != "algorithm"}))
+        elif isinstance(m, (tuple, list)) and len(m) == 2 and isinstance(m[1], dict):
+            specs.append(ModelSpec(m[0], dict(m[1])))
+        else:
+            raise IlargiError(
+                f"model {i} of the batch is {m!r}: give an algorithm name, (algorithm, {{...}}) or a dict."
+            )
+    return specs
+
+
+def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]:
+    """Each spec's estimator, its parameters checked; a supervised model without a target is refused."""
+    estimators = []
+    for i, spec in enumerate(specs, start=1):
+        try:
+            estimators.append(make_estimator(spec.algorithm, spec.params))
+        except ValueError as err:  # ours, or scikit-learn's parameter validation
+            if len(specs) == 1:
+                raise
+            raise IlargiError(f"model {i} of the batch: {err}") from None
+        if spec.supervised and target is None:
+            raise IlargiError(f"{spec.algorithm} needs a target: pass {spell('target', '<label column>')}.")
+    return estimators

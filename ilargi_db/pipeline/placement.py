@@ -1,0 +1,159 @@
+"""Where the training rows live while the model fits: in memory, streamed from DuckDB, or on a cluster.
+
+Part of the plan phase: after the cost model has chosen a strategy, :func:`stream_plan` says whether the
+data exceed the memory budget (and how to partition the fact then), and :func:`placed_plan` prices the
+chosen plan where it will run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import duckdb
+
+from ilargi_db.cost_model.features import JobStats, job_stats
+from ilargi_db.cost_model.memory import array_bytes, format_bytes, size_in_bytes
+from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
+from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import Placement, Strategy
+from ilargi_db.plan import JoinGraph
+from ilargi_db.read_snapshot import renew_snapshot
+from ilargi_db.reuse.fingerprint import volatile_expression
+
+STREAM_SHARE_OF_FREE_MEMORY = 0.5  # the default memory budget: this share of the memory free at the start
+MIN_PARTITION_ROWS = 256  # below this a partition's query costs more than its rows
+SPILL_HEADROOM = 1.25  # spill only where the disk has this many times the data free
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """How a job over the memory budget streams: the fact read in partitions, spilled to disk or not."""
+
+    memory_budget: int
+    needed: int  # bytes the training data would take in memory
+    rows_per_partition: int
+    partitions: int  # as planned from the fact's rows; the rows in use are known once the stream opens
+    spill: bool
+    spill_why: str
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_memory_budget() -> int | None:
+    """Half the memory free now (Linux ``MemAvailable``), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(STREAM_SHARE_OF_FREE_MEMORY * int(line.split()[1]) * 1024)
+    except OSError:
+        return None
+    return None
+
+
+def check_streamable(graph: JoinGraph, placement: Placement) -> None:
+    """Refuse expressions that give other values on every read: a stream reads the data several times (and
+    a cluster's workers cannot read the tables a subquery names)."""
+    what = "streaming" if placement == Placement.STREAMED else "training on a cluster"
+    expressions = [p.sql for p in graph.filters] + [f.sql for f in graph.features]
+    why = volatile_expression(expressions, subqueries=placement == Placement.STREAMED)
+    if why:
+        raise IlargiError(
+            f"{what} reads the data more than once, and the rows must be the same each time, but {why}: take it "
+            "out of the query (materialize a sample into a table first), or train in memory."
+        )
+
+
+def stream_plan(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, chosen: str, stats: JobStats | None, memory_budget: Any
+) -> StreamPlan | None:
+    """How to stream the job when its data exceed the memory budget (None: it fits in memory).
+
+    Partitions are sized so that two (the one computing, the one prefetched) fit in the budget beside the
+    dimensions (scanned whole). The budget bounds the training data; the solvers' few
+    n-length vectors (the target, scores, residuals: 8 bytes a row each) come on top.
+    """
+    budget = size_in_bytes(memory_budget, "memory_budget") if memory_budget is not None else default_memory_budget()
+    if budget is None:
+        return None
+    if stats is None:
+        try:
+            stats = job_stats(con, graph)
+        except IlargiError:  # the counts failed: the in-memory read will say why, if anything is wrong
+            renew_snapshot(con)
+            return None
+    needed = array_bytes(stats)[chosen if graph.factorizable else Strategy.MATERIALIZED]
+    if needed <= budget:
+        return None
+    fact = stats.source(graph.sources[0].alias)  # the first FROM source: the one streamed
+    # As array_bytes counts them: numeric columns dense, one stored entry per categorical value (a
+    # one-hot row on a dimension, a code on the fact), dimension rows the join uses.
+    dimensions = sum(
+        min(s.rows, s.referenced) * ((s.width - s.categorical_width) * 8 + s.categorical_features * 12)
+        for s in stats.sources
+        if s.alias != fact.alias
+    )
+    numeric = fact.width - fact.categorical_width
+    # A partition's row: its numbers and codes with their Arrow copy, an index per dimension, the target.
+    per_row = 16 * numeric + 16 * fact.categorical_features + 16 * (len(stats.sources) - 1) + 8
+    free = budget - dimensions
+    if free < 2 * per_row * MIN_PARTITION_ROWS:
+        least = dimensions + 2 * per_row * MIN_PARTITION_ROWS
+        raise IlargiError(
+            f"memory_budget {format_bytes(budget)} cannot hold the dimensions ({format_bytes(dimensions)}, read "
+            f"whole) beside partitions of the fact: give at least {format_bytes(least)} (the whole job needs about "
+            f"{format_bytes(needed)})."
+        )
+    rows = int(free // (2 * per_row))
+    spill, spill_why = spill_fits(tempfile.gettempdir(), needed)
+    why = (
+        f"the data need about {format_bytes(needed)}, over the memory budget of {format_bytes(budget)}: the fact is "
+        f"read from DuckDB in partitions of {rows:,} rows, the next read while the current one computes, again on "
+        "every pass"
+    )
+    return StreamPlan(
+        memory_budget=budget,
+        needed=needed,
+        rows_per_partition=rows,
+        partitions=max(1, math.ceil(fact.rows / rows)),
+        spill=spill,
+        spill_why=spill_why,
+        why=why,
+    )
+
+
+def placed_plan(explanation: Any, plan: PhysicalPlan | None, streams: StreamPlan | None, workers: int) -> Any:
+    """The factorized plan of ``plan``'s solver as it runs streamed (``streams``) or on ``workers`` workers,
+    priced; ``plan`` itself when the cost model has no such plan."""
+    if explanation is None or plan is None:
+        return plan
+    factorized = next(
+        (p for p in explanation.plans if p.strategy == Strategy.FACTORIZED and p.solver == plan.solver), None
+    )
+    if factorized is None:
+        return plan
+    if streams is not None:
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # no sysconf (Windows): priced as read back from disk
+            memory = 0
+        return streamed_plan(factorized, streams.needed, streams.partitions, streams.spill, memory)
+    return distributed_plan(factorized, workers)
+
+
+def spill_fits(where: str, needed: int) -> tuple[bool, str]:
+    """Whether the encoded partitions fit on the spill directory's disk, and what the plan says about it."""
+    free = shutil.disk_usage(where).free
+    if free >= SPILL_HEADROOM * needed:
+        return True, f"each partition spilled to local disk ({where}) after its first read, and loaded back"
+    return False, (
+        f"not spilled: {where} has {format_bytes(free)} free for about {format_bytes(needed)}, so every pass reads "
+        "the fact from DuckDB again (set TMPDIR to a larger disk to spill)"
+    )

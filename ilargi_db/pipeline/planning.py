@@ -1,0 +1,171 @@
+"""The plan phase: the join graph once, its statistics, and the cost model's choice of strategy, solver and
+placement as one typed value, :class:`JobPlan`, that the read and fit phases follow."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import duckdb
+
+from ilargi_db.backend.namespace import Backend
+from ilargi_db.cluster.connection import connect_cluster
+from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
+from ilargi_db.cost_model.explain import Explanation
+from ilargi_db.cost_model.features import JobStats, job_stats
+from ilargi_db.cost_model.memory import check_job_memory
+from ilargi_db.cost_model.plan import PhysicalPlan
+from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import AUTO, Placement, Strategy, algorithm_facts
+from ilargi_db.pipeline.options import ModelSpec, TrainOptions
+from ilargi_db.pipeline.placement import StreamPlan, check_streamable, placed_plan, stream_plan
+from ilargi_db.pipeline.readers import matrix_settings
+from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
+from ilargi_db.read_snapshot import renew_snapshot
+from ilargi_db.reuse.job import JobReuse
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model of the job as planned."""
+
+    spec: ModelSpec
+    estimator: Any  # its solver set to the plan's where the caller left it at "auto" (``solver_chosen``)
+    plan: PhysicalPlan | None  # the cost model's plan, priced where it runs (None: no cost model ran)
+    explanation: Explanation | None
+    solver_chosen: bool = False
+
+
+@dataclass
+class JobPlan:
+    """Everything decided before the data are read: what to read, how, where, and which models fit it."""
+
+    query: str
+    target: str | None
+    options: TrainOptions
+    graph: JoinGraph
+    flags: list[bool]  # per feature: categorical
+    reuse: JobReuse
+    backend: Backend
+    strategy: Strategy
+    why: str  # the decision, in words (the models' ``decision_``)
+    chosen_by: str  # who chose the strategy where the cost model gave no plan
+    models: list[ModelPlan]
+    placement: Placement = Placement.MEMORY
+    stream: StreamPlan | None = None  # with Placement.STREAMED
+    client: Any = None  # the Dask client, with Placement.DISTRIBUTED
+
+
+def plan_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> tuple[JoinGraph, list[bool]]:
+    """The training query's join graph (checked: features, the target's type) and its categorical flags."""
+    graph = build_join_graph(con, query, target)
+    if not graph.features:
+        raise IlargiError("the training query selects no feature column: add the columns to learn from.")
+    flags = categorical_flags(graph)
+    check_target_type(graph)
+    return mark_categorical_coalesce(graph, flags), flags
+
+
+def stored_stats(job: JobReuse) -> JobStats | None:
+    """The job's statistics from the artifact store (None if not stored, or stored damaged)."""
+    found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
+    try:
+        return JobStats.from_dict(found) if found is not None else None
+    except (KeyError, TypeError, ValueError):
+        job.used.pop()
+        return None
+
+
+def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, job: JobReuse) -> JobStats | None:
+    """The cost model's statistics (also the memory check's): from the store, or counted and kept there.
+
+    None without reuse (the cost model counts its own) or when counting fails (its fallback takes over).
+    """
+    if not job.enabled:
+        return None
+    stats = stored_stats(job)
+    if stats is not None or not job.enabled:
+        return stats
+    began = time.perf_counter()
+    try:
+        stats = job_stats(con, graph)
+    except IlargiError:  # the cost model's own fallback takes over (see choose_batch_strategy)
+        renew_snapshot(con)
+        return None
+    job.keep("stats", job.fingerprint.stats_key, "the job's statistics", stats.to_dict(), time.perf_counter() - began)
+    return stats
+
+
+def plan_job(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None,
+    specs: Sequence[ModelSpec],
+    estimators: Sequence[Any],
+    options: TrainOptions,
+    backend: Backend,
+) -> JobPlan:
+    """Plan the job: the graph, the statistics, the strategy and each model's solver, then the placement."""
+    graph, flags = plan_graph(con, query, target)
+    job = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
+    stats = job_statistics(con, graph, job)
+    offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, options.impute, backend.name)))
+    chosen, why, explanations = choose_batch_strategy(
+        con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=offer
+    )
+    if options.strategy != AUTO:
+        chosen_by = "the caller"
+    elif graph.cross_source_features:
+        chosen_by = "the query (a feature mixes sources)"
+    elif explanations[0] is None:
+        chosen_by = "Amalur's rule (the cost model failed)"
+    else:
+        chosen_by = "the batch (no plan of this model alone)"
+    models = []
+    for spec, estimator, explanation in zip(specs, estimators, explanations):
+        plan = plan_for(explanation, chosen)
+        facts = algorithm_facts(spec.algorithm)
+        parameter = facts.solver_parameter
+        chosen_solver = plan is not None and bool(parameter) and spec.params.get(parameter, AUTO) == AUTO
+        if chosen_solver:
+            estimator.set_params(**{parameter: plan.solver})  # the solver the cost model chose
+        models.append(ModelPlan(spec, estimator, plan, explanation, chosen_solver))
+    job_plan = JobPlan(query, target, options, graph, flags, job, backend, Strategy(chosen), why, chosen_by, models)
+    return place(con, job_plan, stats)
+
+
+def place(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None) -> JobPlan:
+    """Where the rows will be: on the caller's cluster, streamed when over the memory budget, or in memory.
+
+    Streamed and distributed jobs run factorized; their plans are priced as they run there.
+    """
+    options, graph = job.options, job.graph
+    if options.cluster is not None:
+        job.client = connect_cluster(options.cluster)
+        job.placement = Placement.DISTRIBUTED
+    else:
+        try:
+            job.stream = stream_plan(con, graph, job.strategy, stats, options.memory_budget)
+        except IlargiError:
+            if options.memory_budget is not None:
+                raise  # the caller's budget: say why it cannot be kept
+            job.stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
+        if job.stream is not None:
+            job.placement = Placement.STREAMED
+    if job.placement == Placement.MEMORY:
+        explanation = job.models[0].explanation
+        check_job_memory(con, graph, job.strategy, explanation, stats)  # before any feature column is read
+        return job
+    check_streamable(graph, job.placement)
+    workers = len(job.client.scheduler_info().get("workers", {})) if job.client is not None else 1
+    job.models = [replace(m, plan=placed_plan(m.explanation, m.plan, job.stream, workers)) for m in job.models]
+    first = job.models[0].plan
+    predicted = f", {first.seconds:.3g} s predicted" if first is not None else ""
+    job.strategy = Strategy.FACTORIZED
+    if job.placement == Placement.DISTRIBUTED:
+        job.why = f"{job.why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s){predicted}."
+    else:
+        job.why = f"{job.why} Streamed: {job.stream.why}; {job.stream.spill_why}{predicted}."
+    return job

@@ -1,0 +1,157 @@
+"""The read phase, resident: the training rows as a normalized matrix, factorized or from the materialized join.
+
+Both readers take the same encoder and give the same :class:`TrainingData`; the factorized one reads
+through the artifact store when the job has one (:class:`~ilargi_db.reuse.job.JobReuse`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ilargi_db.backend import get_backend
+from ilargi_db.linalg import NormalizedMatrix
+from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
+from ilargi_db.metadata.scans import TARGET, materialized_sql
+from ilargi_db.metadata.stream import FactStream
+from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
+from ilargi_db.models.catalog import Strategy
+from ilargi_db.plan import JoinGraph, categorical_flags
+from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.reuse.job import JobReuse
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The model's input, built by one strategy."""
+
+    X: NormalizedMatrix
+    y: Any
+    encoder: FeatureEncoder
+    unlabelled: int = 0  # rows left out because their target is NULL
+    stream: FactStream | None = None  # where a streamed X reads its partitions from, on every pass
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.X.nbytes) + int(getattr(self.y, "nbytes", 0))
+
+    def close(self) -> None:
+        """Let go of the stream a streamed X reads from (after the fits; again is harmless)."""
+        if self.stream is not None:
+            self.stream.close()
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """How a reader encodes the rows: the encoder (fitted here, or as trained), the backend and the checks."""
+
+    encoder: FeatureEncoder
+    fit: bool  # fit the encoder on these rows (training), or use it as fitted (scoring)
+    backend: Any  # an array backend (:func:`ilargi_db.backend.get_backend`)
+    check: bool = False  # refuse inf and values whose squares overflow, before they turn into NaN
+    labelled_only: bool = True  # leave out rows whose target is NULL
+
+
+def matrix_settings(
+    graph: JoinGraph, categorical: Any, impute: bool, backend: str, check: bool = True, labelled_only: bool = True
+) -> list:
+    """What, besides the data, decides the encoded matrix (part of its artifact's key): the encoder's
+    settings and the names it gives the columns (two queries naming the same columns differently differ)."""
+    target = graph.target.name if graph.target is not None else None
+    settings = [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
+    return [*settings, graph.feature_names, target]
+
+
+def read_factorized(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
+) -> TrainingData:
+    """The normalized matrix of ``graph``; with ``job``, from (and into) the artifact store where it can."""
+    if job is None or not job.enabled:
+        return _read_factorized(con, graph, read)
+    began = time.perf_counter()
+    encoder = read.encoder
+    settings = matrix_settings(
+        graph, encoder.categorical, encoder.impute, read.backend.name, read.check, read.labelled_only
+    )
+    key = job.matrix_key(settings)
+    found = job.find("matrix", key, "the encoded matrix")
+    if found is not None:
+        return found
+    data = _read_factorized(con, graph, read, job)
+    # In process only: live arrays (perhaps on a GPU) with the sums memoized on them as models use them.
+    job.keep("matrix", key, "the encoded matrix", data, time.perf_counter() - began, persistable=False)
+    return data
+
+
+def _read_factorized(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
+) -> TrainingData:
+    encoder = read.encoder
+    categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
+
+    def extract() -> Any:
+        return extract_metadata(con, graph, categorical=categorical)
+
+    meta = extract() if job is None else job.metadata(graph, categorical, extract)
+    unlabelled = 0
+    if read.labelled_only and meta.target is not None and np.isnan(meta.target).any():
+        labelled = np.flatnonzero(~np.isnan(meta.target))
+        unlabelled = meta.n_rows - len(labelled)
+        meta = meta.take_rows(labelled)  # unlabelled rows teach nothing
+        for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
+            clear_unused_nonfinite(block)
+    if read.check:
+        check_metadata_values(meta, graph.target.name if graph.target is not None else None)
+    if read.fit:
+        encoder.fit_metadata(meta)
+    blocks = encoder.transform_metadata(meta)
+    X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=read.backend)
+    if job is not None:
+        job.restore_sums(X)
+    return TrainingData(X, meta.target, encoder, unlabelled)
+
+
+def read_materialized(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
+) -> TrainingData:
+    """The materialized join of ``graph`` as a one-block matrix, encoded as the factorized reader encodes.
+
+    ``job`` is accepted so that both readers take the same arguments; the join itself is never stored.
+    """
+    encoder = read.encoder
+    # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
+    table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
+    y = None
+    unlabelled = 0
+    if graph.target is not None:
+        y = column_to_numpy(table.column(TARGET))
+        if read.labelled_only and np.isnan(y).any():
+            keep = ~np.isnan(y)
+            unlabelled = int((~keep).sum())
+            table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
+        table = table.drop_columns([TARGET])
+    names = graph.feature_names
+    if read.check:
+        check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
+    if read.fit:
+        encoder.fit_table(table, names)
+    blocks = encoder.transform_table(table, names)
+    X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=read.backend)
+    return TrainingData(X, y, encoder, unlabelled)
+
+
+READERS = {Strategy.FACTORIZED: read_factorized, Strategy.MATERIALIZED: read_materialized}
+
+
+def read_training_data(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, strategy: str, backend: str = "numpy"
+) -> TrainingData:
+    """Read ``graph``'s training set the way ``train`` does with ``strategy`` (what calibration times)."""
+    read = ReadSettings(FeatureEncoder(categorical_flags(graph)), fit=True, backend=get_backend(backend))
+    return READERS[Strategy(strategy)](con, graph, read)

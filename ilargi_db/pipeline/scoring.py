@@ -1,0 +1,91 @@
+"""Scoring: the rows of another query encoded as in a model's training, then predicted or evaluated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from ilargi_db.backend import get_backend
+from ilargi_db.errors import IlargiError, PlanError, speaking_of
+from ilargi_db.interruption import interruptible_job
+from ilargi_db.models.catalog import SUPERVISED
+from ilargi_db.pipeline.metrics import metrics_of
+from ilargi_db.pipeline.readers import ReadSettings, TrainingData, read_factorized, read_materialized
+from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
+from ilargi_db.read_snapshot import ReadSnapshot
+from ilargi_db.trained_model import TrainedModel
+
+
+def encoded_rows(
+    con: duckdb.DuckDBPyConnection,
+    model: Any,
+    query: str,
+    backend: str,
+    check: bool = False,
+    labelled_only: bool = True,
+    role: str = "evaluate on",
+) -> TrainingData:
+    """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
+
+    ``role`` says what the query is for, in errors ("the query to evaluate on").
+    ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
+    leaves out rows whose target (when the query selects it) is NULL.
+    """
+    if not isinstance(model, TrainedModel):
+        raise IlargiError(
+            "this needs a model returned by ilargi_db.train() or ilargi_db.load_model(); call model.predict(X) "
+            "on arrays otherwise."
+        )
+    encoder = model.encoder_
+    with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
+        columns = [c.lower() for c in build_join_graph(con, query).feature_names]
+        target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
+        graph = build_join_graph(con, query, target)
+        encoder.check_features(graph.feature_names)
+        for feature, categorical in zip(graph.features, encoder.categorical):
+            t = feature.duckdb_type
+            if not (is_numeric(t) if not categorical else is_numeric(t) or is_categorical(t)):
+                learned = "a category (text)" if categorical else "a number"
+                raise PlanError(
+                    f"feature {feature.name!r} has type {t} in this query, but the model learned it as {learned}: "
+                    "cast it in the query."
+                )
+        graph = mark_categorical_coalesce(graph, encoder.categorical)
+        read = ReadSettings(encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only)
+        return (read_factorized if graph.factorizable else read_materialized)(con, graph, read)
+
+
+@interruptible_job
+def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
+    """Score the rows of another query with the same feature columns as ``model``'s training query.
+
+    The features are encoded as in training (training means, training
+    categories; unseen categories weigh zero) and the prediction runs
+    factorized when the query allows it (a prediction is an LMM). Predictions
+    come in the query's row order: add ORDER BY to line them up with rows.
+    Every row gets one: the query need not select the target, and a row whose
+    target is NULL is scored like any other.
+    """
+    return np.asarray(model.predict(encoded_rows(con, model, query, backend, labelled_only=False, role="predict on").X))
+
+
+@interruptible_job
+def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
+    """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
+
+    Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
+    roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
+    also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
+    whose target is NULL: they cannot be scored against a label).
+    """
+    data = encoded_rows(con, model, query, backend, check=True)
+    if data.X.shape[0] == 0:
+        raise IlargiError("the query to evaluate on returned no rows (with a non-NULL target): check its WHERE clause.")
+    if model.algorithm_ in SUPERVISED and data.y is None:
+        raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
+    metrics = metrics_of(model, data.X, data.y)
+    if model.algorithm_ in SUPERVISED:
+        metrics.update(rows=int(data.X.shape[0]), unlabelled_rows_left_out=int(data.unlabelled))
+    return metrics
