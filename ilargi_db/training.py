@@ -21,12 +21,13 @@ import sqlglot
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
+from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cluster import cluster_data, connect_cluster
 from ilargi_db.cost_model.choose import choose_batch_strategy, plan_for
 from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
 from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.iterations import record as record_iterations
-from ilargi_db.cost_model.memory import array_bytes, check_job_memory, format_bytes, size_in_bytes
+from ilargi_db.cost_model.memory import array_bytes, check_job_memory
 from ilargi_db.cost_model.plan import distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError, PlanError, SpillLost, speaking_of, spell
 from ilargi_db.interruption import interruptible_job

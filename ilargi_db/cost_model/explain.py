@@ -10,11 +10,12 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.byte_sizes import format_bytes
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
-from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
+from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, ReuseOffer, candidate_plans
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
