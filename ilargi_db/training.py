@@ -710,7 +710,7 @@ def _train_models(
             specs,
             backend,
             stats=stats,
-            reuse=job.offer(graph, job.matrix_key(matrix_settings(graph, flags, impute, be.name))),
+            reuse=job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, impute, be.name))),
         )
         if strategy != "auto":
             chosen_by = "the caller"
@@ -902,8 +902,8 @@ def explain(
         flags = categorical_flags(graph)
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = _stored_stats(job)
-        offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
-        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+        held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
+        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
         try:
             streams = _stream_plan(con, graph, explanation.strategy, stats, memory_budget)
         except IlargiError as err:
