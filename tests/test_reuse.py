@@ -665,3 +665,17 @@ def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
         model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
     cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+
+
+def test_the_store_never_imports_the_cost_model():
+    """The store reports what it holds (reuse/holdings.py); pricing it is the cost model's, which imports reuse."""
+    import ast
+    from pathlib import Path
+
+    import ilargi_db.reuse
+
+    for path in Path(ilargi_db.reuse.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            assert not any(name.startswith("ilargi_db.cost_model") for name in names), path.name
