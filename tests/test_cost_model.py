@@ -266,6 +266,25 @@ def test_a_gram_above_the_bound_is_not_planned(star):
     assert {p.solver for p in only_normal} == {"normal"}
 
 
+def test_the_cost_model_prices_what_the_artifact_store_holds():
+    from ilargi_db.cost_model.plan import reuse_offer
+    from ilargi_db.reuse.holdings import Held, ReadHoldings
+
+    join, x = Held("the key-only join", "database", 0.5, 0.1), Held("feature 'x'", "memory", 0.2, 0.0)
+    gram = Held("X^T X and column sums", "database", 0.3, 0.01)
+    assert reuse_offer(None) is None and reuse_offer(ReadHoldings(needed=2)) is None
+    whole = reuse_offer(ReadHoldings(needed=2, data=(join, x), gram=gram))
+    assert whole.data_seconds == pytest.approx(0.1) and whole.sums  # the read priced as loading it
+    assert whole.saved_seconds == pytest.approx(1.0)  # what making the join, x and the sums took
+    assert whole.data_what == "2 stored artifacts from database and memory"
+    assert whole.lines == ("2 of 2 data artifacts (from database and memory)", "X^T X")
+    part = reuse_offer(ReadHoldings(needed=3, data=(join,)))
+    assert part.data_seconds is None and not part.sums  # a column is missing: the read is not replaced
+    matrix = reuse_offer(ReadHoldings(Held("the encoded matrix", "memory", 2.0, 0.0), matrix_gram=True))
+    assert (matrix.data_seconds, matrix.sums, matrix.saved_seconds) == (0.0, True, 2.0)
+    assert matrix.lines == ("the encoded matrix (in memory)", "X^T X")
+
+
 def test_streamed_and_distributed_plans_price_the_passes_over_the_rows(star):
     from ilargi_db.cost_model.plan import (
         CLUSTER_PASS_SECONDS,

@@ -99,3 +99,21 @@ def test_elementwise_with_infinities_and_nans(op):
             "pow0": (X**0, T**0),
         }[op]
     np.testing.assert_array_equal(got.materialize(), expected)
+
+
+def test_a_matrix_of_the_same_data_takes_the_sums_another_one_memoized():
+    from ilargi_db.linalg import CROSSPROD, MEMOIZED_SUMS, Block, NormalizedMatrix
+
+    rng = np.random.default_rng(0)
+    blocks = [Block(rng.normal(size=(6, 2)), [0, 1]), Block(rng.normal(size=(3, 1)), [2], index=np.arange(6) % 3)]
+    X = NormalizedMatrix(blocks, n_rows=6, backend="numpy")
+    assert X.memoized_sums() == {} and X.memoized_seconds == 0.0
+    gram, sums = X.crossprod(), X.colsums()
+    kept = X.memoized_sums()
+    assert set(kept) == set(MEMOIZED_SUMS) and X.memoized_seconds > 0
+    assert_close(kept[CROSSPROD], gram)
+    again = NormalizedMatrix(blocks, n_rows=6, backend="numpy")
+    again.restore_memoized_sums({CROSSPROD: 2 * gram, "rowsums": np.zeros(6)})  # other names are ignored
+    assert set(again.memoized_sums()) == {CROSSPROD}
+    assert_close(again.crossprod(), 2 * gram)  # served as given, not computed
+    assert_close(again.colsums(), sums)  # computed: none was given

@@ -14,7 +14,9 @@ import ilargi_db
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import build_join_graph, categorical_flags
 from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_artifact_budget
-from ilargi_db.reuse.store import MEMORY, DatabaseTier, artifact_secret, pack, seal, unpack, unseal
+from ilargi_db.reuse.codec import pack, unpack
+from ilargi_db.reuse.seal import artifact_secret, seal, unseal
+from ilargi_db.reuse.store import MEMORY, DatabaseTier
 
 STAR = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 
@@ -265,11 +267,11 @@ def test_another_hyperparameter_reuses_the_gram_matrix(star, monkeypatch):
 def test_a_new_feature_reads_only_its_column(star, monkeypatch):
     ilargi_db.train(star, STAR, "y", backend="numpy", strategy="factorized")
     wider = STAR.replace("d.kind,", "d.kind, d.w,")
-    from ilargi_db.reuse import job as job_module
+    from ilargi_db.reuse import rowid_reads
 
     read = []
-    real = job_module._fetch_columns
-    monkeypatch.setattr(job_module, "_fetch_columns", lambda *a: read.append((a[2], a[3])) or real(*a))
+    real = rowid_reads.fetch_columns
+    monkeypatch.setattr(rowid_reads, "fetch_columns", lambda *a: read.append((a[2], a[3])) or real(*a))
     model = ilargi_db.train(star, wider, "y", backend="numpy", strategy="factorized")
     assert read == [("d", [3])]  # d.w alone, by rowid
     assert "the key-only join" in reused(model) and "feature 'x'" in reused(model)
@@ -663,3 +665,17 @@ def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
         model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
     cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+
+
+def test_the_store_never_imports_the_cost_model():
+    """The store reports what it holds (reuse/holdings.py); pricing it is the cost model's, which imports reuse."""
+    import ast
+    from pathlib import Path
+
+    import ilargi_db.reuse
+
+    for path in Path(ilargi_db.reuse.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            assert not any(name.startswith("ilargi_db.cost_model") for name in names), path.name

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 import ilargi_db
 from ilargi_db.plan import build_join_graph, categorical_flags
 from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job
+from ilargi_db.reuse.codec import pack, unpack
 from ilargi_db.reuse.fingerprint import still_the_same
 from ilargi_db.reuse.job import JobReuse
-from ilargi_db.reuse.store import MEMORY, DatabaseTier, artifact_secret, pack, seal, unpack, unseal
+from ilargi_db.reuse.seal import artifact_secret, seal, unseal
+from ilargi_db.reuse.store import MEMORY, DatabaseTier
 
 QUERY = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 RUN = dict(backend="numpy", strategy="factorized", solver="normal")

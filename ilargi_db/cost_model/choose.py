@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -12,10 +12,12 @@ from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_stats, 
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
 from ilargi_db.cost_model.plan import STRATEGIES as PLAN_STRATEGIES
-from ilargi_db.cost_model.plan import ReuseOffer
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
+
+if TYPE_CHECKING:
+    from ilargi_db.reuse.holdings import ReadHoldings
 
 STRATEGIES = ("auto", *PLAN_STRATEGIES)  # what a caller may ask for
 
@@ -27,13 +29,13 @@ def choose_batch_strategy(
     models: list[tuple[str, dict]],
     backend: str = "auto",
     stats: JobStats | None = None,
-    reuse: ReuseOffer | None = None,
+    reuse: ReadHoldings | None = None,
 ) -> tuple[str, str, list[Any]]:
     """``(strategy, why, explanations)`` for models trained together on one read of the data.
 
     With ``"auto"`` each model's plans are priced on the job's statistics (gathered once, or ``stats``
     when the caller has them); the batch takes the strategy whose plans cost least in sum, the data read
-    once. ``reuse`` says what the artifact store holds for the factorized read.
+    once. ``reuse`` says what the artifact store holds for the factorized read (the cost model prices it).
     """
     none: list[Any] = [None] * len(models)
     if strategy not in STRATEGIES:

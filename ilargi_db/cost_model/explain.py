@@ -6,19 +6,23 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from ilargi_db.byte_sizes import format_bytes
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
-from ilargi_db.cost_model.memory import array_bytes, format_bytes, memory_limit_bytes
-from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, ReuseOffer, candidate_plans
+from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
+from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import make_estimator
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
+
+if TYPE_CHECKING:
+    from ilargi_db.reuse.holdings import ReadHoldings
 
 
 @dataclass(frozen=True)
@@ -222,12 +226,14 @@ def explain_graph(
     stats: JobStats | None = None,
     load: float | None = None,
     spent: float = 0.0,
-    reuse: ReuseOffer | None = None,
+    reuse: ReadHoldings | None = None,
 ) -> Explanation:
     """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
 
     ``stats`` are the job's statistics and ``load`` the load probe's reading when the caller has them (a
     batch of models on one query shares both); ``spent`` is what getting them took, counted as deciding.
+    ``reuse`` is what the artifact store holds for the job's factorized read, priced here
+    (:func:`~ilargi_db.cost_model.plan.reuse_offer`).
     """
     from ilargi_db.backend import get_backend
 
@@ -245,6 +251,7 @@ def explain_graph(
     allowed = ("materialized",) if mixed else strategies
     # Planning: the join graph (before this call, about 4 ms a source) and the statistics just measured.
     planning = time.perf_counter() - start + PLANNING_PER_SOURCE * len(stats.sources)
+    offer = reuse_offer(reuse)
     plans = candidate_plans(
         stats,
         algorithm,
@@ -257,7 +264,7 @@ def explain_graph(
         load=load,
         history=load_history(cache),
         planning_seconds=planning,
-        reuse=reuse,
+        reuse=offer,
     )
     f = job_features(stats, algorithm, params)
     chosen, tie_break = _choose(plans, f)
@@ -304,9 +311,9 @@ def explain_graph(
         )
     weighted.sort(key=lambda w: (w[2] not in (chosen.strategy, None), -w[0]))  # for the choice first
     reasons = [text for _, text, _ in weighted[:4]] + [iterations, hardware_line]
-    if reuse is not None and reuse.lines:
+    if offer is not None and offer.lines:
         reasons.append(
-            f"reuses {'; '.join(reuse.lines)}: {reuse.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
+            f"reuses {'; '.join(offer.lines)}: {offer.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
         )
     if runner_up is not None:
         speedup = runner_up.seconds / max(chosen.seconds, 1e-12)

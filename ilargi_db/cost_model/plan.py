@@ -13,7 +13,7 @@ memory and records it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ilargi_db.cost_model.features import JobStats, SourceStats
 from ilargi_db.cost_model.iterations import IterationEstimate, expected_iterations
@@ -30,6 +30,9 @@ from ilargi_db.cost_model.kernels import (
     transfer_terms,
 )
 from ilargi_db.models.catalog import MAX_GRAM_BYTES, algorithm_facts
+
+if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
+    from ilargi_db.reuse.holdings import ReadHoldings
 
 STRATEGIES = ("factorized", "materialized")
 GRAM_SOLVERS = frozenset({"normal", "newton"})  # they form a dense d x d matrix
@@ -61,6 +64,36 @@ class ReuseOffer:
     sums: bool = False  # X^T X and the column sums are stored
     saved_seconds: float = 0.0  # what making the stored artifacts took
     lines: tuple[str, ...] = ()  # what would be reused, in words
+
+
+def reuse_offer(held: ReadHoldings | None) -> ReuseOffer | None:
+    """What the plans price instead, for what the artifact store holds for a job's factorized read.
+
+    The encoded matrix in memory replaces the whole read (and X^T X where it has it memoized). Otherwise
+    the read is priced as loading only when every data artifact is held; stored sums replace X^T X alone.
+    None when nothing is held.
+    """
+    if held is None:
+        return None
+    if held.matrix is not None:
+        lines = ("the encoded matrix (in memory)",) + (("X^T X",) if held.matrix_gram else ())
+        what = "the encoded matrix, kept in memory"
+        return ReuseOffer(0.0, what, held.matrix_gram, held.matrix.compute_seconds, lines)
+    if not held.data and held.gram is None:
+        return None
+    tiers = " and ".join(sorted({h.tier for h in held.data}))
+    whole = len(held.data) == held.needed
+    saved = sum(h.compute_seconds for h in held.data) + (held.gram.compute_seconds if held.gram else 0.0)
+    lines = ((f"{len(held.data)} of {held.needed} data artifacts (from {tiers})",) if held.data else ()) + (
+        ("X^T X",) if held.gram else ()
+    )
+    return ReuseOffer(
+        sum(h.load_seconds for h in held.data) if whole else None,
+        f"{len(held.data)} stored artifacts from {tiers}" if whole else "",
+        held.gram is not None,
+        saved,
+        lines,
+    )
 
 
 @dataclass(frozen=True)

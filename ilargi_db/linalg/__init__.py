@@ -1,11 +1,14 @@
 """Linear algebra over the normalized matrix, without materializing the join."""
 
-from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
+from ilargi_db.linalg.normalized_matrix import COLSUMS, CROSSPROD, MEMOIZED_SUMS, Block, NormalizedMatrix
 from ilargi_db.linalg.operands import MatrixLike, as_matrix, is_normalized
 from ilargi_db.linalg.partitioned_matrix import PartitionedMatrix, PartitionSource
 from ilargi_db.linalg.scaled_matrix import ScaledMatrix
 
 __all__ = [
+    "COLSUMS",
+    "CROSSPROD",
+    "MEMOIZED_SUMS",
     "Block",
     "MatrixLike",
     "NormalizedMatrix",

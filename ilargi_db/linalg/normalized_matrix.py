@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,10 @@ import numpy as np
 from ilargi_db.backend import Backend, get_backend
 
 _BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
+CROSSPROD = "crossprod"  # X^T X
+COLSUMS = "colsums"  # the column sums
+MEMOIZED_SUMS = (CROSSPROD, COLSUMS)  # the sums of the data alone a matrix keeps once computed
+_MEMO_SECONDS = "seconds"  # beside them in the memo: what computing them took
 
 
 @dataclass
@@ -224,7 +228,7 @@ class NormalizedMatrix:
             raise ValueError(f"no block feeds output column(s) {missing}; every column needs a block.")
         self._transposed = False
         # Sums that depend on the data alone (X^T X, column sums), kept once computed: a later model on
-        # the same matrix (a batch, or a job the artifact store serves) skips them. Keyed as MEMOIZED.
+        # the same matrix (a batch, or a job the artifact store serves) skips them. Keyed by MEMOIZED_SUMS.
         self.memo: dict[str, Any] = {}
 
     def _make_part(self, block: Block, dtype: Any) -> _Part:
@@ -481,7 +485,7 @@ class NormalizedMatrix:
             return self._lmm(self._materialize().T)
         if weights is not None:
             return self._crossprod(weights)
-        return self._memoized("crossprod", self._crossprod)
+        return self._memoized(CROSSPROD, self._crossprod)
 
     def keep_rows(self, v: Any) -> Any:
         """``v`` (one entry per row) kept where the rows are, for :meth:`reduce_rows`: here, as it is.
@@ -617,15 +621,32 @@ class NormalizedMatrix:
         """Column sums: sum_k (colSums(I_k) S_k) M_k^T."""
         if self._transposed:
             return self.T.rowsums()
-        return self._memoized("colsums", lambda: self.T.rowsums())
+        return self._memoized(COLSUMS, lambda: self.T.rowsums())
 
     def _memoized(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per matrix; a copy each time, so a caller may change what it gets."""
         if name not in self.memo:
             began = time.perf_counter()
             self.memo[name] = compute()
-            self.memo["seconds"] = self.memo.get("seconds", 0.0) + time.perf_counter() - began  # what they cost
+            self.memo[_MEMO_SECONDS] = self.memoized_seconds + time.perf_counter() - began  # what they cost
         return self.memo[name].copy()
+
+    def memoized_sums(self) -> dict[str, Any]:
+        """The sums of the data alone computed so far, ``{name: array}`` with names of :data:`MEMOIZED_SUMS`.
+
+        The backend's arrays themselves, not copies: read them, never change them.
+        """
+        return {name: self.memo[name] for name in MEMOIZED_SUMS if name in self.memo}
+
+    @property
+    def memoized_seconds(self) -> float:
+        """The seconds computing the memoized sums took (what keeping them saves a later model)."""
+        return float(self.memo.get(_MEMO_SECONDS, 0.0))
+
+    def restore_memoized_sums(self, sums: Mapping[str, Any]) -> None:
+        """Take the sums :meth:`memoized_sums` gave for a matrix of the same data: its operators return them
+        instead of computing them. Names outside :data:`MEMOIZED_SUMS` are ignored."""
+        self.memo.update({name: self.backend.asarray(sums[name]) for name in MEMOIZED_SUMS if name in sums})
 
     def sum(self) -> float:
         return float(self.colsums().sum())

@@ -55,8 +55,8 @@ def explain(
         flags = categorical_flags(graph)
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = stored_stats(job)
-        offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
-        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=offer)
+        held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
+        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)
         except IlargiError as err:

@@ -16,8 +16,9 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cost_model.features import JobStats, job_stats
-from ilargi_db.cost_model.memory import array_bytes, format_bytes, size_in_bytes
+from ilargi_db.cost_model.memory import array_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import Placement, Strategy

@@ -111,9 +111,9 @@ def plan_job(
     graph, flags = plan_graph(con, query, target)
     job = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
     stats = job_statistics(con, graph, job)
-    offer = job.offer(graph, job.matrix_key(matrix_settings(graph, flags, options.impute, backend.name)))
+    held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, options.impute, backend.name)))
     chosen, why, explanations = choose_batch_strategy(
-        con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=offer
+        con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=held
     )
     if options.strategy != AUTO:
         chosen_by = "the caller"

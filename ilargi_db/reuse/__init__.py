@@ -24,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.cost_model.memory import size_in_bytes
+from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse

@@ -1,39 +1,42 @@
 """One job's use of the artifact store: what it finds, what it adds, and what it says about it.
 
-The artifacts of a factorized read, each keyed by :mod:`~ilargi_db.reuse.fingerprint`:
+:class:`JobReuse` coordinates; what it coordinates lives beside it. The artifacts of a job, each keyed by
+:mod:`~ilargi_db.reuse.fingerprint`:
 
-- ``rows``: the key-only join's result (every source's indicator, the target, the coalesced
-  features, each base table's rowids per block row);
-- ``column``: one per feature, its values on its source's rows (numbers, or text for a
-  categorical), so a job that adds a feature reads only that column;
+- ``rows`` and ``column``: the factorized read (:mod:`~ilargi_db.reuse.read_artifacts`), a new feature
+  read alone by rowid (:mod:`~ilargi_db.reuse.rowid_reads`);
 - ``stats``: the cost model's statistics of the job;
 - ``matrix`` (in process only): the encoded normalized matrix and its fitted encoder, with the
   sums it has computed (X^T X, column sums) memoized on it;
-- ``gram``: X^T X and the column sums, so a new process skips them too.
+- ``gram``: X^T X and the column sums, so a new process skips them too;
+- ``model`` (in process only): earlier fits on the same rows, for warm starts
+  (:mod:`~ilargi_db.reuse.warm_starts`).
+
+What the store holds for a read goes to the cost model as facts (:mod:`~ilargi_db.reuse.holdings`),
+which it prices.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
-from ilargi_db.cost_model.plan import ReuseOffer
+from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
-from ilargi_db.metadata.scans import ROWID, cast_part, part_column, quote
+from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
+from ilargi_db.metadata import DIMetadata
 from ilargi_db.plan.join_graph import JoinGraph
-from ilargi_db.plan.sources import with_prefix
-from ilargi_db.read_snapshot import in_transaction, renew_snapshot
+from ilargi_db.read_snapshot import in_transaction
+from ilargi_db.reuse import rowid_reads, warm_starts
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job, still_the_same
+from ilargi_db.reuse.holdings import Held, ReadHoldings
+from ilargi_db.reuse.read_artifacts import StaleArtifact, aligned, assemble, plain_features, row_ids, split, unaligned
 from ilargi_db.reuse.store import (
     MEMORY,
     Artifact,
@@ -43,8 +46,6 @@ from ilargi_db.reuse.store import (
     nbytes_of,
     store_warnings,
 )
-
-MEMOIZED = ("crossprod", "colsums")  # the sums a NormalizedMatrix memoizes that the gram artifact keeps
 
 
 @dataclass
@@ -131,16 +132,17 @@ class JobReuse:
             found[key] = payload
         return found
 
-    def would_find(self, key: str) -> tuple[str, float] | None:
-        """Without loading: the tier holding ``key`` and the seconds it saves, or None."""
+    def held(self, key: str, what: str) -> Held | None:
+        """Without loading: ``key``'s artifact as held (its tier, and the seconds it saves and loading takes),
+        or None where no tier holds it or loading it would take longer than making it."""
         if not self.enabled or not key:
             return None
         found = MEMORY.items.get(key)
         if found is not None:
-            return "memory", found.compute_seconds
+            return Held(what, "memory", found.compute_seconds, 0.0)
         stored = self._index().get(key)
         if stored is not None and DatabaseTier.worth_loading(*stored):
-            return "database", stored[1]
+            return Held(what, "database", stored[1], DatabaseTier.load_seconds(stored[0]))
         return None
 
     def keep(self, kind: str, key: str, what: str, value: Any, seconds: float, persistable: bool = True) -> None:
@@ -202,78 +204,39 @@ class JobReuse:
         lines = [f"{u.what} ({u.kind}, from {u.tier}, saved {u.saved_seconds * 1e3:,.0f} ms)" for u in self.used]
         return lines
 
-    def offer(self, graph: JoinGraph, matrix_key: str) -> ReuseOffer | None:
-        """What the store holds for the factorized read of this job, priced for the cost model (no loading)."""
+    def holdings(self, graph: JoinGraph, matrix_key: str) -> ReadHoldings | None:
+        """What the store holds for the factorized read of this job (nothing loaded), for the cost model to
+        price; None when the job reuses nothing."""
         if not self.enabled:
             return None
-        fp = self.fingerprint
         matrix = MEMORY.items.get(matrix_key)
         if matrix is not None:
-            sums = "crossprod" in matrix.value.X.memo
-            lines = ["the encoded matrix (in memory)"] + (["X^T X"] if sums else [])
-            return ReuseOffer(0.0, "the encoded matrix, kept in memory", sums, matrix.compute_seconds, tuple(lines))
+            memoized = CROSSPROD in matrix.value.X.memoized_sums()
+            return ReadHoldings(Held("the encoded matrix", "memory", matrix.compute_seconds, 0.0), memoized)
+        fp = self.fingerprint
         wanted = {"the key-only join": fp.rows_key}
-        wanted.update({f"feature {graph.features[j].name!r}": fp.column_keys[j] for j in _plain(graph)})
-        found = {what: self.would_find(key) for what, key in wanted.items()}
-        have = {what: f for what, f in found.items() if f is not None}
-        sums = self.would_find(digest("sums", matrix_key))
-        if not have and sums is None:
-            return None
-        load = sum(self._load_seconds(wanted[what], tier) for what, (tier, _) in have.items())
-        saved = sum(seconds for _, seconds in have.values()) + (sums[1] if sums else 0.0)
-        tiers = sorted({tier for tier, _ in have.values()})
-        lines = [f"{len(have)} of {len(wanted)} data artifacts (from {' and '.join(tiers)})"] if have else []
-        lines += ["X^T X"] if sums else []
-        whole = len(have) == len(wanted)
-        what = f"{len(have)} stored artifacts from {' and '.join(tiers)}" if whole else ""
-        return ReuseOffer(load if whole else None, what, sums is not None, saved, tuple(lines))
-
-    def _load_seconds(self, key: str, tier: str) -> float:
-        return 0.0 if tier == "memory" else DatabaseTier.load_seconds(self._index()[key][0])
+        wanted.update({f"feature {graph.features[j].name!r}": fp.column_keys[j] for j in plain_features(graph)})
+        data = tuple(found for what, key in wanted.items() if (found := self.held(key, what)) is not None)
+        gram = self.held(digest("sums", matrix_key), "X^T X and column sums")
+        return ReadHoldings(needed=len(wanted), data=data, gram=gram)
 
     # -- warm starts -------------------------------------------------------------------------
 
-    def _fits_key(self, algorithm: str, scaled: bool) -> str:
-        return digest("fits", self.fingerprint.rows_key, algorithm, scaled) if self.enabled else ""
-
     def warm_start(self, algorithm: str, scaled: bool, names: list[str]) -> tuple[np.ndarray, float, str] | None:
-        """The best earlier model of ``algorithm`` on the same rows whose columns this job has too.
-
-        Best: the most columns in common, then the lowest training loss. Its coefficients go to the
-        columns of the same name, zeros elsewhere. Returns (coefficients, intercept, what in words).
-        """
-        found = MEMORY.items.get(self._fits_key(algorithm, scaled))
-        if found is None:
+        """The best earlier model of ``algorithm`` on the same rows whose columns this job has too
+        (:func:`~ilargi_db.reuse.warm_starts.warm_start`): (coefficients, intercept, what in words)."""
+        if not self.enabled:
             return None
-        position = {name: j for j, name in enumerate(names)}
-        usable = [f for f in found.value["fits"] if set(f["names"]) <= position.keys()]
-        if not usable:
-            return None
-        best = max(usable, key=lambda f: (len(f["names"]), -f["loss"]))
-        coef = np.zeros(len(names))
-        coef[[position[name] for name in best["names"]]] = best["coef"]
-        same = "the same" if len(best["names"]) == len(names) else f"{len(best['names'])} of these {len(names)}"
-        what = f"a warm start from an earlier {algorithm} on the same rows ({same} columns)"
-        return coef, float(best["intercept"]), what
+        key = warm_starts.fits_key(self.fingerprint.rows_key, algorithm, scaled)
+        return warm_starts.warm_start(key, algorithm, names)
 
     def record_fit(
         self, algorithm: str, scaled: bool, names: list[str], coef: Any, intercept: float, loss: float
     ) -> None:
         """Remember a fitted model (in process) for later warm starts; the last few per algorithm and rows."""
-        key = self._fits_key(algorithm, scaled)
-        if not key:
-            return
-        held = MEMORY.items.get(key)
-        fits = list(held.value["fits"]) if held is not None else []
-        fits = [
-            *fits,
-            {"names": list(names), "coef": np.asarray(coef, dtype=float).copy(), "intercept": intercept, "loss": loss},
-        ][-8:]
-        value = {"fits": fits}
-        MEMORY.put(
-            Artifact(key, "model", f"earlier {algorithm} models", value, nbytes_of([f["coef"] for f in fits]), 0.0),
-            self.database,
-        )
+        if self.enabled:
+            key = warm_starts.fits_key(self.fingerprint.rows_key, algorithm, scaled)
+            warm_starts.record_fit(key, self.database, algorithm, names, coef, intercept, loss)
 
     # -- the factorized read ------------------------------------------------------------------
 
@@ -285,12 +248,13 @@ class JobReuse:
         before = len(self.used)
         rows = self.find("rows", fp.rows_key, "the key-only join")
         if rows is not None:
-            wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in _plain(graph)}
+            wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in plain_features(graph)}
             stored = self.find_many("column", wanted)
-            columns = {j: stored.get(fp.column_keys[j]) for j in _plain(graph)}
+            columns = {j: stored.get(fp.column_keys[j]) for j in plain_features(graph)}
             try:
-                return assemble(self.con, graph, categorical, rows, columns, self)
-            except (_Stale, KeyError, ValueError, IndexError, TypeError):  # a damaged or mismatched artifact
+                self._read_unaligned(graph, categorical, rows, columns)
+                return assemble(graph, categorical, rows, columns)
+            except (StaleArtifact, KeyError, ValueError, IndexError, TypeError):  # a damaged or mismatched artifact
                 del self.used[before:]  # read cold: what this read found was not used after all
         began = time.perf_counter()
         meta = extract()
@@ -298,16 +262,25 @@ class JobReuse:
         self.keep_metadata(graph, categorical, meta, seconds)
         return meta
 
+    def _read_unaligned(
+        self, graph: JoinGraph, categorical: frozenset[int], rows: dict, columns: dict[int, dict | None]
+    ) -> None:
+        """Fill ``columns`` where no artifact of this read of ``rows`` serves: read by rowid from each base
+        table (one scan of it), and kept. A source that is not a base table has no rowids: a cold read."""
+        for alias, features in unaligned(graph, rows, columns).items():
+            ids = row_ids(rows, alias)
+            began = time.perf_counter()
+            read = rowid_reads.read_columns(self.con, graph, categorical, alias, features, ids)
+            seconds = (time.perf_counter() - began) / len(features)
+            for j, column in read.items():
+                columns[j] = aligned(column, rows)
+                what = f"feature {graph.features[j].name!r}"
+                self.keep("column", self.fingerprint.column_keys[j], what, columns[j], seconds)
+
     def keep_metadata(self, graph: JoinGraph, categorical: frozenset[int], meta: DIMetadata, seconds: float) -> None:
         """Split a cold read into the rows artifact and one artifact per feature."""
         fp = self.fingerprint
         rows, columns = split(graph, categorical, meta)
-        # Values are in the row order of this read (a view's scan may return another order next time):
-        # a column serves only the rows artifact of the same read, or is realigned by rowid.
-        read = uuid.uuid4().hex
-        rows["read"] = read
-        for column in columns.values():
-            column["read"] = read
         total = max(nbytes_of(rows) + sum(nbytes_of(c) for c in columns.values()), 1)
         # The read's seconds, shared out by bytes: what each artifact would cost to make again.
         self.keep("rows", fp.rows_key, "the key-only join", rows, seconds * nbytes_of(rows) / total)
@@ -322,22 +295,20 @@ class JobReuse:
         self.sums_key = digest("sums", key)
         return key
 
-    def restore_sums(self, X: Any) -> None:
-        """Put the stored X^T X and column sums of this matrix (if any) where its operators look first."""
+    def restore_sums(self, X: NormalizedMatrix) -> None:
+        """Give ``X`` the stored X^T X and column sums of its matrix (if any): its operators then skip them."""
         found = self.find("gram", self.sums_key, "X^T X and column sums")
         if found is not None:
-            X.memo.update({name: X.backend.asarray(found[name]) for name in MEMOIZED if name in found})
+            X.restore_memoized_sums(found)
             self.sums_found = True
 
-    def keep_sums(self, X: Any) -> None:
+    def keep_sums(self, X: NormalizedMatrix) -> None:
         """After the fits: keep the sums they computed on this matrix (a new process then skips them)."""
-        from ilargi_db.backend import to_host
-
-        if self.sums_found or not self.sums_key or not any(name in X.memo for name in MEMOIZED):
+        memoized = X.memoized_sums()
+        if self.sums_found or not self.sums_key or not memoized:
             return
-        value = {name: np.asarray(to_host(X.memo[name])) for name in MEMOIZED if name in X.memo}
-        seconds = float(X.memo.get("seconds", 0.0))
-        self.keep("gram", self.sums_key, "X^T X and column sums", value, seconds)
+        value = {name: np.asarray(to_host(sums)) for name, sums in memoized.items()}
+        self.keep("gram", self.sums_key, "X^T X and column sums", value, X.memoized_seconds)
 
 
 # Per database file, the hits of its stored artifacts this process counted and has not written yet.
@@ -345,183 +316,4 @@ _PENDING_HITS: dict[str | None, Counter] = {}
 _HITS_LOCK = threading.Lock()
 
 
-class _Stale(Exception):
-    """A stored artifact does not line up with the database (read a column cold instead)."""
-
-
-def _plain(graph: JoinGraph) -> list[int]:
-    """Features read from one source (their values are per-feature artifacts)."""
-    return [j for j, f in enumerate(graph.features) if f.kind == "source"]
-
-
-def split(graph: JoinGraph, categorical: frozenset[int], meta: DIMetadata) -> tuple[dict, dict[int, dict]]:
-    """``meta`` as the rows artifact and one artifact per plain feature (what :func:`assemble` rebuilds)."""
-    rows: dict[str, Any] = {"n_rows": meta.n_rows, "source_rows": dict(meta.source_rows)}
-    for alias, indicator in meta.indicators.items():
-        rows[f"indicator/{alias}"] = indicator
-        ids = meta.row_ids.get(alias)
-        if ids is not None:
-            rows[f"rowids/{alias}"] = np.asarray(ids)
-    if meta.target is not None:
-        rows["target"] = meta.target
-    coalesced = 0
-    for block in meta.blocks:
-        if graph.features[int(block.columns[0])].kind == "coalesce":
-            prefix = f"coalesce/{coalesced}"
-            rows.update({f"{prefix}/data": block.data.copy(), f"{prefix}/indicator": block.indicator})
-            rows.update({f"{prefix}/column": block.columns, f"{prefix}/fill": block.fill})
-            rows.setdefault("coalesce_sources", []).append(block.source)
-            coalesced += 1
-    columns: dict[int, dict] = {}
-    for block in meta.blocks:
-        for i, j in enumerate(block.columns):
-            if graph.features[int(j)].kind == "source":
-                # A copy: training clears NaN in block rows no labelled row uses, in place.
-                columns[int(j)] = {"data": block.data[:, i].copy(), "fill": float(block.fill[i])}
-    for cat in meta.categoricals:
-        columns[cat.feature] = {"values": cat.values, "fill": cat.fill}
-    return rows, columns
-
-
-def _fetch_columns(
-    con: duckdb.DuckDBPyConnection,
-    graph: JoinGraph,
-    alias: str,
-    features: list[int],
-    categorical: frozenset[int],
-    row_ids: np.ndarray,
-) -> pa.Table:
-    """Features of base table ``alias`` on the rows ``row_ids`` names, in that order.
-
-    Only those rows are read (a semi-join with the stored rowids), so an expression that fails on rows the
-    job filtered out fails here neither; any error makes the job read cold instead.
-    """
-    source = graph.source(alias)
-    text = frozenset(part_column(j, 0) for j in features if j in categorical)
-    items = [f"{quote(alias)}.rowid AS {ROWID}"] + [
-        cast_part(part_column(j, 0), graph.features[j].parts[0].sql, text) for j in features
-    ]
-    wanted = f"__ilargi_rowids_{uuid.uuid4().hex}"
-    con.register(wanted, pa.table({"r": pa.array(np.unique(row_ids[row_ids >= 0]))}))
-    try:
-        sql = (
-            f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql} "
-            f"WHERE {quote(alias)}.rowid IN (SELECT r FROM {wanted})"
-        )
-        table = fetch_arrow(con, sql, what=f"new feature columns of {alias!r}")
-    except (IlargiError, duckdb.Error):
-        renew_snapshot(con)  # a failed statement aborts the job's read transaction
-        raise _Stale from None
-    finally:
-        con.unregister(wanted)
-    found = table.column(ROWID).to_numpy()
-    order = np.argsort(found, kind="stable")
-    at = np.searchsorted(found[order], row_ids)
-    at = np.minimum(at, len(found) - 1) if len(found) else at
-    if len(found) == 0 and len(row_ids):
-        raise _Stale
-    if len(row_ids) and not np.array_equal(found[order][at], row_ids):
-        raise _Stale  # a row the stored join names is gone: the fingerprint and the table disagree
-    return table.take(pa.array(order[at]))
-
-
-def assemble(
-    con: duckdb.DuckDBPyConnection,
-    graph: JoinGraph,
-    categorical: frozenset[int],
-    rows: dict,
-    columns: dict[int, dict | None],
-    job: JobReuse,
-) -> DIMetadata:
-    """The DIMetadata a cold read would give, from the rows artifact and the features' artifacts.
-
-    A feature without an artifact is read from its base table by rowid (one scan per table); a
-    source that is not a base table has no rowids, so a missing feature there means a cold read.
-    """
-    missing: dict[str, list[int]] = {}
-    for j, column in columns.items():
-        if column is None or column.get("read") != rows.get("read"):  # another read's row order
-            missing.setdefault(graph.features[j].parts[0].source, []).append(j)
-    for alias, features in missing.items():
-        ids = rows.get(f"rowids/{alias}")
-        if ids is None:
-            raise _Stale
-        began = time.perf_counter()
-        table = _fetch_columns(con, graph, alias, features, categorical, ids)
-        fills = _fills(con, graph, alias, features, categorical)
-        seconds = (time.perf_counter() - began) / len(features)
-        for j in features:
-            name = part_column(j, 0)
-            if j in categorical:
-                column = {"values": table.column(name).combine_chunks(), "fill": fills[name]}
-            else:
-                column = {"data": arrow_to_block(table, [name])[:, 0].copy(), "fill": fills[name]}
-            column["read"] = rows.get("read")  # aligned to this rows artifact's order
-            columns[j] = column
-            job.keep("column", job.fingerprint.column_keys[j], f"feature {graph.features[j].name!r}", column, seconds)
-    indicators = {s.alias: rows[f"indicator/{s.alias}"] for s in graph.sources}
-    blocks: list[BlockMetadata] = []
-    cats: list[CategoricalMetadata] = []
-    for source in graph.sources:
-        plain = [j for j in _plain(graph) if graph.features[j].parts[0].source == source.alias and j not in categorical]
-        if plain:
-            data = np.column_stack([columns[j]["data"] for j in plain])
-            fill = np.array([columns[j]["fill"] for j in plain], dtype=np.float64)
-            blocks.append(BlockMetadata(source.alias, data, indicators[source.alias], np.array(plain), fill))
-    for j in sorted(categorical):
-        alias = graph.features[j].parts[0].source
-        column = columns[j]
-        cats.append(CategoricalMetadata(alias, j, column["values"], indicators[alias], column["fill"]))
-    for k, alias in enumerate(rows.get("coalesce_sources", [])):
-        prefix = f"coalesce/{k}"
-        blocks.append(
-            BlockMetadata(
-                alias,
-                rows[f"{prefix}/data"],
-                rows[f"{prefix}/indicator"],
-                rows[f"{prefix}/column"],
-                rows[f"{prefix}/fill"],
-            )
-        )
-    n_rows = int(rows["n_rows"])
-    for part in (*blocks, *cats):  # a payload from elsewhere may point anywhere: read cold instead
-        _check_indicator(part.indicator, n_rows, part.n_source_rows)
-    return DIMetadata(
-        n_rows=n_rows,
-        feature_names=graph.feature_names,
-        blocks=blocks,
-        indicators=indicators,
-        source_rows={k: int(v) for k, v in rows["source_rows"].items()},
-        target=rows.get("target"),
-        categoricals=cats,
-        row_ids={s.alias: rows.get(f"rowids/{s.alias}") for s in graph.sources},
-    )
-
-
-def _check_indicator(indicator: Any, n_rows: int, source_rows: int) -> None:
-    """Raise :class:`_Stale` unless ``indicator`` is one source row per output row: an integer in
-    [-2, ``source_rows``) (-1 an empty row, -2 a row a coalesce part does not own) for each of ``n_rows``."""
-    if not (
-        isinstance(indicator, np.ndarray)
-        and indicator.shape == (n_rows,)
-        and np.issubdtype(indicator.dtype, np.integer)
-        and (n_rows == 0 or (int(indicator.min()) >= -2 and int(indicator.max()) < source_rows))
-    ):
-        raise _Stale
-
-
-def _fills(
-    con: duckdb.DuckDBPyConnection, graph: JoinGraph, alias: str, features: list[int], categorical: frozenset[int]
-) -> dict[str, Any]:
-    """Each feature's value on the all-NULL row an outer join adds (NaN / None where nothing fills it)."""
-    from ilargi_db.metadata.scans import null_row_values
-
-    source = graph.source(alias)
-    parts = {part_column(j, 0): graph.features[j].parts[0].sql for j in features}
-    text = frozenset(part_column(j, 0) for j in features if j in categorical)
-    if source.nullable:
-        return null_row_values(con, source, parts, text)
-    return {name: None if name in text else np.nan for name in parts}
-
-
-__all__ = ["JobReuse", "Use", "assemble", "split"]
+__all__ = ["JobReuse", "Use"]

@@ -7,12 +7,10 @@
   Listing and clearing are per database (:func:`database_scope`): a database sees and clears only the
   artifacts its own jobs made or used.
 - **In the database** (:class:`DatabaseTier`): table ``ilargi.artifacts_store`` of a file database, so a
-  new process reuses them. Nothing read from a database file is believed: each payload is sealed with an
-  HMAC (:func:`seal`) under a secret kept outside the file (:func:`artifact_secret`, in the user's cache
-  directory), over its key, its kind and its bytes. A payload that another user's process wrote, that was
-  copied under another key, or that was edited is a miss, never decoded. Payloads are uncompressed NumPy
-  ``.npz`` archives (checked before reading: no compressed member, nothing larger than the payload) read
-  with ``allow_pickle=False``, and their Arrow arrays are validated in full.
+  new process reuses them. Nothing read from a database file is believed: each payload is sealed
+  (:mod:`~ilargi_db.reuse.seal`: an HMAC over its key, its kind and its bytes, under a secret kept outside
+  the file), and only then decoded (:mod:`~ilargi_db.reuse.codec`: uncompressed ``.npz`` archives, never
+  pickles).
 
 Each tier keeps what it has room for by utility, Experiment Graph's measure: (hits + 1) x the seconds it
 took to compute / its bytes. A stored artifact that would take longer to load than to recompute is not
@@ -22,18 +20,11 @@ loaded (:meth:`DatabaseTier.worth_loading`).
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
-import io
-import json
 import os
-import secrets
-import stat
 import threading
 import time
 import uuid
 import weakref
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +35,9 @@ import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.read_snapshot import in_transaction
+from ilargi_db.reuse.codec import pack, unpack
+from ilargi_db.reuse.seal import artifact_secret, seal, secret_path, unseal
 from ilargi_db.schema_objects import described, ilargi_objects
-from ilargi_db.user_cache import cache_dir
 
 DEFAULT_MEMORY_BUDGET = 1 << 30  # bytes the in-process tier may hold
 DEFAULT_STORAGE_BUDGET = 1 << 30  # bytes ilargi.artifacts may hold in a database file
@@ -174,135 +166,6 @@ class MemoryTier:
             return n
 
 
-# -- payloads: npz archives, never pickles ------------------------------------------------------------
-
-
-def pack(value: dict[str, Any]) -> bytes:
-    """A dict of arrays, Arrow arrays and JSON values as one ``.npz`` archive."""
-    arrays: dict[str, np.ndarray] = {}
-    plain: dict[str, Any] = {}
-    for name, item in value.items():
-        if isinstance(item, np.ndarray):
-            arrays[f"n:{name}"] = item
-        elif isinstance(item, (pa.Array, pa.ChunkedArray)):
-            chunked = item if isinstance(item, pa.ChunkedArray) else pa.chunked_array([item])
-            sink = io.BytesIO()
-            table = pa.table({"v": chunked})
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
-            arrays[f"a:{name}"] = np.frombuffer(sink.getvalue(), dtype=np.uint8)
-        else:
-            plain[name] = item
-    arrays["j:"] = np.frombuffer(json.dumps(plain).encode(), dtype=np.uint8)
-    out = io.BytesIO()
-    np.savez(out, **arrays)
-    return out.getvalue()
-
-
-def unpack(payload: bytes) -> dict[str, Any]:
-    """The dict :func:`pack` archived (``allow_pickle=False``: no object arrays, no code).
-
-    Refuses (``ValueError``) an archive :func:`pack` would not write: a compressed member or one larger
-    than the payload (a small zip must not expand to gigabytes), and Arrow arrays that fail full validation.
-    """
-    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
-        members = archive.infolist()
-        if any(m.compress_type != zipfile.ZIP_STORED for m in members) or sum(m.file_size for m in members) > len(
-            payload
-        ):
-            raise ValueError("not an archive ilargi_db writes (compressed, or larger than its payload)")
-    value: dict[str, Any] = {}
-    with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
-        for name in archive.files:
-            kind, _, key = name.partition(":")
-            data = archive[name]
-            if kind == "n":
-                value[key] = data
-            elif kind == "a":
-                with pa.ipc.open_stream(data.tobytes()) as reader:
-                    table = reader.read_all()
-                table.validate(full=True)
-                value[key] = table.column("v").combine_chunks()
-            else:
-                value.update(json.loads(data.tobytes().decode()))
-    return value
-
-
-# -- sealing: what this user's processes wrote, and nothing else ------------------------------------------
-
-SEAL_PREFIX = b"ilargi-hmac-sha256:"  # the seal's version: a payload without it is a miss
-SECRET_FILE = "artifact_secret"  # random bytes in the user's cache directory, readable by the user alone
-SECRET_BYTES = 32
-_SECRET_LOCK = threading.Lock()
-
-
-def artifact_secret(directory: str | os.PathLike | None = None) -> bytes | None:
-    """The secret sealing this user's artifacts (made on first use); None where it cannot be kept safely.
-
-    It lives outside every database file, so a file that someone else wrote (or edited) cannot carry
-    payloads this process accepts. Only a regular file of 32 bytes, owned by this user and readable by no
-    one else, is believed. Without one the database tier is off: nothing is loaded or stored.
-    """
-    path = cache_dir(directory).absolute() / SECRET_FILE
-    with _SECRET_LOCK:
-        found = _read_secret(path)
-        if found is not None or path.exists() or path.is_symlink():
-            return found
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except FileExistsError:  # another process made it first
-            return _read_secret(path)
-        except OSError:
-            return None
-        with os.fdopen(fd, "wb") as out:
-            out.write(secrets.token_bytes(SECRET_BYTES))
-        return _read_secret(path)
-
-
-def _read_secret(path: Any) -> bytes | None:
-    """The secret at ``path`` if it is one this user alone could have written; None otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        found = os.fstat(fd)
-        mine = not hasattr(os, "getuid") or found.st_uid == os.getuid()
-        if not stat.S_ISREG(found.st_mode) or not mine or found.st_mode & 0o077:
-            return None  # a directory, a FIFO, another user's file or one others may write: not a secret
-        secret = os.read(fd, SECRET_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return secret if len(secret) == SECRET_BYTES else None
-
-
-def seal(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
-    """``payload`` with an HMAC over its key, its kind and its bytes in front."""
-    return SEAL_PREFIX + _mac(secret, key, kind, payload) + payload
-
-
-def unseal(secret: bytes, key: str, kind: str, sealed: bytes) -> bytes | None:
-    """The payload :func:`seal` sealed for ``key`` and ``kind`` with ``secret``; None for anything else."""
-    head = len(SEAL_PREFIX) + hashlib.sha256().digest_size
-    if len(sealed) < head or not sealed.startswith(SEAL_PREFIX):
-        return None
-    payload = sealed[head:]
-    if not hmac.compare_digest(sealed[len(SEAL_PREFIX) : head], _mac(secret, key, kind, payload)):
-        return None
-    return payload
-
-
-def _mac(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
-    message = hmac.new(secret, digestmod=hashlib.sha256)
-    for part in (key.encode(), kind.encode()):
-        message.update(len(part).to_bytes(8, "little") + part)
-    message.update(payload)
-    return message.digest()
-
-
 # -- the database tier ---------------------------------------------------------------------------------
 
 ARTIFACTS_TABLE = "ilargi.artifacts_store"
@@ -368,7 +231,7 @@ def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     why = DatabaseTier.settings(con, foreign)[1]
     if artifact_secret() is None:
         found.append(
-            f"no artifact is stored in or loaded from this database: {cache_dir().absolute() / SECRET_FILE} is not "
+            f"no artifact is stored in or loaded from this database: {secret_path()} is not "
             "a private file of this user's (mode 600), so nothing stored could be told from a forgery. Remove it, "
             "or set ILARGI_CACHE_DIR to a directory of your own."
         )
@@ -627,17 +490,12 @@ __all__ = [
     "MEMORY",
     "MemoryTier",
     "STORE_DDL",
-    "artifact_secret",
     "database_file",
     "database_scope",
     "name_database",
     "foreign_objects",
     "not_ours",
     "nbytes_of",
-    "pack",
     "refuse_foreign",
-    "seal",
     "store_warnings",
-    "unpack",
-    "unseal",
 ]
