@@ -27,7 +27,7 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import TRAIN_SETTINGS, check_known_settings
+from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_known_settings
 from ilargi_db.parameters import check_json_types
 from ilargi_db.plan import build_join_graph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
@@ -44,17 +44,15 @@ from ilargi_db.sql_functions.registry import (
 )
 from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, train, train_batch
 
-# Options that are not the estimator's parameters, with the JSON type each takes.
-# train()'s own settings (models/catalog.py names them) with the JSON type each takes.
-TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool, (str, int), str), strict=True))
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
 _UDF_IDS = itertools.count()
 
 
-def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, type] = TRAIN_OPTIONS) -> dict:
-    """The options JSON object as a dict, refusing malformed JSON and keys the algorithm does not know."""
+def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, TrainSetting] = SETTINGS) -> dict:
+    """The options JSON object as a dict, refusing malformed JSON, keys the algorithm does not know, and
+    settings of ``train`` (``allowed_extra``, models/catalog.py's table) of another JSON type."""
     check_algorithm(algorithm)
     if options is None or not options.strip():
         return {}
@@ -62,11 +60,11 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
     if not isinstance(parsed, dict):
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
     check_known_settings(algorithm, parsed, tuple(allowed_extra))
-    for key, kind in allowed_extra.items():
-        if key in parsed and not isinstance(parsed[key], kind):
-            size = 'a size: a number of bytes or a string such as "2GB"'
-            expected = {str: "a string", bool: "true or false"}.get(kind, size)
-            raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
+    for key, setting in allowed_extra.items():
+        if key in parsed and not isinstance(parsed[key], setting.json_types):
+            raise IlargiError(
+                f"option {key!r} must be {setting.json_expected()} in JSON, got {json.dumps(parsed[key])}."
+            )
     check_json_types(algorithm, ALGORITHMS[algorithm], {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed
 
@@ -236,11 +234,11 @@ def train_batch_and_store(
         if options and options.strip()
         else {}
     )
-    unknown = sorted(set(given) - set(TRAIN_OPTIONS)) if isinstance(given, dict) else []
+    unknown = sorted(set(given) - set(SETTINGS)) if isinstance(given, dict) else []
     if unknown:
         raise IlargiError(
             f"option(s) {', '.join(map(repr, unknown))} belong to a model, not to the batch: put them in its "
-            f"element of the models array; the batch's options are {', '.join(TRAIN_OPTIONS)}."
+            f"element of the models array; the batch's options are {', '.join(SETTINGS)}."
         )
     shared = parse_options(specs[0][1], options)  # types checked as ilargi_train checks them
     check_writable(con)
