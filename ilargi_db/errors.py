@@ -54,6 +54,17 @@ class ForeignRegistryError(IlargiError):
     """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
 
 
+class DamagedModelError(IlargiError):
+    """A stored model (a registry row or a saved file) cannot be rebuilt: edited, cut short, or not a model.
+
+    ``why`` says what did not read back (e.g. ``"KeyError: 'coef_'"``).
+    """
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 class SpillLost(IlargiError):
     """A spilled partition's file no longer holds what was written (cut short): it is read from DuckDB again."""
 
