@@ -155,6 +155,12 @@ def spell(name: str, value: object = ...) -> str:
     return f"options := {option}" if caller == "sql" else f"--options {option}"
 
 
+def worded(python: str, options: str) -> str:
+    """One message in the caller's words: ``python`` for keyword parameters, ``options`` where settings are
+    options (SQL's options JSON, the command line's ``--options``)."""
+    return python if CALLER.get() == "python" else options
+
+
 def literal(value: object) -> str:
     """``value`` as the current caller writes it: ``None`` in Python, ``NULL`` in SQL and the command line."""
     return repr(value) if CALLER.get() == "python" else "NULL" if value is None else _sql(value)

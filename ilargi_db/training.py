@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 import sqlglot
+from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend, to_host
@@ -535,13 +537,8 @@ def train(
     >>> model.strategy_ in ("factorized", "materialized"), round(float(model.coef_[0]), 6)
     (True, 2.0)
     """
-    check_algorithm(algorithm)
-    if algorithm not in SUPERVISED and target is not None:
-        raise IlargiError(
-            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
-            f"and leave {target!r} out of the SELECT list unless it should be a feature."
-        )
-    (model,) = _train_models(
+    check_target(algorithm, target)
+    (model,) = train_models(
         con,
         query,
         target,
@@ -554,7 +551,26 @@ def train(
         memory_budget,
         cluster,
     )
+    _warn_of_convergence([model])
     return model
+
+
+def check_target(algorithm: str, target: str | None) -> None:
+    """Refuse a target for an unsupervised algorithm trained alone (in a batch, the supervised models' label)."""
+    check_algorithm(algorithm)
+    if algorithm not in SUPERVISED and target is not None:
+        raise IlargiError(
+            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
+            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+        )
+
+
+def _warn_of_convergence(models: list[TrainedModel]) -> None:
+    """The Python API tells of a fit stopped at max_iter as scikit-learn does: a ConvergenceWarning, at the
+    caller's line (the SQL functions return it in their summary; every model keeps it in ``warnings_``)."""
+    for model in models:
+        if getattr(model.estimator_, "convergence_warning_", None):
+            warnings.warn(model.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
 
 
 @interruptible_job
@@ -607,7 +623,7 @@ def train_batch(
     >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
     (2.0, (2, 2))
     """
-    return _train_models(
+    models = train_models(
         con,
         query,
         target,
@@ -620,6 +636,8 @@ def train_batch(
         memory_budget,
         cluster,
     )
+    _warn_of_convergence(models)
+    return models
 
 
 def _model_specs(models: Any) -> list[tuple[str, dict]]:
@@ -644,20 +662,26 @@ def _model_specs(models: Any) -> list[tuple[str, dict]]:
     return specs
 
 
-def _train_models(
+@interruptible_job
+def train_models(
     con: duckdb.DuckDBPyConnection,
     query: str,
     target: str | None,
     specs: list[tuple[str, dict]],
-    strategy: str,
-    backend: str,
-    standardize: bool,
-    impute: bool,
+    strategy: str = "auto",
+    backend: str = "auto",
+    standardize: bool = False,
+    impute: bool = True,
     reuse: bool = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
 ) -> list[TrainedModel]:
-    """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows."""
+    """Train each ``(algorithm, parameters)`` of ``specs`` on one read of ``query``'s rows.
+
+    What :func:`train` and :func:`train_batch` run. Each model records what the training warns of
+    (``warnings_``, and a fit stopped at ``max_iter`` in its estimator's ``convergence_warning_``) and
+    nothing is shown: ``train`` and ``train_batch`` warn, the SQL functions return them in their summary.
+    """
     start = time.perf_counter()
     stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
@@ -790,10 +814,10 @@ def _train_models(
             scaled = standardize and supervised
             M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
             init, warm = _warm_start(job, algorithm, estimator, scaled, M)
-            if supervised:
-                estimator.fit(M, y, **init)
+            if supervised:  # warn=False: the entry point tells of convergence, once the model is whole
+                estimator.fit(M, y, warn=False, **init)
                 if init and unconverged_after(estimator):  # stopped by max_iter: the result hangs on the start
-                    estimator.fit(M, y)  # so the cold start's, as without reuse
+                    estimator.fit(M, y, warn=False)  # so the cold start's, as without reuse
                     warm = ""
             else:
                 estimator.fit(M)
@@ -1126,6 +1150,7 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
 __all__ = [
     "ALGORITHMS",
     "check_algorithm",
+    "check_target",
     "evaluate",
     "explain",
     "metrics_of",
@@ -1133,4 +1158,5 @@ __all__ = [
     "training_metrics",
     "train",
     "train_batch",
+    "train_models",
 ]

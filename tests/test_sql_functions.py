@@ -494,7 +494,7 @@ def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
     con = ilargi_db.connect()
     con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
     con.execute("DROP VIEW ilargi.current_models; CREATE VIEW ilargi.current_models AS SELECT 42 AS answer")
-    monkeypatch.setattr(functions, "train", lambda *args, **kwargs: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(functions, "train_models", lambda *args, **kwargs: pytest.fail("trained before refusing"))
     with pytest.raises(duckdb.Error, match="already has a view current_models that ilargi_db did not create"):
         con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
     assert con.sql("SELECT * FROM ilargi.current_models").fetchall() == [(42,)]

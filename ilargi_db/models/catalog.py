@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ilargi_db.backend import BACKENDS
-from ilargi_db.errors import CALLER, IlargiError
+from ilargi_db.errors import IlargiError, worded
 
 
 @dataclass(frozen=True)
@@ -205,14 +205,14 @@ def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = tu
     unknown = sorted(set(names) - set(params) - set(extra))
     if not unknown:
         return
-    if CALLER.get() == "python":
-        raise IlargiError(
-            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
-            f"and train() also takes {', '.join(list(SETTINGS)[:-1])} and {list(SETTINGS)[-1]}."
-        )
+    settings = list(SETTINGS)
     raise IlargiError(
-        f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
-        f"{', '.join(params + list(extra))}."
+        worded(
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
+            f"and train() also takes {', '.join(settings[:-1])} and {settings[-1]}.",
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
+            f"{', '.join(params + list(extra))}.",
+        )
     )
 
 

@@ -42,7 +42,7 @@ from ilargi_db.sql_functions.registry import (
     save_model,
     save_models,
 )
-from ilargi_db.training import ALGORITHMS, check_algorithm, evaluate, explain, train, train_batch
+from ilargi_db.training import ALGORITHMS, check_algorithm, check_target, evaluate, explain, train_models
 
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
@@ -182,7 +182,9 @@ def train_and_store(
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
     _resolve_cluster(con, kwargs)
-    model = train(con, query, target, algorithm, **kwargs)  # a SQL user reads warnings in the summary
+    settings = {key: kwargs.pop(key) for key in SETTINGS if key in kwargs}
+    check_target(algorithm, target)
+    (model,) = train_models(con, query, target, [(algorithm, kwargs)], **settings)  # warnings in the summary
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
     return _summary(model, time.perf_counter() - start)
@@ -245,7 +247,7 @@ def train_batch_and_store(
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
     check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
     _resolve_cluster(con, shared)
-    trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)  # warnings in summaries
+    trained = train_models(con, query, target, [(a, p) for _, a, p in specs], **shared)  # warnings in summaries
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)])  # all or none
     seconds = time.perf_counter() - start

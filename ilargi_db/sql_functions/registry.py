@@ -15,12 +15,12 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import (
-    CALLER,
     DamagedModelError,
     ForeignRegistryError,
     IlargiError,
     ModelNotFoundError,
     literal,
+    worded,
 )
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
@@ -235,7 +235,7 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
         model = TrainedModel.from_record(row)
     except DamagedModelError as err:
         # A row edited by hand, or a file from elsewhere: say which row, not where the rebuild stumbled.
-        drop = f"ilargi_db.drop_model(con, {name!r})" if CALLER.get() == "python" else f"ilargi_drop_model('{name}')"
+        drop = worded(f"ilargi_db.drop_model(con, {name!r})", f"ilargi_drop_model('{name}')")
         raise DamagedModelError(
             f"model {name!r} version {row['version']} in ilargi.models is damaged ({err.why}): train it again, "
             f"or drop it with {drop}.",
