@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ilargi_db.errors import (
     BackendUnavailableError,
+    DamagedModelError,
     DivergenceError,
     ForeignRegistryError,
     IlargiError,
@@ -115,6 +116,7 @@ __all__ = [
     "NormalizedMatrix",
     "NotFactorizableError",
     "NotStreamable",
+    "DamagedModelError",
     "DivergenceError",
     "ForeignRegistryError",
     "PlanError",

@@ -54,6 +54,17 @@ class ForeignRegistryError(IlargiError):
     """Schema ``ilargi`` holds a table or view of a registry name that ilargi_db did not create."""
 
 
+class DamagedModelError(IlargiError):
+    """A stored model (a registry row or a saved file) cannot be rebuilt: edited, cut short, or not a model.
+
+    ``why`` says what did not read back (e.g. ``"KeyError: 'coef_'"``).
+    """
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 class SpillLost(IlargiError):
     """A spilled partition's file no longer holds what was written (cut short): it is read from DuckDB again."""
 
@@ -142,6 +153,12 @@ def spell(name: str, value: object = ...) -> str:
         return f"the {name} argument ({'NULL' if value is None else repr(value) if placeholder else _sql(value)})"
     option = f"'{{{json.dumps(name)}: {json.dumps(value)}}}'" if given else f"'{{{json.dumps(name)}: ...}}'"
     return f"options := {option}" if caller == "sql" else f"--options {option}"
+
+
+def worded(python: str, options: str) -> str:
+    """One message in the caller's words: ``python`` for keyword parameters, ``options`` where settings are
+    options (SQL's options JSON, the command line's ``--options``)."""
+    return python if CALLER.get() == "python" else options
 
 
 def literal(value: object) -> str:

@@ -9,10 +9,26 @@ provenance of ours.
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
-from ilargi_db.errors import IlargiError
+import numpy as np
+
+from ilargi_db.errors import DamagedModelError, IlargiError
+from ilargi_db.models.catalog import algorithm_facts, estimator_class
+from ilargi_db.preprocess import FeatureEncoder
+
+# A file TrainedModel.save writes: {"format": FILE_FORMAT, "version": FILE_VERSION, "record": <to_record()>}.
+FILE_FORMAT = "ilargi_db model"
+FILE_VERSION = 1
+# The record's columns that hold JSON text (ilargi.models in sql_functions/registry.sql).
+JSON_COLUMNS = ("features", "preprocessing", "parameters", "model", "metrics", "timings")
+# What a record is refused for when it is read back (a row edited by hand, a file from elsewhere).
+DAMAGE = (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError)
 
 
 @dataclass(repr=False, eq=False)
@@ -92,6 +108,105 @@ class TrainedModel:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self.estimator_)))
 
+    def to_record(self) -> dict[str, Any]:
+        """The model as the registry stores it: one value per column of ``ilargi.models``, JSON columns as text.
+
+        The registry adds the name, version and macros. Only JSON: a record outlives library versions, and
+        reading one back runs nothing it holds.
+        """
+        facts = algorithm_facts(self.algorithm_)
+        types = self.feature_types_ or [None] * len(self.encoder_.specs_)
+        kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
+        fitted = {attr: getattr(self.estimator_, attr) for attr in facts.fitted}
+        record = {column: getattr(self, attr) for attr, column, _ in _COLUMNS}
+        record.update(
+            features=[{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(self.encoder_.specs_, types)],
+            preprocessing={
+                **self.encoder_.to_state(),
+                "standardize": bool(self.standardize_),
+                "target_type": self.target_type_,
+            },
+            parameters=self.estimator_.get_params(),
+            model={**fitted, "feature_names_out": list(self.estimator_.feature_names_in_), **kept},
+        )
+        return {column: _json(value) if column in JSON_COLUMNS else value for column, value in record.items()}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrainedModel:
+        """The model :meth:`to_record` stored, ready for predict and evaluate (not refitted).
+
+        Nothing in ``record`` is trusted: JSON only, each value checked for its type, and the columns the
+        estimator learned must be those the encoder makes. A record that does not read back raises
+        :class:`~ilargi_db.errors.DamagedModelError`.
+        """
+        try:
+            return cls._from_record(record)
+        except DAMAGE as err:
+            why = f"{type(err).__name__}: {str(err)[:200]}"
+            raise DamagedModelError(f"the stored model is damaged ({why}): train it again.", why) from None
+
+    @classmethod
+    def _from_record(cls, record: Mapping[str, Any]) -> TrainedModel:
+        algorithm = _text(record["algorithm"])
+        estimator = estimator_class(algorithm)()
+        known = estimator.get_params()
+        parameters = _json_object(record["parameters"], "parameters")
+        estimator.set_params(**{k: v for k, v in parameters.items() if k in known})  # for display: not refitted
+        fitted = _json_object(record["model"], "model")
+        for attr in algorithm_facts(algorithm).fitted:
+            value = fitted[attr]
+            setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
+        names = _strings(fitted["feature_names_out"])
+        estimator.n_features_in_ = len(names)
+        estimator.feature_names_in_ = np.asarray(names, dtype=object)
+        preprocessing = _json_object(record["preprocessing"], "preprocessing")
+        encoder = FeatureEncoder.from_state(preprocessing)
+        if list(encoder.feature_names_out_) != names:
+            raise ValueError(f"the model learned {len(names)} columns its preprocessing does not make")
+        features = json.loads(record["features"])
+        if not isinstance(features, list) or len(features) != len(encoder.specs_):
+            raise TypeError("features is not a list of the preprocessed columns")
+        return cls(
+            estimator,
+            encoder,
+            target_type_=_optional(_text)(preprocessing.get("target_type")),  # absent in records before it was kept
+            feature_types_=[_optional(_text)(f["type"]) for f in features],
+            standardize_=_flag(preprocessing["standardize"]),
+            **{attr: check(record[column]) for attr, column, check in _COLUMNS},
+            **{attr: check(fitted.get(key, absent)) for attr, key, check, absent in _IN_MODEL},
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model to the file ``path`` as JSON, the record the registry stores (no pickles).
+
+        :meth:`TrainedModel.load` reads it back; the name and version of a stored model stay in its registry.
+        """
+        saved = {"format": FILE_FORMAT, "version": FILE_VERSION, "record": self.to_record()}
+        Path(path).write_text(json.dumps(saved, allow_nan=True))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> TrainedModel:
+        """The model :meth:`save` wrote to ``path``, checked as the registry checks its rows.
+
+        A file that is not one, or is damaged, raises :class:`~ilargi_db.errors.DamagedModelError`.
+        """
+        try:
+            saved = json.loads(Path(path).read_bytes())
+        except (ValueError, RecursionError) as err:  # not UTF-8 JSON (UnicodeDecodeError is a ValueError)
+            saved = f"{type(err).__name__}: {str(err)[:200]}"
+        if not isinstance(saved, dict) or saved.get("format") != FILE_FORMAT:
+            why = saved if isinstance(saved, str) else "no ilargi_db model format in it"
+            raise DamagedModelError(f"{os.fspath(path)} is not a model saved by TrainedModel.save ({why}).", why)
+        if saved.get("version") != FILE_VERSION or not isinstance(saved.get("record"), dict):
+            why = f"format version {saved.get('version')!r}, this ilargi_db reads {FILE_VERSION}"
+            raise DamagedModelError(f"{os.fspath(path)} holds a model this ilargi_db cannot read ({why}).", why)
+        try:
+            return cls.from_record(saved["record"])
+        except DamagedModelError as err:
+            raise DamagedModelError(
+                f"the model in {os.fspath(path)} is damaged ({err.why}): save it again, or train it again.", err.why
+            ) from None
+
     def __repr__(self) -> str:
         stored = f" {self.name_} v{self.version_}," if self.name_ else ""
         metrics = ", ".join(f"{k} {v:.4g}" for k, v in self.training_metrics_.items())
@@ -102,3 +217,78 @@ class TrainedModel:
 
 
 _FIELDS = frozenset(f.name for f in fields(TrainedModel))
+
+
+def _json(value: Any) -> str:
+    """``value`` as the registry's JSON text: arrays as lists, NaN as NaN (undefined metrics)."""
+
+    def default(o: Any) -> Any:
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        return repr(o)
+
+    return json.dumps(value, default=default, allow_nan=True)
+
+
+def _json_object(text: Any, column: str) -> dict:
+    """A JSON column that must hold an object (a deep nesting raises RecursionError)."""
+    value = json.loads(_text(text))
+    if not isinstance(value, dict):
+        raise TypeError(f"{column} is not a JSON object")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.60} is not a string")
+    return value
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{value!r:.60} is not a count")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r:.60} is not true or false")
+    return value
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise TypeError(f"{value!r:.60} is not a list")
+    return [_text(v) for v in value]
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _object(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"{value!r:.60} is not a JSON object")
+    return value
+
+
+# The provenance a record stores in a column of its own: (attribute, column, check of the value read back).
+_COLUMNS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("algorithm_", "algorithm", _text),
+    ("query_", "training_query", _text),
+    ("target_", "target", _optional(_text)),
+    ("strategy_", "strategy", _text),
+    ("decision_", "decision", _text),
+    ("n_rows_", "n_rows", _count),
+    ("training_metrics_", "metrics", lambda text: _json_object(text, "metrics")),
+    ("timings_", "timings", lambda text: _json_object(text, "timings")),
+)
+# The provenance kept in the "model" column's object: (attribute, key, check, what a record stored before
+# the key was kept reads as).
+_IN_MODEL: tuple[tuple[str, str, Callable[[Any], Any], Any], ...] = (
+    ("plan_", "plan", _optional(_object), None),
+    ("unlabelled_rows_", "unlabelled_rows", _count, 0),
+    ("warnings_", "warnings", _strings, []),
+    ("reused_", "reused", _strings, []),
+    ("streamed_", "streamed", _optional(_object), None),
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import duckdb
@@ -493,7 +494,7 @@ def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
     con = ilargi_db.connect()
     con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
     con.execute("DROP VIEW ilargi.current_models; CREATE VIEW ilargi.current_models AS SELECT 42 AS answer")
-    monkeypatch.setattr(functions, "train", lambda *args, **kwargs: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(functions, "run_training", lambda *args, **kwargs: pytest.fail("trained before refusing"))
     with pytest.raises(duckdb.Error, match="already has a view current_models that ilargi_db did not create"):
         con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y')").fetchall()
     assert con.sql("SELECT * FROM ilargi.current_models").fetchall() == [(42,)]
@@ -545,3 +546,37 @@ def test_load_model_gives_back_the_unlabelled_rows_and_warnings():
     loaded = ilargi_db.load_model(con, "m")
     assert loaded.unlabelled_rows_ == model.unlabelled_rows_ == 10
     assert loaded.warnings_ == model.warnings_ and "max_iter=1" in loaded.warnings_[0]
+
+
+def test_train_settings_are_one_table_with_types_defaults_and_choices():
+    import inspect
+
+    from ilargi_db.models.catalog import SETTINGS, TRAIN_SETTINGS
+
+    train = inspect.signature(ilargi_db.train).parameters
+    assert [s.name for s in TRAIN_SETTINGS] == [n for n in train if n in SETTINGS]  # in train()'s order
+    assert {s.name: s.default for s in TRAIN_SETTINGS} == {n: train[n].default for n in SETTINGS}
+    assert SETTINGS["strategy"].choices == ("auto", "factorized", "materialized")
+    assert SETTINGS["backend"].choices == ("auto", "numpy", "cupy")
+    assert all(s.doc for s in TRAIN_SETTINGS)
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("strategy", True, "a string"),
+        ("backend", 1, "a string"),
+        ("standardize", "yes", "true or false"),
+        ("impute", 0, "true or false"),
+        ("reuse", "false", "true or false"),
+        ("memory_budget", [1], "a size"),
+        ("cluster", 8786, "a string"),
+    ],
+)
+def test_each_train_option_is_checked_against_its_own_json_type(option, value, expected):
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range AS y FROM range(30)")
+    options = json.dumps({option: value})
+    got = re.escape(json.dumps(value))
+    with pytest.raises(duckdb.Error, match=f"option '{option}' must be {expected}.* in JSON, got {got}"):
+        con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y', ?)", [options])

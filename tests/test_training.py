@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import duckdb
@@ -601,6 +602,53 @@ def test_a_convergence_warning_is_kept_per_model_and_the_callers_filters_are_unt
     assert model.warnings_ and "max_iter=1" in model.warnings_[0] and list(w.filters) == before
     done = ilargi_db.train(con, query, "late", "logistic_regression", backend="numpy")
     assert done.warnings_ == []
+
+
+def test_the_python_api_warns_of_convergence_at_the_callers_line_once_per_model(con):
+    import warnings as w
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    query = "SELECT f.dep_delay, f.distance, f.late FROM flights f"
+    with w.catch_warnings(record=True) as caught:
+        w.simplefilter("always")
+        ilargi_db.train(con, query, "late", "logistic_regression", max_iter=1, backend="numpy")
+        short = ("logistic_regression", {"max_iter": 1})
+        ilargi_db.train_batch(con, query, "late", [short, "logistic_regression", short], backend="numpy")
+    told = [c for c in caught if issubclass(c.category, ConvergenceWarning)]
+    assert len(told) == 3 and {c.filename for c in told} == {__file__}  # not a line inside ilargi_db
+
+
+def test_a_model_records_its_warnings_the_same_through_python_and_sql():
+    import warnings as w
+
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range % 7 * 1.0 AS z, range % 3 = 0 AS late FROM range(60)")
+    query = "SELECT x, z, late FROM t"
+    with pytest.warns(UserWarning, match="stopped at max_iter=1"):
+        python = ilargi_db.train(con, query, "late", "logistic_regression", max_iter=1, backend="numpy")
+    with w.catch_warnings():
+        w.simplefilter("error")  # the SQL function warns of nothing: its summary says it
+        (summary,) = con.execute(
+            "SELECT ilargi_train('short', 'logistic_regression', ?, 'late', ?)",
+            [query, '{"max_iter": 1, "backend": "numpy"}'],
+        ).fetchone()
+    sql = ilargi_db.load_model(con, "short")
+    assert json.loads(summary)["warnings"] == sql.warnings_
+    assert python.warnings_ == [sql.warnings_[0].replace("""options := '{"standardize": true}'""", "standardize=True")]
+    assert "stopped at max_iter=1" in python.warnings_[0]  # the same warning, in each caller's terms
+
+
+def test_an_estimator_fit_told_not_to_warn_only_records():
+    import warnings as w
+
+    from ilargi_db.models import LinearRegression
+
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    with w.catch_warnings():
+        w.simplefilter("error")
+        quiet = LinearRegression(solver="cg", max_iter=1, tol=0.0).fit(X, X @ np.arange(4.0), warn=False)
+    assert quiet.convergence_warning_.startswith("linear regression (cg) stopped at max_iter=1")
 
 
 def test_a_trained_models_attributes_set_through_to_its_estimator_and_it_refuses_refits(con):

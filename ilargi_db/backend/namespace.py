@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from ilargi_db.backend import BACKENDS
 from ilargi_db.errors import BackendUnavailableError, spell
-
-BACKENDS = ("auto", "numpy", "cupy")
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,14 @@ from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
 from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
-from ilargi_db.cost_model.plan import STRATEGIES as PLAN_STRATEGIES
 from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
 
 if TYPE_CHECKING:
     from ilargi_db.reuse.holdings import ReadHoldings
 
-STRATEGIES = ("auto", *PLAN_STRATEGIES)  # what a caller may ask for
 
 
 def choose_batch_strategy(
@@ -38,8 +37,8 @@ def choose_batch_strategy(
     once. ``reuse`` says what the artifact store holds for the factorized read (the cost model prices it).
     """
     none: list[Any] = [None] * len(models)
-    if strategy not in STRATEGIES:
-        raise IlargiError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}.")
+    if strategy not in STRATEGY_CHOICES:
+        raise IlargiError(f"strategy must be one of {', '.join(STRATEGY_CHOICES)}, got {strategy!r}.")
     mixed = graph.cross_source_features
     if mixed:
         why = "; ".join(feature.describe_sources() for feature in mixed)
@@ -87,7 +86,7 @@ def choose_batch_strategy(
 def batch_seconds(explanations: list[Any]) -> dict[str, float]:
     """Predicted seconds of the batch per strategy: each model's best plan, planning and reading counted once."""
     totals: dict[str, float] = {}
-    for strategy in PLAN_STRATEGIES:
+    for strategy in STRATEGIES:
         best = [
             min((p for p in e.plans if p.strategy == strategy and p.fits), key=lambda p: p.seconds, default=None)
             for e in explanations

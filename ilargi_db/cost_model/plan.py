@@ -29,12 +29,11 @@ from ilargi_db.cost_model.kernels import (
     solver_terms,
     transfer_terms,
 )
-from ilargi_db.models.catalog import MAX_GRAM_BYTES, algorithm_facts
+from ilargi_db.models.catalog import MAX_GRAM_BYTES, STRATEGIES, algorithm_facts
 
 if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
     from ilargi_db.reuse.holdings import ReadHoldings
 
-STRATEGIES = ("factorized", "materialized")
 GRAM_SOLVERS = frozenset({"normal", "newton"})  # they form a dense d x d matrix
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
 

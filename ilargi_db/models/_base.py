@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
-from ilargi_db.errors import CALLER, DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
+from ilargi_db.errors import DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
 from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
 
 
@@ -69,16 +69,22 @@ def check_finite(value: Any, what: str) -> None:
         )
 
 
-def warn_not_converged(estimator: Any, what: str, max_iter: int) -> None:
-    """scikit-learn's ConvergenceWarning, in ilargi_db's words, also kept as ``estimator.convergence_warning_``.
+def record_not_converged(estimator: Any, what: str, max_iter: int) -> None:
+    """Keep, in ilargi_db's words, that the fit stopped at ``max_iter`` before converging: ``convergence_warning_``.
 
-    Kept on the estimator because warnings filters are process-wide: two threads training at once cannot
-    tell whose warning is whose. SQL and command-line callers read it in the summary instead.
+    Recorded the same way whoever fits; the caller decides how to tell: ``fit`` warns (scikit-learn's
+    ``ConvergenceWarning``) unless told ``warn=False``, ``ilargi_db.train`` warns once the model is whole,
+    the SQL functions and the command line return it in their summary. Kept on the estimator because
+    warnings filters are process-wide: two threads training at once cannot tell whose warning is whose.
     """
-    message = (
+    estimator.convergence_warning_ = (
         f"{what} stopped at max_iter={max_iter} before converging: raise max_iter, loosen tol, or standardize "
         f"the features ({spell('standardize', True)})."
     )
-    estimator.convergence_warning_ = message
-    if CALLER.get() == "python":
-        warnings.warn(message, ConvergenceWarning, stacklevel=3)
+
+
+def warn_if_not_converged(estimator: Any, stacklevel: int = 2) -> None:
+    """``fit``'s way of telling what it recorded: scikit-learn's ``ConvergenceWarning``, at the caller of ``fit``."""
+    message = getattr(estimator, "convergence_warning_", None)
+    if message:
+        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel + 1)

@@ -20,8 +20,9 @@ from ilargi_db.models._base import (
     as_matrix,
     check_finite,
     check_input,
+    record_not_converged,
     to_host,
-    warn_not_converged,
+    warn_if_not_converged,
 )
 from ilargi_db.models.catalog import MAX_GRAM_BYTES
 
@@ -193,11 +194,12 @@ class LinearRegression(RegressorMixin, _LinearModel):
             f"equations would form a {gram / 2**20:,.0f} MiB matrix"
         )
 
-    def fit(self, X: Any, y: Any, coef_init: Any = None) -> LinearRegression:
+    def fit(self, X: Any, y: Any, coef_init: Any = None, *, warn: bool = True) -> LinearRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
 
         ``coef_init`` starts conjugate gradients from another model's coefficients (a warm start; the
-        normal equations solve directly and ignore it).
+        normal equations solve directly and ignore it). ``warn=False`` keeps a stop at ``max_iter`` in
+        ``convergence_warning_`` only, for a caller that tells of it itself.
         """
         self._validate_params()
         self._coef_init = coef_init
@@ -210,6 +212,8 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
         with M.backend.hot_loop():
             {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
+        if warn:
+            warn_if_not_converged(self)
         return self
 
     def _final_loss(self, M: Any, y: Any, coef: np.ndarray) -> list[float]:
@@ -305,7 +309,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.n_iter_ = it
         self.loss_curve_ = self._final_loss(M, y, coef)
         if not converged:
-            warn_not_converged(self, "linear regression (cg)", self.max_iter)
+            record_not_converged(self, "linear regression (cg)", self.max_iter)
 
     def _fit_gd(self, M: Any, y: Any) -> None:
         xp = M.backend.xp
@@ -340,7 +344,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.coef_, self.intercept_ = to_host(w), float(c)
         self.n_iter_, self.loss_curve_ = it, losses
         if not converged:
-            warn_not_converged(self, "linear regression (gd)", self.max_iter)
+            record_not_converged(self, "linear regression (gd)", self.max_iter)
 
     def predict(self, X: Any) -> np.ndarray:
         """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
@@ -434,11 +438,15 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self.tol = tol
         self.max_gram_bytes = max_gram_bytes
 
-    def fit(self, X: Any, y: Any, coef_init: Any = None, intercept_init: float | None = None) -> LogisticRegression:
+    def fit(
+        self, X: Any, y: Any, coef_init: Any = None, intercept_init: float | None = None, *, warn: bool = True
+    ) -> LogisticRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
 
         ``coef_init`` and ``intercept_init`` start the solver from another model's parameters (a warm
         start: the objective is convex, so it reaches the same optimum, often in fewer iterations).
+        ``warn=False`` keeps a stop at ``max_iter`` in ``convergence_warning_`` only, for a caller that
+        tells of it itself.
         """
         self._validate_params()
         self._start = (coef_init, intercept_init)
@@ -462,6 +470,8 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
         with M.backend.hot_loop():
             (self._fit_lbfgs if self.solver == "lbfgs" else self._fit_newton)(M, y01)
+        if warn:
+            warn_if_not_converged(self)
         return self
 
     def _intercept(self, params: np.ndarray, d: int) -> float:
@@ -516,7 +526,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         bar.close()
         self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2]])
         if result.status == 1:  # scipy: the iteration limit was reached
-            warn_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
+            record_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
 
     def _fit_newton(self, M: Any, y01: Any) -> None:
         n, d = M.shape
@@ -551,7 +561,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
                 params = params - t * step
         self._set(params, d, len(losses), losses)
         if not converged:
-            warn_not_converged(self, "logistic regression (newton)", self.max_iter)
+            record_not_converged(self, "logistic regression (newton)", self.max_iter)
 
     def _initial_params(self, d: int) -> np.ndarray:
         """Zeros, or the warm start ``fit`` was given (checked against the data's width)."""

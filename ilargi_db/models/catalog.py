@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from ilargi_db.errors import CALLER, IlargiError
+from ilargi_db.backend import BACKENDS
+from ilargi_db.errors import IlargiError, worded
 
 
 class Choice(str, Enum):
@@ -35,7 +36,8 @@ class Strategy(Choice):
 
 
 AUTO = "auto"  # a setting left to ilargi_db (the strategy, the backend, a solver)
-STRATEGY_CHOICES = (AUTO, *Strategy)  # what a caller may ask for
+STRATEGIES = tuple(Strategy)  # the strategies a plan runs
+STRATEGY_CHOICES = (AUTO, *STRATEGIES)  # what a caller may ask for
 
 
 class Placement(Choice):
@@ -143,8 +145,66 @@ EXTRA_SOLVERS = {
 }
 NAMES = tuple(CATALOG)
 SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
-# What train() takes besides the parameters.
-TRAIN_SETTINGS = ("strategy", "backend", "standardize", "impute", "reuse", "memory_budget", "cluster")
+# How a job reads its training data: the normalized matrix (factorized) or DuckDB's join (materialized).
+
+
+@dataclass(frozen=True)
+class TrainSetting:
+    """One setting ``train`` takes besides the estimator's parameters: what values it accepts, and its default.
+
+    ``json_types`` is what the options JSON of the SQL functions and the command line may hold;
+    ``python_types`` what ``train`` accepts as a keyword (besides a ``None`` default; NumPy's bool counts as
+    bool). ``choices`` are its values where they are fixed.
+    """
+
+    name: str
+    json_types: tuple[type, ...]
+    python_types: tuple[type, ...]
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+
+    def json_expected(self) -> str:
+        """What the options JSON must hold for this setting, in words."""
+        if self.json_types == (bool,):
+            return "true or false"
+        if self.json_types == (str,):
+            return "a string"
+        return 'a size: a number of bytes or a string such as "2GB"'
+
+
+# What train() takes besides the estimator's parameters, in its signature's order.
+TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
+    TrainSetting(
+        "strategy",
+        (str,),
+        (str,),
+        AUTO,
+        "train on the normalized matrix or on the DuckDB join, or let the cost model choose",
+        choices=STRATEGY_CHOICES,
+    ),
+    TrainSetting(
+        "backend",
+        (str,),
+        (str,),
+        AUTO,
+        "the array library: NumPy, CuPy on a GPU, or CuPy where one is usable",
+        choices=BACKENDS,
+    ),
+    TrainSetting("standardize", (bool,), (bool,), False, "train linear models on standardized columns"),
+    TrainSetting("impute", (bool,), (bool,), True, "replace numeric NULLs by the training mean"),
+    TrainSetting("reuse", (bool,), (bool,), True, "use and keep the artifacts of earlier jobs"),
+    TrainSetting(
+        "memory_budget",
+        (str, int),
+        (str, int),
+        None,
+        "bytes the training data may take in memory; above it the fact is streamed (None: half the memory free)",
+    ),
+    # A Dask client or scheduler address in Python; in JSON a name the Python host registered.
+    TrainSetting("cluster", (str,), (str, object), None, "train on a Dask cluster"),
+)
+SETTINGS: dict[str, TrainSetting] = {s.name: s for s in TRAIN_SETTINGS}
 MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver forms (256 MiB: d up to about 5,800)
 
 
@@ -165,7 +225,7 @@ def estimator_class(algorithm: str) -> type:
     return algorithm_facts(algorithm).estimator_class()
 
 
-def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = TRAIN_SETTINGS) -> None:
+def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = tuple(SETTINGS)) -> None:
     """Refuse setting names ``algorithm``'s estimator and ``train`` do not know, listing those they do.
 
     Worded for the caller: keyword parameters in Python, options in SQL and on the command line.
@@ -174,14 +234,14 @@ def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = TR
     unknown = sorted(set(names) - set(params) - set(extra))
     if not unknown:
         return
-    if CALLER.get() == "python":
-        raise IlargiError(
-            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
-            f"and train() also takes {', '.join(TRAIN_SETTINGS[:-1])} and {TRAIN_SETTINGS[-1]}."
-        )
+    settings = list(SETTINGS)
     raise IlargiError(
-        f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
-        f"{', '.join(params + list(extra))}."
+        worded(
+            f"unknown parameter(s) {', '.join(unknown)} for {algorithm}: its parameters are {', '.join(params)}, "
+            f"and train() also takes {', '.join(settings[:-1])} and {settings[-1]}.",
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {algorithm}: the options are "
+            f"{', '.join(params + list(extra))}.",
+        )
     )
 
 

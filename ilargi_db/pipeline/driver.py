@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import duckdb
+from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
-from ilargi_db.errors import IlargiError, spell
+from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import SUPERVISED, Placement, check_algorithm
+from ilargi_db.models.catalog import Placement
 from ilargi_db.pipeline.fit import fit_model
-from ilargi_db.pipeline.options import ModelSpec, TrainOptions, make_estimators, model_specs
+from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, make_estimators, model_specs
 from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
@@ -100,14 +102,10 @@ def train(
     >>> model.strategy_ in ("factorized", "materialized"), round(float(model.coef_[0]), 6)
     (True, 2.0)
     """
-    check_algorithm(algorithm)
-    if algorithm not in SUPERVISED and target is not None:
-        raise IlargiError(
-            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
-            f"and leave {target!r} out of the SELECT list unless it should be a feature."
-        )
+    check_target(algorithm, target)
     options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
     (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
+    _warn_of_convergence([model])
     return model
 
 
@@ -162,13 +160,35 @@ def train_batch(
     (2.0, (2, 2))
     """
     options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
-    return run_training(con, query, target, model_specs(models), options)
+    trained = run_training(con, query, target, model_specs(models), options)
+    _warn_of_convergence(trained)
+    return trained
 
 
+def _warn_of_convergence(models: list[TrainedModel]) -> None:
+    """The Python API tells of a fit stopped at max_iter as scikit-learn does: a ConvergenceWarning, at the
+    caller's line (the SQL functions return it in their summary; every model keeps it in ``warnings_``)."""
+    for model in models:
+        if getattr(model.estimator_, "convergence_warning_", None):
+            warnings.warn(model.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
+
+
+@interruptible_job
 def run_training(
-    con: duckdb.DuckDBPyConnection, query: str, target: str | None, specs: Sequence[ModelSpec], options: TrainOptions
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None,
+    specs: Sequence[ModelSpec],
+    options: TrainOptions,
+    *,
+    check_plan: Callable[[JobPlan], None] | None = None,
 ) -> list[TrainedModel]:
-    """Train each model of ``specs`` on one read of ``query``'s rows: the phases, in order."""
+    """Train each model of ``specs`` on one read of ``query``'s rows: the phases, in order.
+
+    Each model records its warnings (``warnings_``) and nothing is shown: :func:`train` warns, the SQL
+    functions summarize. ``check_plan`` sees the plan before any feature column is read (the SQL functions
+    check there that the features can be a macro's parameters: the query planned once).
+    """
     start = time.perf_counter()
     stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
@@ -182,6 +202,8 @@ def run_training(
         job = plan_job(con, query, target, specs, estimators, options, backend)
         if job.client is not None and job.client is not options.cluster:  # connected here: not the caller's
             cleanup.callback(job.client.close)
+        if check_plan is not None:
+            check_plan(job)
         planned = time.perf_counter()
         stages.update()
         stages.set_description(f"reading data ({'streamed' if job.stream else job.strategy})")

@@ -79,9 +79,10 @@ def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M
         estimator.fit(M)
     else:
         init, warm = warm_start(job, algorithm, estimator, scaled, M)
-        estimator.fit(M, y, **init)
+        # warn=False: the entry point tells of convergence (train warns, SQL summarizes), once the model is whole
+        estimator.fit(M, y, warn=False, **init)
         if init and unconverged_after(estimator):  # stopped by max_iter: the result hangs on the start
-            estimator.fit(M, y)  # so the cold start's, as without reuse
+            estimator.fit(M, y, warn=False)  # so the cold start's, as without reuse
             warm = ""
     if hasattr(estimator, "coef_") and not unconverged_after(estimator):  # a start only from a converged fit
         loss = float(estimator.loss_curve_[-1]) if getattr(estimator, "loss_curve_", None) else 0.0

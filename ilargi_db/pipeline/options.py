@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ilargi_db.errors import IlargiError, spell
-from ilargi_db.models.catalog import AUTO, SUPERVISED, make_estimator
+from ilargi_db.models.catalog import AUTO, SUPERVISED, check_algorithm, make_estimator
 
 
 class ModelSpec(NamedTuple):
@@ -91,3 +91,13 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
         if spec.supervised and target is None:
             raise IlargiError(f"{spec.algorithm} needs a target: pass {spell('target', '<label column>')}.")
     return estimators
+
+
+def check_target(algorithm: str, target: str | None) -> None:
+    """Refuse a target for an unsupervised algorithm trained alone (in a batch, the supervised models' label)."""
+    check_algorithm(algorithm)
+    if algorithm not in SUPERVISED and target is not None:
+        raise IlargiError(
+            f"{algorithm} is unsupervised and learns from every selected column: pass {spell('target', None)}, "
+            f"and leave {target!r} out of the SELECT list unless it should be a feature."
+        )

@@ -27,10 +27,10 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import TRAIN_SETTINGS, check_algorithm, check_known_settings, estimator_class
+from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
-from ilargi_db.pipeline import evaluate, explain, train, train_batch
-from ilargi_db.plan import build_join_graph
+from ilargi_db.pipeline import JobPlan, ModelSpec, TrainOptions, evaluate, explain, run_training
+from ilargi_db.pipeline.options import check_target
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.registry import (
@@ -44,17 +44,15 @@ from ilargi_db.sql_functions.registry import (
     save_models,
 )
 
-# Options that are not the estimator's parameters, with the JSON type each takes.
-# train()'s own settings (models/catalog.py names them) with the JSON type each takes.
-TRAIN_OPTIONS: dict[str, type] = dict(zip(TRAIN_SETTINGS, (str, str, bool, bool, bool, (str, int), str), strict=True))
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
 _UDF_IDS = itertools.count()
 
 
-def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, type] = TRAIN_OPTIONS) -> dict:
-    """The options JSON object as a dict, refusing malformed JSON and keys the algorithm does not know."""
+def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, TrainSetting] = SETTINGS) -> dict:
+    """The options JSON object as a dict, refusing malformed JSON, keys the algorithm does not know, and
+    settings of ``train`` (``allowed_extra``, models/catalog.py's table) of another JSON type."""
     check_algorithm(algorithm)
     if options is None or not options.strip():
         return {}
@@ -62,11 +60,11 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
     if not isinstance(parsed, dict):
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
     check_known_settings(algorithm, parsed, tuple(allowed_extra))
-    for key, kind in allowed_extra.items():
-        if key in parsed and not isinstance(parsed[key], kind):
-            size = 'a size: a number of bytes or a string such as "2GB"'
-            expected = {str: "a string", bool: "true or false"}.get(kind, size)
-            raise IlargiError(f"option {key!r} must be {expected} in JSON, got {json.dumps(parsed[key])}.")
+    for key, setting in allowed_extra.items():
+        if key in parsed and not isinstance(parsed[key], setting.json_types):
+            raise IlargiError(
+                f"option {key!r} must be {setting.json_expected()} in JSON, got {json.dumps(parsed[key])}."
+            )
     check_json_types(algorithm, estimator_class(algorithm), {k: v for k, v in parsed.items() if k not in allowed_extra})
     return parsed
 
@@ -182,12 +180,19 @@ def train_and_store(
     query = _required(query, "the training query")
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
-    check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
     _resolve_cluster(con, kwargs)
-    model = train(con, query, target, algorithm, **kwargs)  # a SQL user reads warnings in the summary
+    options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
+    check_target(algorithm, target)
+    specs = [ModelSpec(algorithm, kwargs)]
+    (model,) = run_training(con, query, target, specs, options, check_plan=_macro_parameters)  # warnings summarized
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_model(con, name, model)
     return _summary(model, time.perf_counter() - start)
+
+
+def _macro_parameters(job: JobPlan) -> None:
+    """Refuse, before any data is read, features whose names cannot be the macros' parameters."""
+    check_macro_parameters(job.graph.feature_names)
 
 
 def _resolve_cluster(con: duckdb.DuckDBPyConnection, options: dict) -> None:
@@ -236,18 +241,18 @@ def train_batch_and_store(
         if options and options.strip()
         else {}
     )
-    unknown = sorted(set(given) - set(TRAIN_OPTIONS)) if isinstance(given, dict) else []
+    unknown = sorted(set(given) - set(SETTINGS)) if isinstance(given, dict) else []
     if unknown:
         raise IlargiError(
             f"option(s) {', '.join(map(repr, unknown))} belong to a model, not to the batch: put them in its "
-            f"element of the models array; the batch's options are {', '.join(TRAIN_OPTIONS)}."
+            f"element of the models array; the batch's options are {', '.join(SETTINGS)}."
         )
     shared = parse_options(specs[0][1], options)  # types checked as ilargi_train checks them
     check_writable(con)
     check_registry(con)  # someone else's ilargi.models is refused before, not after, training
-    check_macro_parameters(build_join_graph(con, query, target).feature_names)  # before, not after, training
     _resolve_cluster(con, shared)
-    trained = train_batch(con, query, target, [(a, p) for _, a, p in specs], **shared)  # warnings in summaries
+    models = [ModelSpec(a, p) for _, a, p in specs]
+    trained = run_training(con, query, target, models, TrainOptions(**shared), check_plan=_macro_parameters)
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)])  # all or none
     seconds = time.perf_counter() - start

@@ -8,17 +8,20 @@ registry (and the macros) exactly as they were.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from importlib import resources
 from typing import Any
 
 import duckdb
-import numpy as np
 
-from ilargi_db.errors import CALLER, ForeignRegistryError, IlargiError, ModelNotFoundError, literal
-from ilargi_db.models.catalog import algorithm_facts, estimator_class
-from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.errors import (
+    DamagedModelError,
+    ForeignRegistryError,
+    IlargiError,
+    ModelNotFoundError,
+    literal,
+    worded,
+)
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
 from ilargi_db.trained_model import TrainedModel
@@ -105,15 +108,6 @@ def check_macro_parameters(feature_names: list[str]) -> None:
         seen[name.lower()] = name
 
 
-def _json(value: Any) -> str:
-    def default(o: Any) -> Any:
-        if hasattr(o, "tolist"):
-            return o.tolist()
-        return repr(o)
-
-    return json.dumps(value, default=default, allow_nan=True)
-
-
 def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
     found = con.execute(
         "SELECT count(*) FROM system.main.duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = 'models' "
@@ -197,42 +191,10 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s: "
             "choose another model name."
         )
-    types = model.feature_types_ or [None] * len(model.encoder_.specs_)
-    features = [{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(model.encoder_.specs_, types)]
-    preprocessing = {
-        **model.encoder_.to_state(),
-        "standardize": bool(model.standardize_),
-        "target_type": model.target_type_,
-    }
-    fitted = {attr: getattr(model, attr) for attr in algorithm_facts(model.algorithm_).fitted}
-    fitted["feature_names_out"] = list(model.feature_names_in_)
-    fitted["plan"] = model.plan_  # the physical plan that trained it
-    fitted["unlabelled_rows"] = model.unlabelled_rows_
-    fitted["warnings"] = model.warnings_
-    fitted["reused"] = model.reused_
-    fitted["streamed"] = model.streamed_
-    timings = dict(model.timings_)
+    record = {"name": name, "version": version, **model.to_record(), "macros": list(statements)}
     con.execute(
-        "INSERT INTO ilargi.models (name, version, algorithm, training_query, target, features, preprocessing, "
-        "parameters, model, metrics, strategy, decision, timings, n_rows, macros) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            name,
-            version,
-            model.algorithm_,
-            model.query_,
-            model.target_,
-            _json(features),
-            _json(preprocessing),
-            _json(model.get_params()),
-            _json(fitted),
-            _json(model.training_metrics_),
-            model.strategy_,
-            model.decision_,
-            _json(timings),
-            model.n_rows_,
-            list(statements),
-        ],
+        f"INSERT INTO ilargi.models ({', '.join(record)}) VALUES ({', '.join('?' * len(record))})",
+        list(record.values()),
     )
     weights = writer.weights_table()
     if weights.num_rows:
@@ -270,61 +232,17 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
             "SELECT name, version FROM ilargi.models."
         )
     try:
-        return _rebuild(row)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as err:
+        model = TrainedModel.from_record(row)
+    except DamagedModelError as err:
         # A row edited by hand, or a file from elsewhere: say which row, not where the rebuild stumbled.
-        drop = f"ilargi_db.drop_model(con, {name!r})" if CALLER.get() == "python" else f"ilargi_drop_model('{name}')"
-        raise IlargiError(
-            f"model {name!r} version {row['version']} in ilargi.models is damaged ({type(err).__name__}: "
-            f"{str(err)[:200]}): train it again, or drop it with {drop}."
+        drop = worded(f"ilargi_db.drop_model(con, {name!r})", f"ilargi_drop_model('{name}')")
+        raise DamagedModelError(
+            f"model {name!r} version {row['version']} in ilargi.models is damaged ({err.why}): train it again, "
+            f"or drop it with {drop}.",
+            err.why,
         ) from None
-
-
-def _json_object(text: str, column: str) -> dict:
-    """A JSON column of the registry that must hold an object (a deep nesting raises RecursionError)."""
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise TypeError(f"{column} is not a JSON object")
-    return value
-
-
-def _rebuild(row: dict) -> TrainedModel:
-    algorithm = row["algorithm"]
-    params = _json_object(row["parameters"], "parameters")
-    estimator = estimator_class(algorithm)()
-    known = estimator.get_params()
-    estimator.set_params(**{k: v for k, v in params.items() if k in known})  # for display; it is not refitted
-    fitted = _json_object(row["model"], "model")
-    for attr in algorithm_facts(algorithm).fitted:
-        value = fitted[attr]
-        setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
-    names = fitted["feature_names_out"]
-    estimator.n_features_in_ = len(names)
-    estimator.feature_names_in_ = np.asarray(names, dtype=object)
-    preprocessing = _json_object(row["preprocessing"], "preprocessing")
-    return TrainedModel(
-        estimator,
-        FeatureEncoder.from_state(preprocessing),
-        algorithm,
-        row["training_query"],
-        row["target"],
-        target_type_=preprocessing.get("target_type"),  # absent in models stored before it was kept
-        feature_types_=[f["type"] for f in json.loads(row["features"])],
-        standardize_=preprocessing["standardize"],
-        strategy_=row["strategy"],
-        decision_=row["decision"],
-        plan_=fitted.get("plan"),
-        unlabelled_rows_=int(fitted.get("unlabelled_rows", 0)),  # absent in models stored before they were kept
-        warnings_=list(fitted.get("warnings", [])),
-        reused_=list(fitted.get("reused", [])),
-        streamed_=fitted.get("streamed"),
-        timings_=_json_object(row["timings"], "timings"),
-        training_metrics_=_json_object(row["metrics"], "metrics"),
-        n_rows_=int(row["n_rows"]),
-        name_=row["name"],
-        version_=int(row["version"]),
-        macros_=list(row["macros"]),
-    )
+    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
+    return model
 
 
 def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
