@@ -37,10 +37,7 @@ def datasets(con, fact_rows: int) -> dict[str, tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args_parser = parser(__doc__)
-    args_parser.add_argument("--rows", type=int, default=400_000, help="fact rows of the star schema")
-    args_parser.add_argument("--repeats", type=int, default=3)
-    args = args_parser.parse_args(argv)
+    args = parser(__doc__, rows=400_000, repeats=3).parse_args(argv)
     warnings.simplefilter("ignore")  # short fixed max_iter: convergence warnings are expected
     started = time.perf_counter()
     con = ilargi_db.connect()
@@ -80,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---:|---:|---|",
     ]
     lines += [f"| {n} | {s:.3f} s | {b:.3f} s | **{r:.2f}x** | {st} |" for n, s, b, r, st in rows]
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_batch")
+    publish(lines, args.output, "bench_batch")
     return 0
 
 

@@ -65,8 +65,7 @@ def empty_pass(client, con, query: str, target: str, repeats: int = 15) -> float
 def main(argv: list[str] | None = None) -> int:
     from dask.distributed import Client, LocalCluster
 
-    args_parser = parser(__doc__)
-    args_parser.add_argument("--rows", type=int, default=1_000_000)
+    args_parser = parser(__doc__, rows=1_000_000)
     args_parser.add_argument("--files", type=int, default=8)
     args_parser.add_argument("--iterations", type=int, default=10)
     args = args_parser.parse_args(argv)
@@ -152,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         + " | ".join(f"{predict(1) / v:.1f}" for v in paper.values())
         + " |",
     ]
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_cluster")
+    publish(lines, args.output, "bench_cluster")
     return 0
 
 

@@ -94,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stream.close()
     how = ran(command(__file__, argv), time.perf_counter() - started, f"{CORES} cores")
-    section = "\n".join(lines).replace("{ran}", how) + "\n"
-    publish(section, args.output, "bench_duhl")
+    publish([line.replace("{ran}", how) for line in lines], args.output, "bench_duhl")
     return 0
 
 

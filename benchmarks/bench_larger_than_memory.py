@@ -168,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         timings = {k: round(v, 1) for k, v in r["timings"].items()}
         lines.append(f"- {name}: training metrics {json.dumps(r['metrics'])}; seconds {json.dumps(timings)}")
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_larger_than_memory")
+    publish(lines, args.output, "bench_larger_than_memory")
     return 0
 
 

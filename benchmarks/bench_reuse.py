@@ -166,10 +166,7 @@ def batch(con, data: dict, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args_parser = parser(__doc__)
-    args_parser.add_argument("--rows", type=int, default=400_000, help="fact rows of the star schema")
-    args_parser.add_argument("--repeats", type=int, default=3)
-    args = args_parser.parse_args(argv)
+    args = parser(__doc__, rows=400_000, repeats=3).parse_args(argv)
     warnings.simplefilter("ignore")  # short fixed max_iter: convergence warnings are expected
     started = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="ilargi-reuse-"))
@@ -269,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("linear same", "linear new process", "one more feature"):
             used = "; ".join(r[what]["reused"][:4]) + ("; ..." if len(r[what]["reused"]) > 4 else "")
             lines.append(f"- {name}, {what}: {used}")
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_reuse")
+    publish(lines, args.output, "bench_reuse")
     return 0
 
 

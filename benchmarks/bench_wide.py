@@ -44,6 +44,7 @@ from harness.cli import command, parser  # noqa: E402
 from harness.machine import OtherProcesses, machine_facts  # noqa: E402
 from harness.processes import FreshRunFailed, peak_from_now, run_child  # noqa: E402
 from harness.report import ran, write_section  # noqa: E402
+from harness.workloads import baseline_model  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.cost_model.choose import STRATEGIES  # noqa: E402
@@ -129,19 +130,6 @@ def run_ilargi(con, job: dict, options: dict | None = None) -> dict:
         "features": summary["columns"],
         "split": {k: split[k] for k in ("planning", "data", "training", "total")},
     }
-
-
-def baseline_model(algorithm: str, params: dict):
-    import sklearn.cluster
-    import sklearn.decomposition
-    import sklearn.linear_model
-
-    return {
-        "linear_regression": lambda: sklearn.linear_model.LinearRegression(),
-        "logistic_regression": lambda: sklearn.linear_model.LogisticRegression(**params),
-        "kmeans": lambda: sklearn.cluster.KMeans(init="k-means++", **params),
-        "gnmf": lambda: sklearn.decomposition.NMF(init="random", solver="mu", beta_loss="frobenius", **params),
-    }[algorithm]()
 
 
 def run_baseline(con, job: dict) -> dict:

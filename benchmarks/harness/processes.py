@@ -6,6 +6,7 @@ The run prints one JSON object as its last line of output; that object is the re
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -90,8 +91,10 @@ def max_rss_bytes() -> int:
 def peak_from_now() -> Callable[[], int]:
     """Start measuring: the function returned gives the peak resident bytes since, above the RSS now.
 
-    The peak is VmHWM, reset now, so that it is this run's whatever the process held before.
+    The peak is VmHWM, reset now (after a garbage collection), so that it is this run's whatever the process
+    held before.
     """
+    gc.collect()
     before = rss_bytes()
     reset_hwm()
     return lambda: (vm_hwm_bytes() or rss_bytes()) - before

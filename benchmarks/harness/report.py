@@ -22,8 +22,9 @@ def write_section(path: Path, name: str, section: str) -> None:
     path.write_text(text)
 
 
-def publish(section: str, output: Path | None, name: str) -> None:
-    """Print ``section``; given ``output`` (a script's ``--output``), write it there as section ``name``."""
+def publish(lines: list[str], output: Path | None, name: str) -> None:
+    """Print the section of ``lines``; given ``output`` (a script's ``--output``), write it there as ``name``."""
+    section = "\n".join(lines) + "\n"
     print(section)
     if output:
         write_section(Path(output), name, section)

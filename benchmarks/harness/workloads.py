@@ -95,6 +95,24 @@ def warm_kernels(reuse: bool = False, memory_budgets: tuple = (None,)) -> None:
             )
 
 
+def baseline_model(algorithm: str, params: dict) -> Any:
+    """The scikit-learn estimator a baseline fits for ``algorithm``, with the parameters ilargi_db gets.
+
+    k-means: k-means++ as ilargi_db's KMeans; NMF: random init and multiplicative updates of the Frobenius
+    loss, as ilargi_db's GaussianNMF. scikit-learn loads here, on first use.
+    """
+    import sklearn.cluster
+    import sklearn.decomposition
+    import sklearn.linear_model
+
+    return {
+        "linear_regression": lambda: sklearn.linear_model.LinearRegression(),
+        "logistic_regression": lambda: sklearn.linear_model.LogisticRegression(**params),
+        "kmeans": lambda: sklearn.cluster.KMeans(init="k-means++", **params),
+        "gnmf": lambda: sklearn.decomposition.NMF(init="random", solver="mu", beta_loss="frobenius", **params),
+    }[algorithm]()
+
+
 SEEDS = 1000  # grid seeds are below this; held-out jobs use seeds above it
 
 
