@@ -18,7 +18,6 @@ with no parameter fitted to them, and projects 8-64 workers on paper.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import os
 import shutil
@@ -30,7 +29,10 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import publish, record_seconds  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import CORES  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
+from harness.timing import later_passes, record_seconds, timed  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import make_star_schema  # noqa: E402
@@ -46,7 +48,7 @@ def median_pass(passes: list[float], train) -> tuple[float, object]:
     """The median seconds of the passes ``train()`` makes after its first, and its model."""
     passes.clear()
     model = train()
-    return statistics.median(passes[1:] or passes), model
+    return later_passes(passes), model
 
 
 def empty_pass(client, con, query: str, target: str, repeats: int = 15) -> float:
@@ -57,29 +59,16 @@ def empty_pass(client, con, query: str, target: str, repeats: int = 15) -> float
 
     graph = build_join_graph(con, query, target)
     X, _, _ = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
-    seconds = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        X.reduce_rows(nothing)
-        seconds.append(time.perf_counter() - began)
-    return statistics.median(seconds)
-
-
-def timed(work) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = work()
-    return time.perf_counter() - start, out
+    return statistics.median(timed(lambda: X.reduce_rows(nothing))[0] for _ in range(repeats))
 
 
 def main(argv: list[str] | None = None) -> int:
     from dask.distributed import Client, LocalCluster
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--output", type=Path)
-    args = parser.parse_args(argv)
+    args_parser = parser(__doc__, rows=1_000_000)
+    args_parser.add_argument("--files", type=int, default=8)
+    args_parser.add_argument("--iterations", type=int, default=10)
+    args = args_parser.parse_args(argv)
     warnings.simplefilter("ignore")
     started = time.perf_counter()
     where = Path(tempfile.mkdtemp(prefix="ilargi-cluster-bench-"))
@@ -127,12 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         return c * n / p + o + s_task * p
 
     paper = {p: predict(p) for p in (8, 16, 32, 64)}
-    command = " ".join(["python benchmarks/bench_cluster.py", *(sys.argv[1:] if argv is None else argv)])
     lines = [
         "## Dask: training on a cluster (`benchmarks/bench_cluster.py`)",
         "",
-        f"Command: `{command}` ({time.perf_counter() - started:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, "
-        f"2 cores). Star schema: {args.rows:,} fact rows x 8 features in {args.files} Parquet files, two dimensions "
+        ran(command(__file__, argv), time.perf_counter() - started, f"{CORES} cores") + ". "
+        f"Star schema: {args.rows:,} fact rows x 8 features in {args.files} Parquet files, two dimensions "
         f"of {args.rows // 100:,} rows x 8 features; LocalCluster workers are processes with one thread each, "
         "their kernels on the cores divided among them. "
         f"Logistic regression: L-BFGS, `tol=0`, {args.iterations} iterations; a pass is one evaluation of the "
@@ -163,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         + " | ".join(f"{predict(1) / v:.1f}" for v in paper.values())
         + " |",
     ]
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_cluster")
+    publish(lines, args.output, "bench_cluster")
     return 0
 
 

@@ -14,14 +14,15 @@ DuckDB under a memory budget (the spilled partitions read back from local disk, 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
-from report import publish  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import CORES  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.backend import get_backend  # noqa: E402
@@ -55,12 +56,11 @@ def streamed_star(rows: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--working-set", type=int, default=4)
-    parser.add_argument("--tol", type=float, default=1e-6)
-    parser.add_argument("--rounds", type=int, default=400)
-    parser.add_argument("--output", type=Path)
-    args = parser.parse_args(argv)
+    args_parser = parser(__doc__)
+    args_parser.add_argument("--working-set", type=int, default=4)
+    args_parser.add_argument("--tol", type=float, default=1e-6)
+    args_parser.add_argument("--rounds", type=int, default=400)
+    args = args_parser.parse_args(argv)
     started = time.perf_counter()
     X, y = synthetic(100_000, 20, 40)
     star, star_y, stream = streamed_star(200_000)
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "## DuHL: the working set by duality gap (`benchmarks/bench_duhl.py`)",
         "",
-        f"Command: `{' '.join(['python benchmarks/bench_duhl.py', *(sys.argv[1:] if argv is None else argv)])}` "
-        f"({{wall}} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, 2 cores). SDCA with "
+        "{ran}. SDCA with "
         f"{args.working_set} partitions held; to a mean duality gap of {args.tol:g} (at most {args.rounds} "
         "rounds). Ridge: the squared loss, lambda = 0.1; logistic regression and a linear SVM (the hinge "
         "loss): lambda = 0.001. Reads: partitions brought from the slow tier (into the working set, or "
@@ -98,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(lines[-1], file=sys.stderr)
     finally:
         stream.close()
-    section = "\n".join(lines).replace("{wall}", f"{time.perf_counter() - started:.0f}") + "\n"
-    publish(section, args.output, "bench_duhl")
+    how = ran(command(__file__, argv), time.perf_counter() - started, f"{CORES} cores")
+    publish([line.replace("{ran}", how) for line in lines], args.output, "bench_duhl")
     return 0
 
 

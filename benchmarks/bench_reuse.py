@@ -18,10 +18,7 @@ separate Python processes that first warm up the JIT-compiled kernels on an unre
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,17 +27,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
-from bench_batch import MODELS as BATCH  # noqa: E402  the same four models as the batch benchmark
-from report import publish  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import CORES  # noqa: E402
+from harness.processes import run_code  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
+from harness.timing import timed  # noqa: E402
+from harness.workloads import (  # noqa: E402
+    BATCH_MODELS,
+    FLIGHTS_BATCH,
+    FLIGHTS_FROM,
+    FLIGHTS_LATE,
+    STAR_LABEL,
+    train_separately,
+)
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
 
-FLIGHTS_FROM = (
-    "FROM flights f JOIN planes p ON f.tailnum = p.tailnum LEFT JOIN weather w ON f.origin = w.origin AND "
-    "f.time_hour = w.time_hour JOIN airports o ON f.origin = o.faa JOIN airports d ON f.dest = d.faa "
-    "WHERE f.arr_delay IS NOT NULL"
-)
 FLIGHTS = (
     "f.dep_delay, f.distance, f.hour, f.carrier, p.year AS plane_year, p.engine, p.manufacturer, w.temp, "
     "w.humid, w.wind_speed, w.precip, w.visib, o.alt AS origin_alt, d.alt AS dest_alt, d.lat AS dest_lat, "
@@ -61,28 +64,18 @@ def build(con: duckdb.DuckDBPyConnection, rows: int) -> dict[str, dict]:
             "query": base,
             "wider": full,
             "target": "y",
-            "label": "CAST(f.y > 0.5 AS INTEGER) AS label",
+            "label": STAR_LABEL,
             "label_of": "f.y",
         },
         "nycflights13 (5 tables)": {
             "query": f"SELECT {FLIGHTS}, f.arr_delay {FLIGHTS_FROM}",
             "wider": f"SELECT {FLIGHTS}, p.seats, f.arr_delay {FLIGHTS_FROM}",
             "target": "arr_delay",
-            "label": "CAST(f.arr_delay > 15 AS INTEGER) AS label",
+            "label": FLIGHTS_LATE,
             "label_of": "f.arr_delay",
-            # bench_batch's query: non-negative features, which Gaussian NMF needs
-            "batch": "SELECT f.distance, f.hour, p.seats, p.year AS plane_year, w.temp, w.humid, o.alt AS origin_alt, "
-            "CAST(f.arr_delay > 15 AS INTEGER) AS label FROM flights f JOIN planes p ON f.tailnum = p.tailnum "
-            "JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour JOIN airports o ON f.origin = o.faa "
-            "WHERE f.arr_delay IS NOT NULL AND p.year IS NOT NULL AND w.humid IS NOT NULL",
+            "batch": FLIGHTS_BATCH,  # bench_batch's query: non-negative features, which Gaussian NMF needs
         },
     }
-
-
-def timed(work) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = work()
-    return time.perf_counter() - start, result
 
 
 def job(data: dict, algorithm: str) -> tuple[str, str, str]:
@@ -113,13 +106,10 @@ NEW_PROCESS = """
 import json, sys, time, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
-scratch = ilargi_db.connect()  # warm the JIT-compiled kernels on an unrelated table
-scratch.sql("CREATE TABLE t AS SELECT range % 7 AS k, range * 1.0 AS x, (range % 3 = 0)::INT AS y FROM range(1000)")
-scratch.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(7)")
-for algorithm in ("linear_regression", "logistic_regression"):
-    ilargi_db.train(scratch, "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)", "y", algorithm, "factorized", "numpy")
-con = duckdb.connect(sys.argv[1])
-query, target, algorithm, name, reuse = json.loads(sys.argv[2])
+from harness.workloads import warm_kernels
+warm_kernels(reuse=True)  # the JIT-compiled kernels and the store's code, on an unrelated table
+path, query, target, algorithm, name, reuse = json.loads(sys.argv[1])
+con = duckdb.connect(path)
 start = time.perf_counter()
 model = ilargi_db.train(con, query, target, algorithm, "factorized", "numpy", reuse=reuse, **{name: 7.0})
 print(json.dumps({"seconds": time.perf_counter() - start, "reused": model.reused_}))
@@ -136,14 +126,7 @@ def new_process(path: str, data: dict, algorithm: str, repeats: int) -> dict:
     best: dict = {"warm": float("inf"), "cold": float("inf")}
     for _ in range(repeats):
         for label, reuse in (("warm", True), ("cold", False)):
-            found = subprocess.run(
-                [sys.executable, "-c", NEW_PROCESS, path, json.dumps([query, target, algorithm, name, reuse])],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "PYTHONWARNINGS": "ignore"},
-            )
-            out = json.loads(found.stdout.strip().splitlines()[-1])
+            out = run_code(NEW_PROCESS, path, query, target, algorithm, name, reuse)
             best[label] = min(best[label], out["seconds"])
             best.setdefault(f"{label}_reused", out["reused"])
     best["reused"] = best["warm_reused"]
@@ -168,25 +151,14 @@ def one_more_feature(con, data: dict, repeats: int) -> dict:
 def batch(con, data: dict, repeats: int) -> dict:
     """Four algorithms: one batch vs four calls, cold (reuse off), and four calls with reuse."""
     query, target = data.get("batch") or job(data, "logistic_regression")[0], "label"
-    features = query.replace(", CAST(f.arr_delay > 15 AS INTEGER) AS label", "").replace(", " + data["label"], "")
 
     def separate(reuse: bool) -> None:
-        for algorithm, params in BATCH:
-            supervised = algorithm in ("linear_regression", "logistic_regression")
-            ilargi_db.train(
-                con,
-                query if supervised else features,
-                target if supervised else None,
-                algorithm,
-                backend="numpy",
-                reuse=reuse,
-                **params,
-            )
+        train_separately(con, query, target, BATCH_MODELS, backend="numpy", reuse=reuse)
 
     best = {"separate": float("inf"), "batch": float("inf"), "separate_reuse": float("inf")}
     for _ in range(repeats):
         best["separate"] = min(best["separate"], timed(lambda: separate(False))[0])
-        run = lambda: ilargi_db.train_batch(con, query, target, BATCH, backend="numpy", reuse=False)  # noqa: E731
+        run = lambda: ilargi_db.train_batch(con, query, target, BATCH_MODELS, backend="numpy", reuse=False)  # noqa: E731
         best["batch"] = min(best["batch"], timed(run)[0])
         ilargi_db.clear_artifacts()
         best["separate_reuse"] = min(best["separate_reuse"], timed(lambda: separate(True))[0])
@@ -194,11 +166,7 @@ def batch(con, data: dict, repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=400_000, help="fact rows of the star schema")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    args = parser.parse_args(argv)
+    args = parser(__doc__, rows=400_000, repeats=3).parse_args(argv)
     warnings.simplefilter("ignore")  # short fixed max_iter: convergence warnings are expected
     started = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="ilargi-reuse-"))
@@ -236,12 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     memory_bytes = sum(a["nbytes"] for a in ilargi_db.artifacts())
     con.close()
 
-    command = " ".join(["python benchmarks/bench_reuse.py", *(sys.argv[1:] if argv is None else argv)])
+    how = ran(
+        command(__file__, argv),
+        time.perf_counter() - started,
+        f"{CORES} cores",
+        "NumPy backend",
+        "factorized",
+        f"fastest of {args.repeats}",
+    )
     lines = [
         "## Reuse across jobs: the artifact store (`benchmarks/bench_reuse.py`)",
         "",
-        f"Command: `{command}` ({time.perf_counter() - started:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, "
-        f"2 cores, NumPy backend, factorized, fastest of {args.repeats}). *Cold*: `reuse=False` (everything "
+        f"{how}. *Cold*: `reuse=False` (everything "
         "read and computed, nothing kept). *First run*: reuse on, empty store (cold plus fingerprinting and "
         "keeping). *Reused*: the same job with another `alpha` (linear) or `C` (logistic) after it. New process: "
         "a fresh Python process (kernels warmed on another table) against the database file that holds the "
@@ -292,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         for what in ("linear same", "linear new process", "one more feature"):
             used = "; ".join(r[what]["reused"][:4]) + ("; ..." if len(r[what]["reused"]) > 4 else "")
             lines.append(f"- {name}, {what}: {used}")
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_reuse")
+    publish(lines, args.output, "bench_reuse")
     return 0
 
 

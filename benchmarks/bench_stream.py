@@ -21,31 +21,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import duckdb  # noqa: E402
-from report import publish, run_fresh  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import CORES  # noqa: E402
+from harness.processes import run_code  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
 
 from ilargi_db.datasets import make_star_schema  # noqa: E402
 
 RUN = """
-import json, resource, statistics, sys, time, tracemalloc, warnings
+import json, sys, time, tracemalloc, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
 from ilargi_db.linalg import partitioned_matrix
 from ilargi_db.models import LogisticRegression
+from harness.processes import max_rss_bytes
+from harness.timing import later_passes, record_seconds
+from harness.workloads import star_label, warm_kernels
 path, query, budget, prefetch, iterations = json.loads(sys.argv[1])
 partitioned_matrix.PREFETCH = prefetch
-scratch = ilargi_db.connect()  # warm the JIT-compiled kernels on an unrelated table
-scratch.sql("CREATE TABLE t AS SELECT range % 7 AS k, range * 1.0 AS x, (range % 3 = 0)::INT AS y FROM range(1000)")
-scratch.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(7)")
-for a in ("linear_regression", "logistic_regression"):
-    ilargi_db.train(scratch, "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)", "y", a, "factorized", "numpy", reuse=False)
-    ilargi_db.train(scratch, "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)", "y", a, "factorized", "numpy", reuse=False,
-                    memory_budget="100KB")
-from report import record_seconds
+warm_kernels(memory_budgets=(None, "100KB"))  # the JIT-compiled kernels, in memory and streamed
 passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass over the data
 con = duckdb.connect(path, read_only=True)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = max_rss_bytes()
 out = {}
-label = query.replace("f.y FROM", "CAST(f.y > 0.5 AS INTEGER) AS label FROM")
+label = star_label(query)
 logistic = dict(memory_budget=budget, tol=0.0, max_iter=iterations, reuse=False)
 start = time.perf_counter()
 m = ilargi_db.train(con, label, "label", "logistic_regression", "factorized", "numpy", **logistic)
@@ -58,13 +57,13 @@ e = ilargi_db.explain(con, label, "label", "logistic_regression", "numpy", reuse
 plan = e.placed or next(p for p in e.plans if p.strategy == "factorized" and p.solver == "lbfgs")
 out["predicted_total"] = plan.seconds
 out["first_pass"] = passes[0]
-out["later_passes"] = statistics.median(passes[1:] or passes)
+out["later_passes"] = later_passes(passes)
 out["passes"] = len(passes)
 out["streamed"] = m.streamed_
 start = time.perf_counter()
 m = ilargi_db.train(con, query, "y", "linear_regression", "factorized", "numpy", reuse=False, memory_budget=budget)
 out["linear_seconds"] = time.perf_counter() - start
-out["peak_above_start"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+out["peak_above_start"] = max_rss_bytes() - before
 # What NumPy allocates (tracemalloc sees it; DuckDB's buffers it does not), in a run of its own.
 tracemalloc.start()
 ilargi_db.train(con, label, "label", "logistic_regression", "factorized", "numpy", **logistic)
@@ -76,15 +75,13 @@ print(json.dumps(out))
 
 
 def run(path: str, query: str, budget: int | None, prefetch: bool, iterations: int) -> dict:
-    return run_fresh(RUN, path, query, budget, prefetch, iterations)
+    return run_code(RUN, path, query, budget, prefetch, iterations)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000, help="fact rows of the star schema")
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    args = parser.parse_args(argv)
+    args_parser = parser(__doc__, rows=2_000_000)
+    args_parser.add_argument("--iterations", type=int, default=10)
+    args = args_parser.parse_args(argv)
     started = time.perf_counter()
     folder = tempfile.mkdtemp(prefix="ilargi-stream-bench-")
     try:
@@ -113,13 +110,12 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path:
         results[f"streamed at 1/10, prefetch {'on' if prefetch else 'off'}"] = run(
             path, query, budget, prefetch, args.iterations
         )
-    command = " ".join(["python benchmarks/bench_stream.py", *(sys.argv[1:] if argv is None else argv)])
     base = in_memory["later_passes"]
     lines = [
         "## Streaming over a memory budget (`benchmarks/bench_stream.py`)",
         "",
-        f"Command: `{command}` ({time.perf_counter() - started:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}, "
-        f"2 cores, NumPy backend). Star schema: {args.rows:,} fact rows x 8 features, two dimensions of "
+        ran(command(__file__, argv), time.perf_counter() - started, f"{CORES} cores", "NumPy backend") + ". "
+        f"Star schema: {args.rows:,} fact rows x 8 features, two dimensions of "
         f"{args.rows // 100:,} rows x 8 features, in a DuckDB file; the job's training data is about "
         f"{data / 2**20:,.0f} MiB, the budget a tenth of that ({budget / 2**20:,.1f} MiB). Each configuration in "
         "a fresh process (kernels warmed on another table). Logistic regression: L-BFGS, `tol=0`, "
@@ -142,8 +138,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path:
             f"({r['predicted_total']:.2f} s) | {r['linear_seconds']:.2f} s | "
             f"{r['peak_above_start'] / 2**20:,.0f} MiB | {r['arrays_peak'] / 2**20:,.0f} MiB |"
         )
-    section = "\n".join(lines) + "\n"
-    publish(section, args.output, "bench_stream")
+    publish(lines, args.output, "bench_stream")
     return 0
 
 

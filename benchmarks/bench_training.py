@@ -17,10 +17,7 @@ the peak memory (VmHWM, reset just before the run) is the run's own.
 
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,48 +26,35 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_normalized_matrix import reset_hwm, rss_bytes, vm_hwm_bytes  # noqa: E402
-from report import write_section  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.processes import peak_from_now, run_child  # noqa: E402
+from harness.report import ran, write_section  # noqa: E402
+from harness.workloads import (  # noqa: E402
+    FLIGHTS_FEATURES,
+    FLIGHTS_FROM,
+    FLIGHTS_NUMERIC,
+    baseline_model,
+    star_features,
+    star_label,
+)
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
+from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
 
-ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
 METHODS = ("factorized", "materialized", "baseline")
 
-FLIGHTS_FROM = """
-FROM flights f
-JOIN planes p ON f.tailnum = p.tailnum
-LEFT JOIN weather w ON f.origin = w.origin AND f.time_hour = w.time_hour
-JOIN airports o ON f.origin = o.faa
-JOIN airports d ON f.dest = d.faa
-WHERE f.arr_delay IS NOT NULL
-"""
-FLIGHTS_FEATURES = (
-    "f.dep_delay, f.distance, f.hour, f.carrier, p.seats, p.year AS plane_year, p.engine, p.manufacturer, "
-    "w.temp, w.humid, w.wind_speed, w.precip, w.visib, o.alt AS origin_alt, d.alt AS dest_alt, "
-    "d.lat AS dest_lat, d.lon AS dest_lon, d.tzone AS dest_tz"
-)
-FLIGHTS_NUMERIC = (
-    "f.distance, f.hour, p.seats, p.engines, o.alt AS origin_alt, d.alt + 100 AS dest_alt, d.lat AS dest_lat"
-)
 
-
-def jobs(star_query: str, star_features: str) -> dict[tuple[str, str], tuple[str, str | None, dict]]:
+def jobs(star_query: str) -> dict[tuple[str, str], tuple[str, str | None, dict]]:
     """(dataset, algorithm) -> (query, target, parameters); the same parameters for every method."""
-    star_from = star_query[star_query.index(" FROM ") :]
     kmeans = {"n_clusters": 8, "n_init": 1, "max_iter": 20, "tol": 0.0, "random_state": 0}
     nmf = {"n_components": 5, "max_iter": 20, "tol": 0.0, "random_state": 0}
     logistic = {"C": 1.0, "max_iter": 100, "tol": 1e-4}
     return {
         ("star", "linear_regression"): (star_query, "y", {}),
-        ("star", "logistic_regression"): (
-            f"SELECT {star_features}, CAST(f.y > 0.5 AS INTEGER) AS late{star_from}",
-            "late",
-            logistic,
-        ),
-        ("star", "kmeans"): (f"SELECT {star_features}{star_from}", None, kmeans),
-        ("star", "gnmf"): (f"SELECT {star_features}{star_from}", None, nmf),
+        ("star", "logistic_regression"): (star_label(star_query, "late"), "late", logistic),
+        ("star", "kmeans"): (star_features(star_query), None, kmeans),
+        ("star", "gnmf"): (star_features(star_query), None, nmf),
         ("flights", "linear_regression"): (f"SELECT {FLIGHTS_FEATURES}, f.arr_delay {FLIGHTS_FROM}", "arr_delay", {}),
         ("flights", "logistic_regression"): (
             f"SELECT {FLIGHTS_FEATURES}, CAST(f.arr_delay > 15 AS INTEGER) AS late {FLIGHTS_FROM}",
@@ -85,9 +69,6 @@ def jobs(star_query: str, star_features: str) -> dict[tuple[str, str], tuple[str
 def baseline(con, query: str, target: str | None, algorithm: str, params: dict):
     """What a data scientist writes today: join in DuckDB, pandas, scikit-learn."""
     import pandas as pd
-    import sklearn.cluster
-    import sklearn.decomposition
-    import sklearn.linear_model
 
     frame = con.sql(query).df()
     y = None
@@ -99,25 +80,17 @@ def baseline(con, query: str, target: str | None, algorithm: str, params: dict):
     if text:
         frame = pd.get_dummies(frame, columns=text, dummy_na=True, dtype=float)
     X = frame.to_numpy(dtype=float)
-    model = {
-        "linear_regression": lambda: sklearn.linear_model.LinearRegression(),
-        "logistic_regression": lambda: sklearn.linear_model.LogisticRegression(**params),
-        "kmeans": lambda: sklearn.cluster.KMeans(**params),
-        "gnmf": lambda: sklearn.decomposition.NMF(solver="mu", init="random", **params),
-    }[algorithm]()
+    model = baseline_model(algorithm, params)
     model.fit(X, y) if y is not None else model.fit(X)
     return model
 
 
-def child(db: str, dataset: str, algorithm: str, method: str, star: dict) -> None:
+def child(db: str, dataset: str, algorithm: str, method: str, star_query: str) -> None:
     """One run in a fresh process: print seconds, peak bytes and the loss curve as JSON."""
     con = ilargi_db.connect(db, read_only=True)
-    schema_query, features = star["query"], star["features"]
-    query, target, params = jobs(schema_query, features)[(dataset, algorithm)]
+    query, target, params = jobs(star_query)[(dataset, algorithm)]
     con.sql("SELECT 1").fetchall()
-    gc.collect()
-    before = rss_bytes()
-    reset_hwm()
+    peak = peak_from_now()
     start = time.perf_counter()
     if method == "baseline":
         model = baseline(con, query, target, algorithm, params)
@@ -128,26 +101,17 @@ def child(db: str, dataset: str, algorithm: str, method: str, star: dict) -> Non
         )
         curve = [float(v) for v in getattr(model, "loss_curve_", [])]
     seconds = time.perf_counter() - start
-    peak = (vm_hwm_bytes() or rss_bytes()) - before
     print(
         json.dumps(
             {
                 "seconds": seconds,
-                "peak": peak,
+                "peak": peak(),
                 "curve": curve,
                 "timings": getattr(model, "timings_", {}),
                 "n_iter": int(np.max(getattr(model, "n_iter_", 0))),
             }
         )
     )
-
-
-def run(db: str, dataset: str, algorithm: str, method: str, star: dict) -> dict:
-    cmd = [sys.executable, __file__, "--child", db, dataset, algorithm, method, json.dumps(star)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{dataset}/{algorithm}/{method} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def plots(results: dict, folder: Path) -> list[str]:
@@ -195,11 +159,11 @@ def plots(results: dict, folder: Path) -> list[str]:
     return written + [path.name]
 
 
-def render(results: dict, sizes: dict, command: str, seconds: float, images: list[str]) -> str:
+def render(results: dict, sizes: dict, how: str, images: list[str]) -> str:
     lines = [
         "## End-to-end training (`benchmarks/bench_training.py`)",
         "",
-        f"Command: `{command}` ({seconds:.0f} s wall time, {time.strftime('%Y-%m-%d %H:%M')}). "
+        f"{how}. "
         "Seconds from the SQL query to a fitted model; peak = VmHWM over RSS before the run, each run in a "
         "fresh process. Baseline: `con.sql(query).df()`, mean imputation and `pd.get_dummies`, scikit-learn. "
         f"Star schema: fact {sizes['fact_rows']:,} x 5 floats, 2 dimensions of {sizes['dim_rows']:,} x 20 "
@@ -237,14 +201,9 @@ def render(results: dict, sizes: dict, command: str, seconds: float, images: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parser(__doc__, quick="small sizes, for a smoke run", child=5).parse_args(argv)
     if args.child:
-        db, dataset, algorithm, method, star = args.child
-        child(db, dataset, algorithm, method, json.loads(star))
+        child(*args.child)
         return 0
     sizes = {"fact_rows": 100_000, "dim_rows": 5_000} if args.quick else {"fact_rows": 1_000_000, "dim_rows": 50_000}
     started = time.perf_counter()
@@ -254,14 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         schema = make_star_schema(con, fact_features=5, n_dims=2, dim_features=20, **sizes)
         load_nycflights13(con)
         query = schema.query()
-        features = query[len("SELECT ") : query.index(", f.y FROM")]
         con.close()
-        star = {"query": query, "features": features}
         results = {}
         for dataset in ("star", "flights"):
             for algorithm in ALGORITHMS:
                 for method in METHODS:
-                    r = run(db, dataset, algorithm, method, star)
+                    r = run_child(__file__, db, dataset, algorithm, method, query)
                     results[(dataset, algorithm, method)] = r
                     print(
                         f"{dataset:8s} {algorithm:20s} {method:12s} {r['seconds']:8.2f} s  "
@@ -271,11 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     images = []
     if args.output:
         images = plots(results, args.output.parent)
-        command = "python benchmarks/bench_training.py" + (" --quick" if args.quick else "")
-        command += f" --output {args.output}"
-        write_section(
-            args.output, "bench_training", render(results, sizes, command, time.perf_counter() - started, images)
-        )
+        how = ran(command(__file__, argv), time.perf_counter() - started)
+        write_section(args.output, "bench_training", render(results, sizes, how, images))
     return 0
 
 

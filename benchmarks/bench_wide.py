@@ -28,7 +28,6 @@ allocation beyond it is a MemoryError, reported, not fatal).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -41,20 +40,18 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_normalized_matrix import (  # noqa: E402
-    cpu_times,
-    machine_facts,
-    own_cpu_seconds,
-    reset_hwm,
-    rss_bytes,
-    vm_hwm_bytes,
-)
-from report import write_section  # noqa: E402
+from harness.cli import command, parser  # noqa: E402
+from harness.machine import OtherProcesses, machine_facts  # noqa: E402
+from harness.processes import FreshRunFailed, peak_from_now, run_child  # noqa: E402
+from harness.report import ran, write_section  # noqa: E402
+from harness.workloads import baseline_model  # noqa: E402
 
 import ilargi_db  # noqa: E402
+from ilargi_db.cost_model.choose import STRATEGIES  # noqa: E402
 from ilargi_db.datasets import HAMLET_SHAPES, HamletSchema, make_hamlet_schema  # noqa: E402
+from ilargi_db.models.catalog import EXTRA_SOLVERS, SUPERVISED, algorithm_facts  # noqa: E402
+from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
 
-ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
 DEFAULT_SHAPES = ("walmart", "expedia", "yelp")
 DEFAULT_SCALE = {"walmart": 1.0, "expedia": 1.0, "yelp": 1.0}  # the published sizes: about 15 minutes on 2 cores
 QUICK = {"shapes": ("walmart", "flights"), "scale": 0.01}
@@ -63,6 +60,11 @@ TARGET_MEMORY = 0.5
 TARGET_QUALITY = 1e-3  # R2 / accuracy: ilargi at most this much below the baseline
 TARGET_INERTIA = 1.01  # k-means: ilargi's inertia at most 1% above the baseline's
 METHODS = ("ilargi", "baseline")
+# What a caller may name as linear regression's solver: "auto", the plans' solvers and the others.
+LINEAR_SOLVERS = (
+    "auto",
+    *(s.name for s in (*algorithm_facts("linear_regression").solvers, *EXTRA_SOLVERS["linear_regression"])),
+)
 # The training metric compared, as ilargi_train's summary names it.
 QUALITY_METRIC = {
     "linear_regression": "r2",
@@ -130,19 +132,6 @@ def run_ilargi(con, job: dict, options: dict | None = None) -> dict:
     }
 
 
-def baseline_model(algorithm: str, params: dict):
-    import sklearn.cluster
-    import sklearn.decomposition
-    import sklearn.linear_model
-
-    return {
-        "linear_regression": lambda: sklearn.linear_model.LinearRegression(),
-        "logistic_regression": lambda: sklearn.linear_model.LogisticRegression(**params),
-        "kmeans": lambda: sklearn.cluster.KMeans(init="k-means++", **params),
-        "gnmf": lambda: sklearn.decomposition.NMF(init="random", solver="mu", beta_loss="frobenius", **params),
-    }[algorithm]()
-
-
 def run_baseline(con, job: dict) -> dict:
     """What a data scientist writes today: the join in DuckDB, pandas, sparse one-hot, scikit-learn."""
     from sklearn.compose import ColumnTransformer
@@ -200,15 +189,14 @@ def child(db: str, method: str, job: dict, options: dict, memory_limit: float) -
         con = duckdb.connect(db, read_only=True)
         run_baseline(con, warm)
     con.sql("SELECT 1").fetchall()
-    before = rss_bytes()
-    reset_hwm()
+    peak = peak_from_now()
     try:
         result = run_ilargi(con, job, options) if method == "ilargi" else run_baseline(con, job)
     except duckdb.OutOfMemoryException as err:
         result = {"error": f"DuckDB out of memory: {str(err).splitlines()[0][:120]}"}
     except Exception as err:  # MemoryError included (raised inside the UDF, it reaches here as a DuckDB error)
         result = {"error": describe_error(err)}
-    result["peak"] = (vm_hwm_bytes() or rss_bytes()) - before
+    result["peak"] = peak()
     print(json.dumps(result))
 
 
@@ -224,21 +212,20 @@ def describe_error(err: BaseException) -> str:
 
 
 def run(db: str, method: str, job: dict, options: dict, timeout: float, memory_limit: float) -> dict:
-    """``child`` in a subprocess; a timeout, a crash or a kill becomes ``{"error": ...}``."""
-    cmd = [sys.executable, __file__, "--child", db, method, json.dumps(job), json.dumps(options), str(memory_limit)]
+    """``child`` in a fresh process; a timeout, a crash or a kill becomes ``{"error": ...}``."""
+    args = (db, method, json.dumps(job), json.dumps(options), str(memory_limit))
     start = time.perf_counter()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        found = run_child(__file__, *args, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout ({timeout:.0f} s)", "wall": time.perf_counter() - start}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = done.stderr.strip().splitlines()[-1:] or [""]
-        why = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
-        if "MemoryError" in done.stderr:
+    except FreshRunFailed as failed:
+        tail = failed.stderr.strip().splitlines()[-1:] or [""]
+        why = f"killed by signal {-failed.returncode}" if failed.returncode < 0 else f"exit {failed.returncode}"
+        if "MemoryError" in failed.stderr:
             why = "MemoryError"
         return {"error": f"{why}: {tail[0][:160]}", "wall": time.perf_counter() - start}
-    return {**json.loads(lines[-1]), "wall": time.perf_counter() - start}
+    return {**found, "wall": time.perf_counter() - start}
 
 
 def create_warmup_tables(con) -> None:
@@ -268,7 +255,7 @@ def assess(algorithm: str, ilargi: dict, baseline: dict) -> dict:
     t = out["targets"]
     t["speed"] = "met" if out["speedup"] >= TARGET_SPEEDUP else "missed"
     t["memory"] = "met" if out["memory"] <= TARGET_MEMORY else "missed"
-    if algorithm in ("linear_regression", "logistic_regression"):
+    if algorithm in SUPERVISED:
         out["quality"] = mine - theirs
         t["quality"] = "met" if out["quality"] >= -TARGET_QUALITY else "missed"
     elif algorithm == "kmeans":
@@ -290,14 +277,12 @@ QUALITY_NAME = {
 def _quality_cells(algorithm: str, r: dict) -> tuple[str, str]:
     """(both values, difference or ratio) for the table."""
     i, b = r["ilargi"], r["baseline"]
-    fmt = (
-        (lambda v: f"{v:.4f}") if algorithm in ("linear_regression", "logistic_regression") else (lambda v: f"{v:.4g}")
-    )
+    fmt = (lambda v: f"{v:.4f}") if algorithm in SUPERVISED else (lambda v: f"{v:.4g}")
     values = " / ".join(fmt(x["quality"]) if "quality" in x else "—" for x in (i, b))
     q = r["assessment"]["quality"]
     if q is None:
         return values, "—"
-    if algorithm in ("linear_regression", "logistic_regression"):
+    if algorithm in SUPERVISED:
         return values, f"{q:+.4f}"
     return values, f"{q:.3f}x"
 
@@ -315,8 +300,7 @@ def render(results: list[dict], setup: dict) -> str:
     lines = [
         "## Wide categorical training, Hamlet shapes (`benchmarks/bench_wide.py`)",
         "",
-        f"Command: `{setup['command']}` ({setup['seconds']:.0f} s wall time, {setup['date']}; generating the "
-        f"tables took {setup['generate_seconds']:.1f} s).",
+        ran(setup["command"], setup["seconds"], f"generating the tables took {setup['generate_seconds']:.1f} s") + ".",
         "",
         f"**Machine.** {facts.get('cpu', '?')}, {facts['cpus']} cores ({facts['usable_cpus']} usable), "
         f"{facts.get('memory', '?')} RAM, {facts['platform']}. Python {facts['python']}, NumPy {facts['numpy']} "
@@ -406,36 +390,33 @@ def parse_scale(text: str | None, shapes: list[str], default: dict | float) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
+    args_parser = parser(__doc__, quick="tiny tables (walmart and flights at scale 0.01)", child=5)
+    args_parser.add_argument(
         "--shapes", help=f"comma-separated, of {', '.join(HAMLET_SHAPES)} (default: {','.join(DEFAULT_SHAPES)})"
     )
-    parser.add_argument(
+    args_parser.add_argument(
         "--scale",
         help="one scale for every shape, or shape=scale,... (default: "
         + ",".join(f"{k}={v:g}" for k, v in DEFAULT_SCALE.items())
         + ", others 0.1)",
     )
-    parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all four)")
-    parser.add_argument("--strategy", choices=("auto", "factorized", "materialized"), default="auto")
-    parser.add_argument(
+    args_parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all four)")
+    args_parser.add_argument("--strategy", choices=STRATEGIES, default="auto")
+    args_parser.add_argument(
         "--linear-solver",
-        choices=("auto", "normal", "cg", "gd"),
+        choices=LINEAR_SOLVERS,
         help="ilargi's linear regression solver (default: its own default, 'auto': chosen by width)",
     )
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
-    parser.add_argument(
+    args_parser.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
+    args_parser.add_argument(
         "--memory-limit", type=float, default=12, help="GiB of address space per run (default 12; 0 for none)"
     )
-    parser.add_argument("--clusters", type=int, default=8)
-    parser.add_argument("--components", type=int, default=5)
-    parser.add_argument("--iterations", type=int, default=50, help="k-means and NMF iterations (default 50)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--db", type=Path, help="DuckDB file to create the tables in (default: a temporary one)")
-    parser.add_argument("--quick", action="store_true", help="tiny tables (walmart and flights at scale 0.01)")
-    parser.add_argument("--output", type=Path, help="markdown file to write the results section into")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args_parser.add_argument("--clusters", type=int, default=8)
+    args_parser.add_argument("--components", type=int, default=5)
+    args_parser.add_argument("--iterations", type=int, default=50, help="k-means and NMF iterations (default 50)")
+    args_parser.add_argument("--seed", type=int, default=0)
+    args_parser.add_argument("--db", type=Path, help="DuckDB file to create the tables in (default: a temporary one)")
+    args = args_parser.parse_args(argv)
     if args.child:
         db, method, job, options, memory_limit = args.child
         child(db, method, json.loads(job), json.loads(options), float(memory_limit))
@@ -445,15 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in shapes if s not in HAMLET_SHAPES]
     algorithms = args.algorithms.split(",")
     if unknown or any(a not in ALGORITHMS for a in algorithms):
-        parser.error(f"shapes are {', '.join(HAMLET_SHAPES)}; algorithms are {', '.join(ALGORITHMS)}")
+        args_parser.error(f"shapes are {', '.join(HAMLET_SHAPES)}; algorithms are {', '.join(ALGORITHMS)}")
     scales = parse_scale(args.scale, shapes, QUICK["scale"] if args.quick else DEFAULT_SCALE)
     options = {"strategy": args.strategy} if args.strategy != "auto" else {}
     linear_options = {**options, "solver": args.linear_solver} if args.linear_solver else options
     knobs = {"clusters": args.clusters, "components": args.components, "iterations": args.iterations}
 
-    started, load0 = time.perf_counter(), os.getloadavg()[0]
-    _, busy0, _ = cpu_times()
-    own0 = own_cpu_seconds()
+    started, others = time.perf_counter(), OtherProcesses()
     with tempfile.TemporaryDirectory() as folder:
         db = str(args.db or Path(folder) / "bench_wide.duckdb")
         con = ilargi_db.connect(db)
@@ -489,22 +468,17 @@ def main(argv: list[str] | None = None) -> int:
                 r["assessment"] = assess(algorithm, r["ilargi"], r["baseline"])
                 results.append(r)
                 print_row(r)
-    wall = time.perf_counter() - started
-    _, busy1, _ = cpu_times()
-    others = max(0.0, (busy1 - busy0) / os.sysconf("SC_CLK_TCK") - (own_cpu_seconds() - own0))
     if args.output:
         import sklearn
 
-        command = "python benchmarks/bench_wide.py " + " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
         setup = {
-            "command": command.strip(),
-            "seconds": wall,
-            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "command": command(__file__, argv),
+            "seconds": time.perf_counter() - started,
             "generate_seconds": generate_seconds,
             "facts": facts,
             "sklearn": sklearn.__version__,
-            "others": others / (wall * (os.cpu_count() or 1)),
-            "load": (load0, os.getloadavg()[0]),
+            "others": others.share(),
+            "load": (others.load, os.getloadavg()[0]),
             "timeout": args.timeout,
             "memory_limit": args.memory_limit,
             "linear_note": f" (ilargi solver={args.linear_solver!r})" if args.linear_solver else "",

@@ -399,6 +399,17 @@ def test_a_near_tie_is_not_called_a_win():
     assert reasons[1].startswith("X @ w takes 500 ms factorized/lbfgs (n) vs 1 s materialized/lbfgs (n)")
 
 
+def test_amalur_rule_factorizes_when_the_join_holds_over_one_and_a_half_times_the_normalized_cells():
+    from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, cell_ratio, join_cells, shape_strategy
+
+    # A fact of 1,000 rows x 2 columns and a dimension of 10 rows x 8: the join repeats the dimension's rows.
+    materialized, factorized = join_cells(1_000, [(1_000, 2), (10, 8), (5, 0)], 10)
+    assert (materialized, factorized) == (1_000 * 10, 1_000 * 2 + 10 * 8 + 2 * 1_000)  # a row index per block
+    assert shape_strategy(cell_ratio(materialized, factorized)) == "factorized"
+    assert shape_strategy(cell_ratio(*join_cells(1_000, [(1_000, 2), (1_000, 8)], 10))) == "materialized"
+    assert FACTORIZE_ABOVE == 1.5 and shape_strategy(FACTORIZE_ABOVE) == "materialized"  # strictly more
+
+
 def test_a_near_tie_goes_to_the_plan_the_shape_favours():
     from ilargi_db.cost_model.explain import _choose
     from ilargi_db.cost_model.iterations import IterationEstimate

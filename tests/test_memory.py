@@ -107,3 +107,22 @@ def test_array_bytes_count_the_rows_a_filtered_source_keeps():
     target = 1_000 * 8
     assert sizes["factorized"] == target + 1_000 * (2 * 8 + 12) + 40 * 4 * 8 + 2 * 1_000 * 8
     assert sizes["materialized"] == target + 1_000 * ((2 * 8 + 12) + 4 * 8)
+
+
+def test_a_stream_holds_the_other_sources_whole_and_sizes_partition_rows_from_the_streamed_one():
+    from ilargi_db.cost_model import JobStats, SourceStats
+    from ilargi_db.cost_model.memory import array_bytes, partition_row_bytes, resident_bytes
+
+    fact = SourceStats(
+        "f", rows=1_000_000, referenced=1_000, filled=1_000, width=3, categorical_width=1, categorical_features=1
+    )
+    dim = SourceStats("d", rows=50, referenced=40, filled=1_000, width=4, categorical_width=0)
+    stats = JobStats(1_000, (fact, dim), "f", cross_width=0, numeric_zero_share=0.0)
+    # The dimension's rows the join uses, counted as array_bytes counts its block.
+    assert resident_bytes(stats, "f") == 40 * 4 * 8
+    assert (
+        resident_bytes(stats, "f") + 1_000 * (2 * 8 + 12) + 2 * 1_000 * 8 + 1_000 * 8
+        == array_bytes(stats)["factorized"]
+    )
+    # A streamed row: 2 numbers and 1 code with their Arrow copy, an index into the dimension, the target.
+    assert partition_row_bytes(stats, "f") == 2 * (2 * 8 + 8 + 8) + 8

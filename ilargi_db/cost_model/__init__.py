@@ -6,7 +6,9 @@
   roofline priors, this machine's calibration, and a 2 ms probe of how busy the cores are.
 - :mod:`~ilargi_db.cost_model.iterations`: expected iterations per solver, learned from earlier runs.
 - :mod:`~ilargi_db.cost_model.plan`: candidate plans (strategy x solver x backend) as steps with seconds.
-- :mod:`~ilargi_db.cost_model.memory`: each strategy's arrays against DuckDB's ``memory_limit``.
+- :mod:`~ilargi_db.cost_model.memory`: each strategy's arrays against DuckDB's ``memory_limit``, and a streamed job's.
+- :mod:`~ilargi_db.cost_model.shape_rule`: Amalur's rule, the choice from the data's shape alone (the fallback and
+  the tie-break).
 - :mod:`~ilargi_db.cost_model.explain`: the chosen plan, the runner-up and the reasons (``ilargi_db.explain``
   says them for a query).
 

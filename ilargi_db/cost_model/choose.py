@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
-from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_stats, source_rows
+from ilargi_db.cost_model.features import JobStats, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
+from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells, shape_strategy
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES
 from ilargi_db.plan import JoinGraph, check_single_source
@@ -73,7 +74,7 @@ def choose_batch_strategy(
         return explanations[0].strategy, "no strategy fits every model of the batch", explanations
     chosen = min(totals, key=totals.get)
     # Within the models' error the data's shape decides, as for one model (explain._choose).
-    shape = "factorized" if explanations[0].features["comp_ratio"] > FACTORIZE_ABOVE else "materialized"
+    shape = shape_strategy(explanations[0].features["comp_ratio"])
     if shape in totals and totals[shape] <= totals[chosen] * (1 + NEAR_TIE):
         chosen = shape
     others = ", ".join(f"{totals[s]:.3g} s {s}" for s in totals if s != chosen)
@@ -109,7 +110,8 @@ def plan_for(explanation: Any, strategy: str) -> Any:
 
 
 def cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[str, str]:
-    """Amalur's rule, the fallback when the estimator cannot run: factorize when the join holds 1.5x the cells."""
+    """Amalur's rule (:mod:`~ilargi_db.cost_model.shape_rule`) on the sources' row counts alone: the fallback
+    when the estimator cannot run."""
     rows = source_rows(con, graph)
     widths = {s.alias: 0 for s in graph.sources}
     for f in graph.features:
@@ -117,8 +119,6 @@ def cell_ratio_rule(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[s
             widths[part.source] += 1
     # The join has (about) as many rows as its largest source, the fact table of a star or snowflake.
     n = max(rows.values())
-    materialized = n * sum(widths.values())
-    factorized = sum(rows[a] * w for a, w in widths.items() if w) + n * sum(1 for w in widths.values() if w)
-    ratio = materialized / factorized
-    chosen = "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
+    ratio = cell_ratio(*join_cells(n, [(rows[a], w) for a, w in widths.items()], sum(widths.values())))
+    chosen = shape_strategy(ratio)
     return chosen, f"{chosen}: the join would hold {ratio:.1f}x the cells of the normalized matrix (Amalur's rule)"

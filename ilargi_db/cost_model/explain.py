@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ilargi_db.byte_sizes import format_bytes
-from ilargi_db.cost_model.features import FACTORIZE_ABOVE, JobStats, job_features, job_stats
+from ilargi_db.cost_model.features import JobStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans, reuse_offer
+from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import make_estimator
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
@@ -125,15 +126,15 @@ def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
     """The cheapest plan; among plans predicted within ``NEAR_TIE`` of it, the one the data's shape favours.
 
     Within that margin the kernel models cannot tell the plans apart (their errors are about that size), so
-    the shape decides, as Amalur's rule does (factorize when the join holds more than 1.5x the sources'
-    cells), then a direct solver before an iterative one (whose iteration count is a guess).
+    the shape decides by Amalur's rule (:func:`~ilargi_db.cost_model.shape_rule.shape_strategy`), then a
+    direct solver before an iterative one (whose iteration count is a guess).
     Returns the plan and, when the tie-break changed the choice, why.
     """
     best = plans[0]
     close = [p for p in plans if p.fits and p.seconds <= best.seconds * (1 + NEAR_TIE)]
     if len(close) < 2:
         return best, ""
-    shape = "factorized" if f["comp_ratio"] > FACTORIZE_ABOVE else "materialized"
+    shape = shape_strategy(f["comp_ratio"])
     narrow = f["columns"] <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
     chosen = min(close, key=lambda p: (p.strategy != shape, narrow and p.iterations.iterations > 1, p.seconds))
     if chosen is best:
@@ -188,7 +189,8 @@ def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
             f"the join repeats each dimension row {times} times (tuple ratio) and the dimensions bring "
             f"{_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
         )
-        if comp > FACTORIZE_ABOVE:
+        favours = shape_strategy(comp)
+        if favours == "factorized":
             text = (
                 f"{where}: the joined matrix would hold {_fmt(f['cells_materialized'])} cells, "
                 f"{comp:.1f}x the {_fmt(f['cells_factorized'])} of the sources plus their row indices"
@@ -198,7 +200,6 @@ def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
                 f"{where}: the joined matrix ({_fmt(f['cells_materialized'])} cells) is no bigger than the sources "
                 f"plus their row indices ({_fmt(f['cells_factorized'])}), so factorizing saves little work"
             )
-        favours = "factorized" if comp > FACTORIZE_ABOVE else "materialized"
         found.append((0.05 + abs(math.log(max(comp, 1e-9))) / 10, text, favours))
     if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
         fanout = _fmt(f["fact_fanout"])

@@ -23,13 +23,13 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
+from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sources import with_prefix
 
-FACTORIZE_ABOVE = 1.5  # Amalur's rule: factorize when the join holds > 1.5x the cells of the sources
 SAMPLE_JOIN_ROWS = 100_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
 
@@ -239,9 +239,7 @@ def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dic
     # A one-hot column of c categories is (c-1)/c zeros; numeric zeros are sampled.
     onehot_zero = sum(s.categorical_width - 1 for s in stats.sources if s.categorical_width)
     zero_cells = numeric * stats.numeric_zero_share + max(onehot_zero, 0)
-    cells_materialized = float(n) * d
-    blocks = [s for s in stats.sources if s.width]
-    cells_factorized = sum(float(s.rows) * s.width for s in blocks) + float(n) * len(blocks)
+    cells_materialized, cells_factorized = join_cells(n, [(s.rows, s.width) for s in stats.sources], d)
     return {
         "algorithm": algorithm,
         "rows": int(stats.n_rows),
@@ -267,6 +265,6 @@ def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dic
         "sparsity": float(zero_cells / d) if d else 0.0,
         "cells_materialized": cells_materialized,
         "cells_factorized": float(cells_factorized),
-        "comp_ratio": float(cells_materialized / max(cells_factorized, 1.0)),
+        "comp_ratio": cell_ratio(cells_materialized, cells_factorized),
         "rank": algorithm_facts(algorithm).width(params),
     }

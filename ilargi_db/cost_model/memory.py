@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.byte_sizes import format_bytes, parse_bytes
-from ilargi_db.cost_model.features import JobStats, job_stats
+from ilargi_db.cost_model.features import JobStats, SourceStats, job_stats
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import renew_snapshot
@@ -48,12 +48,33 @@ def array_bytes(stats: JobStats) -> dict[str, int]:
     for s in stats.sources:
         if not s.width:
             continue
-        row = (s.width - s.categorical_width) * FLOAT_BYTES + s.categorical_features * ONE_HOT_BYTES
+        row = row_bytes(s)
         # A block holds the source rows that pass its filters, at least those the join uses.
         factorized += min(s.rows, s.referenced) * row + n * INDEX_BYTES
         materialized += n * row
     materialized += n * stats.cross_width * FLOAT_BYTES
     return {"factorized": int(factorized), "materialized": int(materialized)}
+
+
+def row_bytes(source: SourceStats) -> int:
+    """Bytes of one row of ``source``'s block: numeric columns dense, one stored entry per categorical feature."""
+    return (source.width - source.categorical_width) * FLOAT_BYTES + source.categorical_features * ONE_HOT_BYTES
+
+
+def resident_bytes(stats: JobStats, streamed: str) -> int:
+    """Bytes of the blocks read whole while the source ``streamed`` is read in partitions: the rows of every
+    other source the join uses, counted as :func:`array_bytes` counts them."""
+    return sum(min(s.rows, s.referenced) * row_bytes(s) for s in stats.sources if s.alias != streamed)
+
+
+def partition_row_bytes(stats: JobStats, streamed: str) -> int:
+    """Bytes one row of the streamed source ``streamed`` takes in a partition: its numbers and categorical
+    codes (a code is an index into its categories) with their Arrow copy, an index per other source, the target.
+    """
+    source = stats.source(streamed)
+    numeric = source.width - source.categorical_width
+    per_copy = numeric * FLOAT_BYTES + (source.categorical_features + len(stats.sources) - 1) * INDEX_BYTES
+    return 2 * per_copy + FLOAT_BYTES
 
 
 def check_memory_limit(con: duckdb.DuckDBPyConnection, needed: dict[str, int], strategy: str) -> None:

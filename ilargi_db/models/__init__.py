@@ -15,9 +15,13 @@ _LAZY = {
     "KMeans": "_kmeans",
     "LinearRegression": "_linear",
     "LogisticRegression": "_linear",
+    "NORMAL_MAX_COLUMNS": "_linear",
 }
 
-__all__ = ["MAX_GRAM_BYTES", "DivergenceError", "GaussianNMF", "KMeans", "LinearRegression", "LogisticRegression"]
+__all__ = [
+    "MAX_GRAM_BYTES",
+    "NORMAL_MAX_COLUMNS",
+    "DivergenceError", "GaussianNMF", "KMeans", "LinearRegression", "LogisticRegression"]
 
 from ilargi_db.models.catalog import MAX_GRAM_BYTES  # noqa: E402
 

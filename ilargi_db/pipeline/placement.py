@@ -18,7 +18,7 @@ import duckdb
 
 from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cost_model.features import JobStats, job_stats
-from ilargi_db.cost_model.memory import array_bytes
+from ilargi_db.cost_model.memory import array_bytes, partition_row_bytes, resident_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import Placement, Strategy
@@ -94,16 +94,8 @@ def stream_plan(
     if needed <= budget:
         return None
     fact = stats.source(graph.sources[0].alias)  # the first FROM source: the one streamed
-    # As array_bytes counts them: numeric columns dense, one stored entry per categorical value (a
-    # one-hot row on a dimension, a code on the fact), dimension rows the join uses.
-    dimensions = sum(
-        min(s.rows, s.referenced) * ((s.width - s.categorical_width) * 8 + s.categorical_features * 12)
-        for s in stats.sources
-        if s.alias != fact.alias
-    )
-    numeric = fact.width - fact.categorical_width
-    # A partition's row: its numbers and codes with their Arrow copy, an index per dimension, the target.
-    per_row = 16 * numeric + 16 * fact.categorical_features + 16 * (len(stats.sources) - 1) + 8
+    dimensions = resident_bytes(stats, fact.alias)  # read whole, beside the partitions
+    per_row = partition_row_bytes(stats, fact.alias)
     free = budget - dimensions
     if free < 2 * per_row * MIN_PARTITION_ROWS:
         least = dimensions + 2 * per_row * MIN_PARTITION_ROWS

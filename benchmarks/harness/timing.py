@@ -1,0 +1,66 @@
+"""Timing: one call, interleaved repeats of two calls (medians), every call of a method inside a run."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    """``(seconds, result)`` of one call of ``work``."""
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
+
+
+def interleaved(
+    first: Callable[[], object], second: Callable[[], object], repeats: int, min_seconds: float = 0.0
+) -> tuple[float, float, float, float]:
+    """Median seconds of ``first`` and ``second``, timed alternately; also each one's first (cold) call.
+
+    Repeats at least ``repeats`` times and until each side has run ``min_seconds`` in total
+    (at most 10x ``repeats``). Results are dropped before the next call.
+    """
+    cold = []
+    for f in (first, second):
+        gc.collect()
+        seconds, result = timed(f)
+        cold.append(seconds)
+        del result
+    times: tuple[list[float], list[float]] = ([], [])
+    while True:
+        for f, sink in ((first, times[0]), (second, times[1])):
+            seconds, result = timed(f)
+            sink.append(seconds)
+            del result
+        done = len(times[0])
+        if done >= 10 * repeats or (done >= repeats and min(sum(times[0]), sum(times[1])) >= min_seconds):
+            break
+    return statistics.median(times[0]), statistics.median(times[1]), cold[0], cold[1]
+
+
+def record_seconds(owner: Any, name: str) -> list[float]:
+    """Wrap the method ``owner.name`` so that each call appends its seconds to the list returned.
+
+    How the benchmarks time passes over the data (an evaluation of the loss, one ``_each``) inside a run.
+    """
+    seconds: list[float] = []
+    method = getattr(owner, name)
+
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - began)
+
+    setattr(owner, name, timed_call)
+    return seconds
+
+
+def later_passes(passes: list[float]) -> float:
+    """The median seconds of the passes after the first (which reads the data, compiles, spills)."""
+    return statistics.median(passes[1:] or passes)
