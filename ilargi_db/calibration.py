@@ -46,7 +46,7 @@ from ilargi_db.cost_model.kernels import (
 from ilargi_db.cost_model.plan import data_shape, iteration_steps
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, NormalizedMatrix
-from ilargi_db.models.catalog import algorithm_facts, make_estimator
+from ilargi_db.models.catalog import STRATEGIES, algorithm_facts, make_estimator
 from ilargi_db.pipeline import read_training_data
 from ilargi_db.plan import build_join_graph
 
@@ -275,7 +275,7 @@ def measure_data_steps(grid: str, backend: str) -> list[Measurement]:
             query = _star(con, n, dims, numeric, strings)
             graph = build_join_graph(con, query, "y")
             stats = job_stats(con, graph)
-            for strategy in ("factorized", "materialized"):
+            for strategy in STRATEGIES:
                 seconds = _best_of(
                     functools.partial(read_training_data, con, graph, strategy, backend), 2, lambda: None
                 )

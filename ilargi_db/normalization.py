@@ -13,6 +13,7 @@ from ilargi_db.errors import PlanError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
+from ilargi_db.models.catalog import Strategy
 from ilargi_db.plan import JoinGraph, build_join_graph, check_single_source, check_target_type, is_numeric
 from ilargi_db.read_snapshot import ReadSnapshot
 
@@ -115,7 +116,7 @@ def normalize(
     be = get_backend(backend)
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph = check_factorizable(build_join_graph(con, query, target))
-        check_job_memory(con, graph, "factorized")
+        check_job_memory(con, graph, Strategy.FACTORIZED)
         meta = extract_metadata(con, graph, dtype=dtype)
     X = to_normalized_matrix(meta, be, sparse)
     y = None if meta.target is None else be.asarray(meta.target)

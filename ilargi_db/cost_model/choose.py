@@ -13,13 +13,12 @@ from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import probe_load
 from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells, shape_strategy
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES
+from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES, Strategy
 from ilargi_db.plan import JoinGraph, check_single_source
 from ilargi_db.read_snapshot import renew_snapshot
 
 if TYPE_CHECKING:
     from ilargi_db.reuse.holdings import ReadHoldings
-
 
 
 def choose_batch_strategy(
@@ -43,9 +42,9 @@ def choose_batch_strategy(
     mixed = graph.cross_source_features
     if mixed:
         why = "; ".join(feature.describe_sources() for feature in mixed)
-        if strategy == "factorized":
+        if strategy == Strategy.FACTORIZED:
             check_single_source(graph)  # raises the planner's message
-        return "materialized", f"materialized: {why}, so it cannot be computed inside one source.", none
+        return Strategy.MATERIALIZED, f"materialized: {why}, so it cannot be computed inside one source.", none
     if strategy != "auto":
         return strategy, f"{strategy}: chosen by the caller.", none
     try:

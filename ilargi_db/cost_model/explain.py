@@ -19,7 +19,7 @@ from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import make_estimator
+from ilargi_db.models.catalog import Strategy, make_estimator
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
             f"{_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
         )
         favours = shape_strategy(comp)
-        if favours == "factorized":
+        if favours == Strategy.FACTORIZED:
             text = (
                 f"{where}: the joined matrix would hold {_fmt(f['cells_materialized'])} cells, "
                 f"{comp:.1f}x the {_fmt(f['cells_factorized'])} of the sources plus their row indices"
@@ -203,14 +203,16 @@ def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
         found.append((0.05 + abs(math.log(max(comp, 1e-9))) / 10, text, favours))
     if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
         fanout = _fmt(f["fact_fanout"])
-        found.append((0.04, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", "factorized"))
+        found.append(
+            (0.04, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", Strategy.FACTORIZED)
+        )
     if f["categorical_features"]:
         found.append(
             (
                 0.03,
                 f"{f['categorical_features']} categorical feature(s) one-hot encoded into {f['columns_onehot']} "
                 "columns: materializing encodes one value per joined row, factorizing one per source row",
-                "factorized",
+                Strategy.FACTORIZED,
             )
         )
     return found
@@ -249,7 +251,7 @@ def explain_graph(
     needed = array_bytes(stats)
     limit = memory_limit_bytes(con)
     mixed = graph.cross_source_features
-    allowed = ("materialized",) if mixed else strategies
+    allowed = (Strategy.MATERIALIZED,) if mixed else strategies
     # Planning: the join graph (before this call, about 4 ms a source) and the statistics just measured.
     planning = time.perf_counter() - start + PLANNING_PER_SOURCE * len(stats.sources)
     offer = reuse_offer(reuse)
@@ -286,7 +288,7 @@ def explain_graph(
         why = "; ".join(feature.describe_sources() for feature in mixed)
         only = f"{why}, so it cannot be computed inside one source: only the materialized join can train it"
         return Explanation(
-            "materialized",
+            Strategy.MATERIALIZED,
             seconds,
             f,
             [only, iterations, hardware_line],

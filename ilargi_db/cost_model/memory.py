@@ -18,6 +18,7 @@ import duckdb
 from ilargi_db.byte_sizes import format_bytes, parse_bytes
 from ilargi_db.cost_model.features import JobStats, SourceStats, job_stats
 from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import STRATEGIES, Strategy
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import renew_snapshot
 
@@ -53,7 +54,7 @@ def array_bytes(stats: JobStats) -> dict[str, int]:
         factorized += min(s.rows, s.referenced) * row + n * INDEX_BYTES
         materialized += n * row
     materialized += n * stats.cross_width * FLOAT_BYTES
-    return {"factorized": int(factorized), "materialized": int(materialized)}
+    return {Strategy.FACTORIZED: int(factorized), Strategy.MATERIALIZED: int(materialized)}
 
 
 def row_bytes(source: SourceStats) -> int:
@@ -82,7 +83,7 @@ def check_memory_limit(con: duckdb.DuckDBPyConnection, needed: dict[str, int], s
     limit = memory_limit_bytes(con)
     if limit is None or needed[strategy] <= limit:
         return
-    other = "materialized" if strategy == "factorized" else "factorized"
+    other = Strategy.MATERIALIZED if strategy == Strategy.FACTORIZED else Strategy.FACTORIZED
     advice = "raise it (SET memory_limit = '...'), or select fewer rows or columns"
     if other in needed and needed[other] <= limit:
         advice = f"train {other} (it needs about {format_bytes(needed[other])}), or " + advice
@@ -102,7 +103,7 @@ def check_job_memory(
     the job's rows (:func:`~ilargi_db.cost_model.features.job_stats`, two aggregate queries).
     """
     if explanation is not None and "array_bytes_factorized" in explanation.features:
-        needed = {s: int(explanation.features[f"array_bytes_{s}"]) for s in ("factorized", "materialized")}
+        needed = {s: int(explanation.features[f"array_bytes_{s}"]) for s in STRATEGIES}
     elif stats is not None:
         needed = array_bytes(stats)
     else:
@@ -112,5 +113,5 @@ def check_job_memory(
             renew_snapshot(con)  # a failed statement aborted the job's read transaction
             return
     if not graph.factorizable:
-        needed.pop("factorized")
+        needed.pop(Strategy.FACTORIZED)
     check_memory_limit(con, needed, strategy)

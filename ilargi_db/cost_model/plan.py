@@ -29,7 +29,7 @@ from ilargi_db.cost_model.kernels import (
     solver_terms,
     transfer_terms,
 )
-from ilargi_db.models.catalog import MAX_GRAM_BYTES, STRATEGIES, algorithm_facts
+from ilargi_db.models.catalog import MAX_GRAM_BYTES, STRATEGIES, Strategy, algorithm_facts
 
 if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
     from ilargi_db.reuse.holdings import ReadHoldings
@@ -161,7 +161,7 @@ def matrix_shape(stats: JobStats, strategy: str) -> MatrixShape:
     """What ``strategy`` builds for this job: its dense block and gathered parts."""
     n = stats.n_rows
     with_features = [s for s in stats.sources if s.width]
-    if strategy == "materialized":
+    if strategy == Strategy.MATERIALIZED:
         dense = sum(_numeric(s) for s in with_features) + stats.cross_width
         parts = [p for s in with_features for p in _categorical_parts(s)]
         return MatrixShape(n, dense, tuple(parts))
@@ -177,7 +177,7 @@ def data_shape(stats: JobStats, strategy: str) -> DataShape:
     """What ``strategy`` reads out of DuckDB for this job."""
     n, sources = stats.n_rows, len(stats.sources)
     with_features = [s for s in stats.sources if s.width]
-    if strategy == "materialized":
+    if strategy == Strategy.MATERIALIZED:
         numeric = sum(_numeric(s) for s in with_features) + stats.cross_width
         strings = sum(s.categorical_features for s in with_features)
         return DataShape(n, sources, n * numeric, n * strings, 0)
@@ -214,7 +214,7 @@ def plan_steps(
     shape = matrix_shape(stats, strategy)
     data = data_shape(stats, strategy)
     kernel = f"{strategy}_data"
-    how = "key-only join and source scans" if strategy == "factorized" else "the materialized join"
+    how = "key-only join and source scans" if strategy == Strategy.FACTORIZED else "the materialized join"
     steps = [Step("reading the data", kernel, f"{how}, {data.describe()}", 1, costs.seconds(kernel, data_terms(data)))]
     if backend == "cupy":
         nbytes = 8 * (data.numeric_cells + data.index_entries) + 4 * data.string_values
@@ -330,7 +330,7 @@ def candidate_plans(
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history)
             steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend)
-            if reuse is not None and strategy == "factorized":
+            if reuse is not None and strategy == Strategy.FACTORIZED:
                 steps = _reusing(steps, reuse)
             if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice
                 what = f"{len(stats.sources)} sources, statistics queries measured"

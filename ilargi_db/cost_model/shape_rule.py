@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ilargi_db.models.catalog import Strategy
+
 FACTORIZE_ABOVE = 1.5  # factorize when the join holds more than this many times the normalized matrix's cells
 
 
@@ -38,4 +40,4 @@ def shape_strategy(ratio: float) -> str:
     >>> shape_strategy(1.5), shape_strategy(1.6)
     ('materialized', 'factorized')
     """
-    return "factorized" if ratio > FACTORIZE_ABOVE else "materialized"
+    return Strategy.FACTORIZED if ratio > FACTORIZE_ABOVE else Strategy.MATERIALIZED

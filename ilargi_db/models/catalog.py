@@ -26,6 +26,7 @@ class Choice(str, Enum):
         return self.value
 
     __format__ = str.__format__
+    __repr__ = str.__repr__  # 'factorized', as the plain string it stands for (a model's strategy_ reads the same)
 
 
 class Strategy(Choice):
