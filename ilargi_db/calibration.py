@@ -46,7 +46,7 @@ from ilargi_db.cost_model.kernels import (
 from ilargi_db.cost_model.plan import data_shape, iteration_steps
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, NormalizedMatrix
-from ilargi_db.models.catalog import STRATEGIES, algorithm_facts, make_estimator
+from ilargi_db.models.catalog import STRATEGIES, SolverName, algorithm_facts, make_estimator
 from ilargi_db.pipeline import read_training_data
 from ilargi_db.plan import build_join_graph
 
@@ -192,11 +192,11 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
 # -- what solvers do besides the kernels -------------------------------------------------------------
 
 SOLVER_RUNS = {  # solver: (algorithm, parameters): fixed iteration counts where the solver allows
-    "normal": ("linear_regression", {"solver": "normal"}),
-    "cg": ("linear_regression", {"solver": "cg", "max_iter": 8, "tol": 0.0}),
-    "lbfgs": ("logistic_regression", {"max_iter": 8}),
-    "lloyd": ("kmeans", {"n_clusters": 8, "n_init": 1, "max_iter": 5, "tol": 0.0, "random_state": 0}),
-    "mu": ("gnmf", {"n_components": 2, "max_iter": 5, "tol": 0.0, "random_state": 0}),
+    SolverName.NORMAL: ("linear_regression", {"solver": "normal"}),
+    SolverName.CG: ("linear_regression", {"solver": "cg", "max_iter": 8, "tol": 0.0}),
+    SolverName.LBFGS: ("logistic_regression", {"max_iter": 8}),
+    SolverName.LLOYD: ("kmeans", {"n_clusters": 8, "n_init": 1, "max_iter": 5, "tol": 0.0, "random_state": 0}),
+    SolverName.MU: ("gnmf", {"n_components": 2, "max_iter": 5, "tol": 0.0, "random_state": 0}),
 }
 
 
@@ -210,7 +210,7 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
         X, shape = _matrix(n, dense, parts, rng, be.xp, be.sparse)
         y = rng.standard_normal(n)
         for solver, (algorithm, params) in SOLVER_RUNS.items():
-            if solver == "normal" and X.shape[1] > 3_200:
+            if solver == SolverName.NORMAL and X.shape[1] > 3_200:
                 continue  # its Gram matrix alone would take seconds
             facts = algorithm_facts(algorithm)
             if algorithm == "logistic_regression":

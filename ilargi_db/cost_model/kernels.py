@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
+from ilargi_db.models.catalog import SolverName
 
 FORMAT_VERSION = 3  # 3: fits before it timed memoized X^T X (0 s); such a file is ignored, the priors serve
 CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
@@ -119,7 +120,7 @@ def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> dict[str,
     }
 
 
-SOLVERS = ("normal", "cg", "gd", "lbfgs", "newton", "lloyd", "mu")
+SOLVERS = tuple(SolverName)
 
 
 def solve_terms(d: int) -> dict[str, float]:

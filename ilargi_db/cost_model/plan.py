@@ -29,12 +29,11 @@ from ilargi_db.cost_model.kernels import (
     solver_terms,
     transfer_terms,
 )
-from ilargi_db.models.catalog import MAX_GRAM_BYTES, STRATEGIES, Strategy, algorithm_facts
+from ilargi_db.models.catalog import GRAM_SOLVERS, MAX_GRAM_BYTES, STRATEGIES, SolverName, Strategy, algorithm_facts
 
 if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
     from ilargi_db.reuse.holdings import ReadHoldings
 
-GRAM_SOLVERS = frozenset({"normal", "newton"})  # they form a dense d x d matrix
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
 
 
@@ -241,7 +240,9 @@ def plan_steps(
         )
     )
     steps.append(
-        _matrix_step(costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in ("lloyd", "mu") else 1)
+        _matrix_step(
+            costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in (SolverName.LLOYD, SolverName.MU) else 1
+        )
     )
     return steps
 
@@ -250,19 +251,19 @@ def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, 
     """The matrix kernels ``solver`` runs on ``shape`` over ``iterations`` (``k``: the iterate's columns)."""
     steps: list[Step] = []
     d = shape.columns + 1
-    if solver == "normal":
+    if solver == SolverName.NORMAL:
         steps += [
             _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
             _matrix_step(costs, "X.T @ y", "rmm", shape, 1),
             Step("solve", "solve", f"{d:,} x {d:,}", 1, costs.seconds("solve", solve_terms(d)), True),
         ]
-    elif solver in ("cg", "gd", "lbfgs"):
-        evaluations = iterations * (LBFGS_EVALUATIONS if solver == "lbfgs" else 1.0)
+    elif solver in (SolverName.CG, SolverName.GD, SolverName.LBFGS):
+        evaluations = iterations * (LBFGS_EVALUATIONS if solver == SolverName.LBFGS else 1.0)
         steps += [
             _matrix_step(costs, "X @ w", "lmm", shape, evaluations),
             _matrix_step(costs, "X.T @ v", "rmm", shape, evaluations),
         ]
-    elif solver == "newton":
+    elif solver == SolverName.NEWTON:
         steps += [
             _matrix_step(costs, "X.T @ diag(w) @ X", "crossprod", shape, iterations),
             _matrix_step(costs, "X @ w", "lmm", shape, iterations),
@@ -271,12 +272,12 @@ def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, 
                 "solve", "solve", f"{d:,} x {d:,}", iterations, costs.seconds("solve", solve_terms(d), iterations), True
             ),
         ]
-    elif solver == "lloyd":
+    elif solver == SolverName.LLOYD:
         steps += [
             _matrix_step(costs, "nearest centroid", "nearest", shape, iterations, k),
             _matrix_step(costs, "cluster sums", "group_sums", shape, iterations, k),
         ]
-    elif solver == "mu":
+    elif solver == SolverName.MU:
         steps += [
             _matrix_step(costs, "X @ H.T", "lmm", shape, iterations, k),
             _matrix_step(costs, "W.T @ X", "rmm", shape, iterations, k),
@@ -387,13 +388,13 @@ def solver_passes(solver: str, iterations: float, k: int = 1) -> float:
     (``reduce_rows``), the training metrics' pass included: what a stream reads, or a cluster schedules.
     ``k``: clusters (k-means++ seeding reads the rows twice per center)."""
     passes = {
-        "normal": 2.0,  # the sufficient statistics; the loss
-        "cg": iterations + 4.0,  # X^T b, sum(b) and ||b||^2; the column sums; the column norms; the loss
-        "gd": 2.0 * iterations + 52.0,  # a gradient and a loss per iteration; the power iteration's 50
-        "lbfgs": LBFGS_EVALUATIONS * iterations + 1.0,
-        "newton": 3.0 * iterations,  # the loss and gradient, the curvature, about one line-search step
-        "lloyd": iterations + 3.0 + 2.0 * k,  # the row norms, column sums, final labels; the seeding
-        "mu": 2.0 * iterations + 2.0,
+        SolverName.NORMAL: 2.0,  # the sufficient statistics; the loss
+        SolverName.CG: iterations + 4.0,  # X^T b, sum(b) and ||b||^2; the column sums; the column norms; the loss
+        SolverName.GD: 2.0 * iterations + 52.0,  # a gradient and a loss per iteration; the power iteration's 50
+        SolverName.LBFGS: LBFGS_EVALUATIONS * iterations + 1.0,
+        SolverName.NEWTON: 3.0 * iterations,  # the loss and gradient, the curvature, about one line-search step
+        SolverName.LLOYD: iterations + 3.0 + 2.0 * k,  # the row norms, column sums, final labels; the seeding
+        SolverName.MU: 2.0 * iterations + 2.0,
     }
     if solver not in passes:
         raise ValueError(f"no pass count for solver {solver!r}")

@@ -24,7 +24,7 @@ from ilargi_db.models._base import (
     to_host,
     warn_if_not_converged,
 )
-from ilargi_db.models.catalog import MAX_GRAM_BYTES
+from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES
 
 
 class _LinearModel(SparseInputMixin, BaseEstimator):
@@ -158,7 +158,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
     _parameter_constraints: dict = {
         "fit_intercept": ["boolean"],
         "alpha": [Interval(Real, 0, None, closed="left")],
-        "solver": [StrOptions({"auto", "normal", "cg", "gd"})],
+        "solver": [StrOptions({AUTO, *CATALOG["linear_regression"].solver_names})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_gram_bytes": [Interval(Integral, 0, None, closed="left")],
@@ -414,7 +414,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         "C": [Interval(Real, 0, None, closed="neither")],
         "penalty": [StrOptions({"l2"}), None],
         "fit_intercept": ["boolean"],
-        "solver": [StrOptions({"lbfgs", "newton"})],
+        "solver": [StrOptions(set(CATALOG["logistic_regression"].solver_names))],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_gram_bytes": [Interval(Integral, 0, None, closed="left")],

@@ -49,14 +49,27 @@ class Placement(Choice):
     DISTRIBUTED = "distributed"  # partitions held by a Dask cluster's workers
 
 
+class SolverName(Choice):
+    """How an estimator fits; the values its ``solver`` parameter takes (where it has one)."""
+
+    NORMAL = "normal"  # the normal equations through the factorized X^T X (Cholesky)
+    CG = "cg"  # conjugate gradients on the normal equations
+    GD = "gd"  # accelerated gradient descent
+    LBFGS = "lbfgs"  # scipy's L-BFGS over factorized gradients
+    NEWTON = "newton"  # Newton steps with the factorized Hessian X^T D X
+    LLOYD = "lloyd"  # k-means' Lloyd iterations
+    MU = "mu"  # NMF's multiplicative updates
+
+
 @dataclass(frozen=True)
 class Solver:
     """One way an algorithm's estimator fits: its iteration defaults and what it typically needs."""
 
-    name: str
+    name: SolverName
     max_iter: int = 1  # the estimator's default (1: a direct solver)
     tol: float = 0.0  # the estimator's default tolerance
     typical_iterations: float = 1.0  # iterations to converge at the default tolerance, in the benchmarks' runs
+    forms_gram: bool = False  # forms a dense d x d matrix (bounded by max_gram_bytes)
 
     @property
     def iterative(self) -> bool:
@@ -85,6 +98,11 @@ class Algorithm:
                 return s
         raise KeyError(name)
 
+    @property
+    def solver_names(self) -> tuple[SolverName, ...]:
+        """Every solver the estimator accepts: the plan's candidates and those only a caller names."""
+        return tuple(s.name for s in (*self.solvers, *EXTRA_SOLVERS.get(self.name, ())))
+
     def width(self, params: dict[str, Any]) -> int:
         """Columns of the iterate: clusters for k-means, components for NMF, 1 for linear models."""
         return int(params.get(self.width_parameter, self.default_width)) if self.width_parameter else 1
@@ -100,7 +118,7 @@ CATALOG: dict[str, Algorithm] = {
             "linear_regression",
             "LinearRegression",
             supervised=True,
-            solvers=(Solver("normal"), Solver("cg", 1000, 1e-6, 60.0)),
+            solvers=(Solver(SolverName.NORMAL, forms_gram=True), Solver(SolverName.CG, 1000, 1e-6, 60.0)),
             solver_parameter="solver",
             fitted=("coef_", "intercept_"),
             macro="linear",
@@ -110,7 +128,7 @@ CATALOG: dict[str, Algorithm] = {
             "logistic_regression",
             "LogisticRegression",
             supervised=True,
-            solvers=(Solver("lbfgs", 100, 1e-4, 25.0),),
+            solvers=(Solver(SolverName.LBFGS, 100, 1e-4, 25.0),),
             fitted=("coef_", "intercept_", "classes_"),
             macro="logistic",
             metrics="classification",
@@ -119,7 +137,7 @@ CATALOG: dict[str, Algorithm] = {
             "kmeans",
             "KMeans",
             supervised=False,
-            solvers=(Solver("lloyd", 300, 1e-4, 30.0),),
+            solvers=(Solver(SolverName.LLOYD, 300, 1e-4, 30.0),),
             width_parameter="n_clusters",
             default_width=8,
             fitted=("cluster_centers_", "inertia_", "n_iter_"),
@@ -130,7 +148,7 @@ CATALOG: dict[str, Algorithm] = {
             "gnmf",
             "GaussianNMF",
             supervised=False,
-            solvers=(Solver("mu", 200, 1e-4, 60.0),),
+            solvers=(Solver(SolverName.MU, 200, 1e-4, 60.0),),
             width_parameter="n_components",
             default_width=2,
             fitted=("components_", "n_components_", "reconstruction_err_", "n_iter_"),
@@ -141,10 +159,12 @@ CATALOG: dict[str, Algorithm] = {
 }
 # Solvers the caller may name that no plan picks on its own.
 EXTRA_SOLVERS = {
-    "linear_regression": (Solver("gd", 1000, 1e-6, 300.0),),
-    "logistic_regression": (Solver("newton", 100, 1e-4, 8.0),),
+    "linear_regression": (Solver(SolverName.GD, 1000, 1e-6, 300.0),),
+    "logistic_regression": (Solver(SolverName.NEWTON, 100, 1e-4, 8.0, forms_gram=True),),
 }
 NAMES = tuple(CATALOG)
+ALL_SOLVERS = tuple(s for a in CATALOG.values() for s in (*a.solvers, *EXTRA_SOLVERS.get(a.name, ())))
+GRAM_SOLVERS = frozenset(s.name for s in ALL_SOLVERS if s.forms_gram)
 SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
 # How a job reads its training data: the normalized matrix (factorized) or DuckDB's join (materialized).
 

@@ -10,7 +10,7 @@ from typing import Any
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import ScaledMatrix
-from ilargi_db.models.catalog import AUTO, algorithm_facts
+from ilargi_db.models.catalog import AUTO, SolverName, algorithm_facts
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
@@ -139,7 +139,7 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
             return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
     if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
         solver = estimator.solver if estimator.solver != "auto" else estimator.choose_solver(M.shape[1])[0]
-        found = job.warm_start(algorithm, scaled, M.feature_names) if solver == "cg" else None
+        found = job.warm_start(algorithm, scaled, M.feature_names) if solver == SolverName.CG else None
         if found is not None:
             return {"coef_init": found[0]}, found[2]
     return {}, ""
