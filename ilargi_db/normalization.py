@@ -9,26 +9,31 @@ import numpy as np
 import scipy.sparse as sp
 
 from ilargi_db.backend import Backend, get_backend
-from ilargi_db.errors import PlanError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg import Block, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.models.catalog import Strategy
-from ilargi_db.plan import JoinGraph, build_join_graph, check_single_source, check_target_type, is_numeric
+from ilargi_db.pipeline.readers import ReadSettings, read_factorized
+from ilargi_db.plan import (
+    JoinGraph,
+    build_join_graph,
+    categorical_flags,
+    check_single_source,
+    check_target_type,
+    mark_categorical_coalesce,
+)
+from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.read_snapshot import ReadSnapshot
 
 SPARSE_DENSITY = 0.1  # sparse="auto" keeps a block sparse below this share of non-zeros
 
 
 def check_factorizable(graph: JoinGraph) -> JoinGraph:
-    """Refuse features that mix sources or are not numbers, naming each expression and what to do."""
+    """Refuse features that mix sources, or whose type is neither a number nor a category, naming each
+    expression and what to do; a categorical COALESCE across sources mixes them too."""
+    flags = categorical_flags(graph)  # refuses lists, structs and the like
+    graph = mark_categorical_coalesce(graph, flags)
     check_single_source(graph)
-    for feature in graph.features:
-        if not is_numeric(feature.duckdb_type):
-            raise PlanError(
-                f"feature {feature.name!r} ({feature.sql}) has type {feature.duckdb_type}; the "
-                "normalized matrix holds numbers. Cast it (CAST(... AS DOUBLE)) or leave it out."
-            )
     check_target_type(graph)
     return graph
 
@@ -65,8 +70,12 @@ def normalize(
     *,
     sparse: bool | str = "auto",
     dtype: Any = np.float64,
+    impute: bool = False,
 ) -> tuple[NormalizedMatrix, Any]:
-    """Turn a training query into a normalized matrix of its features and its target.
+    """Turn a training query into a normalized matrix of its features and its target: the matrix ``train`` fits.
+
+    Text, ENUM and BOOLEAN features are one-hot encoded as ``train`` encodes them (one column per category
+    seen, NULL its own category, named ``feature=value``); numeric features are the query's numbers.
 
     Parameters
     ----------
@@ -82,6 +91,11 @@ def normalize(
         Store blocks as CSR: always, never, or when under 10% of entries are non-zero.
     dtype : NumPy dtype
         Floating type of the blocks (float64 by default).
+    impute : bool
+        Replace numeric NULLs by the column's mean over the rows, as ``train`` does by default (then
+        ``X`` is exactly the matrix ``train(..., impute=True)`` fits). Without it a NULL is NaN in a query of
+        numbers only; beside categorical features (encoded as ``train`` encodes them) it is refused, as
+        ``train(..., impute=False)`` refuses it.
 
     Returns
     -------
@@ -117,7 +131,22 @@ def normalize(
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph = check_factorizable(build_join_graph(con, query, target))
         check_job_memory(con, graph, Strategy.FACTORIZED)
-        meta = extract_metadata(con, graph, dtype=dtype)
-    X = to_normalized_matrix(meta, be, sparse)
-    y = None if meta.target is None else be.asarray(meta.target)
-    return X, y
+        flags = categorical_flags(graph)
+        if not any(flags) and not impute:  # the query's numbers as they are, NULL as NaN
+            meta = extract_metadata(con, graph, dtype=dtype)
+            X = to_normalized_matrix(meta, be, sparse)
+            return X, None if meta.target is None else be.asarray(meta.target)
+        read = ReadSettings(FeatureEncoder(flags, impute=impute), fit=True, backend=be, labelled_only=False)
+        data = read_factorized(con, graph, read)
+    X = data.X
+    blocks = [_stored(block, sparse, dtype) for block in X.blocks]
+    X = NormalizedMatrix(blocks, n_rows=X.shape[0], feature_names=X.feature_names, backend=be)
+    return X, None if data.y is None else be.asarray(data.y)
+
+
+def _stored(block: Block, sparse: bool | str, dtype: Any) -> Block:
+    """An encoded block as ``sparse`` and ``dtype`` ask (one-hot blocks are sparse already)."""
+    data = block.data
+    if not sp.issparse(data) and (sparse is True or (sparse == "auto" and estimated_density(data) < SPARSE_DENSITY)):
+        data = sp.csr_matrix(data)
+    return Block(data=data.astype(dtype), columns=block.columns, index=block.index, fill=block.fill)

@@ -42,9 +42,10 @@ SHAPES = {
         "SELECT COALESCE(f.hour, w.hour) AS hour, f.dep_delay, w.temp, f.arr_delay FROM flights f "
         "FULL JOIN weather w ON f.origin = w.origin AND f.hour = w.hour"
     ),
-    "expressions, casts, DECIMAL, BOOLEAN, a constant and a NULL-aware expression": (
-        "SELECT f.dep_delay * 2 + 1 AS e, f.distance, f.late, CAST(f.late AS INTEGER) AS li, 1 AS bias, "
-        "COALESCE(d.lat, 5) AS dl5, d.lat IS NULL AS no_dest, f.arr_delay FROM flights f "
+    # A BOOLEAN is a category, one-hot as train encodes it: test_categories_are_one_hot_as_train_encodes_them.
+    "expressions, casts, DECIMAL, BOOLEAN cast to a number, a constant and a NULL-aware expression": (
+        "SELECT f.dep_delay * 2 + 1 AS e, f.distance, CAST(f.late AS INTEGER) AS li, 1 AS bias, "
+        "COALESCE(d.lat, 5) AS dl5, CAST(d.lat IS NULL AS DOUBLE) AS no_dest, f.arr_delay FROM flights f "
         "LEFT JOIN airports d ON f.dest = d.faa"
     ),
     "subquery, view and CTE sources": (
@@ -134,7 +135,7 @@ def test_cross_source_feature_is_not_factorizable(con):
 @pytest.mark.parametrize(
     "query, target, message",
     [
-        ("SELECT f.origin, f.arr_delay FROM flights f", "arr_delay", "feature 'origin' .* has type VARCHAR"),
+        ("SELECT [f.dep_delay] AS l, f.arr_delay FROM flights f", "arr_delay", "feature 'l' has type DOUBLE\\[\\]"),
         ("SELECT f.dep_delay, f.origin FROM flights f", "origin", "target 'origin' has type VARCHAR"),
     ],
 )
@@ -239,3 +240,25 @@ def test_a_join_key_that_reads_another_source_is_scanned_not_streamed(con):
     T, y_join = materialized(con, query, "arr_delay")
     assert_close(X.materialize(), T)
     assert_close(y, y_join)
+
+
+def test_categories_are_one_hot_as_train_encodes_them(con):
+    """normalize() returns the matrix train fits: text and BOOLEAN one-hot (NULL its own category), and with
+    impute=True numeric NULLs as the training means; a model fitted on it is train's model."""
+    from ilargi_db.pipeline import read_training_data
+    from ilargi_db.plan import build_join_graph
+
+    query = (
+        "SELECT f.dep_delay, f.origin, f.late, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d "
+        "ON f.dest = d.faa"
+    )
+    X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", impute=True)
+    joined = read_training_data(con, build_join_graph(con, query, "arr_delay"), "materialized")  # train's join path
+    assert X.feature_names == joined.X.feature_names and any(n.startswith("origin") for n in X.feature_names)
+    assert_close(X.materialize(), joined.X.materialize())
+    np.testing.assert_allclose(y, joined.y)
+    model = ilargi_db.train(con, query, "arr_delay", strategy="factorized", backend="numpy", alpha=1.0)
+    fitted = ilargi_db.LinearRegression(alpha=1.0).fit(X, y)
+    np.testing.assert_allclose(fitted.coef_, model.coef_, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ilargi_db.IlargiError, match="impute"):  # without impute, a numeric NULL beside categories
+        ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
