@@ -126,6 +126,42 @@ def clear_unused_nonfinite(block: BlockMetadata) -> None:
     block.data[missing & ~used[:, None]] = 0.0
 
 
+def _feature_parts(graph: JoinGraph) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+    """Per source, the feature expressions it computes (by part column), and those the join must carry
+    (the parts of a COALESCE across sources, which the join decides between)."""
+    parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
+    parts_in_join: dict[str, list[str]] = {s.alias: [] for s in graph.sources}
+    for j, feature in enumerate(graph.features):
+        for k, part in enumerate(feature.parts):
+            parts[part.source][part_column(j, k)] = part.sql
+            if feature.kind == "coalesce":
+                parts_in_join[part.source].append(part_column(j, k))
+    return parts, parts_in_join
+
+
+def _coalesced_blocks(graph: JoinGraph, joined: dict, scans: dict, dtype: np.dtype) -> list[BlockMetadata]:
+    """One block per part of each COALESCE across sources: the winning source gives the cell."""
+    blocks = []
+    for j, feature in enumerate(graph.features):
+        if feature.kind != "coalesce":
+            continue
+        winner = joined[winner_column(j)]
+        for k, part in enumerate(feature.parts):
+            rows = joined[part.source]
+            # A row no source fills is empty (-1) in the first part only; elsewhere the part gives nothing (-2).
+            other = np.where(winner == -1, -1, -2) if k == 0 else -2
+            blocks.append(
+                BlockMetadata(
+                    source=part.source,
+                    data=arrow_to_block(scans[part.source].values, [part_column(j, k)], dtype),
+                    indicator=np.where(winner == k, rows, other).astype(rows.dtype, copy=False),
+                    columns=np.array([j], dtype=np.int64),
+                    fill=np.full(1, np.nan, dtype=dtype),
+                )
+            )
+    return blocks
+
+
 def extract_metadata(
     con: duckdb.DuckDBPyConnection,
     graph: JoinGraph,
@@ -142,14 +178,8 @@ def extract_metadata(
     if any(graph.features[j].kind == "coalesce" for j in categorical):
         raise ValueError("a categorical feature must read one source")  # classified as cross-source upstream
     keys = join_columns(graph)
-    parts: dict[str, dict[str, str]] = {s.alias: {} for s in graph.sources}
-    parts_in_join: dict[str, list[str]] = {s.alias: [] for s in graph.sources}
+    parts, parts_in_join = _feature_parts(graph)
     text_parts = frozenset(part_column(j, 0) for j in categorical)
-    for j, feature in enumerate(graph.features):
-        for k, part in enumerate(feature.parts):
-            parts[part.source][part_column(j, k)] = part.sql
-            if feature.kind == "coalesce":
-                parts_in_join[part.source].append(part_column(j, k))
     anchor = streamable_source(con, graph, parts, parts_in_join)
     scans = {
         s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], parts_in_join[s.alias], text_parts)
@@ -213,23 +243,7 @@ def extract_metadata(
         if source == anchor and order is not None:
             values = values.take(order)
         categoricals.append(CategoricalMetadata(source, j, values, joined[source], fill_of(source, name)))
-    for j, feature in enumerate(graph.features):
-        if feature.kind != "coalesce":
-            continue
-        winner = joined[winner_column(j)]
-        for k, part in enumerate(feature.parts):
-            rows = joined[part.source]
-            # The winning source gives the cell; a row no source fills is empty (-1) in the first part only.
-            other = np.where(winner == -1, -1, -2) if k == 0 else -2
-            blocks.append(
-                BlockMetadata(
-                    source=part.source,
-                    data=arrow_to_block(scans[part.source].values, [part_column(j, k)], dtype),
-                    indicator=np.where(winner == k, rows, other).astype(rows.dtype, copy=False),
-                    columns=np.array([j], dtype=np.int64),
-                    fill=np.full(1, np.nan, dtype=dtype),
-                )
-            )
+    blocks += _coalesced_blocks(graph, joined, scans, dtype)
     for block in blocks:
         clear_unused_nonfinite(block)
     return DIMetadata(
