@@ -277,11 +277,10 @@ def explain_graph(
     for s in STRATEGIES:
         f[f"array_bytes_{s}"] = needed[s]
     seconds = {s: min(p.seconds for p in plans if p.strategy == s) for s in allowed}
+    gpu = f", GPU {hardware.gpu_name}" if name == "cupy" and hardware.gpu_name else ""
     hardware_line = (
         f"hardware: {hardware.cores} cores, {hardware.memory_bandwidth_gbs:.0f} GB/s memory, "
-        f"{hardware.gflops:.0f} GFLOP/s"
-        + (f", GPU {hardware.gpu_name}" if name == "cupy" and hardware.gpu_name else "")
-        + f"; backend {name}"
+        f"{hardware.gflops:.0f} GFLOP/s{gpu}; backend {name}"
     )
     iterations = f"iterations: {chosen.iterations.iterations:g} expected ({chosen.iterations.source})"
     if mixed:
@@ -298,6 +297,21 @@ def explain_graph(
             decided,
             tuple(plans),
         )
+    reasons = _reasons(chosen, runner_up, f, tie_break, load, offer) + [iterations, hardware_line]
+    if offer is not None and offer.lines:
+        reasons.append(
+            f"reuses {'; '.join(offer.lines)}: {offer.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
+        )
+    if runner_up is not None:
+        reasons.insert(0, _lead(chosen, runner_up))
+    return Explanation(chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans))
+
+
+def _reasons(
+    chosen: PhysicalPlan, runner_up: PhysicalPlan | None, f: dict, tie_break: str, load: float, offer: Any
+) -> list[str]:
+    """The four weightiest reasons, those for the choice first: the data's shape, the steps that differ
+    between the chosen plan and the runner-up, the tie-break, a busy machine."""
     weighted = _shape_reasons(f)
     if tie_break:
         weighted.append((1.0, tie_break, chosen.strategy))
@@ -313,29 +327,19 @@ def explain_graph(
             )
         )
     weighted.sort(key=lambda w: (w[2] not in (chosen.strategy, None), -w[0]))  # for the choice first
-    reasons = [text for _, text, _ in weighted[:4]] + [iterations, hardware_line]
-    if offer is not None and offer.lines:
-        reasons.append(
-            f"reuses {'; '.join(offer.lines)}: {offer.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
+    return [text for _, text, _ in weighted[:4]]
+
+
+def _lead(chosen: PhysicalPlan, runner_up: PhysicalPlan) -> str:
+    """The first reason: how the chosen plan compares with the runner-up (faster, a near tie, or it fits)."""
+    speedup = runner_up.seconds / max(chosen.seconds, 1e-12)
+    if not runner_up.fits:
+        arrays = f" ({format_bytes(runner_up.array_bytes)} of arrays)" if runner_up.limit.startswith("DuckDB") else ""
+        slower = "" if speedup >= 1 else f", though predicted {1 / speedup:.2f}x slower"
+        return f"{runner_up.label} would exceed {runner_up.limit}{arrays}; {chosen.label} fits{slower}"
+    if speedup < 1 + NEAR_TIE:
+        return (
+            f"{chosen.label} and {runner_up.label} are a near tie ({chosen.seconds:.3g} s vs "
+            f"{runner_up.seconds:.3g} s predicted)"
         )
-    if runner_up is not None:
-        speedup = runner_up.seconds / max(chosen.seconds, 1e-12)
-        lead = f"{chosen.label} is predicted {speedup:.2f}x faster than {runner_up.label}"
-        if speedup < 1 + NEAR_TIE:
-            lead = (
-                f"{chosen.label} and {runner_up.label} are a near tie ({chosen.seconds:.3g} s vs "
-                f"{runner_up.seconds:.3g} s predicted)"
-            )
-        if not runner_up.fits:
-            lead = (
-                f"{runner_up.label} would exceed {runner_up.limit}"
-                + (
-                    f" ({format_bytes(runner_up.array_bytes)} of arrays)"
-                    if runner_up.limit.startswith("DuckDB")
-                    else ""
-                )
-                + f"; {chosen.label} fits"
-                + ("" if speedup >= 1 else f", though predicted {1 / speedup:.2f}x slower")
-            )
-        reasons.insert(0, lead)
-    return Explanation(chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans))
+    return f"{chosen.label} is predicted {speedup:.2f}x faster than {runner_up.label}"
