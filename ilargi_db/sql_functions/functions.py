@@ -36,11 +36,9 @@ from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
-    check_registry,
-    check_writable,
+    check_store,
     drop_model,
     load_model,
-    save_model,
     save_models,
 )
 
@@ -178,15 +176,14 @@ def train_and_store(
     name = check_model_name(name)
     kwargs = parse_options(_required(algorithm, "the algorithm"), options)
     query = _required(query, "the training query")
-    check_writable(con)
-    check_registry(con)  # someone else's ilargi.models is refused before, not after, training
+    store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, kwargs)
     options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
     check_target(algorithm, target)
     specs = [ModelSpec(algorithm, kwargs)]
     (model,) = run_training(con, query, target, specs, options, check_plan=_macro_parameters)  # warnings summarized
     check_interrupted()  # the last point where stopping leaves nothing stored
-    save_model(con, name, model)
+    save_models(con, [(name, model)], checked=store)
     return _summary(model, time.perf_counter() - start)
 
 
@@ -248,13 +245,12 @@ def train_batch_and_store(
             f"element of the models array; the batch's options are {', '.join(SETTINGS)}."
         )
     shared = parse_options(specs[0][1], options)  # types checked as ilargi_train checks them
-    check_writable(con)
-    check_registry(con)  # someone else's ilargi.models is refused before, not after, training
+    store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, shared)
     models = [ModelSpec(a, p) for _, a, p in specs]
     trained = run_training(con, query, target, models, TrainOptions(**shared), check_plan=_macro_parameters)
     check_interrupted()  # the last point where stopping leaves nothing stored
-    save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)])  # all or none
+    save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)], checked=store)  # all or none
     seconds = time.perf_counter() - start
     return [_finite(_summary(model, seconds)) for model in trained]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -96,6 +97,20 @@ def check_writable(con: duckdb.DuckDBPyConnection) -> None:
         )
 
 
+@dataclass(frozen=True)
+class StoreCheck:
+    """What :func:`check_store` found: the database writable, and the registry ilargi_db's own."""
+
+    registry_complete: bool  # every object of the registry is there (False: it is created with the first model)
+
+
+def check_store(con: duckdb.DuckDBPyConnection) -> StoreCheck:
+    """Refuse a read-only database or someone else's ``ilargi.models`` (see :func:`check_registry`), once
+    per save: the SQL functions check before training and hand the result to :func:`save_models`."""
+    check_writable(con)
+    return StoreCheck(registry_complete=check_registry(con))
+
+
 def check_macro_parameters(feature_names: list[str]) -> None:
     """Feature names become the macro's parameters: they must differ (DuckDB ignores case)."""
     seen: dict[str, str] = {}
@@ -144,16 +159,21 @@ def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -
     return version
 
 
-def save_models(con: duckdb.DuckDBPyConnection, named: list[tuple[str, TrainedModel]]) -> list[int]:
-    """Store each ``(name, model)`` as :func:`save_model` does, all in one transaction: all or none."""
+def save_models(
+    con: duckdb.DuckDBPyConnection, named: list[tuple[str, TrainedModel]], checked: StoreCheck | None = None
+) -> list[int]:
+    """Store each ``(name, model)`` as :func:`save_model` does, all in one transaction: all or none.
+
+    ``checked`` is :func:`check_store`'s finding when the caller checked before training.
+    """
     named = [(check_model_name(name), model) for name, model in named]
     for _, model in named:
         if not isinstance(model, TrainedModel):
             raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
-    check_writable(con)
     for _, model in named:
         check_macro_parameters([s.name for s in model.encoder_.specs_])
-    complete = check_registry(con)  # refuses someone else's ilargi.models before anything is written
+    # Someone else's ilargi.models is refused before anything is written.
+    complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)
     con.begin()
     try:
