@@ -69,6 +69,10 @@ class SpillLost(IlargiError):
     """A spilled partition's file no longer holds what was written (cut short): it is read from DuckDB again."""
 
 
+class StaleArtifact(Exception):
+    """A stored artifact does not line up with the database: the job reads cold instead (never reaches a caller)."""
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """A job was interrupted (Ctrl-C or :func:`~ilargi_db.interruption.interrupt_training`): nothing was stored.
 

@@ -28,7 +28,7 @@ import duckdb
 import numpy as np
 
 from ilargi_db.backend import to_host
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata
 from ilargi_db.plan.join_graph import JoinGraph
@@ -36,7 +36,7 @@ from ilargi_db.read_snapshot import in_transaction
 from ilargi_db.reuse import rowid_reads, warm_starts
 from ilargi_db.reuse.fingerprint import NOT_REUSABLE, JobFingerprint, digest, fingerprint_job, still_the_same
 from ilargi_db.reuse.holdings import Held, ReadHoldings
-from ilargi_db.reuse.read_artifacts import StaleArtifact, aligned, assemble, plain_features, row_ids, split, unaligned
+from ilargi_db.reuse.read_artifacts import aligned, assemble, plain_features, row_ids, split, unaligned
 from ilargi_db.reuse.store import (
     MEMORY,
     Artifact,

@@ -18,14 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ilargi_db.errors import StaleArtifact
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.plan.join_graph import JoinGraph
 
 READ = "read"  # the id of the read an artifact's row order comes from
-
-
-class StaleArtifact(Exception):
-    """A stored artifact does not line up with the database (read it cold instead)."""
 
 
 def plain_features(graph: JoinGraph) -> list[int]:

@@ -4,7 +4,7 @@ A job that adds a feature to an earlier one reuses the earlier ``rows`` artifact
 table's rowids per block row) and reads the new feature from its base table here: one scan of that
 table, a semi-join with the stored rowids, so an expression that fails on rows the job filtered out
 fails here neither. Anything that does not line up raises
-:class:`~ilargi_db.reuse.read_artifacts.StaleArtifact`, and the job reads cold instead.
+:class:`~ilargi_db.errors.StaleArtifact`, and the job reads cold instead.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
 from ilargi_db.metadata.scans import ROWID, cast_part, null_row_values, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import renew_snapshot
-from ilargi_db.reuse.read_artifacts import StaleArtifact
 
 
 def read_columns(
