@@ -29,10 +29,10 @@ RUN = """
 import json, resource, statistics, sys, time, tracemalloc, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
-from ilargi_db.linalg import partitioned_matrix
+from ilargi_db.linalg import partitions
 from ilargi_db.models import LogisticRegression
 path, query, budget, prefetch, iterations = json.loads(sys.argv[1])
-partitioned_matrix.PREFETCH = prefetch
+partitions.PREFETCH = prefetch
 scratch = ilargi_db.connect()  # warm the JIT-compiled kernels on an unrelated table
 scratch.sql("CREATE TABLE t AS SELECT range % 7 AS k, range * 1.0 AS x, (range % 3 = 0)::INT AS y FROM range(1000)")
 scratch.sql("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(7)")

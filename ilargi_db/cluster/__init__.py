@@ -52,6 +52,8 @@ FILE_ROW = "file_row_number"  # read_parquet's row number within a file: a parti
 class RemotePartitions(Sequence):
     """Partitions held by a cluster's workers, as Dask futures; operators run where they are."""
 
+    resident = False
+
     def __init__(self, client: Any, futures: list[Any]):
         self.client, self.futures = client, futures
         self._groups: dict[Any, list[int]] | None = None  # worker -> the partitions it holds, once all are held
@@ -62,7 +64,7 @@ class RemotePartitions(Sequence):
     def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
         return self.client.gather(self.futures[k])  # a local copy (the template; rows for k-means++)
 
-    def each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
+    def each(self, fn: Callable[..., Any], *per_partition: Sequence[Any]) -> list[Any]:
         """``fn(partition, *its arguments)`` on the worker holding each partition; the results, in order.
 
         One task per worker, over the partitions it holds (the scheduler's cost grows with the tasks of a
