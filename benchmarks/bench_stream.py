@@ -32,13 +32,13 @@ RUN = """
 import json, sys, time, tracemalloc, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
-from ilargi_db.linalg import partitioned_matrix
+from ilargi_db.linalg import partitions
 from ilargi_db.models import LogisticRegression
 from harness.processes import max_rss_bytes
 from harness.timing import later_passes, record_seconds
 from harness.workloads import star_label, warm_kernels
 path, query, budget, prefetch, iterations = json.loads(sys.argv[1])
-partitioned_matrix.PREFETCH = prefetch
+partitions.PREFETCH = prefetch
 warm_kernels(memory_budgets=(None, "100KB"))  # the JIT-compiled kernels, in memory and streamed
 passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass over the data
 con = duckdb.connect(path, read_only=True)

@@ -181,6 +181,24 @@ def test_a_worker_lost_mid_training_is_survived(client, parquet, monkeypatch):
     client.wait_for_workers(2, timeout=60)
 
 
+def test_a_partition_is_a_plain_matrix_and_its_target_travels_beside_it(client, parquet):
+    """A worker's partition carries only what a NormalizedMatrix declares; its target and the rows a NULL target
+    left out come back apart (``PartitionLabels``), added up by the driver."""
+    from ilargi_db.cluster import cluster_data
+    from ilargi_db.plan import build_join_graph, categorical_flags
+    from ilargi_db.preprocess import FeatureEncoder
+
+    con, query = parquet
+    nulls = query.replace("f.y FROM", "CASE WHEN f.x1 > 0.9 THEN NULL ELSE f.y END AS y FROM")
+    graph = build_join_graph(con, nulls, "y")
+    X, y, unlabelled = cluster_data(con, graph, FeatureEncoder(categorical_flags(graph)), client)
+    part = X.partitions[0]
+    assert not hasattr(part, "target") and not hasattr(part, "unlabelled")
+    (expected,) = con.execute(f"SELECT count(*) FILTER (WHERE y IS NULL) FROM ({nulls})").fetchone()
+    assert unlabelled == expected > 0 and y.shape == (X.shape[0],) == (30_000 - expected,)
+    assert not np.isnan(y).any()
+
+
 def test_a_fact_that_is_not_parquet_is_refused(client, parquet):
     con, _ = parquet
     query = "SELECT f.x1, d.z1, f.y FROM fact f JOIN dim d ON f.k = d.k"

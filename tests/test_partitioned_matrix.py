@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ilargi_db
-from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix
+from ilargi_db.cluster import RemotePartitions
+from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, Partitions, PartitionSource, ResidentPartitions
 from tests.oracle import assert_close, materialized
 from tests.strategies import schemas
 
@@ -145,3 +146,31 @@ def test_reduce_rows_of_a_standardized_view_sees_each_partition_standardized_as_
     assert found[2] == n
     with pytest.raises(ValueError, match="untransposed"):
         parts.base.T.reduce_rows(residual_sums, (v,), (w,))
+
+
+def test_resident_streamed_and_remote_partitions_all_speak_the_partitions_protocol():
+    """A partitioned matrix asks its partitions through one protocol, wherever they are held; a plain list is
+    wrapped as resident partitions when the matrix is made."""
+    part = NormalizedMatrix([Block(np.ones((2, 1)), columns=[0])], n_rows=2, backend="numpy")
+    resident: Partitions = ResidentPartitions([part])
+    streamed: Partitions = PartitionSource(lambda k: part, 1)
+    remote: Partitions = RemotePartitions(client=None, futures=[])
+    assert all(isinstance(source, Partitions) for source in (resident, streamed, remote))
+    assert resident.resident and not streamed.resident and not remote.resident
+    assert not isinstance([part], Partitions)
+    assert isinstance(PartitionedMatrix([part, part]).partitions, ResidentPartitions)
+
+
+def test_local_partitions_run_each_here_in_order_and_keep_the_pieces_they_are_given():
+    parts = [
+        NormalizedMatrix([Block(np.arange(n, dtype=float).reshape(n, 1), columns=[0])], n_rows=n, backend="numpy")
+        for n in (2, 3, 4)
+    ]
+    for source in (ResidentPartitions(parts), PartitionSource(parts.__getitem__, 3)):
+        found = source.each(lambda p, a, b: (p.shape[0], a, b), [1, 2, 3], ["x", "y", "z"])
+        assert found == [(2, 1, "x"), (3, 2, "y"), (4, 3, "z")]
+        pieces = [np.zeros(2), np.zeros(3), np.zeros(4)]
+        assert source.keep(pieces) is pieces
+        doubled = source.mapped(lambda p: p * 2)
+        assert doubled.resident == source.resident
+        np.testing.assert_array_equal(doubled[2].materialize(), 2 * parts[2].materialize())

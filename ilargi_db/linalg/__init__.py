@@ -2,7 +2,8 @@
 
 from ilargi_db.linalg.normalized_matrix import COLSUMS, CROSSPROD, MEMOIZED_SUMS, Block, NormalizedMatrix
 from ilargi_db.linalg.operands import MatrixLike, as_matrix, is_normalized
-from ilargi_db.linalg.partitioned_matrix import PartitionedMatrix, PartitionSource
+from ilargi_db.linalg.partitioned_matrix import PartitionedMatrix
+from ilargi_db.linalg.partitions import Partitions, PartitionSource, ResidentPartitions
 from ilargi_db.linalg.scaled_matrix import ScaledMatrix
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "NormalizedMatrix",
     "PartitionSource",
     "PartitionedMatrix",
+    "Partitions",
+    "ResidentPartitions",
     "ScaledMatrix",
     "as_matrix",
     "is_normalized",

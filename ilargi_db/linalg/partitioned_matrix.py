@@ -10,14 +10,14 @@ so a result does not depend on which partition finished first. The models run on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ilargi_db.backend import to_host
 from ilargi_db.linalg.normalized_matrix import Block, NormalizedMatrix
+from ilargi_db.linalg.partitions import Partitions, ResidentPartitions
 from ilargi_db.linalg.products import ProductOperators
 
 
@@ -71,51 +71,6 @@ class KeptRows:
         self.pieces = pieces
 
 
-PREFETCH = True  # read the next partition while the current one computes (benchmarks switch it off)
-
-
-class PartitionSource(Sequence):
-    """Partitions made on demand by ``make(k)``, never all in memory: a streamed matrix's partitions.
-
-    Iterating reads the next partition on a background thread while the caller computes on the current
-    one (``prefetch``), so at most two are held at a time; every pass reads them again.
-    """
-
-    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool | None = None):
-        self.make, self.n = make, int(n)
-        self.prefetch = PREFETCH if prefetch is None else prefetch
-        self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
-        if not 0 <= k < self.n:
-            raise IndexError(k)
-        self.reads += 1
-        return self.make(k)
-
-    def __iter__(self) -> Iterator[NormalizedMatrix]:
-        if not self.prefetch or self.n < 2:
-            for k in range(self.n):
-                yield self[k]
-            return
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ilargi-prefetch") as pool:
-            pending = pool.submit(self.__getitem__, 0)
-            try:
-                for k in range(self.n):
-                    current = pending.result()
-                    pending = pool.submit(self.__getitem__, k + 1) if k + 1 < self.n else None
-                    yield current
-            finally:  # a pass left early (an error, an interruption): let the read in flight finish first
-                if pending is not None and not pending.cancel():
-                    pending.exception()
-
-    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionSource:
-        """The partitions with an element-wise ``f`` applied as each is read."""
-        return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch)
-
-
 class PartitionedMatrix(ProductOperators):
     """Row partitions of a normalized matrix; the operators of :class:`NormalizedMatrix`.
 
@@ -135,26 +90,28 @@ class PartitionedMatrix(ProductOperators):
 
     def __init__(
         self,
-        partitions: Sequence[NormalizedMatrix],
+        partitions: Partitions | Sequence[NormalizedMatrix],
         transposed: bool = False,
         sizes: Sequence[int] | None = None,
         template: NormalizedMatrix | None = None,
     ):
-        """``partitions``: a list (in memory), or a :class:`PartitionSource` (streamed) with its row ``sizes``
-        and a ``template`` partition that says the columns, names and backend without reading the others."""
+        """``partitions``: a list (held here), or :class:`Partitions` (a :class:`PartitionSource`, streamed;
+        a cluster's, remote) with their row ``sizes`` and a ``template`` partition that says the columns,
+        names and backend without reading the others."""
         if not len(partitions):
             raise ValueError("a partitioned matrix needs at least one partition.")
-        if not isinstance(partitions, list) and (hasattr(partitions, "each") or hasattr(partitions, "mapped")):
+        if not isinstance(partitions, Partitions):
+            partitions = ResidentPartitions(partitions)
+        if not partitions.resident:
             # Made on demand (streamed) or held elsewhere (a cluster's workers): never gathered here.
             if sizes is None or template is None:
                 raise ValueError("a streamed or remote partitioned matrix needs its partitions' sizes and a template.")
         else:
-            partitions = list(partitions)
             widths = {p.shape[1] for p in partitions}
             if len(widths) != 1:
                 raise ValueError(f"every partition must have the same columns, got widths {sorted(widths)}.")
             sizes = [p.shape[0] for p in partitions]
-        self.partitions = partitions
+        self.partitions: Partitions = partitions
         self._template = template if template is not None else partitions[0]
         self._transposed = transposed
         self._offsets = np.cumsum([0, *sizes])
@@ -162,7 +119,7 @@ class PartitionedMatrix(ProductOperators):
     @property
     def streamed(self) -> bool:
         """Whether the partitions are not held here: read on every pass, or held by a cluster's workers."""
-        return not isinstance(self.partitions, list)
+        return not self.partitions.resident
 
     @classmethod
     def from_blocks(
@@ -232,21 +189,9 @@ class PartitionedMatrix(ProductOperators):
         return [v[self._rows(k)] for k in range(self.n_partitions)]
 
     def _each(self, fn: Callable[..., Any], *per_partition: list[Any]) -> list[Any]:
-        """``fn(partition, *its arguments)`` for every partition, in order.
-
-        Where the partitions are held elsewhere (a cluster's workers: their ``each``), ``fn`` runs there
-        and only its results come back; otherwise here, reading streamed partitions one by one.
-        """
-        remote = getattr(self.partitions, "each", None)
-        if remote is not None:
-            return remote(fn, *per_partition)
-        partitions = iter(self.partitions)
-        try:
-            return [fn(p, *(args[k] for args in per_partition)) for k, p in enumerate(partitions)]
-        finally:  # a pass left early (an error, an interruption) waits for its prefetch before going on up
-            close = getattr(partitions, "close", None)
-            if close is not None:
-                close()
+        """``fn(partition, *its arguments)`` for every partition, in order, where the partitions are: here
+        (streamed ones read one by one) or on a cluster's workers, from which only the results come back."""
+        return self.partitions.each(fn, *per_partition)
 
     def _stack(self, parts: list[Any]) -> Any:
         return self.backend.xp.concatenate(parts, axis=0)
@@ -309,9 +254,7 @@ class PartitionedMatrix(ProductOperators):
     def keep_rows(self, v: Any) -> KeptRows:
         """``v`` (one entry per row) cut into the partitions' rows once: views here, or sent once to the
         workers that hold the partitions, so each :meth:`reduce_rows` ships only parameters and sums."""
-        pieces = self._split(v)
-        keep = getattr(self.partitions, "keep", None)
-        return KeptRows(keep(pieces) if keep is not None else pieces)
+        return KeptRows(self.partitions.keep(self._split(v)))
 
     def reduce_rows(self, fn: Callable[..., tuple], rows: Sequence[Any] = (), args: Sequence[Any] = ()) -> tuple:
         """``fn(partition, its slices of rows, args)`` for every partition, in one pass; the tuples added in
@@ -348,10 +291,11 @@ class PartitionedMatrix(ProductOperators):
     # -- element-wise operators: per partition ---------------------------------------------------------
 
     def _map(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionedMatrix:
-        mapped = getattr(self.partitions, "mapped", None)
-        if mapped is not None:  # streamed: applied as each partition is read; remote: where it is held
-            return self._like(mapped(f), self._transposed, f(self._template))
-        return PartitionedMatrix([f(p) for p in self.partitions], self._transposed)
+        """``f`` on every partition where it is (streamed: as each is read; remote: on its worker)."""
+        mapped = self.partitions.mapped(f)
+        if mapped.resident:
+            return PartitionedMatrix(mapped, self._transposed)
+        return self._like(mapped, self._transposed, f(self._template))
 
     def __add__(self, c):
         return self._map(lambda p: p + c)
@@ -385,4 +329,4 @@ class PartitionedMatrix(ProductOperators):
         return f"<PartitionedMatrix {n:,} x {d:,} in {self.n_partitions} row partitions>"
 
 
-__all__ = ["KeptRows", "PartitionSource", "PartitionedMatrix"]
+__all__ = ["KeptRows", "PartitionedMatrix"]

@@ -10,21 +10,20 @@ import os
 
 import duckdb
 import numpy as np
-import scipy.sparse as sp
 import sqlglot
 
 from ilargi_db.errors import SpillLost
-from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, PartitionSource
-from ilargi_db.metadata import BlockMetadata, CategoricalMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
+from ilargi_db.linalg import PartitionedMatrix, PartitionSource
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.indicator import indicator_sql
-from ilargi_db.metadata.scans import TARGET, part_column, quote
+from ilargi_db.metadata.scans import TARGET, quote
 from ilargi_db.metadata.stream import FactStream, open_stream
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.pipeline.placement import StreamPlan
 from ilargi_db.pipeline.readers import ReadSettings, TrainingData
 from ilargi_db.pipeline.spill import read_spill, write_spill
 from ilargi_db.plan import JoinGraph
+from ilargi_db.preprocess import PartitionBuilder
 
 
 def read_streamed(
@@ -43,36 +42,7 @@ def read_streamed(
     stream = open_stream(con, graph, categorical, plan.rows_per_partition)
     try:
         encoder.fit_query(con, graph)
-        dims, dim_cats = stream.dimension_blocks(categorical)
-        for block in dims:  # inf, or values whose squares overflow, before they turn into NaN
-            for i, j in enumerate(block.columns):
-                check_values(block.data[:, i], graph.features[j].name)
-        shared = encoder.transform_dimensions(dims, dim_cats)
-        fact_numeric = [
-            j for j, f in enumerate(graph.features) if f.parts[0].source == stream.fact and j not in categorical
-        ]
-        fact_text = [j for j, f in enumerate(graph.features) if f.parts[0].source == stream.fact and j in categorical]
-
-        def read(k: int) -> dict[str, np.ndarray]:
-            """Partition ``k``'s own arrays, encoded: the fact's numbers, its category codes, every indicator."""
-            part = stream.read(k)
-            rows = np.arange(part.n_rows)
-            arrays = {"n_rows": np.array(part.n_rows)}
-            if fact_numeric:
-                data = arrow_to_block(part.fact, [part_column(j, 0) for j in fact_numeric])
-                for i, j in enumerate(fact_numeric):
-                    check_values(data[:, i], graph.features[j].name)
-                fill = np.full(len(fact_numeric), np.nan)
-                meta = BlockMetadata(stream.fact, data, rows, np.array(fact_numeric), fill)
-                arrays["fact"] = encoder.transform_block(meta).data
-            for j in fact_text:
-                values = part.fact.column(part_column(j, 0)).combine_chunks()
-                block = encoder.transform_categorical(CategoricalMetadata(stream.fact, j, values, rows, None), 2)
-                if block is not None:
-                    arrays[f"codes/{j}"] = block.index
-            arrays.update({f"index/{alias}": index for alias, index in part.indicators.items()})
-            return arrays
-
+        builder = PartitionBuilder.of(graph, stream.fact, encoder, *stream.dimension_blocks(categorical))
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
@@ -90,7 +60,7 @@ def read_streamed(
                     del spilled[k]
             if k in unread:  # read for the template: the first pass takes it instead of reading it again
                 return unread.pop(k)
-            arrays = read(k)
+            arrays = builder.encode(stream.read(k))
             if spill:
                 try:
                     spilled[k] = write_spill(path, arrays)
@@ -98,37 +68,17 @@ def read_streamed(
                     spill = False
             return arrays
 
-        # A fact category's block: the identity over its one-hot columns, indexed by each row's code; built
-        # once, shared by every partition as the dimensions are.
-        code_blocks = {
-            j: (
-                sp.identity(encoder.specs_[j].width, format="csr"),
-                encoder.offsets_[j] + np.arange(encoder.specs_[j].width),
-            )
-            for j in fact_text
-        }
-
-        def build(arrays: dict[str, np.ndarray]) -> NormalizedMatrix:
-            blocks = []
-            if "fact" in arrays:
-                blocks.append(Block(arrays["fact"], columns=encoder.offsets_[fact_numeric]))  # row i is row i
-            for j, (identity, columns) in code_blocks.items():
-                if f"codes/{j}" in arrays:
-                    blocks.append(Block(identity, columns=columns, index=arrays[f"codes/{j}"]))
-            for alias, block in shared:
-                blocks.append(Block(block.data, columns=block.columns, index=arrays[f"index/{alias}"], fill=block.fill))
-            n = int(arrays["n_rows"])
-            return NormalizedMatrix(blocks, n_rows=n, feature_names=encoder.feature_names_out_, backend=backend)
-
         # The template says the columns, names and backend: a partition of no rows, so that it holds nothing
         # of the budget (the partitions then take two shares of it: the one computing, the one prefetched).
         first = load(0)
-        template = build({name: a[:0].copy() if a.ndim else np.array(0) for name, a in first.items()})
+        template = builder.matrix({name: a[:0].copy() if a.ndim else np.array(0) for name, a in first.items()}, backend)
         if not spill:
             unread[0] = first
         del first  # spilled (or held in unread): not kept here beside the budget's two partitions
         X = PartitionedMatrix(
-            PartitionSource(lambda k: build(load(k)), len(stream.bounds)), sizes=stream.sizes, template=template
+            PartitionSource(lambda k: builder.matrix(load(k), backend), len(stream.bounds)),
+            sizes=stream.sizes,
+            template=template,
         )
         y = _streamed_target(con, graph, stream) if graph.target is not None else None
         if y is not None:

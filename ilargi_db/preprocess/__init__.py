@@ -4,5 +4,6 @@ Feature types are the planner's (:mod:`ilargi_db.plan.feature_types`).
 """
 
 from ilargi_db.preprocess.encoder import ColumnSpec, FeatureEncoder
+from ilargi_db.preprocess.fact_partition import PartitionBuilder
 
-__all__ = ["ColumnSpec", "FeatureEncoder"]
+__all__ = ["ColumnSpec", "FeatureEncoder", "PartitionBuilder"]

@@ -1,0 +1,140 @@
+"""Where a partitioned matrix's partitions are, and how its operators reach them.
+
+:class:`Partitions` is what :class:`~ilargi_db.linalg.PartitionedMatrix` asks of its partitions; each
+place they can be implements it: :class:`ResidentPartitions` (all in memory), :class:`PartitionSource`
+(made on demand, never all in memory: a streamed matrix) and ``cluster.RemotePartitions`` (held by a Dask
+cluster's workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, runtime_checkable
+
+from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
+
+
+@runtime_checkable
+class Partitions(Protocol):
+    """The row partitions of a matrix, wherever they are held."""
+
+    @property
+    def resident(self) -> bool:
+        """Whether every partition is held here at once (else: read on every pass, or held elsewhere)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, k: int) -> NormalizedMatrix:
+        """A local copy of partition ``k``."""
+        ...
+
+    def __iter__(self) -> Iterator[NormalizedMatrix]: ...
+
+    def each(self, fn: Callable[..., Any], *per_partition: Sequence[Any]) -> list[Any]:
+        """``fn(partition k, per_partition[0][k], ...)`` for every partition where it is held; results in order."""
+        ...
+
+    def keep(self, pieces: list[Any]) -> list[Any]:
+        """Each partition's slice of a vector (``pieces[k]``), kept where partition ``k`` is held."""
+        ...
+
+    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> Partitions:
+        """The partitions with an element-wise ``f`` applied, where they are held."""
+        ...
+
+
+def _each_here(
+    partitions: Iterable[NormalizedMatrix], fn: Callable[..., Any], per_partition: tuple[Sequence[Any], ...]
+) -> list[Any]:
+    """``fn(partition, *its arguments)`` for every partition, here and in order."""
+    return [fn(p, *(args[k] for args in per_partition)) for k, p in enumerate(partitions)]
+
+
+class ResidentPartitions(Sequence):
+    """Partitions held in memory, all at once: operators run on them here."""
+
+    resident = True
+
+    def __init__(self, partitions: Iterable[NormalizedMatrix]):
+        self.items = list(partitions)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
+        return self.items[k]
+
+    def __iter__(self) -> Iterator[NormalizedMatrix]:
+        return iter(self.items)
+
+    def each(self, fn: Callable[..., Any], *per_partition: Sequence[Any]) -> list[Any]:
+        return _each_here(self.items, fn, per_partition)
+
+    def keep(self, pieces: list[Any]) -> list[Any]:
+        return pieces  # views of the vector, beside partitions that are here too
+
+    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> ResidentPartitions:
+        return ResidentPartitions(f(p) for p in self.items)
+
+
+PREFETCH = True  # read the next partition while the current one computes (benchmarks switch it off)
+
+
+class PartitionSource(Sequence):
+    """Partitions made on demand by ``make(k)``, never all in memory: a streamed matrix's partitions.
+
+    Iterating reads the next partition on a background thread while the caller computes on the current
+    one (``prefetch``), so at most two are held at a time; every pass reads them again.
+    """
+
+    resident = False
+
+    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool | None = None):
+        self.make, self.n = make, int(n)
+        self.prefetch = PREFETCH if prefetch is None else prefetch
+        self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> NormalizedMatrix:  # type: ignore[override]
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        self.reads += 1
+        return self.make(k)
+
+    def __iter__(self) -> Generator[NormalizedMatrix, None, None]:
+        if not self.prefetch or self.n < 2:
+            for k in range(self.n):
+                yield self[k]
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ilargi-prefetch") as pool:
+            pending = pool.submit(self.__getitem__, 0)
+            try:
+                for k in range(self.n):
+                    current = pending.result()
+                    pending = pool.submit(self.__getitem__, k + 1) if k + 1 < self.n else None
+                    yield current
+            finally:  # a pass left early (an error, an interruption): let the read in flight finish first
+                if pending is not None and not pending.cancel():
+                    pending.exception()
+
+    def each(self, fn: Callable[..., Any], *per_partition: Sequence[Any]) -> list[Any]:
+        """``fn`` on each partition as it is read (the next one read meanwhile)."""
+        passing = iter(self)
+        try:
+            return _each_here(passing, fn, per_partition)
+        finally:  # a pass left early (an error, an interruption) waits for its prefetch before going on up
+            passing.close()
+
+    def keep(self, pieces: list[Any]) -> list[Any]:
+        return pieces  # views of the vector: the partitions come here to be computed on
+
+    def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionSource:
+        """The partitions with an element-wise ``f`` applied as each is read."""
+        return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch)
+
+
+__all__ = ["PartitionSource", "Partitions", "ResidentPartitions"]
