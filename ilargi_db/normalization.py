@@ -20,6 +20,7 @@ from ilargi_db.plan import (
     categorical_flags,
     check_single_source,
     check_target_type,
+    is_numeric,
     mark_categorical_coalesce,
 )
 from ilargi_db.preprocess import FeatureEncoder
@@ -48,17 +49,27 @@ def estimated_density(data: np.ndarray, sample_rows: int = 20_000) -> float:
 
 
 def to_normalized_matrix(
-    meta: DIMetadata, backend: str | Backend = "auto", sparse: bool | str = "auto"
+    meta: DIMetadata,
+    backend: str | Backend = "auto",
+    sparse: bool | str = "auto",
+    encoder: FeatureEncoder | None = None,
 ) -> NormalizedMatrix:
-    """Build the :class:`NormalizedMatrix` of the metadata on ``backend``."""
+    """Build the :class:`NormalizedMatrix` of the metadata on ``backend``: its numbers as they are (an empty
+    row adds nothing), its text and ENUM features one-hot through ``encoder`` (fitted on ``meta``)."""
     blocks = []
     for b in meta.blocks:
         data = b.data
         if sparse is True or (sparse == "auto" and estimated_density(data) < SPARSE_DENSITY):
             data = sp.csr_matrix(data)
+        columns = b.columns if encoder is None else encoder.offsets_[b.columns]
         # An empty row whose expression is NULL contributes nothing (the DI formula): fill 0.
-        blocks.append(Block(data=data, columns=b.columns, index=b.indicator, fill=np.nan_to_num(b.fill, nan=0.0)))
-    return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=meta.feature_names, backend=backend)
+        blocks.append(Block(data=data, columns=columns, index=b.indicator, fill=np.nan_to_num(b.fill, nan=0.0)))
+    for cat in meta.categoricals:
+        block = encoder.transform_categorical(cat, meta.n_rows)
+        if block is not None:
+            blocks.append(block)
+    names = meta.feature_names if encoder is None else encoder.feature_names_out_
+    return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=names, backend=backend)
 
 
 @interruptible_job
@@ -74,8 +85,9 @@ def normalize(
 ) -> tuple[NormalizedMatrix, Any]:
     """Turn a training query into a normalized matrix of its features and its target: the matrix ``train`` fits.
 
-    Text, ENUM and BOOLEAN features are one-hot encoded as ``train`` encodes them (one column per category
-    seen, NULL its own category, named ``feature=value``); numeric features are the query's numbers.
+    Text and ENUM features are one-hot encoded as ``train`` encodes them (one column per category seen,
+    NULL its own category); numeric features are the query's numbers, or with ``impute=True`` exactly
+    what ``train`` fits.
 
     Parameters
     ----------
@@ -92,10 +104,9 @@ def normalize(
     dtype : NumPy dtype
         Floating type of the blocks (float64 by default).
     impute : bool
-        Replace numeric NULLs by the column's mean over the rows, as ``train`` does by default (then
-        ``X`` is exactly the matrix ``train(..., impute=True)`` fits). Without it a NULL is NaN in a query of
-        numbers only; beside categorical features (encoded as ``train`` encodes them) it is refused, as
-        ``train(..., impute=False)`` refuses it.
+        ``X`` exactly as ``train`` (with its default ``impute=True``) fits it: numeric NULLs and rows an
+        outer join left empty take the training mean, BOOLEAN features are one-hot too. Without it
+        (the default) the numbers are the query's: NULL is NaN, an empty row adds 0, a BOOLEAN is 0 or 1.
 
     Returns
     -------
@@ -132,16 +143,19 @@ def normalize(
         graph = check_factorizable(build_join_graph(con, query, target))
         check_job_memory(con, graph, Strategy.FACTORIZED)
         flags = categorical_flags(graph)
-        if not any(flags) and not impute:  # the query's numbers as they are, NULL as NaN
-            meta = extract_metadata(con, graph, dtype=dtype)
-            X = to_normalized_matrix(meta, be, sparse)
-            return X, None if meta.target is None else be.asarray(meta.target)
-        read = ReadSettings(FeatureEncoder(flags, impute=impute), fit=True, backend=be, labelled_only=False)
-        data = read_factorized(con, graph, read)
-    X = data.X
-    blocks = [_stored(block, sparse, dtype) for block in X.blocks]
-    X = NormalizedMatrix(blocks, n_rows=X.shape[0], feature_names=X.feature_names, backend=be)
-    return X, None if data.y is None else be.asarray(data.y)
+        if impute:  # exactly what train(..., impute=True) fits, BOOLEAN one-hot as train encodes it
+            read = ReadSettings(FeatureEncoder(flags, impute=True), fit=True, backend=be, labelled_only=False)
+            data = read_factorized(con, graph, read)
+            blocks = [_stored(block, sparse, dtype) for block in data.X.blocks]
+            X = NormalizedMatrix(blocks, n_rows=data.X.shape[0], feature_names=data.X.feature_names, backend=be)
+            return X, None if data.y is None else be.asarray(data.y)
+        # The query's numbers as they are (a BOOLEAN is 0 or 1, NULL is NaN); text and ENUM one-hot as train does.
+        text = [flag and not is_numeric(f.duckdb_type) for flag, f in zip(flags, graph.features)]
+        categorical = frozenset(j for j, flag in enumerate(text) if flag)
+        meta = extract_metadata(con, graph, dtype=dtype, categorical=categorical)
+    encoder = FeatureEncoder(text, impute=False).fit_metadata(meta) if categorical else None
+    X = to_normalized_matrix(meta, be, sparse, encoder)
+    return X, None if meta.target is None else be.asarray(meta.target)
 
 
 def _stored(block: Block, sparse: bool | str, dtype: Any) -> Block:

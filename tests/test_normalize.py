@@ -42,10 +42,9 @@ SHAPES = {
         "SELECT COALESCE(f.hour, w.hour) AS hour, f.dep_delay, w.temp, f.arr_delay FROM flights f "
         "FULL JOIN weather w ON f.origin = w.origin AND f.hour = w.hour"
     ),
-    # A BOOLEAN is a category, one-hot as train encodes it: test_categories_are_one_hot_as_train_encodes_them.
-    "expressions, casts, DECIMAL, BOOLEAN cast to a number, a constant and a NULL-aware expression": (
-        "SELECT f.dep_delay * 2 + 1 AS e, f.distance, CAST(f.late AS INTEGER) AS li, 1 AS bias, "
-        "COALESCE(d.lat, 5) AS dl5, CAST(d.lat IS NULL AS DOUBLE) AS no_dest, f.arr_delay FROM flights f "
+    "expressions, casts, DECIMAL, BOOLEAN, a constant and a NULL-aware expression": (
+        "SELECT f.dep_delay * 2 + 1 AS e, f.distance, f.late, CAST(f.late AS INTEGER) AS li, 1 AS bias, "
+        "COALESCE(d.lat, 5) AS dl5, d.lat IS NULL AS no_dest, f.arr_delay FROM flights f "
         "LEFT JOIN airports d ON f.dest = d.faa"
     ),
     "subquery, view and CTE sources": (
@@ -242,15 +241,14 @@ def test_a_join_key_that_reads_another_source_is_scanned_not_streamed(con):
     assert_close(y, y_join)
 
 
-def test_categories_are_one_hot_as_train_encodes_them(con):
-    """normalize() returns the matrix train fits: text and BOOLEAN one-hot (NULL its own category), and with
-    impute=True numeric NULLs as the training means; a model fitted on it is train's model."""
+def test_with_impute_it_is_the_matrix_train_fits(con):
+    """normalize(impute=True) returns the matrix train fits: text and BOOLEAN one-hot (NULL its own category),
+    numeric NULLs and empty rows as the training means; a model fitted on it is train's model."""
     from ilargi_db.pipeline import read_training_data
     from ilargi_db.plan import build_join_graph
 
     query = (
-        "SELECT f.dep_delay, f.origin, f.late, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d "
-        "ON f.dest = d.faa"
+        "SELECT f.dep_delay, f.origin, f.late, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d ON f.dest = d.faa"
     )
     X, y = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", impute=True)
     joined = read_training_data(con, build_join_graph(con, query, "arr_delay"), "materialized")  # train's join path
@@ -260,5 +258,17 @@ def test_categories_are_one_hot_as_train_encodes_them(con):
     model = ilargi_db.train(con, query, "arr_delay", strategy="factorized", backend="numpy", alpha=1.0)
     fitted = ilargi_db.LinearRegression(alpha=1.0).fit(X, y)
     np.testing.assert_allclose(fitted.coef_, model.coef_, rtol=1e-9, atol=1e-12)
-    with pytest.raises(ilargi_db.IlargiError, match="impute"):  # without impute, a numeric NULL beside categories
-        ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
+
+
+def test_text_features_are_one_hot_beside_the_querys_own_numbers(con):
+    query = (
+        "SELECT f.dep_delay, f.origin, f.late, d.lat, f.arr_delay FROM flights f LEFT JOIN airports d ON f.dest = d.faa"
+    )
+    X, _ = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy")
+    trained = ilargi_db.normalize(con, query, target="arr_delay", backend="numpy", impute=True)[0]
+    origins = [n for n in X.feature_names if n.startswith("origin")]
+    assert origins and origins == [n for n in trained.feature_names if n.startswith("origin")]  # train's categories
+    numbers, _ = ilargi_db.normalize(con, query.replace("f.origin, ", ""), target="arr_delay", backend="numpy")
+    kept = [X.feature_names.index(n) for n in numbers.feature_names]  # dep_delay, late (0 or 1), lat (NaN, 0 if empty)
+    np.testing.assert_array_equal(X.materialize()[:, kept], numbers.materialize())
+    assert_close(X.materialize()[:, [X.feature_names.index(n) for n in origins]].sum(axis=1), np.ones(X.shape[0]))
