@@ -20,7 +20,7 @@ from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import NAMES, estimator_class
-from tests.conftest import _gpu_usable
+from tests.conftest import gpu_usable
 
 explain = functools.partial(ilargi_db.explain, reuse=False)  # the cost model's explanation, the store aside
 
@@ -376,7 +376,7 @@ def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkey
     assert model.explanation_ is None
 
 
-@pytest.mark.skipif(_gpu_usable(), reason="a GPU is there: calibrating it works")
+@pytest.mark.skipif(gpu_usable(), reason="a GPU is there: calibrating it works")
 def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
     with pytest.raises(ilargi_db.BackendUnavailableError):
         calibrate(grid="tiny", backend="cupy", cache_dir=fresh_cache)

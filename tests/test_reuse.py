@@ -17,6 +17,7 @@ from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_art
 from ilargi_db.reuse.codec import pack, unpack
 from ilargi_db.reuse.seal import artifact_secret, seal, unseal
 from ilargi_db.reuse.store import MEMORY, DatabaseTier
+from tests.conftest import loading_artifacts_costs_nothing
 
 STAR = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 
@@ -250,17 +251,23 @@ def test_a_reused_job_gives_the_cold_jobs_model(star, algorithm, params):
 
 
 def test_another_hyperparameter_reuses_the_gram_matrix(star, monkeypatch):
-    from ilargi_db.linalg import NormalizedMatrix
+    from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     ilargi_db.train(star, STAR, "y", alpha=1.0, **run)
-    computed = []
-    real = NormalizedMatrix._crossprod
-    monkeypatch.setattr(NormalizedMatrix, "_crossprod", lambda self, w=None: computed.append(w) or real(self, w))
+    computed = []  # each X^T X asked of a matrix that has not memoized it: computed, not reused
+    real = NormalizedMatrix.crossprod
+
+    def counted(self, weights=None):
+        if weights is None and CROSSPROD not in self.memoized_sums():
+            computed.append(CROSSPROD)
+        return real(self, weights)
+
+    monkeypatch.setattr(NormalizedMatrix, "crossprod", counted)
     warm = ilargi_db.train(star, STAR, "y", alpha=3.0, **run)
     assert computed == [] and "the encoded matrix" in reused(warm)  # X^T X memoized on the stored matrix
     cold = ilargi_db.train(star, STAR, "y", alpha=3.0, reuse=False, **run)
-    assert computed == [None]
+    assert computed == [CROSSPROD]
     np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-10)
 
 
@@ -377,7 +384,7 @@ def test_a_new_process_reuses_what_the_database_stores(tmp_path, monkeypatch):
     # Now with everything stored, as a slower machine (which recomputes slower) would store it.
     clear_artifacts(con)
     with monkeypatch.context() as patched:
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        loading_artifacts_costs_nothing(patched)
         ilargi_db.train(con, STAR, "y", **run)
         stored = con.execute("SELECT kind, nbytes, compute_seconds FROM ilargi.artifacts").fetchall()
         assert {"stats", "rows", "column", "gram"} <= {kind for kind, _, _ in stored}
@@ -587,7 +594,7 @@ def test_a_payload_with_a_bad_checksum_or_cut_short_is_a_miss(tmp_path, damage, 
     make_star(con, n=20_000)
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        loading_artifacts_costs_nothing(patched)
         ilargi_db.train(con, STAR, "y", **run)
     for key, payload in con.execute("SELECT key, payload FROM ilargi.artifacts_store").fetchall():
         blob = bytearray(payload)
@@ -651,7 +658,7 @@ def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
     make_star(con, n=2_000)
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        loading_artifacts_costs_nothing(patched)
         ilargi_db.train(con, STAR, "y", **run)
         rows = con.execute("SELECT key, payload FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
         assert rows
