@@ -347,18 +347,28 @@ def test_hardware_is_measured_once_and_cached(fresh_cache):
     assert detect_hardware(fresh_cache) is hw
 
 
-def test_train_runs_and_records_the_plan(star):
-    model = ilargi_db.train(star, "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
+PLANNED = "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k"
+
+
+def test_auto_training_runs_and_records_the_cost_models_plan(star):
+    model = ilargi_db.train(star, PLANNED, target="y")
     assert model.strategy_ == model.explanation_.strategy == model.plan_["strategy"]
     assert model.solver_ == model.plan_["solver"] and model.get_params()["solver"] == "auto"
     assert model.solver_reason_.startswith(f"the cost model's plan: {model.plan_['label']}")
     assert model.decision_.startswith(f"{model.plan_['label']}: predicted")
+
+
+def test_a_strategy_the_caller_forces_is_recorded_as_the_callers(star):
     forced = ilargi_db.train(
         star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", strategy="materialized"
     )
     assert forced.strategy_ == "materialized" and forced.explanation_ is None
     caller = {"strategy": "materialized", "solver": "normal", "backend": "numpy", "chosen_by": "the caller"}
     assert forced.plan_ == caller
+
+
+def test_a_saved_model_loads_with_its_plan(star):
+    model = ilargi_db.train(star, PLANNED, target="y")
     ilargi_db.install(star)
     ilargi_db.save_model(star, "m", model)
     assert ilargi_db.load_model(star, "m").plan_ == json.loads(json.dumps(model.plan_))

@@ -171,13 +171,16 @@ def test_registry_in_a_file_and_read_only(tmp_path):
     con.close()
 
 
-def test_install_is_idempotent_and_checks_its_argument():
+def test_installing_twice_registers_the_functions_once():
     con = ilargi_db.connect()
     ilargi_db.install(con)
     registered = (
         "SELECT count(*) FROM duckdb_functions() WHERE regexp_matches(function_name, '^__ilargi_train_[0-9]+$')"
     )
     assert con.sql(registered).fetchall() == [(1,)]  # the second install registered nothing more
+
+
+def test_install_refuses_anything_but_a_connection():
     with pytest.raises(ilargi_db.IlargiError, match="needs a duckdb connection"):
         ilargi_db.install("db.duckdb")
 
