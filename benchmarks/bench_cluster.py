@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     linear = star.query().replace("FROM fact AS f", f"FROM read_parquet('{where}/*/*.parquet') AS f")
     logistic = linear.replace("f.y FROM", "f.label FROM")
     lr = dict(algorithm="logistic_regression", tol=0.0, max_iter=args.iterations, backend="numpy", reuse=False)
-    passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass
+    passes = record_seconds(LogisticRegression, "objective")  # an evaluation of the loss: one pass
     ilargi_db.train(con, logistic, "label", strategy="factorized", **lr)  # warm the kernels
     local_pass, local = median_pass(
         passes, lambda: ilargi_db.train(con, logistic, "label", strategy="factorized", **lr)

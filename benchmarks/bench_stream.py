@@ -40,7 +40,7 @@ from harness.workloads import star_label, warm_kernels
 path, query, budget, prefetch, iterations = json.loads(sys.argv[1])
 partitions.PREFETCH = prefetch
 warm_kernels(memory_budgets=(None, "100KB"))  # the JIT-compiled kernels, in memory and streamed
-passes = record_seconds(LogisticRegression, "_objective")  # an evaluation of the loss: one pass over the data
+passes = record_seconds(LogisticRegression, "objective")  # an evaluation of the loss: one pass over the data
 con = duckdb.connect(path, read_only=True)
 before = max_rss_bytes()
 out = {}

@@ -11,7 +11,8 @@ import pytest
 os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi_test_cache_")
 
 
-def _gpu_usable() -> bool:
+def gpu_usable() -> bool:
+    """Whether the CuPy backend runs here (a CUDA GPU and CuPy)."""
     try:
         from ilargi_db.backend import get_backend
 
@@ -21,8 +22,17 @@ def _gpu_usable() -> bool:
         return False
 
 
+def loading_artifacts_costs_nothing(patch: pytest.MonkeyPatch) -> None:
+    """As a machine whose database reads back instantly: every stored artifact is worth loading, so a job
+    stores everything it makes however fast this machine recomputes it (the store's own load-cost model)."""
+    from ilargi_db.reuse import store
+
+    patch.setattr(store, "LOAD_SECONDS", 0.0)
+    patch.setattr(store, "LOAD_BYTES_PER_SECOND", float("inf"))
+
+
 def pytest_collection_modifyitems(config, items):
-    if _gpu_usable():
+    if gpu_usable():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
     for item in items:

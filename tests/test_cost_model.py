@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import duckdb
 import numpy as np
@@ -19,7 +20,7 @@ from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import NAMES, estimator_class
-from tests.conftest import _gpu_usable
+from tests.conftest import gpu_usable
 
 explain = functools.partial(ilargi_db.explain, reuse=False)  # the cost model's explanation, the store aside
 
@@ -346,18 +347,28 @@ def test_hardware_is_measured_once_and_cached(fresh_cache):
     assert detect_hardware(fresh_cache) is hw
 
 
-def test_train_runs_and_records_the_plan(star):
-    model = ilargi_db.train(star, "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y")
+PLANNED = "SELECT f.x1, d1.a, d1.b, f.y FROM fact f JOIN d1 ON f.k = d1.k"
+
+
+def test_auto_training_runs_and_records_the_cost_models_plan(star):
+    model = ilargi_db.train(star, PLANNED, target="y")
     assert model.strategy_ == model.explanation_.strategy == model.plan_["strategy"]
     assert model.solver_ == model.plan_["solver"] and model.get_params()["solver"] == "auto"
     assert model.solver_reason_.startswith(f"the cost model's plan: {model.plan_['label']}")
     assert model.decision_.startswith(f"{model.plan_['label']}: predicted")
+
+
+def test_a_strategy_the_caller_forces_is_recorded_as_the_callers(star):
     forced = ilargi_db.train(
         star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", target="y", strategy="materialized"
     )
     assert forced.strategy_ == "materialized" and forced.explanation_ is None
     caller = {"strategy": "materialized", "solver": "normal", "backend": "numpy", "chosen_by": "the caller"}
     assert forced.plan_ == caller
+
+
+def test_a_saved_model_loads_with_its_plan(star):
+    model = ilargi_db.train(star, PLANNED, target="y")
     ilargi_db.install(star)
     ilargi_db.save_model(star, "m", model)
     assert ilargi_db.load_model(star, "m").plan_ == json.loads(json.dumps(model.plan_))
@@ -375,26 +386,33 @@ def test_train_falls_back_to_the_cell_rule_when_the_estimator_fails(star, monkey
     assert model.explanation_ is None
 
 
-@pytest.mark.skipif(_gpu_usable(), reason="a GPU is there: calibrating it works")
+@pytest.mark.skipif(gpu_usable(), reason="a GPU is there: calibrating it works")
 def test_calibrating_the_gpu_without_one_says_so(fresh_cache):
     with pytest.raises(ilargi_db.BackendUnavailableError):
         calibrate(grid="tiny", backend="cupy", cache_dir=fresh_cache)
 
 
+def plan_of(strategy, solver, steps, iterations=1.0):
+    """A plan of these steps that fits in memory (the cost model's own types)."""
+    from ilargi_db.cost_model.iterations import IterationEstimate
+    from ilargi_db.cost_model.plan import PhysicalPlan
+
+    return PhysicalPlan(strategy, solver, "numpy", tuple(steps), IterationEstimate(iterations, ""), 1.0, 0, True)
+
+
 def test_a_near_tie_is_not_called_a_win():
     """Steps within 10% of each other read as "either way", not as a win (issue 11)."""
-    from ilargi_db.cost_model.explain import _step_reasons
-    from ilargi_db.cost_model.iterations import IterationEstimate
-    from ilargi_db.cost_model.plan import PhysicalPlan, Step
+    from ilargi_db.cost_model.explain import step_reasons
+    from ilargi_db.cost_model.plan import Step
 
     def plan(strategy, data, lmm):
         steps = (
             Step("reading the data", f"{strategy}_data", "rows", 1, data),
             Step("X @ w", "lmm", "n", 20, lmm, True),
         )
-        return PhysicalPlan(strategy, "lbfgs", "numpy", steps, IterationEstimate(20, "typical"), 1.0, 0, True)
+        return plan_of(strategy, "lbfgs", steps, 20)
 
-    reasons = [text for _, text, _ in _step_reasons(plan("factorized", 0.0110, 0.5), plan("materialized", 0.0112, 1))]
+    reasons = [text for _, text, _ in step_reasons(plan("factorized", 0.0110, 0.5), plan("materialized", 0.0112, 1))]
     assert reasons[0] == "reading the data takes about 11 ms either way"
     assert reasons[1].startswith("X @ w takes 500 ms factorized/lbfgs (n) vs 1 s materialized/lbfgs (n)")
 
@@ -410,33 +428,62 @@ def test_amalur_rule_factorizes_when_the_join_holds_over_one_and_a_half_times_th
     assert FACTORIZE_ABOVE == 1.5 and shape_strategy(FACTORIZE_ABOVE) == "materialized"  # strictly more
 
 
-def test_a_near_tie_goes_to_the_plan_the_shape_favours():
-    from ilargi_db.cost_model.explain import _choose
-    from ilargi_db.cost_model.iterations import IterationEstimate
-    from ilargi_db.cost_model.plan import PhysicalPlan, Step
+def reading(strategy, solver, seconds, iterations=1.0):
+    """A plan whose one step reads the data in ``seconds``."""
+    from ilargi_db.cost_model.plan import Step
 
-    def plan(strategy, solver, seconds, iterations=1.0):
-        steps = (Step("reading the data", f"{strategy}_data", "rows", 1, seconds),)
-        return PhysicalPlan(strategy, solver, "numpy", steps, IterationEstimate(iterations, ""), 1.0, 0, True)
+    return plan_of(strategy, solver, [Step("reading the data", f"{strategy}_data", "rows", 1, seconds)], iterations)
 
-    factorized, materialized = plan("factorized", "normal", 0.100), plan("materialized", "normal", 0.105)
-    chosen, why = _choose([factorized, materialized], {"comp_ratio": 1.1, "columns": 10})
+
+def test_a_near_tie_between_strategies_goes_to_the_one_the_shape_favours():
+    from ilargi_db.cost_model.explain import choose_plan
+
+    factorized, materialized = reading("factorized", "normal", 0.100), reading("materialized", "normal", 0.105)
+    chosen, why = choose_plan([factorized, materialized], {"comp_ratio": 1.1, "columns": 10})
     assert chosen is materialized and "the join holds 1.1x the sources' cells, so materialized" in why
-    assert _choose([factorized, materialized], {"comp_ratio": 3.0, "columns": 10}) == (factorized, "")
-    far = plan("materialized", "normal", 0.2)
-    assert _choose([factorized, far], {"comp_ratio": 1.1, "columns": 10}) == (factorized, "")  # beyond the margin
-    cg, normal = plan("factorized", "cg", 0.100, 60), plan("factorized", "normal", 0.104)
-    chosen, why = _choose([cg, normal], {"comp_ratio": 3.0, "columns": 10})
+    # The shape favours the cheapest already: nothing to say.
+    assert choose_plan([factorized, materialized], {"comp_ratio": 3.0, "columns": 10}) == (factorized, "")
+
+
+def test_plans_further_apart_than_the_near_tie_margin_go_to_the_cheaper():
+    from ilargi_db.cost_model.explain import NEAR_TIE, choose_plan
+
+    factorized = reading("factorized", "normal", 0.100)
+    far = reading("materialized", "normal", 0.100 * (1 + 2 * NEAR_TIE))
+    assert choose_plan([factorized, far], {"comp_ratio": 1.1, "columns": 10}) == (factorized, "")
+
+
+def test_a_narrow_near_tie_between_solvers_goes_to_the_direct_one_and_a_wide_one_to_the_cheaper():
+    from ilargi_db.cost_model.explain import DIRECT_SOLVER_COLUMNS, choose_plan
+
+    cg, normal = reading("factorized", "cg", 0.100, 60), reading("factorized", "normal", 0.104)
+    chosen, why = choose_plan([cg, normal], {"comp_ratio": 3.0, "columns": 10})
     assert chosen is normal and "a direct solver (10 columns)" in why
-    assert _choose([cg, normal], {"comp_ratio": 3.0, "columns": 5_000})[0] is cg  # wide: the cheaper one
+    assert choose_plan([cg, normal], {"comp_ratio": 3.0, "columns": DIRECT_SOLVER_COLUMNS + 1})[0] is cg
 
 
-def test_the_load_probe_reads_other_processes_tasks(monkeypatch):
-    from ilargi_db.cost_model import kernels
+def test_the_load_probe_shares_the_cores_with_the_other_processes_tasks():
+    readings = []
 
-    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 2.0)  # two other processes want a core each
-    assert kernels.probe_load(2) == 2.0 and kernels.probe_load(4) == 1.5
-    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 0.0)
-    assert kernels.probe_load(2) == 1.0
-    monkeypatch.setattr(kernels, "_other_running_tasks", lambda: 100.0)
-    assert kernels.probe_load(2) == 8.0  # clipped
+    def others(count):
+        def read():
+            readings.append(count)
+            return count
+
+        return read
+
+    assert probe_load(2, read_others=others(2.0)) == 2.0  # two other processes want a core each
+    assert readings and set(readings) == {2.0}  # sampled, about once a millisecond
+    assert probe_load(4, read_others=others(2.0)) == 1.5
+    assert probe_load(2, read_others=others(0.0)) == 1.0  # idle cores
+    assert probe_load(2, read_others=others(100.0)) == 8.0  # clipped
+
+
+def test_the_load_probe_reads_the_kernels_count_of_other_processes_tasks():
+    from ilargi_db.cost_model.kernels import other_running_tasks
+
+    reading = other_running_tasks()
+    if os.path.exists("/proc/loadavg"):
+        assert reading is not None and reading >= 0.0  # this process's own threads left out
+    else:
+        assert reading is None  # the probe falls back to the load average

@@ -195,9 +195,12 @@ def test_reads_end_their_transaction_and_keep_the_callers(con):
 
 def test_the_estimator_failing_inside_the_snapshot_still_trains(con, monkeypatch):
     # A statement that fails aborts the transaction; the fallback rule reads on in a fresh snapshot.
-    from ilargi_db.cost_model import features
+    from ilargi_db.cost_model import choose
 
-    monkeypatch.setattr(features, "_join_query", lambda con, graph, sample=None: "SELECT error('the estimator broke')")
+    def statistics_that_fail(con, graph):  # the estimator's statement fails on the job's connection
+        con.sql("SELECT error('the estimator broke')").fetchall()
+
+    monkeypatch.setattr(choose, "job_stats", statistics_that_fail)
     model = ilargi_db.train(con, GOOD, "y", reuse=False)  # not statistics an earlier test stored
     assert "the cost model failed" in model.decision_ and "the estimator broke" in model.decision_
     assert model.n_rows_ == 70 and not in_transaction(con)

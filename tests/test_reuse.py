@@ -17,6 +17,7 @@ from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_art
 from ilargi_db.reuse.codec import pack, unpack
 from ilargi_db.reuse.seal import artifact_secret, seal, unseal
 from ilargi_db.reuse.store import MEMORY, DatabaseTier
+from tests.conftest import loading_artifacts_costs_nothing
 
 STAR = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 
@@ -250,17 +251,23 @@ def test_a_reused_job_gives_the_cold_jobs_model(star, algorithm, params):
 
 
 def test_another_hyperparameter_reuses_the_gram_matrix(star, monkeypatch):
-    from ilargi_db.linalg import NormalizedMatrix
+    from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     ilargi_db.train(star, STAR, "y", alpha=1.0, **run)
-    computed = []
-    real = NormalizedMatrix._crossprod
-    monkeypatch.setattr(NormalizedMatrix, "_crossprod", lambda self, w=None: computed.append(w) or real(self, w))
+    computed = []  # each X^T X asked of a matrix that has not memoized it: computed, not reused
+    real = NormalizedMatrix.crossprod
+
+    def counted(self, weights=None):
+        if weights is None and CROSSPROD not in self.memoized_sums():
+            computed.append(CROSSPROD)
+        return real(self, weights)
+
+    monkeypatch.setattr(NormalizedMatrix, "crossprod", counted)
     warm = ilargi_db.train(star, STAR, "y", alpha=3.0, **run)
     assert computed == [] and "the encoded matrix" in reused(warm)  # X^T X memoized on the stored matrix
     cold = ilargi_db.train(star, STAR, "y", alpha=3.0, reuse=False, **run)
-    assert computed == [None]
+    assert computed == [CROSSPROD]
     np.testing.assert_allclose(warm.coef_, cold.coef_, rtol=1e-10)
 
 
@@ -360,35 +367,51 @@ def test_payloads_never_unpickle():
 # -- the database tier ---------------------------------------------------------------------------
 
 
-def test_a_new_process_reuses_what_the_database_stores(tmp_path, monkeypatch):
-    path = str(tmp_path / "store.duckdb")
-    con = ilargi_db.connect(path)
+FILE_RUN = dict(backend="numpy", strategy="factorized", solver="normal")
+
+
+def test_only_what_loads_faster_than_it_computes_is_stored(tmp_path):
+    con = ilargi_db.connect(str(tmp_path / "store.duckdb"))
     make_star(con, n=20_000)
-    run = dict(backend="numpy", strategy="factorized", solver="normal")
-    ilargi_db.train(con, STAR, "y", **run)
+    ilargi_db.train(con, STAR, "y", **FILE_RUN)
     stored = con.execute("SELECT kind, nbytes, compute_seconds FROM ilargi.artifacts").fetchall()
-    # Only what reads back faster than it computes is written; the read's artifacts all together or none.
+    # The read's artifacts (the key-only join and its columns) all together or none: one serves nothing alone.
     read = [(nbytes, seconds) for kind, nbytes, seconds in stored if kind in ("rows", "column")]
     others = [(nbytes, seconds) for kind, nbytes, seconds in stored if kind not in ("rows", "column")]
     assert all(DatabaseTier.worth_loading(nbytes, seconds) for nbytes, seconds in others)
     if read:
         assert DatabaseTier.worth_loading(sum(n for n, _ in read), sum(s for _, s in read))
         assert len(read) == 1 + 3  # the key-only join and every feature (x, z, kind)
-    # Now with everything stored, as a slower machine (which recomputes slower) would store it.
-    clear_artifacts(con)
+
+
+def store_everything(path: str, n: int, patch: pytest.MonkeyPatch) -> duckdb.DuckDBPyConnection:
+    """A file database whose store holds every artifact of one training, as a slower machine would store them."""
+    clear_artifacts()  # nothing in this process's tier: the training makes every artifact
+    con = ilargi_db.connect(path)
+    make_star(con, n=n)
+    loading_artifacts_costs_nothing(patch)
+    ilargi_db.train(con, STAR, "y", **FILE_RUN)
+    stored = con.execute("SELECT kind FROM ilargi.artifacts").fetchall()
+    assert {"stats", "rows", "column", "gram"} <= {kind for (kind,) in stored}
+    return con
+
+
+def test_a_new_process_reuses_what_the_database_stores(tmp_path, monkeypatch):
+    path = str(tmp_path / "store.duckdb")
     with monkeypatch.context() as patched:
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
-        ilargi_db.train(con, STAR, "y", **run)
-        stored = con.execute("SELECT kind, nbytes, compute_seconds FROM ilargi.artifacts").fetchall()
-        assert {"stats", "rows", "column", "gram"} <= {kind for kind, _, _ in stored}
-        con.close()
+        store_everything(path, 20_000, patched).close()
         clear_artifacts()  # as a new process finds it
         con = ilargi_db.connect(path)
-        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **FILE_RUN)
     assert "the job's statistics (stats, from database" in reused(model)
     assert "the key-only join (rows, from database" in reused(model)
-    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
+    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **FILE_RUN)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+
+
+def test_sql_lists_the_artifacts_of_both_tiers_and_clears_the_databases(tmp_path, monkeypatch):
+    with monkeypatch.context() as patched:
+        con = store_everything(str(tmp_path / "store.duckdb"), 2_000, patched)
     listed = json.loads(con.sql("SELECT ilargi_artifacts()").fetchall()[0][0])
     assert {a["tier"] for a in listed} == {"memory", "database"}
     now = con.execute("SELECT count(*) FROM ilargi.artifacts").fetchall()[0][0]
@@ -396,7 +419,7 @@ def test_a_new_process_reuses_what_the_database_stores(tmp_path, monkeypatch):
     assert con.execute("SELECT count(*) FROM ilargi.artifacts").fetchall() == [(0,)]
 
 
-def test_the_storage_budget_holds_and_a_damaged_payload_is_a_miss(tmp_path):
+def test_the_storage_budget_holds(tmp_path):
     path = str(tmp_path / "budget.duckdb")
     con = ilargi_db.connect(path)
     make_star(con, n=5_000)
@@ -404,10 +427,6 @@ def test_the_storage_budget_holds_and_a_damaged_payload_is_a_miss(tmp_path):
     ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized")
     total = con.execute("SELECT coalesce(sum(nbytes), 0) FROM ilargi.artifacts").fetchall()[0][0]
     assert 0 < total <= 20_000
-    con.execute("UPDATE ilargi.artifacts_store SET payload = 'garbage'::BLOB")
-    clear_artifacts()
-    model = ilargi_db.train(con, STAR, "y", backend="numpy", strategy="factorized", alpha=2.0)
-    assert "from database" not in reused(model)  # unreadable: recomputed, no error
 
 
 def test_reads_never_write_artifacts_to_the_database(tmp_path):
@@ -525,7 +544,7 @@ def test_a_warm_start_of_the_wrong_width_is_refused():
     assert zero_tol.n_iter_ == 2 and np.abs(zero_tol.coef_).sum() > 0  # tol=0 iterates, as max_iter says
 
 
-# -- what a stranger's review found (each reproduced first) ----------------------------------------
+# -- what a key, a payload or the caller's transaction could get wrong (each reproduced first) -----------
 
 
 def test_features_of_a_view_in_another_row_order_never_pair_with_the_stored_join():
@@ -580,25 +599,23 @@ def test_two_queries_naming_the_same_columns_differently_keep_their_names(star):
     assert len(ilargi_db.predict(star, renamed, "SELECT f.x AS p, d.z AS q FROM f JOIN d ON f.k = d.k")) == 300
 
 
-@pytest.mark.parametrize("damage", ["crc", "truncate"])
-def test_a_payload_with_a_bad_checksum_or_cut_short_is_a_miss(tmp_path, damage, monkeypatch):
-    path = str(tmp_path / f"{damage}.duckdb")
-    con = ilargi_db.connect(path)
-    make_star(con, n=20_000)
-    run = dict(backend="numpy", strategy="factorized", solver="normal")
-    with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
-        ilargi_db.train(con, STAR, "y", **run)
-    for key, payload in con.execute("SELECT key, payload FROM ilargi.artifacts_store").fetchall():
-        blob = bytearray(payload)
-        if damage == "crc":
-            blob[len(blob) // 2] ^= 0xFF
-        else:
-            blob = blob[: len(blob) // 2]
-        con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [bytes(blob), key])
-    clear_artifacts()
-    model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
-    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
+@pytest.mark.parametrize("damage", ["crc", "truncate", "garbage"])
+def test_a_payload_with_a_bad_checksum_cut_short_or_no_archive_is_a_miss(tmp_path, damage, monkeypatch):
+    with monkeypatch.context() as patched:  # stored and loaded, however fast this machine recomputes it
+        con = store_everything(str(tmp_path / f"{damage}.duckdb"), 20_000, patched)
+        for key, payload in con.execute("SELECT key, payload FROM ilargi.artifacts_store").fetchall():
+            blob = bytearray(payload)
+            if damage == "crc":
+                blob[len(blob) // 2] ^= 0xFF
+            elif damage == "truncate":
+                blob = blob[: len(blob) // 2]
+            else:
+                blob = bytearray(b"garbage")
+            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [bytes(blob), key])
+        clear_artifacts()
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **FILE_RUN)
+    assert "from database" not in reused(model)  # unreadable: recomputed, no error
+    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **FILE_RUN)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
 
 
@@ -651,7 +668,7 @@ def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
     make_star(con, n=2_000)
     run = dict(backend="numpy", strategy="factorized", solver="normal")
     with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
-        patched.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
+        loading_artifacts_costs_nothing(patched)
         ilargi_db.train(con, STAR, "y", **run)
         rows = con.execute("SELECT key, payload FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
         assert rows

@@ -19,6 +19,7 @@ from ilargi_db.reuse.fingerprint import still_the_same
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.reuse.seal import artifact_secret, seal, unseal
 from ilargi_db.reuse.store import MEMORY, DatabaseTier
+from tests.conftest import loading_artifacts_costs_nothing
 
 QUERY = "SELECT f.x, d.z, d.kind, f.y FROM f JOIN d ON f.k = d.k"
 RUN = dict(backend="numpy", strategy="factorized", solver="normal")
@@ -37,11 +38,6 @@ def make_star(con, seed: int, n: int, scale: float) -> None:
     )
 
 
-def store_everything(monkeypatch) -> None:
-    """As a slower machine would: every artifact is worth storing and loading."""
-    monkeypatch.setattr(DatabaseTier, "worth_loading", staticmethod(lambda nbytes, seconds: True))
-
-
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     seed=st.integers(0, 2**16),
@@ -53,7 +49,7 @@ def test_a_store_written_by_another_database_file_never_changes_a_model(
     tmp_path_factory, monkeypatch, seed, n, scale, writer
 ):
     where = tmp_path_factory.mktemp("stores")
-    store_everything(monkeypatch)
+    loading_artifacts_costs_nothing(monkeypatch)
     if writer == "another user":  # their secret is not ours
         monkeypatch.setenv("ILARGI_CACHE_DIR", str(where / "their_cache"))
     theirs = ilargi_db.connect(str(where / "theirs.duckdb"))
@@ -63,7 +59,7 @@ def test_a_store_written_by_another_database_file_never_changes_a_model(
     assert {kind for _, kind, _ in stolen} >= {"rows", "column", "stats", "gram"}
     theirs.close()
     monkeypatch.undo()
-    store_everything(monkeypatch)
+    loading_artifacts_costs_nothing(monkeypatch)
     ours = ilargi_db.connect(str(where / "ours.duckdb"))
     make_star(ours, seed, n, scale)
     ilargi_db.train(ours, QUERY, "y", **RUN)

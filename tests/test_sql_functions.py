@@ -171,13 +171,16 @@ def test_registry_in_a_file_and_read_only(tmp_path):
     con.close()
 
 
-def test_install_is_idempotent_and_checks_its_argument():
+def test_installing_twice_registers_the_functions_once():
     con = ilargi_db.connect()
     ilargi_db.install(con)
     registered = (
         "SELECT count(*) FROM duckdb_functions() WHERE regexp_matches(function_name, '^__ilargi_train_[0-9]+$')"
     )
     assert con.sql(registered).fetchall() == [(1,)]  # the second install registered nothing more
+
+
+def test_install_refuses_anything_but_a_connection():
     with pytest.raises(ilargi_db.IlargiError, match="needs a duckdb connection"):
         ilargi_db.install("db.duckdb")
 
@@ -332,17 +335,19 @@ def test_install_accepts_its_registry_from_an_earlier_version(tmp_path):
     con.close()
 
 
-def _save_concurrently(con, names: list[str], model) -> dict[str, str]:
-    """Save ``names`` from one thread and cursor each; every save has read the registry before any commits."""
-    from ilargi_db.sql_functions import registry
+def save_concurrently(con, names: list[str], model) -> dict[str, str]:
+    """Save ``names`` from one thread and cursor each; every save has read the registry before any commits.
 
+    A save reads the next version, builds its macros (``MacroWriter.statements``), then inserts: the saves
+    wait for each other there.
+    """
     barrier = threading.Barrier(len(names))
-    read_registry = registry._foreign_functions
+    write_macros = macros.MacroWriter.statements
     errors: dict[str, str] = {}
 
-    def wait_for_the_others(*args):
+    def wait_for_the_others(writer):
         barrier.wait(timeout=30)
-        return read_registry(*args)
+        return write_macros(writer)
 
     def save(i: int, name: str) -> None:
         cursor = con.cursor()
@@ -354,7 +359,7 @@ def _save_concurrently(con, names: list[str], model) -> dict[str, str]:
             cursor.close()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(registry, "_foreign_functions", wait_for_the_others)
+        patch.setattr(macros.MacroWriter, "statements", wait_for_the_others)
         threads = [threading.Thread(target=save, args=(i, name)) for i, name in enumerate(names)]
         for thread in threads:
             thread.start()
@@ -369,10 +374,10 @@ def test_two_cursors_save_models_at_the_same_time():
         "CREATE TABLE t AS SELECT range * 1.0 AS x, ['a', 'b'][range % 2 + 1] AS c, range * 2.0 AS y FROM range(30)"
     )
     model = ilargi_db.train(con, "SELECT x, c, y FROM t", target="y", alpha=0.1)
-    assert _save_concurrently(con, ["first", "second"], model) == {}
+    assert save_concurrently(con, ["first", "second"], model) == {}
     assert con.sql("SELECT name, version FROM ilargi.models ORDER BY ALL").fetchall() == [("first", 1), ("second", 1)]
     # The same name: one save wins, the other is told which model to save again.
-    errors = _save_concurrently(con, ["first", "first"], model)
+    errors = save_concurrently(con, ["first", "first"], model)
     assert len(errors) == 1
     (message,) = errors.values()
     assert "another connection saved model 'first' at the same time, so nothing was saved: try again" in message
@@ -502,21 +507,18 @@ def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
 
 def test_a_save_that_loses_the_race_for_a_version_is_told_to_try_again(monkeypatch):
     """The other cursor commits the same version between this save's read and its insert (deterministic)."""
-    from ilargi_db.sql_functions import registry
-
     con = ilargi_db.connect()
     con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 AS y FROM range(10)")
     model = ilargi_db.train(con, "SELECT x, y FROM t", target="y")
     other, this = con.cursor(), con.cursor()
-    read_registry = registry._foreign_functions
+    write_macros = macros.MacroWriter.statements
 
-    def the_other_saves_first(cursor, *args):
-        if cursor is this:
-            monkeypatch.setattr(registry, "_foreign_functions", read_registry)
-            assert ilargi_db.save_model(other, "race", model) == 1
-        return read_registry(cursor, *args)
+    def the_other_saves_first(writer):  # this save has read its version and builds its macros
+        monkeypatch.setattr(macros.MacroWriter, "statements", write_macros)
+        assert ilargi_db.save_model(other, "race", model) == 1
+        return write_macros(writer)
 
-    monkeypatch.setattr(registry, "_foreign_functions", the_other_saves_first)
+    monkeypatch.setattr(macros.MacroWriter, "statements", the_other_saves_first)
     with pytest.raises(ilargi_db.IlargiError, match="another connection saved model 'race' at the same time"):
         ilargi_db.save_model(this, "race", model)
     assert con.sql("SELECT name, version FROM ilargi.models").fetchall() == [("race", 1)]

@@ -228,9 +228,12 @@ def test_bad_training_requests(con, kwargs, error, message):
         ilargi_db.train(con, query, **params)
 
 
-def test_empty_training_set_and_nmf_on_negative_data(con):
+def test_a_query_with_no_labelled_row_is_refused(con):
     with pytest.raises(IlargiError, match="returned no rows with a non-NULL target"):
         ilargi_db.train(con, "SELECT dep_delay, arr_delay FROM flights WHERE id > 100", target="arr_delay")
+
+
+def test_nmf_refuses_negative_data(con):
     with pytest.raises(ValueError, match="Negative values"):
         ilargi_db.train(con, "SELECT dep_delay FROM flights", algorithm="gnmf", backend="numpy")
 

@@ -72,7 +72,7 @@ def choose_batch_strategy(
     if not totals:  # no strategy fits every model: each model's own choice is refused the same way alone
         return explanations[0].strategy, "no strategy fits every model of the batch", explanations
     chosen = min(totals, key=totals.get)
-    # Within the models' error the data's shape decides, as for one model (explain._choose).
+    # Within the models' error the data's shape decides, as for one model (explain.choose_plan).
     shape = shape_strategy(explanations[0].features["comp_ratio"])
     if shape in totals and totals[shape] <= totals[chosen] * (1 + NEAR_TIE):
         chosen = shape

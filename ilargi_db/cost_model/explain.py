@@ -122,8 +122,11 @@ def _seconds(x: float) -> str:
     return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:.3g} s"
 
 
-def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
+def choose_plan(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
     """The cheapest plan; among plans predicted within ``NEAR_TIE`` of it, the one the data's shape favours.
+
+    ``plans`` cheapest first (as :func:`~ilargi_db.cost_model.plan.candidate_plans` gives them); ``f`` the
+    job's features (:func:`~ilargi_db.cost_model.features.job_features`: ``comp_ratio`` and ``columns`` decide).
 
     Within that margin the kernel models cannot tell the plans apart (their errors are about that size), so
     the shape decides by Amalur's rule (:func:`~ilargi_db.cost_model.shape_rule.shape_strategy`), then a
@@ -152,8 +155,9 @@ def _choose(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
     return chosen, why
 
 
-def _step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float, str, str | None]]:
-    """The steps that differ most between two plans, in the plans' own terms."""
+def step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float, str, str | None]]:
+    """The steps that differ between two plans, in the plans' own terms: ``(weight, text, strategy favoured)``
+    each, the weight the difference's share of the slower plan's seconds (steps within 10% read "either way")."""
     found = []
     mine = {s.name: s for s in chosen.steps}
     theirs = {s.name: s for s in other.steps}
@@ -270,7 +274,7 @@ def explain_graph(
         reuse=offer,
     )
     f = job_features(stats, algorithm, params)
-    chosen, tie_break = _choose(plans, f)
+    chosen, tie_break = choose_plan(plans, f)
     decided = time.perf_counter() - start
     runner_up = next((p for p in plans if p is not chosen), None)
     f.update(backend=name, load=load, **hardware.as_features())
@@ -316,7 +320,7 @@ def _reasons(
     if tie_break:
         weighted.append((1.0, tie_break, chosen.strategy))
     if runner_up is not None:
-        weighted += _step_reasons(chosen, runner_up)
+        weighted += step_reasons(chosen, runner_up)
     if load > 1.2:
         weighted.append(
             (

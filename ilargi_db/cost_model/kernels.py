@@ -28,6 +28,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -360,7 +361,7 @@ def kernel_costs(hardware: Hardware, backend: str = "numpy", cache: str | os.Pat
 # -- how busy the cores are ---------------------------------------------------------------
 
 
-def _other_running_tasks() -> float | None:
+def other_running_tasks() -> float | None:
     """Tasks of other processes running or ready to run right now (Linux), else None.
 
     The kernel's count (``/proc/loadavg``) includes this process's own threads, such as BLAS threads
@@ -381,18 +382,23 @@ def _other_running_tasks() -> float | None:
     return max(running - max(own, 1), 0.0)
 
 
-def probe_load(cores: int, budget_seconds: float = 0.002) -> float:
+def probe_load(
+    cores: int,
+    budget_seconds: float = 0.002,
+    read_others: Callable[[], float | None] = other_running_tasks,
+) -> float:
     """How much slower than on idle cores a job's parallel steps run now (1.0 = idle), from ~2 ms of sampling.
 
-    Samples the kernel's count of runnable tasks of other processes about once a millisecond; they
-    compete for the cores, so a step that wants all ``cores`` gets cores / (cores +
-    others) of them. Where there is no ``/proc`` it uses the one-minute load average. Clipped to [1, 8].
+    Samples ``read_others`` (the kernel's count of runnable tasks of other processes,
+    :func:`other_running_tasks`) about once a millisecond; they compete for the cores, so a step that wants
+    all ``cores`` gets cores / (cores + others) of them. Where the reading is None (no ``/proc``) it uses the
+    one-minute load average. Clipped to [1, 8].
     """
     cores = max(cores, 1)
     samples = []
     start = time.perf_counter()
     while time.perf_counter() - start < budget_seconds:
-        others = _other_running_tasks()
+        others = read_others()
         if others is None:
             break
         samples.append(others)

@@ -477,10 +477,13 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def _intercept(self, params: np.ndarray, d: int) -> float:
         return float(params[d]) if self.fit_intercept else 0.0
 
-    def _objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, float]:
+    def objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, float]:
         """scikit-learn's objective (mean log-loss + ||w||^2 / 2Cn), its gradient, and the mean log-loss.
 
-        One pass: per row block, the scores, the loss and the residual sigmoid(z) - y (one fused kernel,
+        What the solvers minimize, evaluated at ``params`` (the coefficients, then the intercept when
+        ``fit_intercept``) over the matrix ``M`` with labels ``y01`` (1.0 where the label is ``classes_[1]``,
+        as ``M.keep_rows`` keeps them). Each call is one pass over the rows, so timing the calls times the
+        passes: per row block, the scores, the loss and the residual sigmoid(z) - y (one fused kernel,
         written over z) and the block's part of X^T residual (:func:`_logistic`).
         """
         n, d = M.shape
@@ -501,7 +504,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         bar = progress(self.max_iter, "logistic regression (lbfgs)")
 
         def fun(params):
-            value, grad, mean_loss = self._objective(M, y01, params)
+            value, grad, mean_loss = self.objective(M, y01, params)
             check_finite(value, "the log-loss")
             last.clear()
             last[params.tobytes()] = mean_loss
@@ -510,7 +513,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         def callback(params):
             # L-BFGS accepts the point its last line search evaluated: no extra pass over X.
             known = last.get(params.tobytes())
-            losses.append(known if known is not None else self._objective(M, y01, params)[2])
+            losses.append(known if known is not None else self.objective(M, y01, params)[2])
             bar.update()
 
         x0 = self._initial_params(d)
@@ -524,7 +527,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             options={"maxiter": self.max_iter, "maxls": 50, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
         )
         bar.close()
-        self._set(result.x, d, int(result.nit), losses or [self._objective(M, y01, result.x)[2]])
+        self._set(result.x, d, int(result.nit), losses or [self.objective(M, y01, result.x)[2]])
         if result.status == 1:  # scipy: the iteration limit was reached
             record_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
 
@@ -537,7 +540,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         converged = False
         with progress(self.max_iter, "logistic regression (newton)") as bar:
             for _ in range(self.max_iter):
-                value, grad, mean_loss = self._objective(M, y01, params)
+                value, grad, mean_loss = self.objective(M, y01, params)
                 check_finite(value, "the log-loss")
                 losses.append(mean_loss)
                 bar.update()
@@ -556,7 +559,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
                 step = scipy.linalg.lstsq(hessian, grad, lapack_driver="gelsd")[0]
                 # Backtracking keeps Newton safe far from the optimum.
                 t = 1.0
-                while t > 1e-8 and self._objective(M, y01, params - t * step)[0] > value - 1e-4 * t * grad @ step:
+                while t > 1e-8 and self.objective(M, y01, params - t * step)[0] > value - 1e-4 * t * grad @ step:
                     t /= 2
                 params = params - t * step
         self._set(params, d, len(losses), losses)
