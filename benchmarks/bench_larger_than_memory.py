@@ -39,11 +39,11 @@ RUN = """
 import json, sys, time, warnings
 warnings.simplefilter("ignore")
 import duckdb, ilargi_db
-from ilargi_db.linalg import PartitionedMatrix
+from ilargi_db.linalg import PartitionSource
 path, query, target, algorithm, budget, duckdb_memory, iterations = json.loads(sys.argv[1])
 from harness.processes import max_rss_bytes
 from harness.timing import record_seconds
-passes = record_seconds(PartitionedMatrix, "_each")  # every operator and sum over rows is one pass
+passes = record_seconds(PartitionSource, "each")  # every operator and sum over rows is one pass over the stream
 con = duckdb.connect(path, read_only=True)
 con.execute(f"SET memory_limit = '{duckdb_memory}'")
 params = dict(tol=0.0, max_iter=iterations) if algorithm == "logistic_regression" else {}

@@ -83,7 +83,7 @@ def test_dimension_blocks_are_shared_not_copied():
     dim = Block(dimension, columns=[2, 3], index=np.arange(10) % 4)
     P = PartitionedMatrix.from_blocks([fact, dim], n_rows=10, rows_per_partition=3, backend="numpy")
     assert P.n_partitions == 4 and [p.shape[0] for p in P.partitions] == [3, 3, 3, 1]
-    assert all(any(part.data is dimension for part in p._parts) for p in P.partitions)
+    assert all(any(part.data is dimension for part in p.blocks) for p in P.partitions)
 
 
 def test_partials_add_in_a_fixed_order():
