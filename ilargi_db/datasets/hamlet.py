@@ -385,14 +385,11 @@ def make_hamlet_schema(
     made = shape.scaled(scale)
     prefix = f"{made.name}_" if prefix is None else prefix
     tables = {"fact": f"{prefix}{made.fact}", **{d.name: f"{prefix}{d.name}" for d in made.dimensions}}
-
     for d in made.dimensions:
         columns = ", ".join(f"{_category(seed, f'{d.name}.{a}', 'range', c, skew)} AS {a}" for a, c in d.attributes)
         columns = f", {columns}" if columns else ""
         con.execute(f"CREATE OR REPLACE TABLE {tables[d.name]} AS SELECT range AS id{columns} FROM range({d.rows})")
-
-    n = made.fact_rows
-    base = ["range AS row"]
+    n, base = made.fact_rows, ["range AS row"]
     for d in made.dimensions:
         r = d.rows
         draw = f"floor({r} * pow({_uniform(seed, f'fk.{d.name}', 'range')}, {skew}))::BIGINT"

@@ -11,166 +11,24 @@ from __future__ import annotations
 import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ilargi_db.backend import Backend, get_backend
+from ilargi_db.linalg.blocks import (
+    Block,
+    GatherLayout,
+    Part,
+    cooccurrence_product,
+    matmul,
+    merge_blocks_sharing_an_index,
+)
 
-_BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
 CROSSPROD = "crossprod"  # X^T X
 COLSUMS = "colsums"  # the column sums
 MEMOIZED_SUMS = (CROSSPROD, COLSUMS)  # the sums of the data alone a matrix keeps once computed
 _MEMO_SECONDS = "seconds"  # beside them in the memo: what computing them took
-
-
-@dataclass
-class Block:
-    """One block of a normalized matrix, as a user (or the metadata stage) gives it.
-
-    Parameters
-    ----------
-    data : array or sparse matrix, shape (r, c)
-        The source's feature columns S_k (NumPy/CuPy array or scipy/cupyx sparse).
-    columns : sequence of int, length c
-        Output column of each block column (the mapping matrix M_k).
-    index : int array of length n_rows, optional
-        Block row taken by each output row (the indicator I_k); -1 where the
-        block leaves the row empty (it takes ``fill``); -2 where the block does
-        not contribute at all (another block owns the cell). ``None`` means row
-        i takes block row i.
-    fill : array of length c, optional
-        Value of an empty row in each column (default 0: an empty row adds nothing).
-    """
-
-    data: Any
-    columns: Sequence[int]
-    index: Any = None
-    fill: Any = None
-
-
-@dataclass
-class _Part:
-    """A block in working form: empty rows point at an extra ``fill`` row of ``data``."""
-
-    data: Any  # (r', c) dense or sparse; the last row is the fill row when gaps exist
-    columns: np.ndarray  # host int64 (c,)
-    index: Any  # backend int array (n,) with values in [0, r'), or None (identity)
-    backend: Backend
-    _cache: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def n_block_rows(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def sparse(self) -> bool:
-        return self.backend.is_sparse(self.data)
-
-    def counts(self) -> Any:
-        """How many output rows take each block row (colSums of I_k)."""
-        if "counts" not in self._cache:
-            xp = self.backend.xp
-            if self.index is None:
-                self._cache["counts"] = xp.ones(self.n_block_rows, dtype=self.data.dtype)
-            else:
-                counts = xp.bincount(self.index, minlength=self.n_block_rows)
-                self._cache["counts"] = counts.astype(self.data.dtype)
-        return self._cache["counts"]
-
-    def indicator_t(self) -> Any:
-        """I_k^T as a sparse (block rows x n) matrix, built once, for segment sums."""
-        if "indicator_t" not in self._cache:
-            xp, n = self.backend.xp, len(self.index)
-            ones = xp.ones(n, dtype=self.data.dtype)
-            coo = self.backend.sparse.coo_matrix((ones, (self.index, xp.arange(n))), shape=(self.n_block_rows, n))
-            self._cache["indicator_t"] = coo.tocsr()
-        return self._cache["indicator_t"]
-
-    def gather(self, z: Any) -> Any:
-        """I_k z: block-row values to output rows (``take`` is several times faster than ``z[index]``)."""
-        return z if self.index is None else self.backend.xp.take(z, self.index, axis=0)
-
-    def segment_sum(self, v: Any) -> Any:
-        """I_k^T v: sum output-row values into block rows."""
-        if self.index is None:
-            return v
-        xp = self.backend.xp
-        if self.backend.is_sparse(v):
-            return self.indicator_t() @ v
-        if v.ndim == 1:
-            return xp.bincount(self.index, weights=v, minlength=self.n_block_rows)
-        if v.shape[1] <= _BINCOUNT_MAX_COLUMNS:
-            # One pass per column beats a sparse product here (and needs no C-order copy of v).
-            out = xp.empty((self.n_block_rows, v.shape[1]), dtype=v.dtype, order="F")
-            for j in range(v.shape[1]):
-                out[:, j] = xp.bincount(self.index, weights=v[:, j], minlength=self.n_block_rows)
-            return out
-        return self.indicator_t() @ v
-
-    def dense_data(self) -> Any:
-        return self.data.toarray() if self.sparse else self.data
-
-
-@dataclass
-class _GatherLayout:
-    """The parts as the fused kernels see them (see :mod:`ilargi_db.backend.kernels`).
-
-    ``dense``: the one part every output row holds itself (index None, dense), if any; ``gathered``: the
-    parts with an index, their indices the columns of ``index`` (n x t, Fortran order); ``rest``: any
-    other part (an identity sparse block, a second identity dense one), through the per-part path.
-    """
-
-    dense: _Part | None
-    gathered: list[_Part]
-    index: Any
-    n_table_rows: int
-    rest: list[_Part]
-
-    def tables(self, operand: Any, backend: Backend) -> Any:
-        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array."""
-        xp = backend.xp
-        tables = xp.zeros((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
-        for k, part in enumerate(self.gathered):
-            tables[k, : part.n_block_rows] = _matmul(part.data, operand[part.columns], backend)
-        return tables
-
-
-_DENSE_MERGE_CELLS = 1 << 22  # merged blocks up to 4M cells (32 MiB) are stored dense
-
-
-def _merge_blocks_sharing_an_index(blocks: list[Block], backend: Backend) -> list[Block]:
-    """One block per indicator: a source's numeric and one-hot blocks then cost one gather, not several."""
-    groups: dict[int, list[Block]] = {}
-    for block in blocks:
-        key = id(block) if block.index is None else id(block.index)
-        groups.setdefault(key, []).append(block)
-    merged = []
-    for group in groups.values():
-        if len(group) == 1:
-            merged.append(group[0])
-            continue
-        rows = group[0].data.shape[0]
-        cells = rows * sum(len(b.columns) for b in group)
-        sparse = any(backend.is_sparse(b.data) for b in group) and cells > _DENSE_MERGE_CELLS
-        if sparse:
-            data = backend.sparse.hstack([backend.sparse.csr_matrix(b.data) for b in group]).tocsr()
-        else:
-            data = np.hstack([b.data.toarray() if backend.is_sparse(b.data) else np.asarray(b.data) for b in group])
-        fill = np.concatenate([np.zeros(len(b.columns)) if b.fill is None else np.asarray(b.fill) for b in group])
-        columns = np.concatenate([np.asarray(b.columns, dtype=np.int64) for b in group])
-        merged.append(Block(data, columns=columns, index=group[0].index, fill=fill))
-    return merged
-
-
-def _matmul(a: Any, b: Any, backend: Backend) -> Any:
-    """``a @ b`` for any mix of dense and sparse operands; the result is dense."""
-    if backend.is_sparse(b) and not backend.is_sparse(a):
-        out = (b.T @ a.T).T
-    else:
-        out = a @ b
-    return out.toarray() if backend.is_sparse(out) else out
 
 
 class NormalizedMatrix:
@@ -218,7 +76,7 @@ class NormalizedMatrix:
             self._feature_names = list(feature_names)
         else:
             self._feature_names = [f"x{j}" for j in range(self._n_cols)]
-        blocks = _merge_blocks_sharing_an_index([b for b, w in zip(blocks, widths) if w], self.backend)
+        blocks = merge_blocks_sharing_an_index([b for b, w in zip(blocks, widths) if w], self.backend)
         self._parts = [self._make_part(b, dtype) for b in blocks]
         fed = np.zeros(self._n_cols, dtype=int)
         for part in self._parts:
@@ -231,7 +89,7 @@ class NormalizedMatrix:
         # the same matrix (a batch, or a job the artifact store serves) skips them. Keyed by MEMOIZED_SUMS.
         self.memo: dict[str, Any] = {}
 
-    def _make_part(self, block: Block, dtype: Any) -> _Part:
+    def _make_part(self, block: Block, dtype: Any) -> Part:
         be, xp = self.backend, self.backend.xp
         columns = np.asarray(block.columns, dtype=np.int64)
         if len(np.unique(columns)) != len(columns):
@@ -243,7 +101,7 @@ class NormalizedMatrix:
         if block.index is None:
             if data.shape[0] != self._n_rows:
                 raise ValueError(f"a block without an index needs {self._n_rows} rows, it has {data.shape[0]}.")
-            return _Part(data, columns, None, be)
+            return Part(data, columns, None, be)
         index = xp.asarray(block.index)
         if index.shape != (self._n_rows,):
             raise ValueError(f"block index has shape {index.shape}, expected ({self._n_rows},).")
@@ -266,12 +124,12 @@ class NormalizedMatrix:
             else:
                 data = xp.concatenate([data, rows], axis=0)
         elif len(index) == r and bool((index == xp.arange(r)).all()):
-            return _Part(data, columns, None, be)  # row i takes block row i: no gather needed
+            return Part(data, columns, None, be)  # row i takes block row i: no gather needed
         # Any integer type here: the gather layout (the hot paths) stacks every index into int32 once.
-        return _Part(data, columns, index, be)
+        return Part(data, columns, index, be)
 
     @classmethod
-    def _from_parts(cls, parts: list[_Part], like: NormalizedMatrix) -> NormalizedMatrix:
+    def _from_parts(cls, parts: list[Part], like: NormalizedMatrix) -> NormalizedMatrix:
         new = cls.__new__(cls)
         new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
         new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
@@ -279,9 +137,9 @@ class NormalizedMatrix:
         new.memo = like.memo if parts is like._parts else {}  # the same data (a transposed view) shares its sums
         return new
 
-    _layout_cache: _GatherLayout | None = None
+    _layout_cache: GatherLayout | None = None
 
-    def _layout(self) -> _GatherLayout:
+    def _layout(self) -> GatherLayout:
         """The parts grouped for the fused kernels, built once (the indices are stacked, not copied twice)."""
         if self._layout_cache is not None:
             return self._layout_cache
@@ -304,7 +162,7 @@ class NormalizedMatrix:
                 index[:, k] = part.index
                 part.index = index[:, k]  # a contiguous column view: the stacked copy is the only one kept
         rows = max((p.n_block_rows for p in gathered), default=0)
-        self._layout_cache = _GatherLayout(dense, gathered, index, rows, rest)
+        self._layout_cache = GatherLayout(dense, gathered, index, rows, rest)
         return self._layout_cache
 
     # -- shape and views ---------------------------------------------------------------
@@ -378,7 +236,7 @@ class NormalizedMatrix:
                 layout.tables(w, self.backend) if layout.gathered else None,
             )
         for part in layout.rest:
-            out += _matmul(part.data, w[part.columns], self.backend)
+            out += matmul(part.data, w[part.columns], self.backend)
         return out
 
     def _tmm(self, v: Any) -> Any:
@@ -398,43 +256,10 @@ class NormalizedMatrix:
             if dense is not None:
                 out[dense.columns] += head
             for k, part in enumerate(layout.gathered):
-                out[part.columns] += _matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
+                out[part.columns] += matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
         for part in layout.rest:
-            out[part.columns] += _matmul(part.data.T, v, self.backend)
+            out[part.columns] += matmul(part.data.T, v, self.backend)
         return out
-
-    def _cooccurrence_product(self, a: _Part, b: _Part, weights: Any = None) -> Any:
-        """S_a^T (I_a^T D I_b) S_b (D = diag(weights), or I), multiplying on the side with fewer rows."""
-        be = self.backend
-
-        def scale_rows(data: Any, d: Any) -> Any:
-            return data.multiply(d[:, None]).tocsr() if be.is_sparse(data) else data * d[:, None]
-
-        if a is b:
-            if a.index is None and weights is None:
-                return _matmul(a.data.T, a.data, be)  # every row once: no counts to scale by
-            counts = a.counts() if weights is None else a.segment_sum(weights)
-            return _matmul(a.data.T, scale_rows(a.data, counts), be)
-        if a.index is None and b.index is None:
-            return _matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
-        if b.index is None:
-            return self._cooccurrence_product(b, a, weights).T
-        if not a.sparse and (a.index is None or a.n_block_rows >= b.n_block_rows or b.sparse):
-            # One fused pass sums a's (gathered) rows into b's rows: (I_b^T D I_a S_a), then S_b^T of it.
-            summed = be.kernels.scatter_gathered(b.index, a.index, a.data, b.n_block_rows, weights)
-            return _matmul(summed.T, b.data, be)
-        if not b.sparse and a.index is not None:
-            summed = be.kernels.scatter_gathered(a.index, b.index, b.data, a.n_block_rows, weights)
-            return _matmul(a.data.T, summed, be)
-        if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b (sparse blocks stay sparse)
-            left = a.data if weights is None else scale_rows(a.data, weights)
-            return _matmul(b.segment_sum(left).T, b.data, be)
-        xp = be.xp
-        values = xp.ones(self._n_rows, dtype=self.dtype) if weights is None else weights
-        c = be.sparse.coo_matrix((values, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
-        if a.n_block_rows <= b.n_block_rows:
-            return _matmul(a.data.T, _matmul(c, b.data, be), be)
-        return _matmul(_matmul(c.T, a.data, be).T, b.data, be)
 
     def _crossprod(self, weights: Any = None) -> Any:
         """T^T D T block-wise: diagonal blocks S^T diag(counts) S, off-diagonal via co-occurrence."""
@@ -448,7 +273,7 @@ class NormalizedMatrix:
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
-                r = self._cooccurrence_product(a, b, weights)
+                r = cooccurrence_product(a, b, weights)
                 out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += r
                 if b is not a:
                     out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += r.T
@@ -539,14 +364,14 @@ class NormalizedMatrix:
             if dense is not None:
                 out[dense.columns] += head.T
             for k, part in enumerate(layout.gathered):
-                out[part.columns] += _matmul(part.data.T, counts[k, : part.n_block_rows], self.backend)
+                out[part.columns] += matmul(part.data.T, counts[k, : part.n_block_rows], self.backend)
         if layout.rest:
             ones = xp.ones(self._n_rows, dtype=self.dtype)
             onehot_t = self.backend.sparse.csr_matrix(
                 (ones, (labels, xp.arange(self._n_rows))), shape=(n_groups, self._n_rows)
             )
             for part in layout.rest:
-                out[part.columns] += _matmul(onehot_t, part.data, self.backend).T
+                out[part.columns] += matmul(onehot_t, part.data, self.backend).T
         return out
 
     def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
@@ -581,8 +406,7 @@ class NormalizedMatrix:
         xp = self.backend.xp
         indices = xp.asarray(indices)
         parts = [
-            _Part(p.data, p.columns, indices if p.index is None else p.index[indices], self.backend)
-            for p in self._parts
+            Part(p.data, p.columns, indices if p.index is None else p.index[indices], self.backend) for p in self._parts
         ]
         new = self._from_parts(parts, self)
         new._n_rows = len(indices)
@@ -658,7 +482,7 @@ class NormalizedMatrix:
 
     # -- element-wise scalar operators -------------------------------------------------
 
-    def _merge_shared_columns(self) -> list[_Part]:
+    def _merge_shared_columns(self) -> list[Part]:
         """Parts where every output column has one owner: shared columns become one dense part."""
         fed = np.zeros(self._n_cols, dtype=int)
         for part in self._parts:
@@ -669,7 +493,7 @@ class NormalizedMatrix:
         xp = self.backend.xp
         picks = xp.zeros((self._n_cols, len(shared)), dtype=self.dtype)
         picks[xp.asarray(shared), xp.arange(len(shared))] = 1
-        merged = _Part(self._lmm(picks), shared, None, self.backend)
+        merged = Part(self._lmm(picks), shared, None, self.backend)
         parts = [merged]
         for part in self._parts:
             keep = ~np.isin(part.columns, shared)
@@ -677,7 +501,7 @@ class NormalizedMatrix:
                 parts.append(part)
             elif keep.any():
                 data = part.data[:, np.flatnonzero(keep)]
-                parts.append(_Part(data, part.columns[keep], part.index, self.backend))
+                parts.append(Part(data, part.columns[keep], part.index, self.backend))
         return parts
 
     def _map(self, f: Callable[[Any], Any]) -> NormalizedMatrix:
@@ -693,10 +517,10 @@ class NormalizedMatrix:
                     data.data = f(data.data)
                 else:
                     data = f(part.data)
-                parts.append(_Part(data, part.columns, part.index, self.backend))
+                parts.append(Part(data, part.columns, part.index, self.backend))
         else:
             for part in self._merge_shared_columns():
-                parts.append(_Part(f(part.dense_data()), part.columns, part.index, self.backend))
+                parts.append(Part(f(part.dense_data()), part.columns, part.index, self.backend))
         return self._from_parts(parts, self)
 
     def _scalar(self, c: Any) -> Any:

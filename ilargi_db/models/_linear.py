@@ -197,9 +197,8 @@ class LinearRegression(RegressorMixin, _LinearModel):
     def fit(self, X: Any, y: Any, coef_init: Any = None, *, warn: bool = True) -> LinearRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
 
-        ``coef_init`` starts conjugate gradients from another model's coefficients (a warm start; the
-        normal equations solve directly and ignore it). ``warn=False`` keeps a stop at ``max_iter`` in
-        ``convergence_warning_`` only, for a caller that tells of it itself.
+        ``coef_init`` warm-starts conjugate gradients (the normal equations ignore it). ``warn=False`` keeps a
+        stop at ``max_iter`` in ``convergence_warning_`` only, for a caller that tells of it itself.
         """
         self._validate_params()
         self._coef_init = coef_init
@@ -443,10 +442,9 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     ) -> LogisticRegression:
         """Fit on a NormalizedMatrix (factorized) or an array/sparse matrix.
 
-        ``coef_init`` and ``intercept_init`` start the solver from another model's parameters (a warm
-        start: the objective is convex, so it reaches the same optimum, often in fewer iterations).
-        ``warn=False`` keeps a stop at ``max_iter`` in ``convergence_warning_`` only, for a caller that
-        tells of it itself.
+        ``coef_init`` and ``intercept_init`` warm-start the solver (the objective is convex: the same optimum,
+        often in fewer iterations). ``warn=False`` keeps a stop at ``max_iter`` in ``convergence_warning_``
+        only, for a caller that tells of it itself.
         """
         self._validate_params()
         self._start = (coef_init, intercept_init)
@@ -480,11 +478,9 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
     def objective(self, M: Any, y01: Any, params: np.ndarray) -> tuple[float, np.ndarray, float]:
         """scikit-learn's objective (mean log-loss + ||w||^2 / 2Cn), its gradient, and the mean log-loss.
 
-        What the solvers minimize, evaluated at ``params`` (the coefficients, then the intercept when
-        ``fit_intercept``) over the matrix ``M`` with labels ``y01`` (1.0 where the label is ``classes_[1]``,
-        as ``M.keep_rows`` keeps them). Each call is one pass over the rows, so timing the calls times the
-        passes: per row block, the scores, the loss and the residual sigmoid(z) - y (one fused kernel,
-        written over z) and the block's part of X^T residual (:func:`_logistic`).
+        What the solvers minimize at ``params`` (the coefficients, then the intercept when ``fit_intercept``)
+        over ``M`` with labels ``y01`` (1.0 where the label is ``classes_[1]``, as ``M.keep_rows`` keeps them):
+        one pass over the rows per call (:func:`_logistic`), so timing the calls times the passes.
         """
         n, d = M.shape
         w = M.backend.asarray(params[:d])
