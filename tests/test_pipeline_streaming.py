@@ -109,14 +109,14 @@ def test_a_rerun_gives_the_same_model_bit_for_bit(con, memory_budget):
 
 
 def test_the_means_a_stream_imputes_are_the_exactly_rounded_means_of_the_training_rows(con):
-    from ilargi_db.cost_model.explain import prepare_graph
+    from ilargi_db.pipeline.planning import plan_graph
     from ilargi_db.preprocess import FeatureEncoder
 
     # Sums of doubles in DuckDB's threads come out in any order: these are exact, so the same on every run.
     query = (
         "SELECT f.x1, f.x3, f.w0 * 1e300 AS huge, f.w1 * 1e-300 AS tiny, d.z2, f.y FROM fact f JOIN dim d ON f.k = d.k"
     )
-    graph = prepare_graph(con, query, "y")
+    graph = plan_graph(con, query, "y")[0]
     encoder = FeatureEncoder([False] * 5).fit_query(con, graph)
     columns = list(zip(*con.sql(query).fetchall()))
     for spec, column in zip(encoder.specs_, columns):

@@ -64,8 +64,8 @@ def choose_batch_strategy(
         (explanation,) = explanations
         seconds = explanation.predicted_seconds
         why = (
-            f"{explanation.plan.label}: predicted {seconds['factorized']:.3g} s factorized vs "
-            f"{seconds['materialized']:.3g} s materialized; {'; '.join(explanation.reasons[:2])}."
+            f"{explanation.plan.label}: predicted {seconds[Strategy.FACTORIZED]:.3g} s factorized vs "
+            f"{seconds[Strategy.MATERIALIZED]:.3g} s materialized; {'; '.join(explanation.reasons[:2])}."
         )
         return explanation.strategy, why, explanations
     totals = batch_seconds(explanations)

@@ -16,11 +16,10 @@ from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
-from ilargi_db.cost_model.plan import STRATEGIES, PhysicalPlan, candidate_plans, reuse_offer
+from ilargi_db.cost_model.plan import PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
-from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import Strategy, make_estimator
-from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, mark_categorical_coalesce
+from ilargi_db.models.catalog import STRATEGIES, Strategy, make_estimator
+from ilargi_db.plan import JoinGraph
 
 if TYPE_CHECKING:
     from ilargi_db.reuse.holdings import ReadHoldings
@@ -95,14 +94,6 @@ class Explanation:
         lines += [f"kernel costs: {self.model}", "why:"]
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
-
-
-def prepare_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
-    """The join graph ``train`` would plan (a categorical COALESCE across sources counts as cross-source)."""
-    graph = build_join_graph(con, query, target)
-    if not graph.features:
-        raise IlargiError("the training query selects no feature column: add the columns to learn from.")
-    return mark_categorical_coalesce(graph, categorical_flags(graph))
 
 
 def _check(algorithm: str, params: dict) -> None:
@@ -235,7 +226,8 @@ def explain_graph(
     spent: float = 0.0,
     reuse: ReadHoldings | None = None,
 ) -> Explanation:
-    """:func:`explain` for a planned join graph (what ``train`` calls); ``strategies`` limits the candidates.
+    """The plans of training ``algorithm`` on a planned join graph, priced, and the choice with its reasons
+    (what ``train`` and ``ilargi_db.explain`` call); ``strategies`` limits the candidates.
 
     ``stats`` are the job's statistics and ``load`` the load probe's reading when the caller has them (a
     batch of models on one query shares both); ``spent`` is what getting them took, counted as deciding.

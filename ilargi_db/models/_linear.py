@@ -24,7 +24,7 @@ from ilargi_db.models._base import (
     to_host,
     warn_if_not_converged,
 )
-from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES
+from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES, SolverName
 
 
 class _LinearModel(SparseInputMixin, BaseEstimator):
@@ -112,14 +112,12 @@ class LinearRegression(RegressorMixin, _LinearModel):
     alpha : float, default=0.0
         L2 penalty on ``coef_`` (ridge); the intercept is not penalized.
     solver : {"auto", "normal", "cg", "gd"}, default="auto"
-        ``"normal"``: normal equations through the factorized ``X^T X`` (Cholesky,
-        falling back to least squares when ill-conditioned); it forms a dense
-        d x d matrix. ``"cg"``: conjugate gradients on the normal equations with a
-        Jacobi preconditioner, through ``X @ w``, ``X.T @ r`` and the factorized
-        column norms only: memory linear in d, for wide (one-hot) data.
-        ``"gd"``: accelerated gradient descent through the same products.
-        ``"auto"``: ``"normal"`` up to ``NORMAL_MAX_COLUMNS`` (1,024) columns when
-        the d x d matrix fits ``max_gram_bytes``, else ``"cg"``.
+        ``"normal"``: normal equations through the factorized ``X^T X`` (Cholesky, falling back to least
+        squares when ill-conditioned); it forms a dense d x d matrix. ``"cg"``: conjugate gradients on the
+        normal equations with a Jacobi preconditioner, through ``X @ w``, ``X.T @ r`` and the factorized
+        column norms only: memory linear in d, for wide (one-hot) data. ``"gd"``: accelerated gradient
+        descent through the same products. ``"auto"``: ``"normal"`` up to ``NORMAL_MAX_COLUMNS`` (1,024)
+        columns when the d x d matrix fits ``max_gram_bytes``, else ``"cg"``.
     max_iter : int, default=1000
         Iterations of ``"cg"`` and ``"gd"``; reaching it warns (``ConvergenceWarning``).
     tol : float, default=1e-6
@@ -184,12 +182,13 @@ class LinearRegression(RegressorMixin, _LinearModel):
         """``(solver, why)`` for a matrix of ``n_features`` columns."""
         gram = 8 * n_features * n_features
         if self.solver != "auto":
-            if self.solver == "normal":
+            if self.solver == SolverName.NORMAL:
                 check_gram_size(n_features, self.max_gram_bytes, 'solver="normal"')
             return self.solver, "chosen by the caller"
         if n_features <= NORMAL_MAX_COLUMNS and gram <= self.max_gram_bytes:
-            return "normal", f"{n_features:,} columns: the {n_features:,} x {n_features:,} normal equations are small"
-        return "cg", (
+            small = f"the {n_features:,} x {n_features:,} normal equations are small"
+            return SolverName.NORMAL, f"{n_features:,} columns: {small}"
+        return SolverName.CG, (
             f"{n_features:,} columns: conjugate gradients need memory linear in the columns, where the normal "
             f"equations would form a {gram / 2**20:,.0f} MiB matrix"
         )
@@ -209,8 +208,9 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self._y_mean = float(y.sum()) / max(len(y), 1)  # here, before the rows are kept where they are
         y = M.keep_rows(y)  # sliced once, where the rows are
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
+        solvers = {SolverName.NORMAL: self._fit_normal, SolverName.CG: self._fit_cg, SolverName.GD: self._fit_gd}
         with M.backend.hot_loop():
-            {"normal": self._fit_normal, "cg": self._fit_cg, "gd": self._fit_gd}[self.solver_](M, y)
+            solvers[self.solver_](M, y)
         if warn:
             warn_if_not_converged(self)
         return self
@@ -467,7 +467,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         M = as_matrix(X)
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
         with M.backend.hot_loop():
-            (self._fit_lbfgs if self.solver == "lbfgs" else self._fit_newton)(M, y01)
+            (self._fit_lbfgs if self.solver == SolverName.LBFGS else self._fit_newton)(M, y01)
         if warn:
             warn_if_not_converged(self)
         return self

@@ -1,10 +1,12 @@
-"""The driver: ``train``, ``train_batch`` and ``explain`` run the phases in order.
+"""The driver: ``train`` and ``train_batch`` run the phases in order (``run_training``).
 
-    options (:mod:`.options`) -> plan (:mod:`.planning`, :mod:`.placement`) -> read (:mod:`.readers`,
-    :mod:`.streaming`, or the cluster's partitions) -> fit (:mod:`.fit`) -> record (the artifact store)
+    options (:mod:`.options`) -> plan (:mod:`.planning`, :mod:`.placement`) -> read (:mod:`.reading`:
+    :mod:`.readers`, :mod:`.streaming` or the cluster's partitions) -> fit (:mod:`.fit`) -> record
 
 One read-only snapshot covers the plan and the read (and every pass of a stream); the record phase
-stores new artifacts in its own transaction after it.
+stores new artifacts in its own transaction after it. ``explain`` runs the plan phase alone
+(:mod:`.explaining`); ``predict`` and ``evaluate`` read another query through the same readers
+(:mod:`.scoring`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, ma
 from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
+from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
 
@@ -103,7 +106,15 @@ def train(
     (True, 2.0)
     """
     check_target(algorithm, target)
-    options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
+    options = TrainOptions(
+        strategy=strategy,
+        backend=backend,
+        standardize=standardize,
+        impute=impute,
+        reuse=reuse,
+        memory_budget=memory_budget,
+        cluster=cluster,
+    )
     (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
     _warn_of_convergence([model])
     return model
@@ -159,7 +170,15 @@ def train_batch(
     >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
     (2.0, (2, 2))
     """
-    options = TrainOptions(strategy, backend, standardize, impute, reuse, memory_budget, cluster)
+    options = TrainOptions(
+        strategy=strategy,
+        backend=backend,
+        standardize=standardize,
+        impute=impute,
+        reuse=reuse,
+        memory_budget=memory_budget,
+        cluster=cluster,
+    )
     trained = run_training(con, query, target, model_specs(models), options)
     _warn_of_convergence(trained)
     return trained
@@ -181,13 +200,13 @@ def run_training(
     specs: Sequence[ModelSpec],
     options: TrainOptions,
     *,
-    check_plan: Callable[[JobPlan], None] | None = None,
+    check_graph: Callable[[JoinGraph], None] | None = None,
 ) -> list[TrainedModel]:
     """Train each model of ``specs`` on one read of ``query``'s rows: the phases, in order.
 
     Each model records its warnings (``warnings_``) and nothing is shown: :func:`train` warns, the SQL
-    functions summarize. ``check_plan`` sees the plan before any feature column is read (the SQL functions
-    check there that the features can be a macro's parameters: the query planned once).
+    functions summarize. ``check_graph`` sees the planned join graph first, before statistics or data are read
+    (the SQL functions check there that the features can be a macro's parameters: the query planned once).
     """
     start = time.perf_counter()
     stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
@@ -199,18 +218,14 @@ def run_training(
         options.check(specs)
         backend = get_backend(options.backend)
         snapshot.open()
-        job = plan_job(con, query, target, specs, estimators, options, backend)
-        if job.client is not None and job.client is not options.cluster:  # connected here: not the caller's
-            cleanup.callback(job.client.close)
-        if check_plan is not None:
-            check_plan(job)
+        job = plan_job(con, query, target, specs, estimators, options, backend, cleanup, check_graph)
         planned = time.perf_counter()
         stages.update()
-        stages.set_description(f"reading data ({'streamed' if job.stream else job.strategy})")
+        stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
         cleanup.callback(data.close)
         if job.placement == Placement.MEMORY:
-            job.reuse.confirm_read()  # a file read outside the snapshot did not change under the read
+            job.artifacts.confirm_read()  # a file read outside the snapshot did not change under the read
         if job.placement != Placement.STREAMED:
             snapshot.close()  # all read: the fits need no transaction (a stream reads on every pass)
         if data.X.shape[0] == 0:
@@ -230,7 +245,7 @@ def run_training(
 def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> None:
     """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction."""
     if job.placement == Placement.MEMORY:  # resident rows: a normalized matrix, its sums memoized
-        job.reuse.keep_sums(data.X)
+        job.artifacts.keep_sums(data.X)
     data.close()
     snapshot.close()  # the store writes after the read, never inside its snapshot
-    job.reuse.finish()
+    job.artifacts.finish()

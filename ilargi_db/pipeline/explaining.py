@@ -8,14 +8,13 @@ from typing import Any
 import duckdb
 
 from ilargi_db.backend import get_backend
-from ilargi_db.cost_model.explain import Explanation, explain_graph, prepare_graph
+from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement, make_estimator
 from ilargi_db.pipeline.placement import placed_plan, stream_plan
-from ilargi_db.pipeline.planning import stored_stats
+from ilargi_db.pipeline.planning import plan_graph, stored_stats
 from ilargi_db.pipeline.readers import matrix_settings
-from ilargi_db.plan import categorical_flags
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -34,10 +33,10 @@ def explain(
 ) -> Explanation:
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
 
-    As :func:`ilargi_db.cost_model.explain`, and with ``reuse`` (the default) it says what the artifact
-    store holds for the job and prices the factorized plans with it, as ``train`` does: it fingerprints
-    the columns the job reads (one aggregate query) to know. It also says when the job's data exceed
-    ``memory_budget`` (as for :func:`train`) and would stream. Never trains, never writes.
+    The plan phase alone (:mod:`ilargi_db.cost_model` prices the plans). With ``reuse`` (the default) it
+    says what the artifact store holds for the job and prices the factorized plans with it, as ``train``
+    does: it fingerprints the columns the job reads (one aggregate query) to know. It also says when the
+    job's data exceed ``memory_budget`` (as for :func:`train`) and would stream. Never trains, never writes.
 
     Examples
     --------
@@ -51,8 +50,7 @@ def explain(
     """
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails before the query is planned
     with ReadSnapshot(con):  # every read sees one committed state of the database
-        graph = prepare_graph(con, query, target)
-        flags = categorical_flags(graph)
+        graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = stored_stats(job)
         held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))

@@ -25,14 +25,16 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     scaled = job.options.standardize and spec.supervised
     X, y = data.X, data.y
     M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
-    warm = fit_estimator(job.reuse, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
+    warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
     unconverged = getattr(estimator, "convergence_warning_", None)
     if scaled:  # the coefficients in the columns' own units
         scale, mean = to_host(M.scale), to_host(M.mean)
         estimator.coef_ = estimator.coef_ / scale
         estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
     trained = time.perf_counter()
-    solver = _solver_that_ran(model)
+    solver = solver_that_ran(estimator, spec.algorithm)
+    if model.solver_chosen:
+        give_back_the_solver_choice(model)
     if hasattr(estimator, "n_iter_"):
         record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_))
     graph = job.graph
@@ -45,19 +47,24 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         target_type_=graph.target.duckdb_type if graph.target is not None and spec.supervised else None,
         feature_types_=[f.duckdb_type for f in graph.features],
         standardize_=scaled,
-        strategy_=job.strategy,
+        strategy_=job.strategy.value,  # a plain string, as a model loaded from the registry has it
         decision_=job.why,
         plan_=(
             model.plan.to_dict()
             if model.plan is not None
-            else {"strategy": job.strategy, "solver": solver, "backend": job.backend.name, "chosen_by": job.chosen_by}
+            else {
+                "strategy": job.strategy.value,
+                "solver": solver,
+                "backend": job.backend.name,
+                "chosen_by": job.chosen_by,
+            }
         ),
         explanation_=model.explanation,
         n_rows_=int(X.shape[0]),
         streamed_=job.stream.to_dict() if job.stream is not None else None,
-        reused_=job.reuse.describe() + ([warm] if warm else []),
+        reused_=job.artifacts.describe() + ([warm] if warm else []),
         unlabelled_rows_=data.unlabelled,
-        warnings_=([unconverged] if unconverged else []) + job.reuse.warnings,
+        warnings_=([unconverged] if unconverged else []) + job.artifacts.warnings,
     )
     result.training_metrics_ = training_metrics(result, X, y)
     done = time.perf_counter()
@@ -90,15 +97,18 @@ def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M
     return warm if y is not None else ""
 
 
-def _solver_that_ran(model: ModelPlan) -> str:
-    """The solver the fit ran; where the plan chose it, the caller's "auto" put back and the reason kept."""
-    estimator = model.estimator
-    facts = algorithm_facts(model.spec.algorithm)
-    solver = getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
-    if model.solver_chosen:
-        estimator.set_params(**{facts.solver_parameter: AUTO})  # the caller's setting; solver_ says what ran
-        estimator.solver_reason_ = f"the cost model's plan: {model.plan.label}, {model.plan.seconds:.3g} s predicted"
-    return solver
+def solver_that_ran(estimator: Any, algorithm: str) -> str:
+    """The solver a fitted estimator ran (its ``solver_``, its ``solver`` setting, or the algorithm's only one)."""
+    facts = algorithm_facts(algorithm)
+    return getattr(estimator, "solver_", None) or getattr(estimator, "solver", None) or facts.solvers[0].name
+
+
+def give_back_the_solver_choice(model: ModelPlan) -> None:
+    """Undo the plan phase's ``set_params``: the caller's "auto" put back (``solver_`` says what ran), and
+    the plan that chose the solver kept as ``solver_reason_``."""
+    estimator, plan = model.estimator, model.plan
+    estimator.set_params(**{algorithm_facts(model.spec.algorithm).solver_parameter: AUTO})
+    estimator.solver_reason_ = f"the cost model's plan: {plan.label}, {plan.seconds:.3g} s predicted"
 
 
 def stops_early(estimator: Any) -> bool:
@@ -138,7 +148,7 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
         if found is not None:
             return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
     if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
-        solver = estimator.solver if estimator.solver != "auto" else estimator.choose_solver(M.shape[1])[0]
+        solver = estimator.solver if estimator.solver != AUTO else estimator.choose_solver(M.shape[1])[0]
         found = job.warm_start(algorithm, scaled, M.feature_names) if solver == SolverName.CG else None
         if found is not None:
             return {"coef_init": found[0]}, found[2]

@@ -14,8 +14,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError, spell
-from ilargi_db.models.catalog import AUTO, SUPERVISED, check_algorithm, make_estimator
+from ilargi_db.models.catalog import (
+    AUTO,
+    STRATEGY_CHOICES,
+    SUPERVISED,
+    TRAIN_SETTINGS,
+    check_algorithm,
+    make_estimator,
+)
 
 
 class ModelSpec(NamedTuple):
@@ -33,7 +41,8 @@ class ModelSpec(NamedTuple):
 class TrainOptions:
     """The settings of a training besides its models: how to read, where to run, what to keep.
 
-    See :func:`ilargi_db.train` for each one's meaning; :meth:`check` refuses values of the wrong kind.
+    One field per record of ``models.catalog.TRAIN_SETTINGS`` (a test holds the names and defaults equal);
+    see :func:`ilargi_db.train` for each one's meaning. :meth:`check` refuses values of the wrong kind.
     """
 
     strategy: str = AUTO
@@ -42,14 +51,19 @@ class TrainOptions:
     impute: bool = True
     reuse: bool = True
     memory_budget: int | str | None = None
-    cluster: Any = None  # a dask.distributed.Client, or the name or address of a registered cluster
+    cluster: Any = None  # a dask.distributed.Client or a scheduler address (SQL: a registered cluster's name)
 
     def check(self, specs: Sequence[ModelSpec]) -> None:
-        """Refuse flags that are not booleans, and standardizing where no model is a linear one."""
-        for name in ("standardize", "impute", "reuse"):
-            flag = getattr(self, name)
-            if not isinstance(flag, (bool, np.bool_)):
-                raise IlargiError(f"{name} must be True or False, got {flag!r}.")
+        """Refuse values of the wrong kind (as the settings' table says), an unknown strategy, a memory budget
+        that is not a size, and standardizing where no model is a linear one: before anything is read."""
+        for setting in TRAIN_SETTINGS:
+            value = getattr(self, setting.name)
+            if setting.python_types == (bool,) and not isinstance(value, (bool, np.bool_)):
+                raise IlargiError(f"{setting.name} must be True or False, got {value!r}.")
+        if self.strategy not in STRATEGY_CHOICES:
+            raise IlargiError(f"strategy must be one of {', '.join(STRATEGY_CHOICES)}, got {self.strategy!r}.")
+        if self.memory_budget is not None:
+            size_in_bytes(self.memory_budget, "memory_budget")
         if self.standardize and not any(s.supervised for s in specs):
             raise IlargiError(
                 f"{spell('standardize', True)} is for linear and logistic regression; scale columns in the query."

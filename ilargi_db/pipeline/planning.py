@@ -3,8 +3,9 @@ placement as one typed value, :class:`JobPlan`, that the read and fit phases fol
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,7 +48,7 @@ class JobPlan:
     options: TrainOptions
     graph: JoinGraph
     flags: list[bool]  # per feature: categorical
-    reuse: JobReuse
+    artifacts: JobReuse  # what the artifact store holds for the job, and keeps of it
     backend: Backend
     strategy: Strategy
     why: str  # the decision, in words (the models' ``decision_``)
@@ -68,33 +69,31 @@ def plan_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -
     return mark_categorical_coalesce(graph, flags), flags
 
 
-def stored_stats(job: JobReuse) -> JobStats | None:
+def stored_stats(artifacts: JobReuse) -> JobStats | None:
     """The job's statistics from the artifact store (None if not stored, or stored damaged)."""
-    found = job.find("stats", job.fingerprint.stats_key, "the job's statistics")
+    found = artifacts.find_stats()
     try:
         return JobStats.from_dict(found) if found is not None else None
     except (KeyError, TypeError, ValueError):
-        job.used.pop()
+        artifacts.unuse_last()
         return None
 
 
-def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, job: JobReuse) -> JobStats | None:
-    """The cost model's statistics (also the memory check's): from the store, or counted and kept there.
-
-    None without reuse (the cost model counts its own) or when counting fails (its fallback takes over).
-    """
-    if not job.enabled:
-        return None
-    stats = stored_stats(job)
-    if stats is not None or not job.enabled:
+def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, artifacts: JobReuse) -> JobStats | None:
+    """The cost model's statistics (also the memory check's and the stream plan's), counted once: from the
+    store, or counted (and kept there when the job reuses). None when counting fails: the cost model's
+    fallback takes over (see choose_batch_strategy)."""
+    stats = stored_stats(artifacts) if artifacts.enabled else None
+    if stats is not None:
         return stats
     began = time.perf_counter()
     try:
         stats = job_stats(con, graph)
-    except IlargiError:  # the cost model's own fallback takes over (see choose_batch_strategy)
-        renew_snapshot(con)
+    except IlargiError:
+        renew_snapshot(con)  # a failed statement aborts the job's read transaction
         return None
-    job.keep("stats", job.fingerprint.stats_key, "the job's statistics", stats.to_dict(), time.perf_counter() - began)
+    if artifacts.enabled:
+        artifacts.keep_stats(stats.to_dict(), time.perf_counter() - began)
     return stats
 
 
@@ -106,12 +105,21 @@ def plan_job(
     estimators: Sequence[Any],
     options: TrainOptions,
     backend: Backend,
+    cleanup: contextlib.ExitStack,
+    check_graph: Callable[[JoinGraph], None] | None = None,
 ) -> JobPlan:
-    """Plan the job: the graph, the statistics, the strategy and each model's solver, then the placement."""
+    """Plan the job: the graph, the statistics, the strategy and each model's solver, then the placement.
+
+    ``check_graph`` sees the planned graph before anything else runs; ``cleanup`` closes what planning
+    opens (a cluster client this call connected) when the job ends, or fails.
+    """
     graph, flags = plan_graph(con, query, target)
-    job = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
-    stats = job_statistics(con, graph, job)
-    held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, options.impute, backend.name)))
+    if check_graph is not None:
+        check_graph(graph)
+    artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
+    stats = job_statistics(con, graph, artifacts)
+    key = artifacts.matrix_key(matrix_settings(graph, flags, options.impute, backend.name))
+    held = artifacts.holdings(graph, key)
     chosen, why, explanations = choose_batch_strategy(
         con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=held
     )
@@ -132,18 +140,23 @@ def plan_job(
         if chosen_solver:
             estimator.set_params(**{parameter: plan.solver})  # the solver the cost model chose
         models.append(ModelPlan(spec, estimator, plan, explanation, chosen_solver))
-    job_plan = JobPlan(query, target, options, graph, flags, job, backend, Strategy(chosen), why, chosen_by, models)
-    return place(con, job_plan, stats)
+    job = JobPlan(query, target, options, graph, flags, artifacts, backend, Strategy(chosen), why, chosen_by, models)
+    return place(con, job, stats, cleanup)
 
 
-def place(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None) -> JobPlan:
+def place(
+    con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None, cleanup: contextlib.ExitStack
+) -> JobPlan:
     """Where the rows will be: on the caller's cluster, streamed when over the memory budget, or in memory.
 
     Streamed and distributed jobs run factorized; their plans are priced as they run there.
     """
     options, graph = job.options, job.graph
     if options.cluster is not None:
+        check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
         job.client = connect_cluster(options.cluster)
+        if job.client is not options.cluster:  # connected here, not the caller's: closed when the job ends
+            cleanup.callback(job.client.close)
         job.placement = Placement.DISTRIBUTED
     else:
         try:
@@ -153,12 +166,12 @@ def place(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None) 
                 raise  # the caller's budget: say why it cannot be kept
             job.stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
         if job.stream is not None:
+            check_streamable(graph, Placement.STREAMED)
             job.placement = Placement.STREAMED
     if job.placement == Placement.MEMORY:
         explanation = job.models[0].explanation
         check_job_memory(con, graph, job.strategy, explanation, stats)  # before any feature column is read
         return job
-    check_streamable(graph, job.placement)
     workers = len(job.client.scheduler_info().get("workers", {})) if job.client is not None else 1
     job.models = [replace(m, plan=placed_plan(m.explanation, m.plan, job.stream, workers)) for m in job.models]
     first = job.models[0].plan

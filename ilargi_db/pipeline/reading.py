@@ -28,4 +28,4 @@ def read_job(con: duckdb.DuckDBPyConnection, job: JobPlan) -> TrainingData:
         data = read_streamed(con, job.graph, read, job.stream)
         job.stream = replace(job.stream, partitions=len(data.stream.bounds))  # the rows in use, now known
         return data
-    return READERS[job.strategy](con, job.graph, read, job.reuse)
+    return READERS[job.strategy](con, job.graph, read, job.artifacts)

@@ -10,9 +10,9 @@ import numpy as np
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import SUPERVISED
+from ilargi_db.models.catalog import SUPERVISED, Strategy
 from ilargi_db.pipeline.metrics import metrics_of
-from ilargi_db.pipeline.readers import ReadSettings, TrainingData, read_factorized, read_materialized
+from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
@@ -54,7 +54,8 @@ def encoded_rows(
                 )
         graph = mark_categorical_coalesce(graph, encoder.categorical)
         read = ReadSettings(encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only)
-        return (read_factorized if graph.factorizable else read_materialized)(con, graph, read)
+        strategy = Strategy.FACTORIZED if graph.factorizable else Strategy.MATERIALIZED  # a prediction is an LMM
+        return READERS[strategy](con, graph, read)
 
 
 @interruptible_job

@@ -2,7 +2,7 @@
 
 The one builder of a partition, for a stream (:mod:`ilargi_db.pipeline.streaming`, which spills the
 encoded arrays between :meth:`PartitionBuilder.encode` and :meth:`PartitionBuilder.matrix`) and for a
-cluster's workers (:mod:`ilargi_db.cluster.partitions`): the fact's numbers imputed, its categories as
+cluster's workers (:mod:`ilargi_db.cluster.data`): the fact's numbers imputed, its categories as
 codes into a shared identity block, and every dimension's block, encoded once and shared, indexed by
 the partition's indicator.
 """

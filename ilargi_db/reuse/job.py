@@ -47,6 +47,7 @@ from ilargi_db.reuse.store import (
     store_warnings,
 )
 
+STATS, STATS_WHAT = "stats", "the job's statistics"  # the cost model's statistics, as an artifact
 
 @dataclass
 class Use:
@@ -144,6 +145,18 @@ class JobReuse:
         if stored is not None and DatabaseTier.worth_loading(*stored):
             return Held(what, "database", stored[1], DatabaseTier.load_seconds(stored[0]))
         return None
+
+    def find_stats(self) -> Any:
+        """The job's statistics as stored (a dict the cost model reads back), or None."""
+        return self.find(STATS, self.fingerprint.stats_key, STATS_WHAT)
+
+    def keep_stats(self, stats: dict, seconds: float) -> None:
+        """Keep the job's statistics (as a dict) for later jobs on the same data."""
+        self.keep(STATS, self.fingerprint.stats_key, STATS_WHAT, stats, seconds)
+
+    def unuse_last(self) -> None:
+        """The artifact :meth:`find` returned last could not be read back: it was not used after all."""
+        self.used.pop()
 
     def keep(self, kind: str, key: str, what: str, value: Any, seconds: float, persistable: bool = True) -> None:
         """Keep ``value`` in memory and, if the job persists and it is ``persistable``, in the database later."""

@@ -29,8 +29,9 @@ from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
-from ilargi_db.pipeline import JobPlan, ModelSpec, TrainOptions, evaluate, explain, run_training
+from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
 from ilargi_db.pipeline.options import check_target
+from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.registry import (
@@ -181,15 +182,15 @@ def train_and_store(
     options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
     check_target(algorithm, target)
     specs = [ModelSpec(algorithm, kwargs)]
-    (model,) = run_training(con, query, target, specs, options, check_plan=_macro_parameters)  # warnings summarized
+    (model,) = run_training(con, query, target, specs, options, check_graph=_macro_parameters)  # warnings summarized
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model)], checked=store)
     return _summary(model, time.perf_counter() - start)
 
 
-def _macro_parameters(job: JobPlan) -> None:
+def _macro_parameters(graph: JoinGraph) -> None:
     """Refuse, before any data is read, features whose names cannot be the macros' parameters."""
-    check_macro_parameters(job.graph.feature_names)
+    check_macro_parameters(graph.feature_names)
 
 
 def _resolve_cluster(con: duckdb.DuckDBPyConnection, options: dict) -> None:
@@ -248,7 +249,7 @@ def train_batch_and_store(
     store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, shared)
     models = [ModelSpec(a, p) for _, a, p in specs]
-    trained = run_training(con, query, target, models, TrainOptions(**shared), check_plan=_macro_parameters)
+    trained = run_training(con, query, target, models, TrainOptions(**shared), check_graph=_macro_parameters)
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)], checked=store)  # all or none
     seconds = time.perf_counter() - start
