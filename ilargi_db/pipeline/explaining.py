@@ -14,7 +14,6 @@ from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement, make_estimator
 from ilargi_db.pipeline.placement import placed_plan, stream_plan
 from ilargi_db.pipeline.planning import plan_graph, stored_stats
-from ilargi_db.pipeline.readers import matrix_settings
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -53,7 +52,7 @@ def explain(
         graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = stored_stats(job)
-        held = job.holdings(graph, job.matrix_key(matrix_settings(graph, flags, True, get_backend(backend).name)))
+        held = job.holdings(graph, job.matrix_key(graph, flags, True, get_backend(backend).name))
         explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)

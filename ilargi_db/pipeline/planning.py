@@ -22,7 +22,6 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import AUTO, Placement, Strategy, algorithm_facts
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions
 from ilargi_db.pipeline.placement import StreamPlan, check_streamable, placed_plan, stream_plan
-from ilargi_db.pipeline.readers import matrix_settings
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.job import JobReuse
@@ -118,7 +117,7 @@ def plan_job(
         check_graph(graph)
     artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
     stats = job_statistics(con, graph, artifacts)
-    key = artifacts.matrix_key(matrix_settings(graph, flags, options.impute, backend.name))
+    key = artifacts.matrix_key(graph, flags, options.impute, backend.name)
     held = artifacts.holdings(graph, key)
     chosen, why, explanations = choose_batch_strategy(
         con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=held

@@ -58,16 +58,6 @@ class ReadSettings:
     labelled_only: bool = True  # leave out rows whose target is NULL
 
 
-def matrix_settings(
-    graph: JoinGraph, categorical: Any, impute: bool, backend: str, check: bool = True, labelled_only: bool = True
-) -> list:
-    """What, besides the data, decides the encoded matrix (part of its artifact's key): the encoder's
-    settings and the names it gives the columns (two queries naming the same columns differently differ)."""
-    target = graph.target.name if graph.target is not None else None
-    settings = [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
-    return [*settings, graph.feature_names, target]
-
-
 def read_factorized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
@@ -76,16 +66,12 @@ def read_factorized(
         return _read_factorized(con, graph, read)
     began = time.perf_counter()
     encoder = read.encoder
-    settings = matrix_settings(
-        graph, encoder.categorical, encoder.impute, read.backend.name, read.check, read.labelled_only
-    )
-    key = job.matrix_key(settings)
-    found = job.find("matrix", key, "the encoded matrix")
+    key = job.matrix_key(graph, encoder.categorical, encoder.impute, read.backend.name, read.check, read.labelled_only)
+    found = job.find_matrix(key)
     if found is not None:
         return found
     data = _read_factorized(con, graph, read, job)
-    # In process only: live arrays (perhaps on a GPU) with the sums memoized on them as models use them.
-    job.keep("matrix", key, "the encoded matrix", data, time.perf_counter() - began, persistable=False)
+    job.keep_matrix(key, data, time.perf_counter() - began)
     return data
 
 

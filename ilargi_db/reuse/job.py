@@ -48,6 +48,7 @@ from ilargi_db.reuse.store import (
 )
 
 STATS, STATS_WHAT = "stats", "the job's statistics"  # the cost model's statistics, as an artifact
+MATRIX, MATRIX_WHAT = "matrix", "the encoded matrix"  # the training data, encoded (in process only)
 
 @dataclass
 class Use:
@@ -145,6 +146,14 @@ class JobReuse:
         if stored is not None and DatabaseTier.worth_loading(*stored):
             return Held(what, "database", stored[1], DatabaseTier.load_seconds(stored[0]))
         return None
+
+    def find_matrix(self, key: str) -> Any:
+        """The encoded matrix under ``key`` (live, in this process only), or None."""
+        return self.find(MATRIX, key, MATRIX_WHAT)
+
+    def keep_matrix(self, key: str, data: Any, seconds: float) -> None:
+        """Keep the encoded matrix in this process: live arrays (perhaps on a GPU), its sums memoized on it."""
+        self.keep(MATRIX, key, MATRIX_WHAT, data, seconds, persistable=False)
 
     def find_stats(self) -> Any:
         """The job's statistics as stored (a dict the cost model reads back), or None."""
@@ -301,8 +310,21 @@ class JobReuse:
             what = f"feature {graph.features[j].name!r}"
             self.keep("column", fp.column_keys[j], what, column, seconds * nbytes_of(column) / total)
 
-    def matrix_key(self, settings: Any) -> str:
-        """The key of the encoded matrix made with the encoder ``settings``; it names its sums' artifact too."""
+    def matrix_key(
+        self,
+        graph: JoinGraph,
+        categorical: Any,
+        impute: bool,
+        backend: str,
+        check: bool = True,
+        labelled_only: bool = True,
+    ) -> str:
+        """The key of ``graph``'s matrix as an encoder with these settings encodes it on ``backend``; it names
+        the matrix's sums' artifact too. Besides the data, the key holds the encoder's settings and the names
+        it gives the columns (two queries naming the same columns differently differ)."""
+        target = graph.target.name if graph.target is not None else None
+        flags = [list(map(bool, categorical)), bool(impute), backend, bool(check), bool(labelled_only)]
+        settings = [*flags, graph.feature_names, target]
         fp = self.fingerprint
         key = digest("matrix", fp.rows_key, [fp.column_keys[j] for j in sorted(fp.column_keys)], settings)
         self.sums_key = digest("sums", key)
