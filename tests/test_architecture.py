@@ -1,0 +1,48 @@
+"""The layout rules of docs/architecture.md, checked: tests named for their part, the pipeline's phases small,
+every exception in ilargi_db.errors."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ilargi_db"
+PARTS = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} - {"__init__"}
+DOCUMENTATION = {"readme", "examples", "benchmarks", "architecture"}  # tests of the repository, not of a part
+
+
+def _parts_imported(tree: ast.Module, own: str) -> set[str]:
+    found = {
+        node.module.split(".")[1]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ilargi_db.")
+    }
+    return found - {own}
+
+
+def test_every_test_file_is_named_for_the_part_it_specifies():
+    names = [p.stem.removeprefix("test_") for p in Path(__file__).parent.glob("test_*.py")]
+    strays = [n for n in names if not any(n == part or n.startswith(part + "_") for part in PARTS | DOCUMENTATION)]
+    assert not strays, f"name these tests/test_<part>[_<what>].py, a part being one of {sorted(PARTS)}"
+
+
+@pytest.mark.parametrize("module", sorted((PACKAGE / "pipeline").glob("*.py")), ids=lambda p: p.name)
+def test_each_phase_module_is_small(module):
+    text = module.read_text()
+    tree = ast.parse(text)
+    assert len(text.splitlines()) <= 600
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert all(f.end_lineno - f.lineno + 1 <= 100 for f in functions)
+    assert len(_parts_imported(tree, "pipeline")) <= 8
+
+
+def test_every_exception_lives_in_errors():
+    defined = []
+    for module in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            bases = [getattr(b, "id", getattr(b, "attr", "")) for b in getattr(node, "bases", [])]
+            if isinstance(node, ast.ClassDef) and any(b.endswith(("Error", "Exception", "Interrupt")) for b in bases):
+                defined.append(f"{module.relative_to(PACKAGE)}:{node.name}")
+    assert defined and all(d.startswith("errors.py:") for d in defined), defined
