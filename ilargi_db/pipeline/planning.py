@@ -79,10 +79,12 @@ def stored_stats(artifacts: JobReuse) -> JobStats | None:
 
 
 def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, artifacts: JobReuse) -> JobStats | None:
-    """The cost model's statistics (also the memory check's and the stream plan's), counted once: from the
-    store, or counted (and kept there when the job reuses). None when counting fails: the cost model's
-    fallback takes over (see choose_batch_strategy)."""
-    stats = stored_stats(artifacts) if artifacts.enabled else None
+    """The cost model's statistics (also the memory check's and the stream plan's): from the store, or counted
+    once and kept there. None without reuse (the cost model counts its own, inside its fallback) or when
+    counting fails (the cost model's fallback takes over: see choose_batch_strategy)."""
+    if not artifacts.enabled:
+        return None
+    stats = stored_stats(artifacts)
     if stats is not None:
         return stats
     began = time.perf_counter()
@@ -91,8 +93,7 @@ def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, artifacts: 
     except IlargiError:
         renew_snapshot(con)  # a failed statement aborts the job's read transaction
         return None
-    if artifacts.enabled:
-        artifacts.keep_stats(stats.to_dict(), time.perf_counter() - began)
+    artifacts.keep_stats(stats.to_dict(), time.perf_counter() - began)
     return stats
 
 
