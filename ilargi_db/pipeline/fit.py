@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import replace
 from typing import Any
 
 from ilargi_db.backend import to_host
@@ -61,7 +62,7 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         ),
         explanation_=model.explanation,
         n_rows_=int(X.shape[0]),
-        streamed_=job.stream.to_dict() if job.stream is not None else None,
+        streamed_=streamed(job, data),
         reused_=job.artifacts.describe() + ([warm] if warm else []),
         unlabelled_rows_=data.unlabelled,
         warnings_=([unconverged] if unconverged else []) + job.artifacts.warnings,
@@ -77,6 +78,13 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         **({"shared_by": len(job.models)} if len(job.models) > 1 else {}),  # planning and data served the batch
     }
     return result
+
+
+def streamed(job: JobPlan, data: TrainingData) -> dict | None:
+    """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted."""
+    if job.stream is None:
+        return None
+    return replace(job.stream, partitions=len(data.stream.bounds)).to_dict()  # the rows in use, known once open
 
 
 def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any) -> str:

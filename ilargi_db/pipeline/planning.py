@@ -38,7 +38,7 @@ class ModelPlan:
     solver_chosen: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobPlan:
     """Everything decided before the data are read: what to read, how, where, and which models fit it."""
 
@@ -52,7 +52,7 @@ class JobPlan:
     strategy: Strategy
     why: str  # the decision, in words (the models' ``decision_``)
     chosen_by: str  # who chose the strategy where the cost model gave no plan
-    models: list[ModelPlan]
+    models: tuple[ModelPlan, ...]
     placement: Placement = Placement.MEMORY
     stream: StreamPlan | None = None  # with Placement.STREAMED
     client: Any = None  # the Dask client, with Placement.DISTRIBUTED
@@ -140,7 +140,9 @@ def plan_job(
         if chosen_solver:
             estimator.set_params(**{parameter: plan.solver})  # the solver the cost model chose
         models.append(ModelPlan(spec, estimator, plan, explanation, chosen_solver))
-    job = JobPlan(query, target, options, graph, flags, artifacts, backend, Strategy(chosen), why, chosen_by, models)
+    job = JobPlan(
+        query, target, options, graph, flags, artifacts, backend, Strategy(chosen), why, chosen_by, tuple(models)
+    )
     return place(con, job, stats, cleanup)
 
 
@@ -152,33 +154,34 @@ def place(
     Streamed and distributed jobs run factorized; their plans are priced as they run there.
     """
     options, graph = job.options, job.graph
+    client = stream = None
     if options.cluster is not None:
         check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
-        job.client = connect_cluster(options.cluster)
-        if job.client is not options.cluster:  # connected here, not the caller's: closed when the job ends
-            cleanup.callback(job.client.close)
-        job.placement = Placement.DISTRIBUTED
+        client = connect_cluster(options.cluster)
+        if client is not options.cluster:  # connected here, not the caller's: closed when the job ends
+            cleanup.callback(client.close)
+        placement = Placement.DISTRIBUTED
     else:
         try:
-            job.stream = stream_plan(con, graph, job.strategy, stats, options.memory_budget)
+            stream = stream_plan(con, graph, job.strategy, stats, options.memory_budget)
         except IlargiError:
             if options.memory_budget is not None:
                 raise  # the caller's budget: say why it cannot be kept
-            job.stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
-        if job.stream is not None:
+            stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
+        if stream is not None:
             check_streamable(graph, Placement.STREAMED)
-            job.placement = Placement.STREAMED
-    if job.placement == Placement.MEMORY:
-        explanation = job.models[0].explanation
-        check_job_memory(con, graph, job.strategy, explanation, stats)  # before any feature column is read
+        placement = Placement.MEMORY if stream is None else Placement.STREAMED
+    if placement == Placement.MEMORY:
+        check_job_memory(con, graph, job.strategy, job.models[0].explanation, stats)  # before any column is read
         return job
-    workers = len(job.client.scheduler_info().get("workers", {})) if job.client is not None else 1
-    job.models = [replace(m, plan=placed_plan(m.explanation, m.plan, job.stream, workers)) for m in job.models]
-    first = job.models[0].plan
+    workers = len(client.scheduler_info().get("workers", {})) if client is not None else 1
+    models = [replace(m, plan=placed_plan(m.explanation, m.plan, stream, workers)) for m in job.models]
+    first = models[0].plan
     predicted = f", {first.seconds:.3g} s predicted" if first is not None else ""
-    job.strategy = Strategy.FACTORIZED
-    if job.placement == Placement.DISTRIBUTED:
-        job.why = f"{job.why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s){predicted}."
+    if placement == Placement.DISTRIBUTED:
+        why = f"{job.why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s){predicted}."
     else:
-        job.why = f"{job.why} Streamed: {job.stream.why}; {job.stream.spill_why}{predicted}."
-    return job
+        why = f"{job.why} Streamed: {stream.why}; {stream.spill_why}{predicted}."
+    return replace(
+        job, strategy=Strategy.FACTORIZED, why=why, models=models, placement=placement, stream=stream, client=client
+    )

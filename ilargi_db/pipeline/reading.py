@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import duckdb
 
 from ilargi_db.cluster import cluster_data
@@ -25,7 +23,5 @@ def read_job(con: duckdb.DuckDBPyConnection, job: JobPlan) -> TrainingData:
             check_values(y, job.graph.target.name, "target")
         return TrainingData(X, y, read.encoder, unlabelled)
     if job.placement == Placement.STREAMED:
-        data = read_streamed(con, job.graph, read, job.stream)
-        job.stream = replace(job.stream, partitions=len(data.stream.bounds))  # the rows in use, now known
-        return data
+        return read_streamed(con, job.graph, read, job.stream)
     return READERS[job.strategy](con, job.graph, read, job.artifacts)
