@@ -6,12 +6,9 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import scipy.sparse as sp
 
-from ilargi_db.backend import Backend, get_backend
+from ilargi_db.backend import get_backend
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.linalg import Block, NormalizedMatrix
-from ilargi_db.metadata import DIMetadata, extract_metadata
 from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.readers import ReadSettings, read_factorized
 from ilargi_db.plan import (
@@ -20,13 +17,11 @@ from ilargi_db.plan import (
     categorical_flags,
     check_single_source,
     check_target_type,
-    is_numeric,
     mark_categorical_coalesce,
 )
 from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.preprocess.raw_matrix import raw_normalized_matrix, with_storage
 from ilargi_db.read_snapshot import ReadSnapshot
-
-SPARSE_DENSITY = 0.1  # sparse="auto" keeps a block sparse below this share of non-zeros
 
 
 def check_factorizable(graph: JoinGraph) -> JoinGraph:
@@ -39,39 +34,6 @@ def check_factorizable(graph: JoinGraph) -> JoinGraph:
     return graph
 
 
-def estimated_density(data: np.ndarray, sample_rows: int = 20_000) -> float:
-    """Share of non-zero entries, from evenly spaced rows (a full count costs a pass over the block)."""
-    if not data.size:
-        return 1.0
-    step = max(1, data.shape[0] // sample_rows)
-    sample = data[::step]
-    return np.count_nonzero(sample) / sample.size
-
-
-def to_normalized_matrix(
-    meta: DIMetadata,
-    backend: str | Backend = "auto",
-    sparse: bool | str = "auto",
-    encoder: FeatureEncoder | None = None,
-) -> NormalizedMatrix:
-    """Build the :class:`NormalizedMatrix` of the metadata on ``backend``: its numbers as they are (an empty
-    row adds nothing), its text and ENUM features one-hot through ``encoder`` (fitted on ``meta``)."""
-    blocks = []
-    for b in meta.blocks:
-        data = b.data
-        if sparse is True or (sparse == "auto" and estimated_density(data) < SPARSE_DENSITY):
-            data = sp.csr_matrix(data)
-        columns = b.columns if encoder is None else encoder.offsets_[b.columns]
-        # An empty row whose expression is NULL contributes nothing (the DI formula): fill 0.
-        blocks.append(Block(data=data, columns=columns, index=b.indicator, fill=np.nan_to_num(b.fill, nan=0.0)))
-    for cat in meta.categoricals:
-        block = encoder.transform_categorical(cat, meta.n_rows)
-        if block is not None:
-            blocks.append(block)
-    names = meta.feature_names if encoder is None else encoder.feature_names_out_
-    return NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=names, backend=backend)
-
-
 @interruptible_job
 def normalize(
     con: duckdb.DuckDBPyConnection,
@@ -82,7 +44,7 @@ def normalize(
     sparse: bool | str = "auto",
     dtype: Any = np.float64,
     impute: bool = False,
-) -> tuple[NormalizedMatrix, Any]:
+) -> tuple[Any, Any]:
     """Turn a training query into a normalized matrix of its features and its target: the matrix ``train`` fits.
 
     Text and ENUM features are one-hot encoded as ``train`` encodes them (one column per category seen,
@@ -106,8 +68,8 @@ def normalize(
     impute : bool
         ``X`` exactly as ``train`` (with its default ``impute=True``) fits it: the rows whose target is
         NULL left out, numeric NULLs and rows an outer join left empty at the training mean, BOOLEAN
-        features one-hot too. Without it
-        (the default) the numbers are the query's: NULL is NaN, an empty row adds 0, a BOOLEAN is 0 or 1.
+        features one-hot too. Without it (the default) the numbers are the query's: NULL is NaN, an
+        empty row adds 0, a BOOLEAN is 0 or 1.
 
     Returns
     -------
@@ -143,26 +105,9 @@ def normalize(
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph = check_factorizable(build_join_graph(con, query, target))
         check_job_memory(con, graph, Strategy.FACTORIZED)
-        flags = categorical_flags(graph)
-        if impute:  # exactly what train(..., impute=True) fits, BOOLEAN one-hot as train encodes it
-            labelled = target is not None  # train learns from the rows whose target is not NULL
-            read = ReadSettings(FeatureEncoder(flags, impute=True), fit=True, backend=be, labelled_only=labelled)
-            data = read_factorized(con, graph, read)
-            blocks = [_stored(block, sparse, dtype) for block in data.X.blocks]
-            X = NormalizedMatrix(blocks, n_rows=data.X.shape[0], feature_names=data.X.feature_names, backend=be)
-            return X, None if data.y is None else be.asarray(data.y)
-        # The query's numbers as they are (a BOOLEAN is 0 or 1, NULL is NaN); text and ENUM one-hot as train does.
-        text = [flag and not is_numeric(f.duckdb_type) for flag, f in zip(flags, graph.features)]
-        categorical = frozenset(j for j, flag in enumerate(text) if flag)
-        meta = extract_metadata(con, graph, dtype=dtype, categorical=categorical)
-    encoder = FeatureEncoder(text, impute=False).fit_metadata(meta) if categorical else None
-    X = to_normalized_matrix(meta, be, sparse, encoder)
-    return X, None if meta.target is None else be.asarray(meta.target)
-
-
-def _stored(block: Block, sparse: bool | str, dtype: Any) -> Block:
-    """An encoded block as ``sparse`` and ``dtype`` ask (one-hot blocks are sparse already)."""
-    data = block.data
-    if not sp.issparse(data) and (sparse is True or (sparse == "auto" and estimated_density(data) < SPARSE_DENSITY)):
-        data = sp.csr_matrix(data)
-    return Block(data=data.astype(dtype), columns=block.columns, index=block.index, fill=block.fill)
+        if not impute:  # the query's numbers as they are; text and ENUM one-hot as train encodes them
+            return raw_normalized_matrix(con, graph, be, sparse, dtype)
+        labelled = target is not None  # train learns from the rows whose target is not NULL
+        encoder = FeatureEncoder(categorical_flags(graph), impute=True)
+        data = read_factorized(con, graph, ReadSettings(encoder, fit=True, backend=be, labelled_only=labelled))
+    return with_storage(data.X, sparse, dtype), None if data.y is None else be.asarray(data.y)
