@@ -46,3 +46,12 @@ def test_every_exception_lives_in_errors():
             if isinstance(node, ast.ClassDef) and any(b.endswith(("Error", "Exception", "Interrupt")) for b in bases):
                 defined.append(f"{module.relative_to(PACKAGE)}:{node.name}")
     assert defined and all(d.startswith("errors.py:") for d in defined), defined
+
+
+def test_every_public_name_of_the_stub_loads():
+    """ilargi_db/__init__.pyi is the one list of the public API: each name it re-exports loads from ilargi_db."""
+    import ilargi_db
+
+    assert {"train", "normalize", "TrainedModel", "IlargiError"} <= set(ilargi_db.__all__)
+    missing = [name for name in ilargi_db.__all__ if getattr(ilargi_db, name, None) is None]
+    assert not missing

@@ -74,5 +74,7 @@ def with_storage(X: NormalizedMatrix, sparse: bool | str, dtype: Any) -> Normali
         data = block.data
         if not sp.issparse(data) and stored_sparse(data, sparse):
             data = sp.csr_matrix(data)
-        blocks.append(Block(data=data.astype(dtype), columns=block.columns, index=block.index, fill=block.fill))
+        blocks.append(
+            Block(data=data.astype(dtype, copy=False), columns=block.columns, index=block.index, fill=block.fill)
+        )
     return NormalizedMatrix(blocks, n_rows=X.shape[0], feature_names=X.feature_names, backend=X.backend)
