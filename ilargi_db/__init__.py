@@ -11,19 +11,6 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from ilargi_db.errors import (
-    BackendUnavailableError,
-    DamagedModelError,
-    DivergenceError,
-    ForeignRegistryError,
-    IlargiError,
-    ModelNotFoundError,
-    NotFactorizableError,
-    NotStreamable,
-    PlanError,
-    TrainingInterrupted,
-)
-
 
 def _public_names() -> dict[str, str]:
     """Each public name and the module it is loaded from, as ``__init__.pyi`` imports them (the one list)."""
@@ -39,7 +26,9 @@ def _public_names() -> dict[str, str]:
 # The public API, loaded on first use: `import ilargi_db` (and `ilargi --help`) must not pay for
 # scikit-learn, sqlglot, SciPy and numba before anything asks for them. The exceptions load now (light).
 _PUBLIC = _public_names()
-_LAZY = {name: module for name, module in _PUBLIC.items() if name not in globals()}
+_EAGER = "ilargi_db.errors"
+globals().update({name: getattr(importlib.import_module(_EAGER), name) for name, m in _PUBLIC.items() if m == _EAGER})
+_LAZY = {name: module for name, module in _PUBLIC.items() if module != _EAGER}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,16 +51,4 @@ def __dir__() -> list[str]:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BackendUnavailableError",
-    "DamagedModelError",
-    "DivergenceError",
-    "ForeignRegistryError",
-    "IlargiError",
-    "ModelNotFoundError",
-    "NotFactorizableError",
-    "NotStreamable",
-    "PlanError",
-    "TrainingInterrupted",
-    *_LAZY,
-]
+__all__ = list(_PUBLIC)
