@@ -23,6 +23,8 @@ from ilargi_db.interruption import interrupt_training as interrupt_training
 from ilargi_db.linalg import Block as Block, NormalizedMatrix as NormalizedMatrix
 from ilargi_db.models import (
     GaussianNMF as GaussianNMF,
+    GradientBoostingClassifier as GradientBoostingClassifier,
+    GradientBoostingRegressor as GradientBoostingRegressor,
     KMeans as KMeans,
     LinearRegression as LinearRegression,
     LogisticRegression as LogisticRegression,

@@ -275,7 +275,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         given = load_json(options or "{}", "--options", """an object such as '{"alpha": 1.0}'""")
         if not isinstance(given, dict) or "cluster" in given:
-            raise IlargiError('give the cluster once, as --cluster ADDRESS, and --options as a JSON object without it.')
+            raise IlargiError("give the cluster once, as --cluster ADDRESS, and --options as a JSON object without it.")
         register_cluster(CLI_CLUSTER, args.cluster)
         options = json.dumps({**given, "cluster": CLI_CLUSTER})
     con = ilargi_db.connect(args.db)

@@ -49,6 +49,11 @@ class Backend:
         """The fused hot loops (see :mod:`ilargi_db.backend.kernels`): numba on the CPU, array operations on CuPy."""
         return _kernels(self.name)
 
+    @property
+    def tree_kernels(self) -> Any:
+        """The histogram-boosting hot loops (see :mod:`ilargi_db.backend.tree_kernels`): numba on the CPU."""
+        return _tree_kernels(self.name)
+
     def hot_loop(self) -> contextlib.AbstractContextManager:
         """A context for fused kernels and the small products around them: on the CPU, BLAS runs one thread.
 
@@ -113,6 +118,13 @@ def _kernels(name: str) -> Any:
     from ilargi_db.backend.kernels import ReferenceKernels
 
     return ReferenceKernels(_cupy_backend().xp)
+
+
+@functools.cache
+def _tree_kernels(name: str) -> Any:
+    from ilargi_db.backend.tree_kernels import NumbaTreeKernels, ReferenceTreeKernels
+
+    return NumbaTreeKernels() if name == "numpy" else ReferenceTreeKernels(_cupy_backend().xp)
 
 
 @functools.cache

@@ -46,9 +46,8 @@ def _solver(algorithm: str, solver: str) -> Solver | None:
 def _key(algorithm: str, solver: str, params: dict[str, Any]) -> str:
     facts = _solver(algorithm, solver)
     max_iter, tol = (facts.max_iter, facts.tol) if facts else (1, 0.0)
-    return (
-        f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={int(params.get('max_iter', max_iter))}"
-    )
+    bound = int(params.get(algorithm_facts(algorithm).iterations_parameter, max_iter))
+    return f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={bound}"
 
 
 def history_path(cache: str | os.PathLike | None = None) -> Path:
@@ -108,13 +107,16 @@ def expected_iterations(
     facts = _solver(algorithm, solver)
     if facts is None:
         return IterationEstimate(1.0, "one pass (a direct solver)")
-    max_iter = int(params.get("max_iter", facts.max_iter))
+    bound = algorithm_facts(algorithm).iterations_parameter
+    max_iter = int(params.get(bound, facts.max_iter))
     tol = float(params.get("tol", facts.tol))
+    if algorithm_facts(algorithm).reads == "bins" and not params.get("early_stopping", False):
+        tol = 0.0  # boosting without early stopping runs every round
     runs = (history or {}).get(_key(algorithm, solver, params), [])
     inits = max(1, int(params.get("n_init", 1)))  # k-means restarts; other solvers have no n_init
     times = f" x {inits} initializations" if inits > 1 else ""
     if tol <= 0:
-        return IterationEstimate(float(max_iter * inits), f"max_iter={max_iter} (tol=0 never stops early){times}")
+        return IterationEstimate(float(max_iter * inits), f"{bound}={max_iter} (tol=0 never stops early){times}")
     if runs:
         median = min(float(statistics.median(runs)), float(max_iter)) * inits
         where = f"median of {len(runs)} earlier runs with these settings on this machine"

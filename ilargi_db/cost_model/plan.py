@@ -34,6 +34,10 @@ from ilargi_db.models.catalog import GRAM_SOLVERS, MAX_GRAM_BYTES, STRATEGIES, S
 if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
     from ilargi_db.reuse.holdings import ReadHoldings
 
+# A boosted tree's passes over the rows: partitions per level, and histograms (the root's, then the smaller
+# child's per level: about half the rows) for a tree of about six levels (LightGBM's 31 to 63 leaves).
+TREE_LEVELS = 6.0
+TREE_HISTOGRAM_PASSES = 1.0 + 0.5 * (TREE_LEVELS - 1.0)
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
 
 
@@ -282,6 +286,11 @@ def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, 
             _matrix_step(costs, "X @ H.T", "lmm", shape, iterations, k),
             _matrix_step(costs, "W.T @ X", "rmm", shape, iterations, k),
         ]
+    elif solver == SolverName.HISTOGRAM:  # per tree: histograms of (g, h) per node, rows partitioned per level
+        steps += [
+            _matrix_step(costs, "histograms (X.T @ [g, h])", "rmm", shape, iterations * TREE_HISTOGRAM_PASSES, 2),
+            _matrix_step(costs, "row partitions (X @ w)", "lmm", shape, iterations * TREE_LEVELS),
+        ]
     else:
         raise ValueError(f"no plan for solver {solver!r}")
     return steps
@@ -395,6 +404,7 @@ def solver_passes(solver: str, iterations: float, k: int = 1) -> float:
         SolverName.NEWTON: 3.0 * iterations,  # the loss and gradient, the curvature, about one line-search step
         SolverName.LLOYD: iterations + 3.0 + 2.0 * k,  # the row norms, column sums, final labels; the seeding
         SolverName.MU: 2.0 * iterations + 2.0,
+        SolverName.HISTOGRAM: iterations * (TREE_LEVELS + TREE_HISTOGRAM_PASSES),
     }
     if solver not in passes:
         raise ValueError(f"no pass count for solver {solver!r}")

@@ -12,6 +12,9 @@ from typing import Any
 _LAZY = {
     "DivergenceError": "_base",
     "GaussianNMF": "_nmf",
+    "GradientBoosting": "_boosting",
+    "GradientBoostingClassifier": "_boosting",
+    "GradientBoostingRegressor": "_boosting",
     "KMeans": "_kmeans",
     "LinearRegression": "_linear",
     "LogisticRegression": "_linear",
@@ -21,7 +24,15 @@ _LAZY = {
 __all__ = [
     "MAX_GRAM_BYTES",
     "NORMAL_MAX_COLUMNS",
-    "DivergenceError", "GaussianNMF", "KMeans", "LinearRegression", "LogisticRegression"]
+    "DivergenceError",
+    "GaussianNMF",
+    "GradientBoosting",
+    "GradientBoostingClassifier",
+    "GradientBoostingRegressor",
+    "KMeans",
+    "LinearRegression",
+    "LogisticRegression",
+]
 
 from ilargi_db.models.catalog import MAX_GRAM_BYTES  # noqa: E402
 

@@ -59,6 +59,7 @@ class SolverName(Choice):
     NEWTON = "newton"  # Newton steps with the factorized Hessian X^T D X
     LLOYD = "lloyd"  # k-means' Lloyd iterations
     MU = "mu"  # NMF's multiplicative updates
+    HISTOGRAM = "histogram"  # boosted trees grown from per-node histograms of (gradient, hessian)
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,11 @@ class Algorithm:
     width_parameter: str | None = None  # the parameter giving the iterate's columns (clusters, components)
     default_width: int = 1
     fitted: tuple[str, ...] = ()  # learned state the registry stores to predict again
-    macro: str | None = None  # how a SQL macro scores it: "linear", "logistic", "nearest_centroid" or none
-    metrics: str = "regression"  # "regression" | "classification" | "clustering" | "factorization"
+    macro: str | None = None  # how a SQL macro scores it: "linear", "logistic", "nearest_centroid", "trees" or none
+    # "regression" | "classification" | "clustering" | "factorization" | "objective" (the fitted objective_ says)
+    metrics: str = "regression"
+    reads: str = "matrix"  # its training rows: "matrix" (one-hot, imputed, a normalized matrix) or "bins" (trees)
+    iterations_parameter: str = "max_iter"  # the parameter bounding its iterations
 
     def solver(self, name: str) -> Solver:
         """The named solver's facts (any solver the estimator accepts, not only the plan's candidates)."""
@@ -154,6 +158,17 @@ CATALOG: dict[str, Algorithm] = {
             fitted=("components_", "n_components_", "reconstruction_err_", "n_iter_"),
             macro=None,  # its transform iterates: no closed-form macro
             metrics="factorization",
+        ),
+        Algorithm(
+            "gradient_boosting",
+            "GradientBoosting",
+            supervised=True,
+            solvers=(Solver(SolverName.HISTOGRAM, 100, 0.0, 100.0),),
+            fitted=("trees_", "baseline_", "objective_", "classes_", "feature_importances_", "n_iter_"),
+            macro="trees",
+            metrics="objective",
+            reads="bins",
+            iterations_parameter="n_estimators",
         ),
     )
 }

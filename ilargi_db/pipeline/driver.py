@@ -244,7 +244,7 @@ def run_training(
 
 def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> None:
     """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction."""
-    if job.placement == Placement.MEMORY:  # resident rows: a normalized matrix, its sums memoized
+    if job.placement == Placement.MEMORY and not job.reads_bins:  # a resident normalized matrix: its sums memoized
         job.artifacts.keep_sums(data.X)
     data.close()
     snapshot.close()  # the store writes after the read, never inside its snapshot

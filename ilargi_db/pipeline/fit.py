@@ -23,7 +23,7 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     """Fit ``model`` on ``data`` and describe it; ``shared`` holds the seconds of planning and reading."""
     began = time.perf_counter()
     spec, estimator = model.spec, model.estimator
-    scaled = job.options.standardize and spec.supervised
+    scaled = job.options.standardize and spec.supervised and not job.reads_bins  # trees need no scaling
     X, y = data.X, data.y
     M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
     warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
@@ -149,7 +149,8 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
     does not converge is fitted again cold. k-means and NMF are not convex: a start would change their
     result, so they never take one.
     """
-    if stops_early(estimator):  # an early stop lands where the path from the start first meets it
+    if algorithm not in ("logistic_regression", "linear_regression") or stops_early(estimator):
+        # a start only for the convex linear models; an early stop lands where the path from the start first meets it
         return {}, ""
     if algorithm == "logistic_regression" and estimator.penalty == "l2" and estimator.tol > 0:
         found = job.warm_start(algorithm, scaled, M.feature_names)

@@ -57,6 +57,22 @@ class JobPlan:
     stream: StreamPlan | None = None  # with Placement.STREAMED
     client: Any = None  # the Dask client, with Placement.DISTRIBUTED
 
+    @property
+    def reads_bins(self) -> bool:
+        """Whether the models are trees: they read each feature's bins, not a normalized matrix."""
+        return reads_bins([m.spec for m in self.models])
+
+
+def reads_bins(specs: Sequence[ModelSpec]) -> bool:
+    """Whether ``specs`` are tree models (binned rows); a batch mixing them with others is refused."""
+    kinds = {algorithm_facts(s.algorithm).reads for s in specs}
+    if len(kinds) > 1:
+        raise IlargiError(
+            "a batch cannot mix gradient_boosting with the linear models, k-means or NMF: they read the rows "
+            "differently (bins against one-hot columns); train them in two batches."
+        )
+    return kinds == {"bins"}
+
 
 def plan_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> tuple[JoinGraph, list[bool]]:
     """The training query's join graph (checked: features, the target's type) and its categorical flags."""
@@ -113,6 +129,7 @@ def plan_job(
     ``check_graph`` sees the planned graph before anything else runs; ``cleanup`` closes what planning
     opens (a cluster client this call connected) when the job ends, or fails.
     """
+    reads_bins(specs)  # a batch mixing trees with other models is refused before anything is read
     graph, flags = plan_graph(con, query, target)
     if check_graph is not None:
         check_graph(graph)
@@ -146,6 +163,20 @@ def plan_job(
     return place(con, job, stats, cleanup)
 
 
+def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None) -> JobPlan:
+    """Trees train on rows held in memory: a cluster, or a budget the bins do not fit, is refused in words."""
+    options = job.options
+    if options.cluster is not None:
+        raise IlargiError("gradient_boosting trains in this process: leave out cluster (trees do not run on Dask yet).")
+    if options.memory_budget is not None and stream_plan(con, job.graph, job.strategy, stats, options.memory_budget):
+        raise IlargiError(
+            "gradient_boosting holds its training rows in memory (bins do not stream yet) and they exceed "
+            "memory_budget: raise memory_budget, or leave it out."
+        )
+    check_job_memory(con, job.graph, job.strategy, job.models[0].explanation, stats)
+    return job
+
+
 def place(
     con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None, cleanup: contextlib.ExitStack
 ) -> JobPlan:
@@ -155,6 +186,8 @@ def place(
     """
     options, graph = job.options, job.graph
     client = stream = None
+    if job.reads_bins:
+        return _place_trees(con, job, stats)
     if options.cluster is not None:
         check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
         client = connect_cluster(options.cluster)

@@ -50,6 +50,7 @@ from ilargi_db.reuse.store import (
 STATS, STATS_WHAT = "stats", "the job's statistics"  # the cost model's statistics, as an artifact
 MATRIX, MATRIX_WHAT = "matrix", "the encoded matrix"  # the training data, encoded (in process only)
 
+
 @dataclass
 class Use:
     """One artifact a job used: what, from which tier, and the seconds it took to make."""

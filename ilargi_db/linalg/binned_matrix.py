@@ -1,0 +1,205 @@
+"""The training rows as a tree sees them: each feature's values as bins, kept per source (factorized).
+
+A :class:`BinnedMatrix` is the tree's normalized matrix: each source's features as one block of bins
+(uint8, one row per source row) and the source row each training row takes. A dimension's bins are
+stored once per dimension row, never per fact row; the materialized join is the special case of one
+block that every row indexes by itself. :class:`FeatureBins` says what a feature's bins are: upper
+edges of numeric values (computed by DuckDB, see :mod:`ilargi_db.preprocess.binning`) or the
+categories kept, and every feature has one more bin, ``missing_bin``, for NULL (and a category training
+never saw, as HistGradientBoosting does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MAX_BINS = 255  # bins of a feature's values at most (uint8 codes, one more for missing)
+
+
+@dataclass(frozen=True)
+class FeatureBins:
+    """How one feature's values become bins.
+
+    Numeric: bin b holds ``edges[b-1] < x <= edges[b]`` (bin ``len(edges)``: above the last edge).
+    Categorical: bin b holds ``categories[b]``. NULL (and NaN, and a category not kept) is the missing bin.
+    """
+
+    name: str
+    categorical: bool
+    edges: np.ndarray = field(default_factory=lambda: np.empty(0))
+    categories: tuple[str, ...] = ()
+
+    @property
+    def n_bins(self) -> int:
+        """Bins of values (the missing bin not counted)."""
+        return len(self.categories) if self.categorical else len(self.edges) + 1
+
+    def codes(self, values: Any, missing_bin: int) -> np.ndarray:
+        """The bin of each value (uint8): numbers (NaN missing) or an Arrow array of text (null missing)."""
+        if self.categorical:
+            found = pc.index_in(values, value_set=pa.array(self.categories, type=pa.string()))
+            return pc.fill_null(found, missing_bin).to_numpy(zero_copy_only=False).astype(np.uint8)
+        values = np.asarray(values, dtype=np.float64)
+        out = np.searchsorted(self.edges, values, side="left").astype(np.uint8)
+        out[np.isnan(values)] = missing_bin
+        return out
+
+    def to_state(self) -> dict:
+        return {
+            "name": self.name,
+            "categorical": self.categorical,
+            "edges": [float(e) for e in self.edges],
+            "categories": list(self.categories),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> FeatureBins:
+        if not isinstance(state["name"], str) or not isinstance(state["categorical"], bool):
+            raise TypeError("a feature's bins need a name and a categorical flag")
+        edges = np.asarray(state["edges"], dtype=np.float64)
+        categories = tuple(state["categories"])
+        if edges.ndim != 1 or np.any(np.diff(edges) <= 0) or not all(isinstance(c, str) for c in categories):
+            raise ValueError(f"the bins of {state['name']!r} are not increasing edges or text categories")
+        if max(len(edges) + 1, len(categories)) > MAX_BINS:
+            raise ValueError(f"the feature {state['name']!r} has more than {MAX_BINS} bins")
+        return cls(state["name"], state["categorical"], edges, categories)
+
+
+@dataclass(frozen=True)
+class BinnedBlock:
+    """One source's features as bins: ``codes[s, j]`` is source row s's bin of feature ``columns[j]``.
+
+    ``index[i]`` is the source row training row i takes, -1 where an outer join left it empty (it takes
+    ``fill``, the bins of the features on an all-NULL row); ``index`` None: training row i is row i.
+    """
+
+    codes: np.ndarray  # (source rows, c) uint8, C order
+    index: np.ndarray | None
+    columns: np.ndarray  # (c,) int64: the feature each column is
+    fill: np.ndarray  # (c,) uint8
+
+    @property
+    def n_source_rows(self) -> int:
+        return self.codes.shape[0]
+
+    def take_rows(self, rows: np.ndarray) -> BinnedBlock:
+        index = rows if self.index is None else self.index[rows]
+        return BinnedBlock(self.codes, index.astype(np.int64, copy=False), self.columns, self.fill)
+
+    def bins_of(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Every column's bin for the training ``rows`` (all when None): (rows, c), one copy."""
+        if self.index is None:
+            return self.codes if rows is None else self.codes[rows]
+        index = self.index if rows is None else self.index[rows]
+        out = self.codes[np.maximum(index, 0)]
+        out[index < 0] = self.fill
+        return out
+
+
+@dataclass(frozen=True)
+class BinnedMatrix:
+    """The binned training rows: one :class:`BinnedBlock` per source, each feature in exactly one block."""
+
+    blocks: list[BinnedBlock]
+    n_rows: int
+    bins: list[FeatureBins]
+    missing_bin: int = MAX_BINS
+
+    def __post_init__(self) -> None:
+        seen = np.sort(np.concatenate([b.columns for b in self.blocks])) if self.blocks else np.empty(0)
+        if not np.array_equal(seen, np.arange(len(self.bins))):
+            raise ValueError("every feature must be in exactly one block")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.n_rows, len(self.bins)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [b.name for b in self.bins]
+
+    @property
+    def categorical(self) -> np.ndarray:
+        return np.array([b.categorical for b in self.bins], dtype=np.bool_)
+
+    @property
+    def n_bins(self) -> np.ndarray:
+        return np.array([b.n_bins for b in self.bins], dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.codes.nbytes + (0 if b.index is None else b.index.nbytes) for b in self.blocks)
+
+    def take_rows(self, rows: np.ndarray) -> BinnedMatrix:
+        """The selected training rows (every block indexes them; the codes are shared)."""
+        return BinnedMatrix([b.take_rows(rows) for b in self.blocks], len(rows), self.bins, self.missing_bin)
+
+    def dense_bins(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Every feature's bin for ``rows`` (all when None) as one (rows, features) uint8 array: for scoring."""
+        n = self.n_rows if rows is None else len(rows)
+        out = np.empty((n, len(self.bins)), dtype=np.uint8)
+        for block in self.blocks:
+            out[:, block.columns] = block.bins_of(rows)
+        return out
+
+
+def bin_array(X: Any, bins: list[FeatureBins], missing_bin: int = MAX_BINS) -> BinnedMatrix:
+    """A plain array's rows (numbers; text for categorical features) binned with ``bins``: one block."""
+    columns = []
+    for j, b in enumerate(bins):
+        column = X[:, j] if hasattr(X, "shape") else [row[j] for row in X]
+        if b.categorical:
+            column = pa.array([None if v is None else str(v) for v in column], type=pa.string())
+        columns.append(b.codes(column, missing_bin))
+    n = len(columns[0]) if columns else len(X)
+    codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=np.uint8)
+    fill = np.full(len(bins), missing_bin, dtype=np.uint8)
+    return BinnedMatrix([BinnedBlock(codes, None, np.arange(len(bins)), fill)], n, bins, missing_bin)
+
+
+def quantile_bins(X: np.ndarray, names: list[str], max_bins: int) -> list[FeatureBins]:
+    """Numeric bins of a plain array's columns, as :mod:`ilargi_db.preprocess.binning` computes them in DuckDB:
+    every distinct value its own bin when at most ``max_bins``, else edges at discrete quantiles."""
+    return [FeatureBins(name, False, numeric_edges(X[:, j], max_bins)) for j, name in enumerate(names)]
+
+
+def numeric_edges(values: np.ndarray, max_bins: int) -> np.ndarray:
+    """Upper bin edges of ``values``: the distinct values but the largest when few, else discrete quantiles.
+
+    The quantiles are DuckDB's ``quantile_disc`` (the value at position ceil(n q) - 1 of the sorted
+    non-missing values), so edges computed here and in SQL agree.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    values = np.sort(values[~np.isnan(values)])
+    distinct = np.unique(values)
+    if len(distinct) <= max_bins:
+        return distinct[:-1]
+    return np.unique(values[discrete_quantile_positions(len(values), max_bins)])
+
+
+def quantile_probabilities(max_bins: int) -> list[float]:
+    """The probabilities of the quantile edges: k / max_bins for k = 1 .. max_bins - 1."""
+    return [k / max_bins for k in range(1, max_bins)]
+
+
+def discrete_quantile_positions(n: int, max_bins: int) -> np.ndarray:
+    """Positions in n sorted values of DuckDB's ``quantile_disc`` at :func:`quantile_probabilities`."""
+    return np.array([max(int(np.ceil(n * q)) - 1, 0) for q in quantile_probabilities(max_bins)], dtype=np.int64)
+
+
+__all__ = [
+    "MAX_BINS",
+    "BinnedBlock",
+    "BinnedMatrix",
+    "FeatureBins",
+    "bin_array",
+    "discrete_quantile_positions",
+    "numeric_edges",
+    "quantile_bins",
+    "quantile_probabilities",
+]

@@ -1,0 +1,398 @@
+"""Histogram gradient boosting over joins: regression (squared error) and binary classification (log loss).
+
+The estimators fit on a :class:`~ilargi_db.linalg.binned_matrix.BinnedMatrix` (each source's features
+binned once per source row, as ``ilargi_db.train`` reads them) or on a plain array (binned here, at
+DuckDB's quantiles). Each tree is grown leaf-wise from per-node histograms (:mod:`._tree_growth`);
+numeric splits send missing values to the side that gains more, categorical ones choose a set of
+categories sorted by their gradient statistics, as LightGBM and HistGradientBoosting do, without one-hot.
+
+The fitted ensemble (``trees_``) is plain lists, as the registry stores it: per node its feature, its
+children (-1: a leaf), its value, and the split as the last bin going left (numeric) or the bins going
+left (categorical), with where missing values go.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ilargi_db._terminal import progress
+from ilargi_db.backend import get_backend
+from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins, bin_array, quantile_bins
+from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
+
+OBJECTIVES = ("squared_error", "log_loss")
+
+
+class SquaredError:
+    name = "squared_error"
+
+    @staticmethod
+    def baseline(y: np.ndarray) -> float:
+        return float(y.mean())
+
+    @staticmethod
+    def gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
+        np.subtract(raw, y, out=g)  # h stays 1
+
+    @staticmethod
+    def loss(raw: np.ndarray, y: np.ndarray) -> float:
+        return float(0.5 * np.mean((raw - y) ** 2))
+
+
+class LogLoss:
+    name = "log_loss"
+
+    @staticmethod
+    def baseline(y: np.ndarray) -> float:
+        p = float(np.clip(y.mean(), 1e-12, 1 - 1e-12))
+        return float(np.log(p / (1 - p)))
+
+    @staticmethod
+    def gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
+        p = expit(raw)
+        np.subtract(p, y, out=g)
+        np.multiply(p, 1.0 - p, out=h)
+
+    @staticmethod
+    def loss(raw: np.ndarray, y: np.ndarray) -> float:
+        return float(np.mean(np.logaddexp(0.0, raw) - y * raw))
+
+
+LOSSES = {"squared_error": SquaredError, "log_loss": LogLoss}
+
+
+def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) -> dict[str, list]:
+    """The ensemble as the registry stores it (plain lists, node ids within each tree)."""
+    out: dict[str, list] = {k: [] for k in ("tree_start", "feature", "left", "right", "value", "gain", "count")}
+    out.update(threshold=[], missing_left=[], category_bins=[])
+    for tree in trees:
+        out["tree_start"].append(len(out["feature"]))
+        for i in range(len(tree.feature)):
+            for key in ("feature", "left", "right", "value", "gain", "count"):
+                out[key].append(getattr(tree, key)[i])
+            mask, f = tree.goes_left[i], tree.feature[i]
+            split = f >= 0
+            out["missing_left"].append(bool(mask[missing_bin]) if split else False)
+            numeric = split and not categorical[f]
+            out["threshold"].append(int(mask[:missing_bin].sum()) - 1 if numeric else -1)
+            bins = np.flatnonzero(mask[:missing_bin]).tolist() if split and categorical[f] else []
+            out["category_bins"].append(bins)
+    out["tree_start"].append(len(out["feature"]))
+    return out
+
+
+class GradientBoosting(BaseEstimator):
+    """Gradient-boosted trees on histograms; ``objective="auto"`` picks regression or binary classification.
+
+    Parameters
+    ----------
+    objective : {"auto", "squared_error", "log_loss"}
+        "auto": a target with exactly two distinct values (a BOOLEAN one too) is binary classification
+        (log loss), any other regression (squared error); ``objective_`` says which ran.
+    n_estimators : int
+        Boosting rounds (trees), fewer when early stopping stops.
+    learning_rate : float
+        Shrinkage of each tree's values.
+    max_depth : int or None
+        Edges from the root to a leaf at most (None: only ``max_leaves`` bounds a tree).
+    max_leaves : int
+        Leaves of a tree at most; trees grow best leaf first (LightGBM's ``num_leaves``).
+    min_samples_leaf : int
+        Training rows of a leaf at least.
+    l2_regularization : float
+        L2 penalty on leaf values (LightGBM's ``lambda_l2``).
+    max_bins : int
+        Bins of a feature's values at most (2 to 255; one more bin holds missing values).
+    early_stopping : bool
+        Hold out ``validation_fraction`` of the rows (drawn with ``random_state``) and stop once the loss on
+        them has not improved by ``tol`` for ``n_iter_no_change`` rounds.
+    random_state : int, RandomState or None
+        The validation rows' draw (the only randomness).
+    """
+
+    _parameter_constraints: dict = {
+        "objective": [StrOptions({"auto", *OBJECTIVES})],
+        "n_estimators": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "max_depth": [Interval(Integral, 1, None, closed="left"), None],
+        "max_leaves": [Interval(Integral, 2, None, closed="left")],
+        "min_samples_leaf": [Interval(Integral, 1, None, closed="left")],
+        "l2_regularization": [Interval(Real, 0, None, closed="left")],
+        "max_bins": [Interval(Integral, 2, MAX_BINS, closed="both")],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        objective: str = "auto",
+        n_estimators: int = 100,
+        learning_rate: float = 0.1,
+        max_depth: int | None = None,
+        max_leaves: int = 31,
+        min_samples_leaf: int = 20,
+        l2_regularization: float = 0.0,
+        max_bins: int = MAX_BINS,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        tol: float = 1e-7,
+        random_state: Any = None,
+    ):
+        _keep(self, locals())
+
+    # -- fitting ------------------------------------------------------------------------------------------
+
+    def _objective_for(self, y: np.ndarray) -> str:
+        if self.objective != "auto":
+            return self.objective
+        return "log_loss" if len(np.unique(y)) == 2 else "squared_error"
+
+    def _binned(self, X: Any, y: Any = None, reset: bool = True) -> tuple[BinnedMatrix, Any]:
+        """``X`` as a binned matrix (a plain array binned with the fitted bins, or new ones when fitting)."""
+        if isinstance(X, BinnedMatrix):
+            if reset:
+                self.n_features_in_ = X.shape[1]
+                self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+            elif X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but the model expects {self.n_features_in_}.")
+            return X, y
+        if y is None:
+            X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        else:
+            X, y = validate_data(self, X, y, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        if reset:
+            names = [str(n) for n in getattr(self, "feature_names_in_", [f"x{j}" for j in range(X.shape[1])])]
+            self.bins_ = quantile_bins(X, names, self.max_bins)
+        return bin_array(X, self.bins_, self.missing_bin_), y
+
+    def fit(self, X: Any, y: Any, warn: bool = True) -> GradientBoosting:
+        """Fit the ensemble on ``X`` (a binned matrix or an array) and ``y``; ``warn`` is accepted for the pipeline
+        (boosting has nothing to warn of: it runs its rounds)."""
+        self._validate_params()
+        self.missing_bin_ = X.missing_bin if isinstance(X, BinnedMatrix) else self.max_bins
+        X, y = self._binned(X, y, reset=True)
+        if isinstance(X, BinnedMatrix) and y is not None:
+            self.bins_ = list(X.bins)
+        y = np.asarray(y, dtype=np.float64).ravel()
+        if y.shape != (X.n_rows,) or not np.isfinite(y).all():
+            raise ValueError("y must hold one finite number per row (filter NULL targets in the query).")
+        self.objective_ = self._objective_for(y)
+        y = self._encode_target(y)
+        self._boost(X, y)
+        return self
+
+    def _encode_target(self, y: np.ndarray) -> np.ndarray:
+        if self.objective_ != "log_loss":
+            return y
+        self.classes_ = np.unique(y)
+        if len(self.classes_) != 2:
+            raise ValueError(
+                f"binary classification needs a target with two distinct values; this one has {len(self.classes_)}."
+            )
+        return (y == self.classes_[1]).astype(np.float64)
+
+    def _split_rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if not self.early_stopping:
+            return np.arange(n), np.empty(0, dtype=np.int64)
+        held = check_random_state(self.random_state).permutation(n)[: max(1, int(n * self.validation_fraction))]
+        is_held = np.zeros(n, dtype=bool)
+        is_held[held] = True
+        return np.flatnonzero(~is_held), np.flatnonzero(is_held)
+
+    def _boost(self, X: BinnedMatrix, y: np.ndarray) -> None:
+        loss = LOSSES[self.objective_]
+        train_rows, held_rows = self._split_rows(X.n_rows)
+        if len(train_rows) == 0:
+            raise ValueError("no training rows are left after the validation rows were held out.")
+        self.baseline_ = loss.baseline(y[train_rows])
+        limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
+        kernels = get_backend("numpy").tree_kernels
+        grower = TreeGrower(X, train_rows, limits, kernels)
+        raw = np.full(X.n_rows, self.baseline_)
+        g, h = np.zeros(X.n_rows), np.ones(X.n_rows)
+        held_bins = X.dense_bins(held_rows) if len(held_rows) else None
+        trees: list[Tree] = []
+        self.train_score_, self.validation_score_ = [], []
+        best, since_best = np.inf, 0
+        with progress(self.n_estimators, "gradient boosting") as bar:
+            for _ in range(self.n_estimators):
+                loss.gradients(raw, y, g, h)
+                tree, leaves = grower.grow(g, h, float(self.learning_rate))
+                trees.append(tree)
+                for leaf in leaves:
+                    raw[grower.rows[leaf.start : leaf.stop]] += tree.value[leaf.id]
+                self.train_score_.append(loss.loss(raw[train_rows], y[train_rows]))
+                bar.update()
+                if held_bins is None:
+                    continue
+                raw[held_rows] += _tree_output(held_bins, tree, X.missing_bin, X.categorical, kernels)
+                held_loss = loss.loss(raw[held_rows], y[held_rows])
+                self.validation_score_.append(held_loss)
+                if held_loss < best - self.tol:
+                    best, since_best = held_loss, 0
+                else:
+                    since_best += 1
+                    if since_best >= self.n_iter_no_change:
+                        break
+        self.n_iter_ = len(trees)
+        self.trees_ = _flat_trees(trees, X.missing_bin, X.categorical)
+        gains = np.zeros(X.shape[1])
+        for tree in trees:
+            for f, gain in zip(tree.feature, tree.gain):
+                if f >= 0:
+                    gains[f] += gain
+        self.feature_importances_ = gains / gains.sum() if gains.sum() > 0 else gains
+        self._ensemble = None
+
+    # -- predicting ---------------------------------------------------------------------------------------
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The stored ensemble as arrays, with each split node's bin mask (built once per fitted model)."""
+        cached = getattr(self, "_ensemble", None)
+        if cached is not None:
+            return cached
+        t = self.trees_
+        feature = np.asarray(t["feature"], dtype=np.int64)
+        masks = np.zeros((len(feature), self.missing_bin_ + 1), dtype=np.bool_)
+        for i, f in enumerate(feature):
+            if f < 0:
+                continue
+            threshold = int(t["threshold"][i])
+            if threshold >= 0:
+                masks[i, : threshold + 1] = True
+            masks[i, np.asarray(t["category_bins"][i], dtype=np.int64)] = True
+            masks[i, self.missing_bin_] = bool(t["missing_left"][i])
+        arrays = {
+            "start": np.asarray(t["tree_start"], dtype=np.int64),
+            "feature": feature,
+            "left": np.asarray(t["left"], dtype=np.int64),
+            "right": np.asarray(t["right"], dtype=np.int64),
+            "value": np.asarray(t["value"], dtype=np.float64),
+            "goes_left": masks,
+        }
+        self._ensemble = arrays
+        return arrays
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The raw score of each row: the baseline plus every tree's value (log-odds for classification)."""
+        check_is_fitted(self, "trees_")
+        binned, _ = self._binned(X, reset=False)
+        codes = np.ascontiguousarray(binned.dense_bins())
+        a = self._arrays()
+        out = np.full(len(codes), float(self.baseline_))
+        kernels = get_backend("numpy").tree_kernels
+        for s, e in zip(a["start"][:-1], a["start"][1:]):
+            kernels.add_tree(
+                codes, a["feature"][s:e], a["goes_left"][s:e], a["left"][s:e], a["right"][s:e], a["value"][s:e], out
+            )
+        return out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(rows, 2) probabilities of ``classes_[0]`` and ``classes_[1]`` (classification only)."""
+        if getattr(self, "objective_", None) != "log_loss":
+            raise AttributeError("predict_proba is for classification (objective 'log_loss').")
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Regression: the predicted values. Classification: the more probable class of each row."""
+        raw = self.decision_function(X)
+        if self.objective_ == "log_loss":
+            return self.classes_[(raw > 0).astype(np.int64)]
+        return raw
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_ensemble", None)
+        return state
+
+
+def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:
+    """Set ``__init__``'s parameters as attributes, unchanged (scikit-learn's convention)."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
+def _tree_output(codes: np.ndarray, tree: Tree, missing_bin: int, categorical: np.ndarray, kernels) -> np.ndarray:
+    """One tree's values for rows given as dense bins (the held-out rows of early stopping)."""
+    masks = np.zeros((len(tree.feature), missing_bin + 1), dtype=np.bool_)
+    for i, mask in enumerate(tree.goes_left):
+        if mask is not None:
+            masks[i] = mask
+    out = np.zeros(len(codes))
+    kernels.add_tree(
+        np.ascontiguousarray(codes),
+        np.asarray(tree.feature, dtype=np.int64),
+        masks,
+        np.asarray(tree.left, dtype=np.int64),
+        np.asarray(tree.right, dtype=np.int64),
+        np.asarray(tree.value, dtype=np.float64),
+        out,
+    )
+    return out
+
+
+class GradientBoostingRegressor(RegressorMixin, GradientBoosting):
+    """Gradient-boosted regression trees (squared error); see :class:`GradientBoosting` for the parameters."""
+
+    objective = "squared_error"
+
+    _parameter_constraints = {k: v for k, v in GradientBoosting._parameter_constraints.items() if k != "objective"}
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        learning_rate: float = 0.1,
+        max_depth: int | None = None,
+        max_leaves: int = 31,
+        min_samples_leaf: int = 20,
+        l2_regularization: float = 0.0,
+        max_bins: int = MAX_BINS,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        tol: float = 1e-7,
+        random_state: Any = None,
+    ):
+        _keep(self, locals())
+
+
+class GradientBoostingClassifier(ClassifierMixin, GradientBoosting):
+    """Gradient-boosted trees for binary classification (log loss); see :class:`GradientBoosting`."""
+
+    objective = "log_loss"
+
+    _parameter_constraints = GradientBoostingRegressor._parameter_constraints
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        learning_rate: float = 0.1,
+        max_depth: int | None = None,
+        max_leaves: int = 31,
+        min_samples_leaf: int = 20,
+        l2_regularization: float = 0.0,
+        max_bins: int = MAX_BINS,
+        early_stopping: bool = False,
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        tol: float = 1e-7,
+        random_state: Any = None,
+    ):
+        _keep(self, locals())
+
+
+__all__ = ["FeatureBins", "GradientBoosting", "GradientBoostingClassifier", "GradientBoostingRegressor"]

@@ -1,0 +1,165 @@
+"""One regression tree grown leaf-wise (best first) on a binned matrix, from per-node histograms.
+
+A node's rows are a range of one permutation of the training rows (partitioned in place at each split),
+its histogram the sums of (gradient, hessian, rows) per feature bin. The smaller child's histogram is
+built from its rows (gathered through each block's index, or summed per source row first where the
+source is small: the factorized way); the larger one's is the parent's less it. The leaf of largest
+gain splits next, as LightGBM and HistGradientBoosting grow, until ``max_leaves``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ilargi_db.linalg.binned_matrix import BinnedMatrix
+
+
+@dataclass(frozen=True)
+class GrowthLimits:
+    """What bounds a tree: its leaves and depth, the rows and the L2 penalty of a leaf."""
+
+    max_leaves: int
+    max_depth: int | None
+    min_samples_leaf: int
+    l2_regularization: float
+
+
+@dataclass(eq=False)  # compared by identity: a node is one range of rows
+class Node:
+    start: int
+    stop: int
+    depth: int
+    hist: np.ndarray  # (features, bins + 1, 3)
+    gain: float = 0.0
+    feature: int = -1
+    goes_left: np.ndarray | None = None
+    id: int = 0
+
+    @property
+    def sums(self) -> np.ndarray:
+        return self.hist[0].sum(axis=0)  # every row is in one bin of each feature
+
+
+@dataclass
+class Tree:
+    """A fitted tree's nodes (node 0 the root); ``left[i] == -1`` marks a leaf, whose ``value`` is its output."""
+
+    feature: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
+    value: list[float] = field(default_factory=list)
+    gain: list[float] = field(default_factory=list)
+    count: list[int] = field(default_factory=list)
+    goes_left: list[np.ndarray | None] = field(default_factory=list)
+
+    def add(self, count: int) -> int:
+        self.feature.append(-1)
+        self.left.append(-1)
+        self.right.append(-1)
+        self.value.append(0.0)
+        self.gain.append(0.0)
+        self.count.append(count)
+        self.goes_left.append(None)
+        return len(self.feature) - 1
+
+
+def node_histogram(X: BinnedMatrix, rows: np.ndarray, g: np.ndarray, h: np.ndarray, kernels) -> np.ndarray:
+    """(features, bins + 1, 3) sums of g, h and rows per bin over ``rows``: per block, gathered or factorized."""
+    width = X.missing_bin + 1
+    out = np.empty((len(X.bins), width, 3))
+    for block in X.blocks:
+        c = block.codes.shape[1]
+        if block.index is not None and block.n_source_rows * (c + 1) < len(rows) * (c - 1):
+            sums = kernels.segment_sums(block.index, rows, g, h, block.n_source_rows)
+            out[block.columns] = kernels.histogram_of_segments(block.codes, block.fill, sums, width)
+        else:
+            out[block.columns] = kernels.histogram_gathered(block.codes, block.index, block.fill, rows, g, h, width)
+    return out
+
+
+class TreeGrower:
+    """Grows trees on one binned matrix: the blocks' lookups, the split search's inputs and scratch, kept."""
+
+    def __init__(self, X: BinnedMatrix, rows: np.ndarray, limits: GrowthLimits, kernels):
+        self.X, self.limits, self.kernels = X, limits, kernels
+        self.rows = np.array(rows, dtype=np.int64)  # partitioned in place, tree after tree
+        self.scratch = np.empty(len(self.rows), dtype=np.int64)
+        self.n_bins = X.n_bins
+        self.categorical = X.categorical
+        self.where = {}  # feature -> (block, its column in the block)
+        for block in X.blocks:
+            for k, j in enumerate(block.columns):
+                self.where[int(j)] = (block, k)
+
+    def _split(self, node: Node) -> Node:
+        limits = self.limits
+        if (limits.max_depth is not None and node.depth >= limits.max_depth) or (
+            node.stop - node.start < 2 * limits.min_samples_leaf
+        ):
+            return node
+        mask = np.zeros(self.X.missing_bin + 1, dtype=np.bool_)
+        gain, feature = self.kernels.best_split(
+            node.hist,
+            self.n_bins,
+            self.categorical,
+            self.X.missing_bin,
+            limits.l2_regularization,
+            limits.min_samples_leaf,
+            mask,
+        )
+        if feature >= 0:
+            node.gain, node.feature, node.goes_left = gain, feature, mask
+        return node
+
+    def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float) -> tuple[Tree, list[Node]]:
+        """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``)."""
+        limits, tree = self.limits, Tree()
+        root = Node(0, len(self.rows), 0, node_histogram(self.X, self.rows, g, h, self.kernels))
+        root.id = tree.add(len(self.rows))
+        leaves = [self._split(root)]
+        heap = [(-root.gain, root.id, root)] if root.feature >= 0 else []
+        while heap and len(leaves) < limits.max_leaves:
+            _, _, node = heapq.heappop(heap)
+            leaves.remove(node)
+            for child in self._children(node, g, h, tree):
+                leaves.append(self._split(child))
+                if child.feature >= 0:
+                    heapq.heappush(heap, (-child.gain, child.id, child))
+        for leaf in leaves:
+            grad, hess, _ = leaf.sums
+            tree.value[leaf.id] = -learning_rate * grad / (hess + limits.l2_regularization)
+        return tree, leaves
+
+    def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: Tree) -> tuple[Node, Node]:
+        block, column = self.where[node.feature]
+        n_left = self.kernels.partition_rows(
+            self.rows,
+            node.start,
+            node.stop,
+            block.codes,
+            block.index,
+            block.fill,
+            column,
+            node.goes_left,
+            self.scratch,
+        )
+        middle = node.start + n_left
+        small_left = n_left <= node.stop - middle
+        small = (node.start, middle) if small_left else (middle, node.stop)
+        small_hist = node_histogram(self.X, self.rows[small[0] : small[1]], g, h, self.kernels)
+        large_hist = node.hist - small_hist
+        left_hist, right_hist = (small_hist, large_hist) if small_left else (large_hist, small_hist)
+        left = Node(node.start, middle, node.depth + 1, left_hist)
+        right = Node(middle, node.stop, node.depth + 1, right_hist)
+        left.id, right.id = tree.add(middle - node.start), tree.add(node.stop - middle)
+        i = node.id
+        tree.feature[i], tree.left[i], tree.right[i] = node.feature, left.id, right.id
+        tree.gain[i], tree.goes_left[i] = node.gain, node.goes_left
+        node.hist = None  # the parent's histogram is no longer needed
+        return left, right
+
+
+__all__ = ["GrowthLimits", "Node", "Tree", "TreeGrower", "node_histogram"]
