@@ -1,15 +1,14 @@
 """The hot loops of histogram gradient boosting over binned blocks, fused (numba) and as a NumPy reference.
 
-A *binned block* is what one source gives a tree: ``codes`` (source rows x c, uint8 bins, C order), the
-source row each training row takes (``index``, -1 where an outer join left it empty: ``fill``'s bins),
-or none (``identity``: training row i is codes row i, the fact's own block). A histogram holds, per
-block column and bin, the sums of gradient, hessian and rows: ``(c, n_bins, 3)`` float64.
+The kernels read a binned matrix's blocks laid end to end (:class:`~ilargi_db.linalg.binned_matrix.FlatBins`):
+per block, its bins (source rows x width, uint8), the source row each training row takes (-1 where an
+outer join left it empty: the block's fill bins), or none (the fact's own block). A histogram holds, per
+feature and bin, the sums of gradient, hessian and rows: ``(features, n_bins, 3)`` float64.
 
-- :func:`histogram_gathered`: one pass over a node's rows, each row's bins read through its index
-  (the materialized join's one block, the fact's block, or a large dimension);
-- :func:`segment_sums` then :func:`histogram_of_segments`: the factorized way for a dimension: (g, h, 1)
-  summed per source row over the node's rows (``I^T v``), then each source row's sums added to its bins,
-  so the dimension's columns are never repeated per training row;
+- ``node_histogram``: one pass over a node's rows for every block at once: a block's bins read through
+  each row's index (the materialized join's one block, the fact's, a large dimension), or, the
+  factorized way for a small dimension, (g, h, 1) summed per source row over the node's rows
+  (``I^T v``) and then each source row's sums added to its bins, so its columns are never repeated per row;
 - :func:`partition_rows`: a node's rows split stably by a split's bin mask, read through the index;
 - :func:`best_split`: the split of largest gain over every column's histogram (numeric thresholds with
   missing values sent where they gain most, categorical sets sorted by gradient statistics);
@@ -49,85 +48,98 @@ def _serial_and_parallel(kernel):
     )
 
 
-def _histogram_gathered(codes, index, identity, fill, rows, g, h, n_bins, chunks):  # pragma: no cover - compiled
-    m, c = rows.shape[0], codes.shape[1]
-    acc = np.zeros((chunks, c, n_bins, 3))
+def _node_histogram(
+    codes,
+    code_start,
+    widths,
+    first_column,
+    columns,
+    fills,
+    index,
+    identity,
+    segment,
+    seg_start,
+    rows,
+    g,
+    h,
+    n_bins,
+    slot_start,
+    value_bins,
+    unit_hessian,
+    chunks,
+):  # pragma: no cover - compiled
+    # Each feature's histogram is stored compactly while rows are added (its value bins, then missing: a few
+    # kilobytes that stay in L1), at slot_start[f] + min(bin, value_bins[f]); spread to n_bins at the end.
+    m, t, n_features = rows.shape[0], widths.shape[0], value_bins.shape[0]
+    acc = np.zeros((chunks, slot_start[n_features], 3))
+    seg = np.zeros((chunks, seg_start[t], 3))
     size = (m + chunks - 1) // chunks
     for k in numba.prange(chunks):
-        part = acc[k]
+        part, sums = acc[k], seg[k]
         for i in range(k * size, min(m, (k + 1) * size)):
             r = rows[i]
             gi, hi = g[r], h[r]
-            if identity:
-                row = codes[r]
-            else:
-                s = index[r]
-                row = fill if s < 0 else codes[s]
-            for f in range(c):
-                b = row[f]
-                part[f, b, 0] += gi
-                part[f, b, 1] += hi
-                part[f, b, 2] += 1.0
-    out = acc[0].copy()
+            for b in range(t):
+                s = r if identity[b] else index[r, b]
+                if segment[b]:  # the factorized way: (g, h, 1) summed per source row, binned below
+                    slot = seg_start[b] + s if s >= 0 else seg_start[b + 1] - 1
+                    sums[slot, 0] += gi
+                    if not unit_hessian:
+                        sums[slot, 1] += hi
+                    sums[slot, 2] += 1.0
+                    continue
+                w, col0 = widths[b], first_column[b]
+                base = code_start[b] + s * w
+                for f in range(w):
+                    bin_ = fills[col0 + f] if s < 0 else codes[base + f]
+                    feature = columns[col0 + f]
+                    cell = part[slot_start[feature] + min(bin_, value_bins[feature])]
+                    cell[0] += gi
+                    if not unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
+                        cell[1] += hi
+                    cell[2] += 1.0
+    compact = acc[0]
     for k in range(1, chunks):
-        out += acc[k]
+        compact += acc[k]
+        seg[0] += seg[k]
+    for b in range(t):
+        if not segment[b]:
+            continue
+        w, col0, n_source_rows = widths[b], first_column[b], seg_start[b + 1] - seg_start[b] - 1
+        for s in range(n_source_rows + 1):
+            total = seg[0, seg_start[b] + s]
+            if total[2] == 0.0:
+                continue
+            for f in range(w):
+                bin_ = fills[col0 + f] if s == n_source_rows else codes[code_start[b] + s * w + f]
+                feature = columns[col0 + f]
+                cell = compact[slot_start[feature] + min(bin_, value_bins[feature])]
+                cell[0] += total[0]
+                cell[1] += total[1]
+                cell[2] += total[2]
+    if unit_hessian:
+        compact[:, 1] = compact[:, 2]
+    out = np.zeros((n_features, n_bins, 3))
+    for f in range(n_features):
+        nb = value_bins[f]
+        out[f, :nb] = compact[slot_start[f] : slot_start[f] + nb]
+        out[f, n_bins - 1] = compact[slot_start[f] + nb]
     return out
 
 
-def _segment_sums(index, rows, g, h, n_source_rows, chunks):  # pragma: no cover - compiled
-    m = rows.shape[0]
-    acc = np.zeros((chunks, n_source_rows + 1, 3))  # the last row: training rows the source left empty
-    size = (m + chunks - 1) // chunks
-    for k in numba.prange(chunks):
-        part = acc[k]
-        for i in range(k * size, min(m, (k + 1) * size)):
-            r = rows[i]
-            s = index[r]
-            if s < 0:
-                s = n_source_rows
-            part[s, 0] += g[r]
-            part[s, 1] += h[r]
-            part[s, 2] += 1.0
-    out = acc[0].copy()
-    for k in range(1, chunks):
-        out += acc[k]
-    return out
-
-
-_HISTOGRAM_GATHERED = _serial_and_parallel(_histogram_gathered)
-_SEGMENT_SUMS = _serial_and_parallel(_segment_sums)
+_NODE_HISTOGRAM = _serial_and_parallel(_node_histogram)
 
 
 @numba.njit(cache=True, nogil=True)
-def _histogram_of_segments(codes, fill, sums, n_bins):  # pragma: no cover - compiled
-    n_source_rows, c = codes.shape
-    out = np.zeros((c, n_bins, 3))
-    for f in numba.prange(c):
-        hist = out[f]
-        for s in range(n_source_rows):
-            if sums[s, 2] > 0.0:
-                b = codes[s, f]
-                hist[b, 0] += sums[s, 0]
-                hist[b, 1] += sums[s, 1]
-                hist[b, 2] += sums[s, 2]
-        b = fill[f]
-        hist[b, 0] += sums[n_source_rows, 0]
-        hist[b, 1] += sums[n_source_rows, 1]
-        hist[b, 2] += sums[n_source_rows, 2]
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _partition_rows(rows, start, stop, codes, index, identity, fill, column, goes_left, scratch):  # pragma: no cover
+def _partition_rows(
+    rows, start, stop, codes, base, width, index, identity, fill, goes_left, scratch
+):  # pragma: no cover
     left = 0
     right = 0
     for i in range(start, stop):
         r = rows[i]
-        if identity:
-            b = codes[r, column]
-        else:
-            s = index[r]
-            b = fill[column] if s < 0 else codes[s, column]
+        s = r if identity else index[r]
+        b = fill if s < 0 else codes[base + s * width]
         if goes_left[b]:
             rows[start + left] = r  # never ahead of i: an entry already read
             left += 1
@@ -237,25 +249,39 @@ _ADD_TREE = _serial_and_parallel(_add_tree)
 
 
 class NumbaTreeKernels:
-    """The tree kernels, each one fused multi-threaded numba pass (the CPU's)."""
+    """The tree kernels, each one fused numba pass (several threads for a node of several chunks of rows)."""
 
-    def histogram_gathered(self, codes, index, fill, rows, g, h, n_bins: int) -> np.ndarray:
-        identity = index is None
-        index = np.empty(0, dtype=np.int64) if identity else index
-        chunks = _chunks(len(rows), codes.shape[1] * n_bins * 24)
-        return _HISTOGRAM_GATHERED[chunks > 1](codes, index, identity, fill, rows, g, h, n_bins, chunks)
+    def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
+        """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source
+        row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
+        chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(flat.seg_start[-1])) * 24)
+        kernel = _NODE_HISTOGRAM[chunks > 1]
+        return kernel(
+            flat.codes, flat.code_start, flat.widths, flat.first_column, flat.columns, flat.fills, flat.index,
+            flat.identity, segment, flat.seg_start, rows, g, h, flat.n_bins, flat.slot_start, flat.value_bins,
+            unit_hessian, chunks,
+        )  # fmt: skip
 
-    def segment_sums(self, index, rows, g, h, n_source_rows: int) -> np.ndarray:
-        chunks = _chunks(len(rows), (n_source_rows + 1) * 24)
-        return _SEGMENT_SUMS[chunks > 1](index, rows, g, h, n_source_rows, chunks)
-
-    def histogram_of_segments(self, codes, fill, sums, n_bins: int) -> np.ndarray:
-        return _histogram_of_segments(codes, fill, sums, n_bins)
-
-    def partition_rows(self, rows, start: int, stop: int, codes, index, fill, column: int, goes_left, scratch) -> int:
-        identity = index is None
-        index = np.empty(0, dtype=np.int64) if identity else index
-        return int(_partition_rows(rows, start, stop, codes, index, identity, fill, column, goes_left, scratch))
+    def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
+        """Order ``rows[start:stop]`` stably: the rows whose bin of ``feature`` goes left first; their count."""
+        b, j = flat.feature_at(feature)
+        base = int(flat.code_start[b]) + j
+        fill = int(flat.fills[flat.first_column[b] + j])
+        return int(
+            _partition_rows(
+                rows,
+                start,
+                stop,
+                flat.codes,
+                base,
+                int(flat.widths[b]),
+                flat.index[:, b],
+                bool(flat.identity[b]),
+                fill,
+                goes_left,
+                scratch,
+            )
+        )
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
         gain, column = _best_split(hist, n_bins, categorical, missing_bin, l2, float(min_rows), goes_left)
@@ -271,46 +297,34 @@ class ReferenceTreeKernels:
     def __init__(self, xp: Any = np):
         self.xp = xp
 
-    def _bins(self, codes, index, fill, rows):
+    def _bins(self, flat, b: int, rows):
+        """Every column of block ``b`` for ``rows``: (rows, width) bins, empty rows taking the fill."""
         xp = self.xp
-        if index is None:
-            return codes[rows]
-        taken = index[rows]
-        return xp.where((taken < 0)[:, None], fill[None, :], codes[xp.maximum(taken, 0)])
+        w, start = int(flat.widths[b]), int(flat.code_start[b])
+        table = flat.codes[start : start + int(flat.source_rows[b]) * w].reshape(-1, w)
+        fill = flat.fills[int(flat.first_column[b]) : int(flat.first_column[b]) + w]
+        if flat.identity[b]:
+            return table[rows]
+        taken = flat.index[rows, b].astype(xp.int64)
+        return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
 
-    def histogram_gathered(self, codes, index, fill, rows, g, h, n_bins: int):
+    def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
         xp = self.xp
-        bins = self._bins(codes, index, fill, rows).astype(xp.int64)
-        out = xp.zeros((codes.shape[1], n_bins, 3))
-        for f in range(codes.shape[1]):
-            for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
-                out[f, :, q] = xp.bincount(bins[:, f], weights=weights, minlength=n_bins)
+        out = xp.zeros((flat.columns.shape[0], flat.n_bins, 3))
+        for b in range(len(flat.widths)):
+            bins = self._bins(flat, b, rows).astype(xp.int64)
+            for j in range(int(flat.widths[b])):
+                f = int(flat.columns[int(flat.first_column[b]) + j])
+                for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
+                    out[f, :, q] = xp.bincount(bins[:, j], weights=weights, minlength=flat.n_bins)
         return out
 
-    def segment_sums(self, index, rows, g, h, n_source_rows: int):
+    def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
         xp = self.xp
-        taken = index[rows].astype(xp.int64)
-        taken = xp.where(taken < 0, n_source_rows, taken)
-        out = xp.zeros((n_source_rows + 1, 3))
-        for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
-            out[:, q] = xp.bincount(taken, weights=weights, minlength=n_source_rows + 1)
-        return out
-
-    def histogram_of_segments(self, codes, fill, sums, n_bins: int):
-        xp = self.xp
-        out = xp.zeros((codes.shape[1], n_bins, 3))
-        bins = xp.concatenate([codes, fill[None, :]]).astype(xp.int64)
-        for f in range(codes.shape[1]):
-            for q in range(3):
-                out[f, :, q] = xp.bincount(bins[:, f], weights=sums[:, q], minlength=n_bins)
-        return out
-
-    def partition_rows(self, rows, start: int, stop: int, codes, index, fill, column: int, goes_left, scratch) -> int:
-        xp = self.xp
+        b, j = flat.feature_at(feature)
         node = rows[start:stop]
-        left = goes_left[self._bins(codes, index, fill, node)[:, column]]
-        ordered = xp.concatenate([node[left], node[~left]])
-        rows[start:stop] = ordered
+        left = goes_left[self._bins(flat, b, node)[:, j]]
+        rows[start:stop] = xp.concatenate([node[left], node[~left]])
         return int(left.sum())
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):

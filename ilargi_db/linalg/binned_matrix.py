@@ -148,6 +148,64 @@ class BinnedMatrix:
         return out
 
 
+@dataclass(frozen=True)
+class FlatBins:
+    """A binned matrix's blocks laid end to end, as the fused tree kernels read them (one call per node).
+
+    Block k's bins (source rows x ``widths[k]``, C order) start at ``codes[code_start[k]]``; its features are
+    ``columns[first_column[k]:][:widths[k]]`` with their fill bins in ``fills``; ``index[i, k]`` is the source
+    row training row i takes (unused where ``identity[k]``: row i is row i); ``seg_start`` places each block's
+    per-source-row sums (its rows, then one for the empty rows) in one buffer.
+    """
+
+    codes: np.ndarray
+    code_start: np.ndarray
+    widths: np.ndarray
+    first_column: np.ndarray
+    columns: np.ndarray
+    fills: np.ndarray
+    index: np.ndarray
+    identity: np.ndarray
+    source_rows: np.ndarray
+    seg_start: np.ndarray
+    n_bins: int  # bins of every feature's histogram, the missing bin included
+    value_bins: np.ndarray  # (features,) each feature's bins of values (its compact histogram: one more)
+    slot_start: np.ndarray  # (features + 1,) where each feature's compact histogram starts
+
+    @classmethod
+    def of(cls, X: BinnedMatrix) -> FlatBins:
+        blocks = X.blocks
+        widths = np.array([b.codes.shape[1] for b in blocks], dtype=np.int64)
+        source_rows = np.array([b.n_source_rows for b in blocks], dtype=np.int64)
+        sizes = np.array([b.codes.size for b in blocks], dtype=np.int64)
+        index_type = np.int32 if source_rows.max(initial=0) < np.iinfo(np.int32).max else np.int64
+        index = np.zeros((X.n_rows, len(blocks)), dtype=index_type)
+        for k, b in enumerate(blocks):
+            if b.index is not None:
+                index[:, k] = b.index
+        return cls(
+            codes=np.concatenate([b.codes.ravel() for b in blocks]) if blocks else np.empty(0, dtype=np.uint8),
+            code_start=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+            widths=widths,
+            first_column=np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64),
+            columns=np.concatenate([b.columns for b in blocks]).astype(np.int64),
+            fills=np.concatenate([b.fill for b in blocks]).astype(np.uint8),
+            index=index,
+            identity=np.array([b.index is None for b in blocks], dtype=np.bool_),
+            source_rows=source_rows,
+            seg_start=np.concatenate([[0], np.cumsum(source_rows + 1)]).astype(np.int64),
+            n_bins=X.missing_bin + 1,
+            value_bins=X.n_bins,
+            slot_start=np.concatenate([[0], np.cumsum(X.n_bins + 1)]).astype(np.int64),
+        )
+
+    def feature_at(self, feature: int) -> tuple[int, int]:
+        """(block, column in it) of ``feature``."""
+        position = int(np.flatnonzero(self.columns == feature)[0])
+        block = int(np.searchsorted(self.first_column, position, side="right")) - 1
+        return block, position - int(self.first_column[block])
+
+
 def bin_array(X: Any, bins: list[FeatureBins], missing_bin: int = MAX_BINS) -> BinnedMatrix:
     """A plain array's rows (numbers; text for categorical features) binned with ``bins``: one block."""
     columns = []
@@ -197,6 +255,7 @@ __all__ = [
     "BinnedBlock",
     "BinnedMatrix",
     "FeatureBins",
+    "FlatBins",
     "bin_array",
     "discrete_quantile_positions",
     "numeric_edges",

@@ -33,6 +33,7 @@ OBJECTIVES = ("squared_error", "log_loss")
 
 class SquaredError:
     name = "squared_error"
+    unit_hessian = True  # every row's hessian is 1
 
     @staticmethod
     def baseline(y: np.ndarray) -> float:
@@ -49,6 +50,7 @@ class SquaredError:
 
 class LogLoss:
     name = "log_loss"
+    unit_hessian = False
 
     @staticmethod
     def baseline(y: np.ndarray) -> float:
@@ -219,7 +221,7 @@ class GradientBoosting(BaseEstimator):
         self.baseline_ = loss.baseline(y[train_rows])
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
         kernels = get_backend("numpy").tree_kernels
-        grower = TreeGrower(X, train_rows, limits, kernels)
+        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian)
         raw = np.full(X.n_rows, self.baseline_)
         g, h = np.zeros(X.n_rows), np.ones(X.n_rows)
         held_bins = X.dense_bins(held_rows) if len(held_rows) else None

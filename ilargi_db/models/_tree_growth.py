@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ilargi_db.linalg.binned_matrix import BinnedMatrix
+from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
 
 
 @dataclass(frozen=True)
@@ -66,33 +66,33 @@ class Tree:
         return len(self.feature) - 1
 
 
-def node_histogram(X: BinnedMatrix, rows: np.ndarray, g: np.ndarray, h: np.ndarray, kernels) -> np.ndarray:
-    """(features, bins + 1, 3) sums of g, h and rows per bin over ``rows``: per block, gathered or factorized."""
-    width = X.missing_bin + 1
-    out = np.empty((len(X.bins), width, 3))
-    for block in X.blocks:
-        c = block.codes.shape[1]
-        if block.index is not None and block.n_source_rows * (c + 1) < len(rows) * (c - 1):
-            sums = kernels.segment_sums(block.index, rows, g, h, block.n_source_rows)
-            out[block.columns] = kernels.histogram_of_segments(block.codes, block.fill, sums, width)
-        else:
-            out[block.columns] = kernels.histogram_gathered(block.codes, block.index, block.fill, rows, g, h, width)
-    return out
+# A dimension's rows are summed first (the factorized way) when its per-source-row sums stay in a core's cache
+# and cost fewer cells than gathering its columns for every row of the node.
+SEGMENT_BYTES = 32 << 10
+
+
+def segmented_blocks(flat: FlatBins, n_node_rows: int) -> np.ndarray:
+    """Per block: whether a node of ``n_node_rows`` rows sums it per source row first."""
+    w, r = flat.widths, flat.source_rows
+    cheaper = r * (w + 1) < n_node_rows * (w - 1)
+    return ~flat.identity & cheaper & ((r + 1) * 24 <= SEGMENT_BYTES)
 
 
 class TreeGrower:
     """Grows trees on one binned matrix: the blocks' lookups, the split search's inputs and scratch, kept."""
 
-    def __init__(self, X: BinnedMatrix, rows: np.ndarray, limits: GrowthLimits, kernels):
-        self.X, self.limits, self.kernels = X, limits, kernels
+    def __init__(self, X: BinnedMatrix, rows: np.ndarray, limits: GrowthLimits, kernels, unit_hessian: bool = False):
+        self.X, self.limits, self.kernels, self.unit_hessian = X, limits, kernels, unit_hessian
         self.rows = np.array(rows, dtype=np.int64)  # partitioned in place, tree after tree
         self.scratch = np.empty(len(self.rows), dtype=np.int64)
         self.n_bins = X.n_bins
         self.categorical = X.categorical
-        self.where = {}  # feature -> (block, its column in the block)
-        for block in X.blocks:
-            for k, j in enumerate(block.columns):
-                self.where[int(j)] = (block, k)
+        self.flat = FlatBins.of(X)
+
+    def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """(features, bins + 1, 3) sums of g, h and rows per bin over ``rows``."""
+        segment = segmented_blocks(self.flat, len(rows))
+        return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
     def _split(self, node: Node) -> Node:
         limits = self.limits
@@ -117,7 +117,7 @@ class TreeGrower:
     def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float) -> tuple[Tree, list[Node]]:
         """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``)."""
         limits, tree = self.limits, Tree()
-        root = Node(0, len(self.rows), 0, node_histogram(self.X, self.rows, g, h, self.kernels))
+        root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]
         heap = [(-root.gain, root.id, root)] if root.feature >= 0 else []
@@ -134,22 +134,13 @@ class TreeGrower:
         return tree, leaves
 
     def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: Tree) -> tuple[Node, Node]:
-        block, column = self.where[node.feature]
         n_left = self.kernels.partition_rows(
-            self.rows,
-            node.start,
-            node.stop,
-            block.codes,
-            block.index,
-            block.fill,
-            column,
-            node.goes_left,
-            self.scratch,
+            self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch
         )
         middle = node.start + n_left
         small_left = n_left <= node.stop - middle
         small = (node.start, middle) if small_left else (middle, node.stop)
-        small_hist = node_histogram(self.X, self.rows[small[0] : small[1]], g, h, self.kernels)
+        small_hist = self.histogram(self.rows[small[0] : small[1]], g, h)
         large_hist = node.hist - small_hist
         left_hist, right_hist = (small_hist, large_hist) if small_left else (large_hist, small_hist)
         left = Node(node.start, middle, node.depth + 1, left_hist)
@@ -162,4 +153,4 @@ class TreeGrower:
         return left, right
 
 
-__all__ = ["GrowthLimits", "Node", "Tree", "TreeGrower", "node_histogram"]
+__all__ = ["GrowthLimits", "Node", "Tree", "TreeGrower", "segmented_blocks"]
