@@ -8,6 +8,7 @@ reads nothing again); the materialized one the join DuckDB builds.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import duckdb
@@ -23,20 +24,41 @@ from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse.job import JobReuse
 
 
-def _binned(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings) -> Any:
+def _binned(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None) -> Any:
+    """The reader's binner: fitted by DuckDB (or its bins from the artifact store), or as the model fitted it."""
     binner = read.encoder
-    if read.fit:
-        binner.fit_query(con, graph)
-    else:
+    if not read.fit:
         binner.check_features(graph.feature_names)
+        return binner
+    if job is None or not job.enabled:
+        return binner.fit_query(con, graph)
+    key, _ = job.bins_keys(graph, binner.categorical, binner.max_bins, read.labelled_only)
+    found = job.find_bins(key)
+    if found is not None:
+        try:
+            binner.set_state(found)
+            return binner
+        except (KeyError, TypeError, ValueError):  # stored damaged: bin again
+            job.unuse_last()
+    began = time.perf_counter()
+    binner.fit_query(con, graph)
+    job.keep_bins(key, binner.to_state(), time.perf_counter() - began)
     return binner
 
 
 def read_binned_factorized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
-    """Each source's features binned once per source row, and the source row each training row takes."""
-    binner = _binned(con, graph, read)
+    """Each source's features binned once per source row, and the source row each training row takes; with
+    ``job``, the bins and the binned rows from (and into) the artifact store."""
+    began = time.perf_counter()
+    binned_key = None
+    if job is not None and job.enabled and read.fit:
+        _, binned_key = job.bins_keys(graph, read.encoder.categorical, read.encoder.max_bins, read.labelled_only)
+        found = job.find_binned(binned_key)
+        if found is not None:
+            return found
+    binner = _binned(con, graph, read, job)
     categorical = frozenset(j for j, c in enumerate(binner.categorical) if c)
 
     def extract() -> Any:
@@ -49,15 +71,17 @@ def read_binned_factorized(
         unlabelled = meta.n_rows - len(labelled)
         meta = meta.take_rows(labelled)  # unlabelled rows teach nothing
     coalesced = frozenset(j for j, f in enumerate(graph.features) if f.kind == "coalesce")
-    X = binner.transform_metadata(meta, coalesced)
-    return TrainingData(X, meta.target, binner, unlabelled)
+    data = TrainingData(binner.transform_metadata(meta, coalesced), meta.target, binner, unlabelled)
+    if binned_key is not None:
+        job.keep_binned(binned_key, data, time.perf_counter() - began)
+    return data
 
 
 def read_binned_materialized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
     """The materialized join's rows binned (one block); ``job`` accepted so both readers take the same arguments."""
-    binner = _binned(con, graph, read)
+    binner = _binned(con, graph, read, job)
     table = fetch_arrow(con, materialized_sql(graph, binner.categorical), what="the materialized join")
     y, unlabelled = None, 0
     if graph.target is not None:

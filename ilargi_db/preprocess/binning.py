@@ -207,5 +207,12 @@ class FeatureBinner:
         binner.bins_ = bins
         return binner
 
+    def set_state(self, state: dict) -> None:
+        """Take the bins ``state`` holds (checked: the same features, kinds and ``max_bins`` as this binner's)."""
+        other = FeatureBinner.from_state(state)
+        if other.categorical != self.categorical or other.max_bins != self.max_bins:
+            raise ValueError("the stored bins are for other features or another max_bins")
+        self.bins_ = other.bins_
+
 
 __all__ = ["BinSource", "FeatureBinner", "bin_sources"]

@@ -49,6 +49,8 @@ from ilargi_db.reuse.store import (
 
 STATS, STATS_WHAT = "stats", "the job's statistics"  # the cost model's statistics, as an artifact
 MATRIX, MATRIX_WHAT = "matrix", "the encoded matrix"  # the training data, encoded (in process only)
+BINS, BINS_WHAT = "bins", "the features' bins"  # a tree model's bin edges and categories (JSON)
+BINNED_WHAT = "the binned rows"  # a tree model's training data, binned (in process only)
 
 
 @dataclass
@@ -330,6 +332,32 @@ class JobReuse:
         key = digest("matrix", fp.rows_key, [fp.column_keys[j] for j in sorted(fp.column_keys)], settings)
         self.sums_key = digest("sums", key)
         return key
+
+    def bins_keys(
+        self, graph: JoinGraph, categorical: Any, max_bins: int, labelled_only: bool = True
+    ) -> tuple[str, str]:
+        """Keys of ``graph``'s bins (edges and categories, computed by DuckDB from the sources) and of its rows
+        binned with them, for trees with ``max_bins``."""
+        target = graph.target.name if graph.target is not None else None
+        fp = self.fingerprint
+        data = [fp.column_keys[j] for j in sorted(fp.column_keys)]
+        settings = [list(map(bool, categorical)), int(max_bins), graph.feature_names]
+        bins = digest("bins", fp.rows_key, data, settings)
+        return bins, digest("binned", bins, target, bool(labelled_only))
+
+    def find_bins(self, key: str) -> Any:
+        """The bins' state stored under ``key`` (JSON, read back through the binner's checks), or None."""
+        return self.find(BINS, key, BINS_WHAT)
+
+    def keep_bins(self, key: str, state: dict, seconds: float) -> None:
+        self.keep(BINS, key, BINS_WHAT, state, seconds)
+
+    def find_binned(self, key: str) -> Any:
+        """The binned training data under ``key`` (live, in this process only), or None."""
+        return self.find(MATRIX, key, BINNED_WHAT)
+
+    def keep_binned(self, key: str, data: Any, seconds: float) -> None:
+        self.keep(MATRIX, key, BINNED_WHAT, data, seconds, persistable=False)
 
     def restore_sums(self, X: NormalizedMatrix) -> None:
         """Give ``X`` the stored X^T X and column sums of its matrix (if any): its operators then skip them."""
