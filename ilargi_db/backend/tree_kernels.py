@@ -53,7 +53,6 @@ def _node_histogram(
     code_start,
     widths,
     first_column,
-    columns,
     fills,
     index,
     identity,
@@ -63,19 +62,22 @@ def _node_histogram(
     g,
     h,
     n_bins,
+    column_slot,
+    column_bins,
     slot_start,
     value_bins,
     unit_hessian,
     chunks,
 ):  # pragma: no cover - compiled
     # Each feature's histogram is stored compactly while rows are added (its value bins, then missing: a few
-    # kilobytes that stay in L1), at slot_start[f] + min(bin, value_bins[f]); spread to n_bins at the end.
+    # kilobytes that stay in L1): block column j's bin b at column_slot[j] + min(b, column_bins[j]).
     m, t, n_features = rows.shape[0], widths.shape[0], value_bins.shape[0]
-    acc = np.zeros((chunks, slot_start[n_features], 3))
+    acc = np.zeros((chunks, slot_start[n_features], 2))  # (g, rows); h is summed apart unless it is 1
+    hess = np.zeros((chunks, 1 if unit_hessian else slot_start[n_features]))
     seg = np.zeros((chunks, seg_start[t], 3))
     size = (m + chunks - 1) // chunks
     for k in numba.prange(chunks):
-        part, sums = acc[k], seg[k]
+        part, sums, part_h = acc[k], seg[k], hess[k]
         for i in range(k * size, min(m, (k + 1) * size)):
             r = rows[i]
             gi, hi = g[r], h[r]
@@ -84,24 +86,28 @@ def _node_histogram(
                 if segment[b]:  # the factorized way: (g, h, 1) summed per source row, binned below
                     slot = seg_start[b] + s if s >= 0 else seg_start[b + 1] - 1
                     sums[slot, 0] += gi
-                    if not unit_hessian:
-                        sums[slot, 1] += hi
+                    sums[slot, 1] += hi
                     sums[slot, 2] += 1.0
                     continue
                 w, col0 = widths[b], first_column[b]
                 base = code_start[b] + s * w
-                for f in range(w):
-                    bin_ = fills[col0 + f] if s < 0 else codes[base + f]
-                    feature = columns[col0 + f]
-                    cell = part[slot_start[feature] + min(bin_, value_bins[feature])]
-                    cell[0] += gi
-                    if not unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
-                        cell[1] += hi
-                    cell[2] += 1.0
-    compact = acc[0]
-    for k in range(1, chunks):
-        compact += acc[k]
-        seg[0] += seg[k]
+                for f in range(col0, col0 + w):
+                    bin_ = fills[f] if s < 0 else codes[base + f - col0]
+                    slot = column_slot[f] + min(bin_, column_bins[f])
+                    part[slot, 0] += gi
+                    part[slot, 1] += 1.0
+                    if not unit_hessian:
+                        part_h[slot] += hi
+    compact = np.zeros((slot_start[n_features], 3))
+    for k in range(chunks):
+        compact[:, 0] += acc[k, :, 0]
+        compact[:, 2] += acc[k, :, 1]
+        if not unit_hessian:
+            compact[:, 1] += hess[k]
+        if k > 0:
+            seg[0] += seg[k]
+    if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
+        compact[:, 1] = compact[:, 2]
     for b in range(t):
         if not segment[b]:
             continue
@@ -110,15 +116,12 @@ def _node_histogram(
             total = seg[0, seg_start[b] + s]
             if total[2] == 0.0:
                 continue
-            for f in range(w):
-                bin_ = fills[col0 + f] if s == n_source_rows else codes[code_start[b] + s * w + f]
-                feature = columns[col0 + f]
-                cell = compact[slot_start[feature] + min(bin_, value_bins[feature])]
-                cell[0] += total[0]
-                cell[1] += total[1]
-                cell[2] += total[2]
-    if unit_hessian:
-        compact[:, 1] = compact[:, 2]
+            for f in range(col0, col0 + w):
+                bin_ = fills[f] if s == n_source_rows else codes[code_start[b] + s * w + f - col0]
+                slot = column_slot[f] + min(bin_, column_bins[f])
+                compact[slot, 0] += total[0]
+                compact[slot, 1] += 1.0 * total[2] if unit_hessian else total[1]
+                compact[slot, 2] += total[2]
     out = np.zeros((n_features, n_bins, 3))
     for f in range(n_features):
         nb = value_bins[f]
@@ -254,12 +257,13 @@ class NumbaTreeKernels:
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source
         row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
-        chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(flat.seg_start[-1])) * 24)
+        seg_start = flat.segment_start(segment)
+        chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
         kernel = _NODE_HISTOGRAM[chunks > 1]
         return kernel(
-            flat.codes, flat.code_start, flat.widths, flat.first_column, flat.columns, flat.fills, flat.index,
-            flat.identity, segment, flat.seg_start, rows, g, h, flat.n_bins, flat.slot_start, flat.value_bins,
-            unit_hessian, chunks,
+            flat.codes, flat.code_start, flat.widths, flat.first_column, flat.fills, flat.index, flat.identity,
+            segment, seg_start, rows, g, h, flat.n_bins, flat.column_slot, flat.column_bins, flat.slot_start,
+            flat.value_bins, unit_hessian, chunks,
         )  # fmt: skip
 
     def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:

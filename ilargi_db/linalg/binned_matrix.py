@@ -19,6 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 MAX_BINS = 255  # bins of a feature's values at most (uint8 codes, one more for missing)
+# Dimensions of at most this many features are gathered into the fact's block for the trees' passes: reading
+# their bins through the index costs a random access per row and block, more than a byte per feature in order.
+GATHER_WIDTH = 16
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class FeatureBins:
         return cls(state["name"], state["categorical"], edges, categories)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: blocks hold arrays
 class BinnedBlock:
     """One source's features as bins: ``codes[s, j]`` is source row s's bin of feature ``columns[j]``.
 
@@ -154,8 +157,7 @@ class FlatBins:
 
     Block k's bins (source rows x ``widths[k]``, C order) start at ``codes[code_start[k]]``; its features are
     ``columns[first_column[k]:][:widths[k]]`` with their fill bins in ``fills``; ``index[i, k]`` is the source
-    row training row i takes (unused where ``identity[k]``: row i is row i); ``seg_start`` places each block's
-    per-source-row sums (its rows, then one for the empty rows) in one buffer.
+    row training row i takes (unused where ``identity[k]``: row i is row i).
     """
 
     codes: np.ndarray
@@ -167,14 +169,37 @@ class FlatBins:
     index: np.ndarray
     identity: np.ndarray
     source_rows: np.ndarray
-    seg_start: np.ndarray
     n_bins: int  # bins of every feature's histogram, the missing bin included
     value_bins: np.ndarray  # (features,) each feature's bins of values (its compact histogram: one more)
     slot_start: np.ndarray  # (features + 1,) where each feature's compact histogram starts
 
+    @property
+    def column_slot(self) -> np.ndarray:
+        """Per block column (as laid out), where its feature's compact histogram starts."""
+        return self.slot_start[self.columns]
+
+    @property
+    def column_bins(self) -> np.ndarray:
+        """Per block column, its feature's bins of values."""
+        return self.value_bins[self.columns]
+
     @classmethod
-    def of(cls, X: BinnedMatrix) -> FlatBins:
-        blocks = X.blocks
+    def of(cls, X: BinnedMatrix, gather_width: int = GATHER_WIDTH) -> FlatBins:
+        """``X``'s blocks laid out for the kernels; a dimension of at most ``gather_width`` features is gathered
+        into the fact's block first (its bins per training row: a byte per row and feature, read in order on
+        every pass instead of through its index)."""
+        narrow = [b.index is None or b.codes.shape[1] <= gather_width for b in X.blocks]
+        rowwise = [b for b, row in zip(X.blocks, narrow) if row]
+        blocks = [b for b, row in zip(X.blocks, narrow) if not row]
+        if rowwise:
+            codes = np.empty((X.n_rows, sum(b.codes.shape[1] for b in rowwise)), dtype=np.uint8)
+            at = 0
+            for b in rowwise:
+                codes[:, at : at + b.codes.shape[1]] = b.bins_of()
+                at += b.codes.shape[1]
+            columns = np.concatenate([b.columns for b in rowwise])
+            fill = np.concatenate([b.fill for b in rowwise])
+            blocks.insert(0, BinnedBlock(codes, None, columns, fill))
         widths = np.array([b.codes.shape[1] for b in blocks], dtype=np.int64)
         source_rows = np.array([b.n_source_rows for b in blocks], dtype=np.int64)
         sizes = np.array([b.codes.size for b in blocks], dtype=np.int64)
@@ -193,11 +218,15 @@ class FlatBins:
             index=index,
             identity=np.array([b.index is None for b in blocks], dtype=np.bool_),
             source_rows=source_rows,
-            seg_start=np.concatenate([[0], np.cumsum(source_rows + 1)]).astype(np.int64),
             n_bins=X.missing_bin + 1,
             value_bins=X.n_bins,
             slot_start=np.concatenate([[0], np.cumsum(X.n_bins + 1)]).astype(np.int64),
         )
+
+    def segment_start(self, segment: np.ndarray) -> np.ndarray:
+        """Where each block's per-source-row sums start in the buffer of the blocks ``segment`` sums (each
+        its rows and one for empty rows; the others none)."""
+        return np.concatenate([[0], np.cumsum(np.where(segment, self.source_rows + 1, 0))]).astype(np.int64)
 
     def feature_at(self, feature: int) -> tuple[int, int]:
         """(block, column in it) of ``feature``."""
