@@ -213,7 +213,8 @@ class GradientBoosting(BaseEstimator):
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         if self.objective_ != "log_loss":
             return y.astype(np.float64)
-        check_classification_targets(y)  # a continuous target is refused in scikit-learn's words
+        if self.objective == "log_loss":  # asked for ("auto" found two values): a continuous target is refused
+            check_classification_targets(y)
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(
