@@ -21,6 +21,8 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ilargi_db._terminal import progress
@@ -91,6 +93,12 @@ def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) ->
     return out
 
 
+def _classifies(estimator: Any) -> bool:
+    """Whether ``estimator`` classifies (or may: ``objective="auto"`` before fitting): it has predict_proba and
+    decision_function then, as scikit-learn's regressors have neither."""
+    return getattr(estimator, "objective_", estimator.objective) != "squared_error"
+
+
 class GradientBoosting(BaseEstimator):
     """Gradient-boosted trees on histograms; ``objective="auto"`` picks regression or binary classification.
 
@@ -156,6 +164,11 @@ class GradientBoosting(BaseEstimator):
 
     # -- fitting ------------------------------------------------------------------------------------------
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN is a missing value: each split sends it to a side
+        return tags
+
     def _objective_for(self, y: np.ndarray) -> str:
         if self.objective != "auto":
             return self.objective
@@ -183,25 +196,32 @@ class GradientBoosting(BaseEstimator):
         """Fit the ensemble on ``X`` (a binned matrix or an array) and ``y``; ``warn`` is accepted for the pipeline
         (boosting has nothing to warn of: it runs its rounds)."""
         self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self.missing_bin_ = X.missing_bin if isinstance(X, BinnedMatrix) else self.max_bins
         X, y = self._binned(X, y, reset=True)
         if isinstance(X, BinnedMatrix) and y is not None:
             self.bins_ = list(X.bins)
-        y = np.asarray(y, dtype=np.float64).ravel()
-        if y.shape != (X.n_rows,) or not np.isfinite(y).all():
-            raise ValueError("y must hold one finite number per row (filter NULL targets in the query).")
+        y = np.asarray(y).ravel()  # class labels may be text
+        if y.shape != (X.n_rows,):
+            raise ValueError(f"y must hold one value per row: {y.shape[0]} values for {X.n_rows} rows.")
         self.objective_ = self._objective_for(y)
         y = self._encode_target(y)
+        if not np.isfinite(y).all():
+            raise ValueError("y must hold one finite number per row (filter NULL targets in the query).")
         self._boost(X, y)
         return self
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
         if self.objective_ != "log_loss":
-            return y
+            return y.astype(np.float64)
+        if self.objective == "log_loss":  # asked for ("auto" found two values): a continuous target is refused
+            check_classification_targets(y)
         self.classes_ = np.unique(y)
         if len(self.classes_) != 2:
             raise ValueError(
-                f"binary classification needs a target with two distinct values; this one has {len(self.classes_)}."
+                "Only binary classification is supported. The target needs two distinct values; this one has "
+                f"{len(self.classes_)} class(es)."
             )
         return (y == self.classes_[1]).astype(np.float64)
 
@@ -257,6 +277,7 @@ class GradientBoosting(BaseEstimator):
                     gains[f] += gain
         self.feature_importances_ = gains / gains.sum() if gains.sum() > 0 else gains
         self._ensemble = None
+        self._arrays()  # built now: predicting leaves the fitted estimator as it is
 
     # -- predicting ---------------------------------------------------------------------------------------
 
@@ -287,7 +308,7 @@ class GradientBoosting(BaseEstimator):
         self._ensemble = arrays
         return arrays
 
-    def decision_function(self, X: Any) -> np.ndarray:
+    def _raw_scores(self, X: Any) -> np.ndarray:
         """The raw score of each row: the baseline plus every tree's value (log-odds for classification)."""
         check_is_fitted(self, "trees_")
         binned, _ = self._binned(X, reset=False)
@@ -301,16 +322,20 @@ class GradientBoosting(BaseEstimator):
             )
         return out
 
+    @available_if(_classifies)
+    def decision_function(self, X: Any) -> np.ndarray:
+        """The log-odds of ``classes_[1]`` for each row (classification only)."""
+        return self._raw_scores(X)
+
+    @available_if(_classifies)
     def predict_proba(self, X: Any) -> np.ndarray:
         """(rows, 2) probabilities of ``classes_[0]`` and ``classes_[1]`` (classification only)."""
-        if getattr(self, "objective_", None) != "log_loss":
-            raise AttributeError("predict_proba is for classification (objective 'log_loss').")
-        p = expit(self.decision_function(X))
+        p = expit(self._raw_scores(X))
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: Any) -> np.ndarray:
         """Regression: the predicted values. Classification: the more probable class of each row."""
-        raw = self.decision_function(X)
+        raw = self._raw_scores(X)
         if self.objective_ == "log_loss":
             return self.classes_[(raw > 0).astype(np.int64)]
         return raw
@@ -378,6 +403,11 @@ class GradientBoostingClassifier(ClassifierMixin, GradientBoosting):
     objective = "log_loss"
 
     _parameter_constraints = GradientBoostingRegressor._parameter_constraints
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # binary only, for now
+        return tags
 
     def __init__(
         self,

@@ -37,7 +37,7 @@ def metrics_kind(model: Any) -> str:
 
 def _tree_metrics(model: Any, X: Any, y: np.ndarray) -> dict[str, float]:
     """A tree ensemble's training metrics, from its raw scores on the binned rows."""
-    raw = model.decision_function(X)
+    raw = model.decision_function(X) if model.objective_ == "log_loss" else model.predict(X)
     if model.objective_ == "log_loss":
         truth = (y == model.classes_[1]).astype(float)
         log_loss = float(np.mean(np.logaddexp(0.0, raw) - truth * raw))

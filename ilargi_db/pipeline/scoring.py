@@ -10,7 +10,8 @@ import numpy as np
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import SUPERVISED, Strategy
+from ilargi_db.models.catalog import SUPERVISED, Strategy, algorithm_facts
+from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
@@ -55,7 +56,8 @@ def encoded_rows(
         graph = mark_categorical_coalesce(graph, encoder.categorical)
         read = ReadSettings(encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only)
         strategy = Strategy.FACTORIZED if graph.factorizable else Strategy.MATERIALIZED  # a prediction is an LMM
-        return READERS[strategy](con, graph, read)
+        readers = BINNED_READERS if algorithm_facts(model.algorithm_).reads == "bins" else READERS  # trees: bins
+        return readers[strategy](con, graph, read)
 
 
 @interruptible_job
