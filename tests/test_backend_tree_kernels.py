@@ -22,6 +22,7 @@ from ilargi_db.backend.tree_kernels import (
     NumbaTreeKernels,
     ReferenceTreeKernels,
 )
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins
 
 FUSED, REFERENCE = NumbaTreeKernels(), ReferenceTreeKernels(np)
 ROW_COUNTS = [0, 1, 2, 17, 3000, 140_000]  # 140,000 rows: several reduction chunks, the parallel kernels
@@ -51,25 +52,47 @@ def binned_blocks(draw):
     return rng, codes, index, fill, rows, g, h, width
 
 
+def flat_of(codes, index, fill, n_rows: int, width: int, gather_width: int = 0) -> FlatBins:
+    """The block as the kernels read it (``gather_width`` 0: a dimension stays gathered through its index)."""
+    c = codes.shape[1]
+    bins = [FeatureBins(f"x{j}", False, np.arange(width - 2, dtype=float)) for j in range(c)]  # width - 1 value bins
+    block = BinnedBlock(codes, index, np.arange(c), fill if fill is not None else np.zeros(c, dtype=np.uint8))
+    return FlatBins.of(BinnedMatrix([block], n_rows, bins, width - 1), gather_width)
+
+
+def histogram(codes: np.ndarray, g: np.ndarray, h: np.ndarray, width: int) -> np.ndarray:
+    """Sums of (g, h, 1) per column and bin, the definition."""
+    out = np.zeros((codes.shape[1], width, 3))
+    for f in range(codes.shape[1]):
+        for q, weights in enumerate((g, h, np.ones(len(g)))):
+            out[f, :, q] = np.bincount(codes[:, f], weights=weights, minlength=width)
+    return out
+
+
 @settings(max_examples=40, deadline=None)
-@given(binned_blocks())
-def test_histograms_match_reference(block):
+@given(binned_blocks(), st.booleans())
+def test_histograms_match_reference(block, gathered_first):
     rng, codes, index, fill, rows, g, h, width = block
-    got = FUSED.histogram_gathered(codes, index, fill, rows, g, h, width)
-    want = REFERENCE.histogram_gathered(codes, index, fill, rows, g, h, width)
+    n = len(g)
+    flat = flat_of(codes, index, fill, n, width, gather_width=16 if gathered_first else 0)
+    no_segment = np.zeros(len(flat.widths), dtype=np.bool_)
+    got = FUSED.node_histogram(flat, rows, g, h, no_segment)
+    want = REFERENCE.node_histogram(flat, rows, g, h, no_segment)
     assert got.shape == (codes.shape[1], width, 3)
     np.testing.assert_allclose(got, want, atol=1e-8)
     np.testing.assert_array_equal(got[..., 2], want[..., 2])  # row counts are exact
-    if index is None:
+    taken = None if index is None else index[rows]
+    bins = codes[rows] if index is None else np.where((taken < 0)[:, None], fill, codes[np.maximum(taken, 0)])
+    np.testing.assert_allclose(got, histogram(bins, g[rows], h[rows], width), atol=1e-8)
+    ones = np.ones(n)  # squared error: the hessians are not read, their sums are the counts
+    unit = FUSED.node_histogram(flat, rows, g, ones, no_segment, unit_hessian=True)
+    np.testing.assert_allclose(unit, FUSED.node_histogram(flat, rows, g, ones, no_segment), atol=1e-8)
+    if index is None or gathered_first:
         return
     # The factorized way: (g, h, 1) summed per source row, then each source row's sums added to its bins.
-    sums = FUSED.segment_sums(index, rows, g, h, len(codes))
-    np.testing.assert_allclose(sums, REFERENCE.segment_sums(index, rows, g, h, len(codes)), atol=1e-8)
-    assert sums.shape == (len(codes) + 1, 3)
-    assert sums[-1, 2] == np.count_nonzero(index[rows] < 0)  # the last row: the node's empty rows
-    segments = FUSED.histogram_of_segments(codes, fill, sums, width)
-    np.testing.assert_allclose(segments, REFERENCE.histogram_of_segments(codes, fill, sums, width), atol=1e-8)
-    np.testing.assert_allclose(segments, want, atol=1e-8)  # either way, the same histogram
+    segmented = FUSED.node_histogram(flat, rows, g, h, ~flat.identity)
+    np.testing.assert_allclose(segmented, want, atol=1e-8)  # either way, the same histogram
+    np.testing.assert_array_equal(segmented[..., 2], want[..., 2])
 
 
 @settings(max_examples=40, deadline=None)
@@ -79,14 +102,15 @@ def test_partition_matches_reference_and_is_stable(block, seed):
     if len(rows) == 0:
         return
     rng = np.random.default_rng(seed)
+    flat = flat_of(codes, index, fill, len(g), width)
     column = int(rng.integers(0, codes.shape[1]))
     goes_left = rng.random(width) < 0.5
     start = int(rng.integers(0, len(rows)))
     stop = int(rng.integers(start, len(rows) + 1))
     fused_rows, reference_rows = rows.copy(), rows.copy()
     scratch = np.empty(len(rows), dtype=np.int64)
-    n_left = FUSED.partition_rows(fused_rows, start, stop, codes, index, fill, column, goes_left, scratch)
-    assert n_left == REFERENCE.partition_rows(reference_rows, start, stop, codes, index, fill, column, goes_left, None)
+    n_left = FUSED.partition_rows(fused_rows, start, stop, flat, column, goes_left, scratch)
+    assert n_left == REFERENCE.partition_rows(reference_rows, start, stop, flat, column, goes_left, None)
     np.testing.assert_array_equal(fused_rows, reference_rows)
     # Stable: each side keeps the node's order; rows outside [start, stop) untouched.
     node = rows[start:stop]
@@ -156,6 +180,7 @@ def test_histograms_do_not_depend_on_the_thread_count():
     fill = np.zeros(2, dtype=np.uint8)
     rows = rng.permutation(n).astype(np.int64)
     g, h = rng.normal(size=n), rng.random(n)
+    fact, dimension = flat_of(codes, None, None, n, width), flat_of(dim, index, fill, n, width)
     before = numba.get_num_threads()
     results = []
     try:
@@ -163,9 +188,9 @@ def test_histograms_do_not_depend_on_the_thread_count():
             numba.set_num_threads(threads)
             results.append(
                 (
-                    FUSED.histogram_gathered(codes, None, fill, rows, g, h, width),
-                    FUSED.histogram_gathered(dim, index, fill, rows, g, h, width),
-                    FUSED.segment_sums(index, rows, g, h, 40),
+                    FUSED.node_histogram(fact, rows, g, h, np.zeros(1, dtype=np.bool_)),
+                    FUSED.node_histogram(dimension, rows, g, h, np.zeros(1, dtype=np.bool_)),
+                    FUSED.node_histogram(dimension, rows, g, h, np.ones(1, dtype=np.bool_)),
                 )
             )
     finally:
@@ -248,7 +273,7 @@ def histograms(draw, balanced: bool = False):
     step = rng.normal(size=n_bins.max() + 1)  # a target that depends on the first feature, and noise
     g = rng.normal(size=n) + step[np.minimum(codes[:, 0], n_bins.max())]
     h = np.ones(n) if squared_error else rng.uniform(0.01, 0.25, n)  # log loss: p (1 - p)
-    hist = REFERENCE.histogram_gathered(codes, None, None, np.arange(n), g, h, missing_bin + 1)
+    hist = histogram(codes, g, h, missing_bin + 1)
     l2 = draw(st.sampled_from([0.0, 1.0]))
     min_rows = draw(st.sampled_from([1, 1, 3, 20]))
     return hist, n_bins, categorical, missing_bin, l2, min_rows
@@ -340,7 +365,7 @@ def test_best_split_honours_min_samples_leaf(min_rows, cut):
     missing_bin = 255
     codes = np.repeat(np.arange(5), 10).astype(np.uint8)[:, None]
     g = np.where(codes[:, 0] == 0, -5.0, 1.0)
-    hist = REFERENCE.histogram_gathered(codes, None, None, np.arange(50), g, np.ones(50), missing_bin + 1)
+    hist = histogram(codes, g, np.ones(50), missing_bin + 1)
     mask = np.zeros(missing_bin + 1, dtype=np.bool_)
     gain, column = FUSED.best_split(hist, np.array([5]), np.array([False]), missing_bin, 0.0, min_rows, mask)
     if cut is None:
@@ -358,7 +383,7 @@ def test_missing_values_go_to_the_side_that_gains_most(null_target):
     codes = np.array([0] * 10 + [1] * 10 + [2] * 10 + [3] * 10 + [missing_bin] * 10, dtype=np.uint8)[:, None]
     y = np.array([0.0] * 20 + [5.0] * 20 + [null_target] * 10)
     g, h = y.mean() - y, np.ones(len(y))  # squared error at the mean
-    hist = REFERENCE.histogram_gathered(codes, None, None, np.arange(len(y)), g, h, missing_bin + 1)
+    hist = histogram(codes, g, h, missing_bin + 1)
     mask = np.zeros(missing_bin + 1, dtype=np.bool_)
     gain, column = FUSED.best_split(hist, np.array([4]), np.array([False]), missing_bin, 0.0, 1, mask)
     assert column == 0 and gain > 0

@@ -461,11 +461,6 @@ def test_a_cluster_is_refused(shop):
         ilargi_db.train(shop, SHOP.format(target="amount"), "amount", algorithm="gradient_boosting", cluster="x:1")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cluster refusal comes after the statistics pass over the join (pipeline/planning.py _place_trees); "
-    "it depends on nothing read and could come first",
-)
 def test_a_cluster_is_refused_before_reading(shop):
     reads = ReadCounter(shop)
     query = "SELECT counted(v.x) AS x, s.kind, v.amount FROM visits v JOIN shops s ON v.shop_id = s.id"

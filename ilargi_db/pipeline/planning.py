@@ -129,7 +129,8 @@ def plan_job(
     ``check_graph`` sees the planned graph before anything else runs; ``cleanup`` closes what planning
     opens (a cluster client this call connected) when the job ends, or fails.
     """
-    reads_bins(specs)  # a batch mixing trees with other models is refused before anything is read
+    if reads_bins(specs) and options.cluster is not None:  # (a batch mixing trees with others is refused there)
+        raise IlargiError("gradient_boosting trains in this process: leave out cluster (trees do not run on Dask yet).")
     graph, flags = plan_graph(con, query, target)
     if check_graph is not None:
         check_graph(graph)
@@ -166,8 +167,6 @@ def plan_job(
 def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None) -> JobPlan:
     """Trees train on rows held in memory: a cluster, or a budget the bins do not fit, is refused in words."""
     options = job.options
-    if options.cluster is not None:
-        raise IlargiError("gradient_boosting trains in this process: leave out cluster (trees do not run on Dask yet).")
     if options.memory_budget is not None and stream_plan(con, job.graph, job.strategy, stats, options.memory_budget):
         raise IlargiError(
             "gradient_boosting holds its training rows in memory (bins do not stream yet) and they exceed "
