@@ -25,8 +25,9 @@ PROMPT = 3.0  # seconds from the request to stop to the job being gone (the jobs
 @pytest.fixture
 def con():
     con = ilargi_db.connect()
-    con.execute("CREATE TABLE points AS SELECT range AS id, random() AS a, random() AS b, random() AS c "
-                "FROM range(20000)")
+    con.execute(
+        "CREATE TABLE points AS SELECT range AS id, random() AS a, random() AS b, random() AS c FROM range(20000)"
+    )
     yield con
     con.close()
 

@@ -19,8 +19,9 @@ DELETE_IN_WITH = "WITH gone AS (DELETE FROM victim RETURNING id) SELECT f.x, d.z
 
 
 def tables(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    con.execute("CREATE TABLE f AS SELECT range AS id, range % 7 AS k, range * 1.0 AS x, 3.0 * range AS y "
-                "FROM range(70)")
+    con.execute(
+        "CREATE TABLE f AS SELECT range AS id, range % 7 AS k, range * 1.0 AS x, 3.0 * range AS y FROM range(70)"
+    )
     con.execute("CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(7)")
     con.execute("CREATE TABLE victim AS SELECT range AS id FROM range(5)")
     con.execute("CREATE SEQUENCE numbers")
@@ -251,8 +252,10 @@ def test_a_change_between_the_scans_and_the_join_is_not_seen(star, monkeypatch):
     assert_one_state(ilargi_db.train(star, SNAPSHOT_QUERY, "z", strategy="auto"))
     # The SQL function reads on a cursor: the same snapshot holds there.
     summary = json.loads(
-        star.execute(f"SELECT ilargi_train('m', 'linear_regression', '{SNAPSHOT_QUERY}', 'z', "
-                     """'{"strategy": "factorized"}')""").fetchall()[0][0]
+        star.execute(
+            f"SELECT ilargi_train('m', 'linear_regression', '{SNAPSHOT_QUERY}', 'z', "
+            """'{"strategy": "factorized"}')"""
+        ).fetchall()[0][0]
     )
     assert summary["metrics"]["r2"] == pytest.approx(1.0, abs=1e-9)
 

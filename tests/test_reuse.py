@@ -132,8 +132,9 @@ def test_rows_of_zeros_added_to_a_view_or_a_file_change_its_fingerprint(tmp_path
 
 def test_what_duckdb_compares_as_equal_but_a_model_tells_apart_changes_the_fingerprint(tmp_path):
     con = ilargi_db.connect()
-    con.execute("CREATE TABLE f AS SELECT range % 4 AS k, ['ab', 'Cd'][range % 2 + 1] AS kind, range * 1.0 AS y "
-                "FROM range(40)")
+    con.execute(
+        "CREATE TABLE f AS SELECT range % 4 AS k, ['ab', 'Cd'][range % 2 + 1] AS kind, range * 1.0 AS y FROM range(40)"
+    )
     con.execute("CREATE TABLE d (k BIGINT, name VARCHAR COLLATE NOCASE, z DOUBLE)")
     con.execute("INSERT INTO d VALUES (0, 'x', 0.0), (1, 'y', 1.0), (2, 'z', 2.0), (3, 'w', 3.0)")
     query = "SELECT f.kind, d.name, d.z, f.y FROM f JOIN d ON f.k = d.k"
