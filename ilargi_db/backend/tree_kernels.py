@@ -133,6 +133,45 @@ def _node_histogram(
 _NODE_HISTOGRAM = _serial_and_parallel(_node_histogram)
 
 
+def _rows_histogram(codes, rows, g, h, slots, bins, n_slots, unit_hessian, chunks):  # pragma: no cover - compiled
+    """The common case of :func:`_node_histogram`: one block of every feature, row by row (the materialized
+    join's, or the fact's with its narrow dimensions gathered in); compact (g, h, rows) per slot."""
+    m, w = rows.shape[0], codes.shape[1]
+    acc = np.zeros((chunks, n_slots, 3))
+    size = (m + chunks - 1) // chunks
+    for k in numba.prange(chunks):
+        part = acc[k]
+        for i in range(k * size, min(m, (k + 1) * size)):
+            r = rows[i]
+            gi, hi = g[r], h[r]
+            for f in range(w):
+                slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
+                part[slot, 0] += gi
+                if not unit_hessian:
+                    part[slot, 1] += hi
+                part[slot, 2] += 1.0
+    compact = acc[0]
+    for k in range(1, chunks):
+        compact += acc[k]
+    if unit_hessian:
+        compact[:, 1] = compact[:, 2]
+    return compact
+
+
+_ROWS_HISTOGRAM = _serial_and_parallel(_rows_histogram)
+
+
+@numba.njit(cache=True, nogil=True)
+def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cover - compiled
+    out = np.zeros((value_bins.shape[0], n_bins, 3))
+    for j in range(columns.shape[0]):
+        f = columns[j]
+        nb = value_bins[f]
+        out[f, :nb] = compact[slot_start[f] : slot_start[f] + nb]
+        out[f, n_bins - 1] = compact[slot_start[f] + nb]
+    return out
+
+
 @numba.njit(cache=True, nogil=True)
 def _partition_rows(
     rows, start, stop, codes, base, width, index, identity, fill, goes_left, scratch
@@ -259,6 +298,13 @@ class NumbaTreeKernels:
         row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
         seg_start = flat.segment_start(segment)
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
+        if len(flat.widths) == 1 and flat.identity[0]:
+            codes = flat.codes.reshape(-1, int(flat.widths[0]))
+            slots, bins = flat.column_slot, flat.column_bins
+            compact = _ROWS_HISTOGRAM[chunks > 1](
+                codes, rows, g, h, slots, bins, int(flat.slot_start[-1]), unit_hessian, chunks
+            )
+            return _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
         kernel = _NODE_HISTOGRAM[chunks > 1]
         return kernel(
             flat.codes, flat.code_start, flat.widths, flat.first_column, flat.fills, flat.index, flat.identity,
