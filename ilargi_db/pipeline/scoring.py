@@ -10,7 +10,8 @@ import numpy as np
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import SUPERVISED, Strategy
+from ilargi_db.models.catalog import SUPERVISED, Strategy, algorithm_facts
+from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
@@ -55,7 +56,8 @@ def encoded_rows(
         graph = mark_categorical_coalesce(graph, encoder.categorical)
         read = ReadSettings(encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only)
         strategy = Strategy.FACTORIZED if graph.factorizable else Strategy.MATERIALIZED  # a prediction is an LMM
-        return READERS[strategy](con, graph, read)
+        readers = BINNED_READERS if algorithm_facts(model.algorithm_).reads == "bins" else READERS  # trees: bins
+        return readers[strategy](con, graph, read)
 
 
 @interruptible_job
@@ -76,7 +78,8 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
 def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 
-    Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
+    Regression (gradient boosting with squared error too): r2, rmse, mae. Logistic (and boosting with log
+    loss): accuracy, precision, recall, f1, log_loss,
     roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
     also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
     whose target is NULL: they cannot be scored against a label).
