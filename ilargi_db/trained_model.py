@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 
 from ilargi_db.errors import DamagedModelError, IlargiError
+from ilargi_db.linalg.binned_matrix import MAX_BINS
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
+from ilargi_db.models.tree_ensemble import check_trees
 from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.preprocess.binning import FeatureBinner
 
 # A file TrainedModel.save writes: {"format": FILE_FORMAT, "version": FILE_VERSION, "record": <to_record()>}.
 FILE_FORMAT = "ilargi_db model"
@@ -43,8 +46,9 @@ class TrainedModel:
     estimator_ : estimator
         The fitted estimator (``ilargi_db.LinearRegression``, ...); its attributes and methods are also
         reachable on this object (``model.coef_``, ``model.predict(X)``).
-    encoder_ : FeatureEncoder
-        Turns the query's columns into the model's columns (one-hot, imputation), as in training.
+    encoder_ : FeatureEncoder or FeatureBinner
+        Turns the query's columns into the model's columns (one-hot, imputation), as in training; for trees
+        (``gradient_boosting``) each feature's bins.
     algorithm_, query_, target_ : str
         What was trained, on which query, for which label column (None when unsupervised).
     strategy_, decision_, plan_, explanation_
@@ -117,7 +121,8 @@ class TrainedModel:
         facts = algorithm_facts(self.algorithm_)
         types = self.feature_types_ or [None] * len(self.encoder_.specs_)
         kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
-        fitted = {attr: getattr(self.estimator_, attr) for attr in facts.fitted}
+        # An attribute only some fits learn (a regression ensemble has no classes_) is left out.
+        fitted = {attr: getattr(self.estimator_, attr) for attr in facts.fitted if hasattr(self.estimator_, attr)}
         record = {column: getattr(self, attr) for attr, column, _ in _COLUMNS}
         record.update(
             features=[{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(self.encoder_.specs_, types)],
@@ -153,14 +158,18 @@ class TrainedModel:
         parameters = _json_object(record["parameters"], "parameters")
         estimator.set_params(**{k: v for k, v in parameters.items() if k in known})  # for display: not refitted
         fitted = _json_object(record["model"], "model")
-        for attr in algorithm_facts(algorithm).fitted:
-            value = fitted[attr]
-            setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
         names = _strings(fitted["feature_names_out"])
         estimator.n_features_in_ = len(names)
         estimator.feature_names_in_ = np.asarray(names, dtype=object)
         preprocessing = _json_object(record["preprocessing"], "preprocessing")
-        encoder = FeatureEncoder.from_state(preprocessing)
+        if algorithm_facts(algorithm).reads == "bins":
+            encoder = _binner(preprocessing)
+            _restore_trees(estimator, fitted, encoder, len(names))
+        else:
+            encoder = FeatureEncoder.from_state(preprocessing)
+            for attr in algorithm_facts(algorithm).fitted:
+                value = fitted[attr]
+                setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
         if list(encoder.feature_names_out_) != names:
             raise ValueError(f"the model learned {len(names)} columns its preprocessing does not make")
         features = json.loads(record["features"])
@@ -270,6 +279,43 @@ def _object(value: Any) -> dict:
     if not isinstance(value, dict):
         raise TypeError(f"{value!r:.60} is not a JSON object")
     return value
+
+
+def _binner(preprocessing: dict) -> FeatureBinner:
+    """A tree model's bins, read back (FeatureBinner's own checks raise IlargiError for a bad max_bins)."""
+    max_bins = preprocessing["max_bins"]
+    if not isinstance(max_bins, int) or isinstance(max_bins, bool) or not 2 <= max_bins <= MAX_BINS:
+        raise ValueError(f"max_bins {max_bins!r:.60} is not between 2 and {MAX_BINS}")
+    if not isinstance(preprocessing["binning"], list) or not all(isinstance(b, dict) for b in preprocessing["binning"]):
+        raise TypeError("binning is not a list of objects")
+    return FeatureBinner.from_state(preprocessing)
+
+
+def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_features: int) -> None:
+    """A tree ensemble's fitted state, each value checked, and the bins it predicts arrays with."""
+    if len(binner.bins_) != n_features:
+        raise ValueError(f"the model learned {n_features} features its bins do not cover")
+    estimator.bins_, estimator.missing_bin_ = list(binner.bins_), binner.max_bins
+    estimator.trees_ = check_trees(fitted["trees_"], binner.bins_, binner.max_bins)
+    value = fitted["baseline_"]
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
+        raise TypeError(f"baseline_ {value!r:.60} is not a finite number")
+    estimator.baseline_ = float(value)
+    estimator.objective_ = _text(fitted["objective_"])
+    if estimator.objective_ not in ("squared_error", "log_loss"):
+        raise ValueError(f"objective_ {estimator.objective_!r:.60} is not squared_error or log_loss")
+    if estimator.objective_ == "log_loss":
+        classes = np.asarray(fitted["classes_"], dtype=float)
+        if classes.shape != (2,) or not np.isfinite(classes).all():
+            raise ValueError("classes_ are not the two classes of a binary classifier")
+        estimator.classes_ = classes
+    importances = np.asarray(fitted["feature_importances_"], dtype=float)
+    if importances.shape != (n_features,):
+        raise ValueError("feature_importances_ is not one number per feature")
+    estimator.feature_importances_ = importances
+    estimator.n_iter_ = _count(fitted["n_iter_"])
+    if estimator.n_iter_ != len(estimator.trees_["tree_start"]) - 1:
+        raise ValueError("n_iter_ is not the number of trees")
 
 
 # The provenance a record stores in a column of its own: (attribute, column, check of the value read back).

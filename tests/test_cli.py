@@ -51,6 +51,14 @@ def test_train_saves_the_next_version_and_prints_it_or_its_json(db, capsys):
     assert json.loads(capsys.readouterr().out)["version"] == 2
 
 
+def test_train_takes_the_tree_parameters_and_says_which_objective_ran(db, capsys):
+    options = '{"n_estimators": 5, "max_depth": 2, "min_samples_leaf": 2, "objective": "squared_error"}'
+    argv = ["train", "boost", "gradient_boosting", "SELECT x, c, y FROM t", "--target", "y", "--db", db]
+    assert cli.main([*argv, "--options", options, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["objective"] == "squared_error" and summary["macros"] == ["boost_predict"]
+
+
 def test_models_lists_the_newest_version_with_every_metric_and_all_of_them_with_all(db, capsys):
     for _ in range(2):
         assert cli.main([*TRAIN_LINE, db, "--json"]) == 0

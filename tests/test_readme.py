@@ -55,12 +55,27 @@ def test_sql_example_runs(capsys):
     from ilargi_db.cli import run_sql
     from ilargi_db.datasets import load_nycflights13
 
-    (block,) = re.findall(r"```sql\n(.*?)```", README.read_text(), re.S)
+    (block,) = [b for b in re.findall(r"```sql\n(.*?)```", README.read_text(), re.S) if "delay_predict" in b]
     con = ilargi_db.connect()
     load_nycflights13(con)
     run_sql(con, block)
     out = capsys.readouterr().out
     assert "delay_predict" in out and '"dropped": "delay"' in out
+    con.close()
+
+
+def test_sql_trees_example_runs(capsys):
+    import ilargi_db
+    from ilargi_db.cli import run_sql
+    from ilargi_db.datasets import load_nycflights13
+
+    (block,) = [b for b in re.findall(r"```sql\n(.*?)```", README.read_text(), re.S) if "gradient_boosting" in b]
+    con = ilargi_db.connect()
+    load_nycflights13(con)
+    run_sql(con, block)
+    out = capsys.readouterr().out.split()
+    assert out[:3] == ["objective", "---------", "log_loss"]  # as its comment shows
+    assert out[3:7] == ["flight", "carrier", "p_late", "late"] and out.count("1") == 3  # three rows of flight 1
     con.close()
 
 

@@ -42,6 +42,11 @@ class FeatureBins:
         """Bins of values (the missing bin not counted)."""
         return len(self.categories) if self.categorical else len(self.edges) + 1
 
+    @property
+    def kind(self) -> str:
+        """ "categorical" or "numeric", as the registry names a feature's kind (FeatureEncoder's specs say the same)."""
+        return "categorical" if self.categorical else "numeric"
+
     def codes(self, values: Any, missing_bin: int) -> np.ndarray:
         """The bin of each value (uint8): numbers (NaN missing) or an Arrow array of text (null missing)."""
         if self.categorical:

@@ -78,7 +78,8 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
 def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 
-    Regression: r2, rmse, mae. Logistic: accuracy, precision, recall, f1, log_loss,
+    Regression (gradient boosting with squared error too): r2, rmse, mae. Logistic (and boosting with log
+    loss): accuracy, precision, recall, f1, log_loss,
     roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
     also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
     whose target is NULL: they cannot be scored against a label).

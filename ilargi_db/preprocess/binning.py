@@ -127,6 +127,12 @@ class FeatureBinner:
     def feature_names_out_(self) -> list[str]:
         return [b.name for b in self.bins_]
 
+    @property
+    def specs_(self) -> list[FeatureBins]:
+        """Each feature's bins (name, kind): what the registry and the macros read per feature, as they read
+        FeatureEncoder's ``specs_``."""
+        return self.bins_
+
     def check_features(self, feature_names: list[str]) -> None:
         """Refuse rows whose features are not the ones the model learned, in the same order."""
         if [n.lower() for n in feature_names] != [n.lower() for n in self.feature_names_out_]:

@@ -118,6 +118,22 @@ def balanced_sum(terms: list[str]) -> str:
     return f"({balanced_sum(terms[:half])} + {balanced_sum(terms[half:])})"
 
 
+def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
+    """A binary classifier's macro bodies from its log-odds ``score``: ``N_predict`` the probability of
+    ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
+    low, high = (double(c) for c in np.asarray(model.classes_, dtype=float))
+    # The score written once per macro (twice, DuckDB would bind and compute it twice); a NULL score (a missing
+    # numeric without imputation) gives a NULL index, so NULL, not the first class.
+    labels = f"[{low}, {high}]"
+    target_type = model.target_type_
+    if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
+        labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
+    return {
+        f"{name}_predict": f"0.5 * (1.0 + tanh(0.5 * ({score})))",  # P(classes_[1]), overflow-free
+        f"{name}_predict_class": f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]",
+    }
+
+
 class MacroWriter:
     """Writes the SQL of one model version: macro bodies and the category-weight rows they read.
 
@@ -249,16 +265,7 @@ class MacroWriter:
         if kind == "linear":
             bodies[f"{self.name}_predict"] = self.linear_score()
         elif kind == "logistic":
-            score = self.linear_score()
-            low, high = (double(c) for c in np.asarray(self.model.classes_, dtype=float))
-            bodies[f"{self.name}_predict"] = f"0.5 * (1.0 + tanh(0.5 * ({score})))"  # P(classes_[1]), overflow-free
-            # The score written once (twice, DuckDB would bind and compute it twice); a NULL score (a missing
-            # numeric without imputation) gives a NULL index, so NULL, not the first class.
-            labels = f"[{low}, {high}]"
-            target_type = self.model.target_type_
-            if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
-                labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
-            bodies[f"{self.name}_predict_class"] = f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]"
+            bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
         elif kind == "nearest_centroid":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {

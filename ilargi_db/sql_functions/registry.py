@@ -23,8 +23,10 @@ from ilargi_db.errors import (
     literal,
     worded,
 )
+from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
+from ilargi_db.sql_functions.tree_macros import TreeMacroWriter
 from ilargi_db.trained_model import TrainedModel
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -203,7 +205,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
     (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
-    writer = MacroWriter(name, version, model, database)
+    trees = algorithm_facts(model.algorithm_).macro == "trees"
+    writer = (TreeMacroWriter if trees else MacroWriter)(name, version, model, database)
     statements = writer.statements()
     foreign = _foreign_functions(con, name, list(statements))
     if foreign:

@@ -1,0 +1,118 @@
+"""A tree ensemble as SQL: each tree a nested ``CASE``, the trees summed with the baseline.
+
+A split compares the feature itself, not its bin: bin b of a numeric feature holds
+``edges[b-1] < x <= edges[b]``, so "bin <= threshold" is ``x <= edges[threshold]`` (the edge an exact
+DOUBLE literal), and a threshold at the last bin sends every present value left. NULL and NaN go where
+training sent missing values (``missing_left``). A categorical split lists the categories of the smaller
+side, compared byte for byte as the encoder compares (:func:`~.macros.category_text`); a category training
+did not keep falls in the missing bin, so it follows ``missing_left`` as NULL does. The macro thus equals
+``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
+
+Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
+second. Larger ensembles are refused (:data:`MAX_MACRO_NODES`) with a clear error rather than a macro
+that takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg.binned_matrix import FeatureBins
+from ilargi_db.models.tree_ensemble import tree_slices
+from ilargi_db.sql_functions.macros import (
+    WEIGHTS_SCHEMA,
+    balanced_sum,
+    binary_bodies,
+    category_text,
+    double,
+    quote_identifier,
+    quote_string,
+)
+
+MAX_MACRO_NODES = 100_000  # nodes of an ensemble written as one macro at most (500 trees of 63 leaves: 62,500)
+MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
+
+
+class TreeMacroWriter:
+    """Writes the ``N_predict`` (and, for classification, ``N_predict_class``) macros of a tree ensemble."""
+
+    def __init__(self, name: str, version: int, model: Any, database: str):
+        self.name, self.version, self.model, self.database = name, version, model, database
+        self.bins: list[FeatureBins] = model.encoder_.bins_
+
+    def _split(self, node: int, left: str, right: str) -> str:
+        """The CASE of one split node, given the SQL of its two subtrees."""
+        t = self.model.trees_
+        feature = self.bins[t["feature"][node]]
+        x = quote_identifier(feature.name)
+        missing_left = t["missing_left"][node]
+        if feature.categorical:
+            going_left = set(t["category_bins"][node])
+            # The side listed is the one missing values (NULL, unseen categories) do not take: ELSE takes them.
+            listed = [c for b, c in enumerate(feature.categories) if (b in going_left) != missing_left]
+            listed_side, other = (right, left) if missing_left else (left, right)
+            if not listed:
+                return other
+            values = ", ".join(quote_string(c) for c in listed)
+            return f"CASE WHEN {category_text(x)} IN ({values}) THEN {listed_side} ELSE {other} END"
+        threshold = t["threshold"][node]
+        if threshold >= len(feature.edges):  # every present value goes left
+            return left if missing_left else f"CASE WHEN NOT isnan({x}) THEN {left} ELSE {right} END"
+        edge = double(feature.edges[threshold])
+        if missing_left:  # NULL fails the WHEN, NaN the isnan: both go left
+            return f"CASE WHEN {x} > {edge} AND NOT isnan({x}) THEN {right} ELSE {left} END"
+        return f"CASE WHEN {x} <= {edge} THEN {left} ELSE {right} END"  # NULL fails it; NaN sorts above all
+
+    def _tree(self, nodes: range) -> str:
+        """One tree's CASE, built from the leaves up (children have larger ids than their parents)."""
+        t, first = self.model.trees_, nodes.start
+        sql: dict[int, str] = {}
+        depth: dict[int, int] = {}
+        for node in reversed(nodes):
+            if t["feature"][node] < 0:
+                sql[node], depth[node] = double(t["value"][node]), 0
+                continue
+            left, right = first + t["left"][node], first + t["right"][node]
+            sql[node] = self._split(node, sql.pop(left), sql.pop(right))
+            depth[node] = 1 + max(depth[left], depth[right])
+        if depth[first] > MAX_MACRO_DEPTH:
+            raise IlargiError(
+                f"a tree of this model is {depth[first]} splits deep, and DuckDB cannot bind a macro nested deeper "
+                f"than {MAX_MACRO_DEPTH}: train with max_depth at most {MAX_MACRO_DEPTH} to store it as SQL."
+            )
+        return sql[first]
+
+    def score(self) -> str:
+        """The raw score: the baseline plus every tree's value (log-odds for classification)."""
+        trees = self.model.trees_
+        n_nodes = len(trees["feature"])
+        if n_nodes > MAX_MACRO_NODES:
+            raise IlargiError(
+                f"this ensemble has {n_nodes:,} nodes, more than the {MAX_MACRO_NODES:,} a SQL macro holds "
+                "(DuckDB would take minutes to bind it): train fewer trees (n_estimators) or smaller ones "
+                "(max_leaves), or score it in Python with ilargi_db.predict."
+            )
+        return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in tree_slices(trees))])
+
+    def statements(self) -> dict[str, str]:
+        """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
+        params = ", ".join(quote_identifier(b.name) for b in self.bins)
+        score = self.score()
+        if self.model.objective_ == "log_loss":
+            bodies = binary_bodies(self.name, self.model, score)
+        else:
+            bodies = {f"{self.name}_predict": score}
+        return {
+            macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"
+            for macro, body in bodies.items()
+        }
+
+    def weights_table(self) -> pa.Table:
+        """No category weights: a tree's categories are in its CASEs."""
+        return WEIGHTS_SCHEMA.empty_table()
+
+
+__all__ = ["MAX_MACRO_DEPTH", "MAX_MACRO_NODES", "TreeMacroWriter"]

@@ -1,0 +1,182 @@
+"""Gradient-boosted trees outside training: predict and evaluate on another query, the registry and files (the
+stored ensemble checked when read back), and the SQL macros, equal to Python's predict."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import pytest
+
+import ilargi_db
+from ilargi_db import DamagedModelError, IlargiError, TrainedModel
+from ilargi_db.errors import PlanError
+from ilargi_db.sql_functions.tree_macros import MAX_MACRO_NODES
+
+PARAMS = {"n_estimators": 12, "learning_rate": 0.3, "max_leaves": 6, "min_samples_leaf": 3, "backend": "numpy"}
+FEATURES = "f.x, f.n, d.kind, d.w"
+REGRESSION = f"SELECT {FEATURES}, f.y FROM f JOIN d USING (k) ORDER BY f.id"
+CLASSIFICATION = f"SELECT {FEATURES}, f.label FROM f JOIN d USING (k) ORDER BY f.id"
+NUMERIC = "SELECT f.x, f.n, d.w, f.y FROM f JOIN d USING (k) ORDER BY f.id"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    """A star with NULL and NaN numbers, a NULL category, an INTEGER feature and a target in 7 and 9."""
+    path = str(tmp_path_factory.mktemp("trees") / "trees.db")
+    con = ilargi_db.connect(path)
+    con.execute(
+        "CREATE TABLE d AS SELECT range AS k, ['a', 'b', 'c', NULL][range % 4 + 1] AS kind, (range % 3) * 1.5 AS w "
+        "FROM range(12)"
+    )
+    con.execute(
+        "CREATE TABLE f AS SELECT range AS id, range % 12 AS k, "
+        "CASE WHEN range % 9 = 0 THEN NULL WHEN range % 10 = 0 THEN 'NaN'::DOUBLE ELSE (range % 23) * 0.25 END AS x, "
+        "(range % 5)::INTEGER AS n, (range % 23) * 0.5 + (range % 5) + (range % 12) * 0.1 AS y, "
+        "CASE WHEN (range % 23) + (range % 5) > 12 THEN 9 ELSE 7 END AS label FROM range(600)"
+    )
+    con.close()
+    return path
+
+
+@pytest.fixture
+def con(db):
+    con = ilargi_db.connect(db)
+    yield con
+    con.close()
+
+
+def column(con, sql):
+    return np.array([row[0] for row in con.execute(sql).fetchall()], dtype=float)
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_predict_and_evaluate_read_the_rows_binned_as_training_did(con, strategy):
+    model = ilargi_db.train(con, REGRESSION, "y", "gradient_boosting", strategy=strategy, **PARAMS)
+    predicted = ilargi_db.predict(con, model, REGRESSION)
+    assert predicted.shape == (600,)
+    y = column(con, "SELECT y FROM f ORDER BY id")
+    assert model.training_metrics_["rmse"] == pytest.approx(np.sqrt(np.mean((predicted - y) ** 2)))
+    metrics = ilargi_db.evaluate(con, model, REGRESSION)
+    assert set(metrics) == {"r2", "rmse", "mae", "rows", "unlabelled_rows_left_out"} and metrics["r2"] > 0.5
+
+
+def test_a_classifier_predicts_classes_and_evaluates_as_a_classifier(con):
+    model = ilargi_db.train(con, CLASSIFICATION, "label", "gradient_boosting", **PARAMS)
+    assert model.objective_ == "log_loss"
+    assert set(ilargi_db.predict(con, model, CLASSIFICATION)) <= {7.0, 9.0}
+    metrics = ilargi_db.evaluate(con, model, CLASSIFICATION)
+    assert {"accuracy", "roc_auc", "log_loss"} <= set(metrics) and metrics["accuracy"] > 0.8
+
+
+def test_scoring_refuses_text_for_a_numeric_feature(con):
+    model = ilargi_db.train(con, REGRESSION, "y", "gradient_boosting", **PARAMS)
+    with pytest.raises(PlanError, match="feature 'x' has type VARCHAR .* learned it as a number"):
+        ilargi_db.predict(con, model, "SELECT 'one' AS x, f.n, d.kind, d.w FROM f JOIN d USING (k)")
+
+
+@pytest.mark.parametrize("query, target", [(REGRESSION, "y"), (CLASSIFICATION, "label")])
+def test_the_registry_and_a_file_give_back_the_same_trees(con, tmp_path, query, target):
+    model = ilargi_db.train(con, query, target, "gradient_boosting", **PARAMS)
+    ilargi_db.save_model(con, "trees", model)
+    model.save(tmp_path / "trees.json")
+    for loaded in (ilargi_db.load_model(con, "trees"), TrainedModel.load(tmp_path / "trees.json")):
+        assert loaded.trees_ == json.loads(json.dumps(model.trees_, default=lambda o: o.tolist()))
+        np.testing.assert_array_equal(loaded.feature_importances_, model.feature_importances_)
+        np.testing.assert_array_equal(ilargi_db.predict(con, loaded, query), ilargi_db.predict(con, model, query))
+    stored = json.loads(con.execute("SELECT model FROM ilargi.current_models WHERE name = 'trees'").fetchone()[0])
+    assert len(stored["feature_importances_"]) == 4 and ("classes_" in stored) == (target == "label")
+
+
+def test_a_loaded_model_predicts_arrays(con):
+    model = ilargi_db.train(con, NUMERIC, "y", "gradient_boosting", **PARAMS)
+    ilargi_db.save_model(con, "numeric", model)
+    loaded = ilargi_db.load_model(con, "numeric")
+    X = np.array(con.execute(NUMERIC.replace(", f.y", "")).fetchall(), dtype=float)
+    np.testing.assert_array_equal(loaded.predict(X), ilargi_db.predict(con, model, NUMERIC))
+
+
+def damaged(trees: dict) -> list[tuple[str, dict]]:
+    """Ways a stored ensemble can be wrong, each with the words the error gives."""
+    split = trees["feature"].index(next(f for f in trees["feature"] if f >= 0))
+    categorical = next(i for i, c in enumerate(trees["category_bins"]) if c)
+
+    def edit(key, node, value):
+        copy = json.loads(json.dumps(trees))
+        copy[key][node] = value
+        return copy
+
+    return [
+        ("children outside its tree", edit("left", split, 10_000)),
+        ("not after it", edit("right", split, split)),
+        ("splits on feature 9", edit("feature", split, 9)),
+        ("bins left that feature 'kind' does not have", edit("category_bins", categorical, [0, 200])),
+        ("differ in length", {**trees, "value": trees["value"][:-1]}),
+        ("not a list of integers", edit("left", split, "1")),
+        ("keys", {k: v for k, v in trees.items() if k != "gain"}),
+        ("has children", edit("left", trees["feature"].index(-1), 1)),
+    ]
+
+
+def test_a_damaged_ensemble_is_refused_when_read_back(con):
+    model = ilargi_db.train(con, REGRESSION, "y", "gradient_boosting", **PARAMS)
+    record = model.to_record()
+    fitted = json.loads(record["model"])
+    for why, trees in damaged(fitted["trees_"]):
+        edited = {**record, "model": json.dumps({**fitted, "trees_": trees})}
+        with pytest.raises(DamagedModelError, match=f"the stored model is damaged .*{why}"):
+            TrainedModel.from_record(edited)
+    bins = json.loads(record["preprocessing"])
+    for why, state in [
+        ("max_bins", {**bins, "max_bins": 900}),
+        (
+            "not increasing edges",
+            {**bins, "binning": [{**bins["binning"][0], "edges": [2.0, 1.0]}, *bins["binning"][1:]]},
+        ),
+    ]:
+        with pytest.raises(DamagedModelError, match=why):
+            TrainedModel.from_record({**record, "preprocessing": json.dumps(state)})
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_the_macros_equal_predict_from_plain_duckdb_after_a_reconnect(db, strategy):
+    con = ilargi_db.connect(db)
+    regression = ilargi_db.train(con, REGRESSION, "y", "gradient_boosting", strategy=strategy, **PARAMS)
+    classifier = ilargi_db.train(con, CLASSIFICATION, "label", "gradient_boosting", strategy=strategy, **PARAMS)
+    ilargi_db.save_model(con, "value", regression)
+    ilargi_db.save_model(con, "grade", classifier)
+    values = ilargi_db.predict(con, regression, REGRESSION)
+    grades = ilargi_db.predict(con, classifier, CLASSIFICATION)
+    con.close()
+    plain = duckdb.connect(db)
+    try:
+        scored = plain.execute(
+            f"SELECT value_predict({FEATURES}), grade_predict({FEATURES}), grade_predict_class({FEATURES}) "
+            "FROM f JOIN d USING (k) ORDER BY f.id"
+        ).fetchall()
+        kind = plain.execute(f"SELECT typeof(grade_predict_class({FEATURES})) FROM f JOIN d USING (k) LIMIT 1")
+        assert kind.fetchone()[0] == "INTEGER"  # typed like the target column
+    finally:
+        plain.close()
+    np.testing.assert_allclose([r[0] for r in scored], values, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal([r[2] for r in scored], grades)
+    con = ilargi_db.connect(db)
+    probabilities = classifier.predict_proba(
+        ilargi_db.pipeline.scoring.encoded_rows(con, classifier, CLASSIFICATION, "numpy", labelled_only=False).X
+    )[:, 1]
+    con.close()
+    np.testing.assert_allclose([r[1] for r in scored], probabilities, rtol=0, atol=1e-12)
+
+
+def test_an_ensemble_too_large_for_one_macro_is_refused_in_words(con):
+    model = ilargi_db.train(con, NUMERIC, "y", "gradient_boosting", **PARAMS)
+    trees = model.trees_
+    copies = MAX_MACRO_NODES // len(trees["feature"]) + 1
+    grown = {key: [v for _ in range(copies) for v in values] for key, values in trees.items() if key != "tree_start"}
+    sizes = np.tile(np.diff(trees["tree_start"]), copies)
+    grown["tree_start"] = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    model.trees_ = grown  # a valid ensemble of many trees (each tree repeated), set as a user can
+    with pytest.raises(IlargiError, match=r"more than the 100,000 a SQL macro holds .*n_estimators"):
+        ilargi_db.save_model(con, "huge", model)
+    assert con.execute("SELECT count(*) FROM ilargi.models WHERE name = 'huge'").fetchone()[0] == 0
