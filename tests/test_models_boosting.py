@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -505,3 +506,20 @@ def test_missing_values_go_to_the_side_that_gains_most(null_like):
         predictions = ilargi_db.predict(con, model, query + " ORDER BY f.id")
         truth = con.execute(query + " ORDER BY f.id").fetchnumpy()["y"]
         np.testing.assert_allclose(predictions, truth, atol=1e-9)  # one split, learning rate 1: exact
+
+
+def test_a_trained_model_predicts_plain_rows_with_text_features_as_predict_does():
+    """Rows given as an object array or a DataFrame (numbers and text, None missing) are binned as in training."""
+    con = ilargi_db.connect()
+    con.sql(
+        "CREATE TABLE t AS SELECT range % 7 * 1.0 AS x, ['a', 'b', 'c'][range % 3 + 1] AS k, "
+        "(range % 7) * 2 + (range % 3) AS y FROM range(3000)"
+    )
+    model = ilargi_db.train(con, "SELECT x, k, y FROM t", "y", algorithm="gradient_boosting", n_estimators=20)
+    from_query = ilargi_db.predict(con, model, "SELECT x, k FROM t")[:3]  # rows 0, 1, 2: (0, a), (1, b), (2, c)
+    rows = np.array([[0.0, "a"], [1.0, "b"], [2.0, "c"]], dtype=object)
+    np.testing.assert_allclose(model.predict(rows), from_query, atol=1e-12)
+    frame = pd.DataFrame({"x": [0.0, 1.0, 2.0], "k": ["a", "b", "c"]})
+    np.testing.assert_allclose(model.predict(frame), from_query, atol=1e-12)
+    missing = model.predict(np.array([[2.0, None]], dtype=object))  # NULL: the missing bin, as in SQL
+    assert np.isfinite(missing).all()

@@ -240,13 +240,19 @@ class FlatBins:
         return block, position - int(self.first_column[block])
 
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
 def bin_array(X: Any, bins: list[FeatureBins], missing_bin: int = MAX_BINS) -> BinnedMatrix:
     """A plain array's rows (numbers; text for categorical features) binned with ``bins``: one block."""
     columns = []
     for j, b in enumerate(bins):
         column = X[:, j] if hasattr(X, "shape") else [row[j] for row in X]
         if b.categorical:
-            column = pa.array([None if v is None else str(v) for v in column], type=pa.string())
+            column = pa.array([None if _missing(v) else str(v) for v in column], type=pa.string())
+        elif getattr(column, "dtype", None) is None or column.dtype == object:
+            column = np.array([np.nan if _missing(v) else float(v) for v in column], dtype=np.float64)
         columns.append(b.codes(column, missing_bin))
     n = len(columns[0]) if columns else len(X)
     codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=np.uint8)

@@ -183,6 +183,10 @@ class GradientBoosting(BaseEstimator):
             elif X.shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {X.shape[1]} features, but the model expects {self.n_features_in_}.")
             return X, y
+        if not reset and any(b.categorical for b in self.bins_):  # text columns: each binned as its feature is
+            validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # the names and the width
+            rows = X.to_numpy(dtype=object) if hasattr(X, "to_numpy") else np.asarray(X, dtype=object)
+            return bin_array(rows, self.bins_, self.missing_bin_), y
         if y is None:
             X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
         else:
