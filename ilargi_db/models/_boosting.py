@@ -259,7 +259,8 @@ class GradientBoosting(BaseEstimator):
                 trees.append(tree)
                 for leaf in leaves:
                     raw[grower.rows[leaf.start : leaf.stop]] += tree.value[leaf.id]
-                self.train_score_.append(loss.loss(raw[train_rows], y[train_rows]))
+                fitted = (raw, y) if held_bins is None else (raw[train_rows], y[train_rows])
+                self.train_score_.append(loss.loss(*fitted))
                 bar.update()
                 if held_bins is None:
                     continue
@@ -273,6 +274,7 @@ class GradientBoosting(BaseEstimator):
                     if since_best >= self.n_iter_no_change:
                         break
         self.n_iter_ = len(trees)
+        self.fit_metrics_ = score_metrics(raw, y, self.objective_ == "log_loss")
         self.trees_ = _flat_trees(trees, X.missing_bin, X.categorical)
         gains = np.zeros(X.shape[1])
         for tree in trees:
@@ -348,6 +350,21 @@ class GradientBoosting(BaseEstimator):
         state = self.__dict__.copy()
         state.pop("_ensemble", None)
         return state
+
+
+def score_metrics(raw: np.ndarray, y: np.ndarray, binary: bool) -> dict[str, float]:
+    """The cheap metrics of raw scores against the (0/1, for ``binary``) targets: what a training reports."""
+    if binary:
+        log_loss = float(np.mean(np.logaddexp(0.0, raw) - y * raw))
+        return {"accuracy": float(np.mean((raw > 0) == (y > 0.5))), "log_loss": log_loss}
+    r = raw - y
+    total = float(((y - y.mean()) ** 2).sum())
+    squares = float(r @ r)
+    return {
+        "r2": 1.0 - squares / total if total > 0 and len(y) > 1 else float("nan"),
+        "rmse": float(np.sqrt(squares / len(y))),
+        "mae": float(np.abs(r).mean()),
+    }
 
 
 def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:

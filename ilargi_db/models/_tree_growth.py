@@ -83,7 +83,8 @@ class TreeGrower:
 
     def __init__(self, X: BinnedMatrix, rows: np.ndarray, limits: GrowthLimits, kernels, unit_hessian: bool = False):
         self.X, self.limits, self.kernels, self.unit_hessian = X, limits, kernels, unit_hessian
-        self.rows = np.array(rows, dtype=np.int64)  # partitioned in place, tree after tree
+        self.train_rows = np.array(rows, dtype=np.int64)  # ascending
+        self.rows = self.train_rows.copy()  # partitioned in place; each node's rows stay ascending
         self.scratch = np.empty(len(self.rows), dtype=np.int64)
         self.n_bins = X.n_bins
         self.categorical = X.categorical
@@ -117,6 +118,9 @@ class TreeGrower:
     def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float) -> tuple[Tree, list[Node]]:
         """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``)."""
         limits, tree = self.limits, Tree()
+        # Every tree starts from the rows in order: a node's rows then come in order (stable partitions), and
+        # each pass reads g, h and the bins forward instead of in the last tree's leaf order (5x slower measured).
+        np.copyto(self.rows, self.train_rows)
         root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]

@@ -35,23 +35,6 @@ def metrics_kind(model: Any) -> str:
     return kind
 
 
-def _tree_metrics(model: Any, X: Any, y: np.ndarray) -> dict[str, float]:
-    """A tree ensemble's training metrics, from its raw scores on the binned rows."""
-    raw = model.decision_function(X) if model.objective_ == "log_loss" else model.predict(X)
-    if model.objective_ == "log_loss":
-        truth = (y == model.classes_[1]).astype(float)
-        log_loss = float(np.mean(np.logaddexp(0.0, raw) - truth * raw))
-        return {"accuracy": float(np.mean((raw > 0) == (truth > 0.5))), "log_loss": log_loss}
-    r = raw - y
-    total = float(((y - y.mean()) ** 2).sum())
-    squares = float(r @ r)
-    return {
-        "r2": 1.0 - squares / total if total > 0 and len(y) > 1 else float("nan"),
-        "rmse": float(np.sqrt(squares / len(y))),
-        "mae": float(np.abs(r).mean()),
-    }
-
-
 def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     """The cheap metrics a training reports: what the fit already knows, or one more pass over the rows.
 
@@ -60,8 +43,8 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     row: :func:`evaluate` reports them.
     """
     kind = algorithm_facts(model.algorithm_).metrics
-    if kind == "objective":
-        return _tree_metrics(model, X, np.asarray(to_host(y), dtype=float))
+    if kind == "objective":  # boosting scored its training rows as it fitted: no pass over them again
+        return dict(model.estimator_.fit_metrics_)
     if kind == "clustering":
         return {"inertia": float(model.inertia_)}
     if kind == "factorization":
