@@ -192,6 +192,39 @@ def _partition_rows(
     return left
 
 
+@numba.njit(cache=True, nogil=True)
+def _partition_histogram(
+    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian
+):  # pragma: no cover - compiled
+    """:func:`_partition_rows` on one block of every feature, adding the rows of one side to its histogram in the
+    same pass (the smaller child's, known from the parent's histogram): each row read once per split."""
+    acc = np.zeros((n_slots, 3))
+    left = 0
+    right = 0
+    w = codes.shape[1]
+    for i in range(start, stop):
+        r = rows[i]
+        to_left = goes_left[codes[r, column]]
+        if to_left:
+            rows[start + left] = r
+            left += 1
+        else:
+            scratch[right] = r
+            right += 1
+        if to_left == build_left:
+            gi, hi = g[r], h[r]
+            for f in range(w):
+                slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
+                acc[slot, 0] += gi
+                if not unit_hessian:
+                    acc[slot, 1] += hi
+                acc[slot, 2] += 1.0
+    rows[start + left : stop] = scratch[:right]
+    if unit_hessian:
+        acc[:, 1] = acc[:, 2]
+    return left, acc
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _score(g, h, l2):  # pragma: no cover - compiled
     return g * g / (h + l2)
@@ -298,7 +331,7 @@ class NumbaTreeKernels:
         row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
         seg_start = flat.segment_start(segment)
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
-        if len(flat.widths) == 1 and flat.identity[0]:
+        if flat.rowwise:
             codes = flat.codes.reshape(-1, int(flat.widths[0]))
             slots, bins = flat.column_slot, flat.column_bins
             compact = _ROWS_HISTOGRAM[chunks > 1](
@@ -332,6 +365,30 @@ class NumbaTreeKernels:
                 scratch,
             )
         )
+
+    def partition_histogram(
+        self,
+        rows,
+        start: int,
+        stop: int,
+        flat,
+        feature: int,
+        goes_left,
+        scratch,
+        build_left: bool,
+        g,
+        h,
+        unit_hessian: bool = False,
+    ) -> tuple[int, np.ndarray]:
+        """:meth:`partition_rows`, and the histogram of the left (``build_left``) or right rows, in one pass: for
+        a layout of one block read row by row (:attr:`FlatBins.rowwise`)."""
+        codes = flat.codes.reshape(-1, int(flat.widths[0]))
+        _, column = flat.feature_at(feature)
+        n_left, compact = _partition_histogram(
+            rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, flat.column_slot,
+            flat.column_bins, int(flat.slot_start[-1]), unit_hessian,
+        )  # fmt: skip
+        return int(n_left), _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
         gain, column = _best_split(hist, n_bins, categorical, missing_bin, l2, float(min_rows), goes_left)
@@ -376,6 +433,24 @@ class ReferenceTreeKernels:
         left = goes_left[self._bins(flat, b, node)[:, j]]
         rows[start:stop] = xp.concatenate([node[left], node[~left]])
         return int(left.sum())
+
+    def partition_histogram(
+        self,
+        rows,
+        start: int,
+        stop: int,
+        flat,
+        feature: int,
+        goes_left,
+        scratch,
+        build_left: bool,
+        g,
+        h,
+        unit_hessian: bool = False,
+    ):
+        n_left = self.partition_rows(rows, start, stop, flat, feature, goes_left, scratch)
+        side = rows[start : start + n_left] if build_left else rows[start + n_left : stop]
+        return n_left, self.node_histogram(flat, side, g, h, None, unit_hessian)
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
         # The split search runs on the host over a few kilobytes: the compiled search is its own reference.

@@ -228,6 +228,11 @@ class FlatBins:
             slot_start=np.concatenate([[0], np.cumsum(X.n_bins + 1)]).astype(np.int64),
         )
 
+    @property
+    def rowwise(self) -> bool:
+        """One block holds every feature, one row per training row (no index to read through)."""
+        return len(self.widths) == 1 and bool(self.identity[0])
+
     def segment_start(self, segment: np.ndarray) -> np.ndarray:
         """Where each block's per-source-row sums start in the buffer of the blocks ``segment`` sums (each
         its rows and one for empty rows; the others none)."""

@@ -138,13 +138,22 @@ class TreeGrower:
         return tree, leaves
 
     def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: Tree) -> tuple[Node, Node]:
-        n_left = self.kernels.partition_rows(
-            self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch
-        )
+        # The smaller child's rows, counted from the parent's histogram, get a histogram of their own (in the
+        # pass that partitions the rows, where it can); the larger child's is the parent's less it.
+        n_left_rows = node.hist[node.feature, node.goes_left, 2].sum()
+        small_left = n_left_rows <= (node.stop - node.start) - n_left_rows
+        if self.flat.rowwise:
+            n_left, small_hist = self.kernels.partition_histogram(
+                self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch, small_left,
+                g, h, self.unit_hessian,
+            )  # fmt: skip
+        else:
+            n_left = self.kernels.partition_rows(
+                self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch
+            )
+            small = slice(node.start, node.start + n_left) if small_left else slice(node.start + n_left, node.stop)
+            small_hist = self.histogram(self.rows[small], g, h)
         middle = node.start + n_left
-        small_left = n_left <= node.stop - middle
-        small = (node.start, middle) if small_left else (middle, node.stop)
-        small_hist = self.histogram(self.rows[small[0] : small[1]], g, h)
         large_hist = node.hist - small_hist
         left_hist, right_hist = (small_hist, large_hist) if small_left else (large_hist, small_hist)
         left = Node(node.start, middle, node.depth + 1, left_hist)
