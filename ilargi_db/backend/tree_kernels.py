@@ -28,14 +28,15 @@ import numpy as np
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
+PARTITION_CHUNK_ROWS = 1 << 13  # a partition pass reads a row's bins once: threads pay off on fewer rows
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
 CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
 MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
 TIE = 1e-9  # gains within this relative distance are a tie: the first feature and bin win (strategies agree)
 
 
-def _chunks(m: int, accumulator_bytes: int) -> int:
-    by_rows = max(1, min(MAX_CHUNKS, m // CHUNK_ROWS))
+def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int:
+    by_rows = max(1, min(MAX_CHUNKS, m // chunk_rows))
     return max(1, min(by_rows, ACCUMULATOR_BYTES // max(1, accumulator_bytes)))
 
 
@@ -225,6 +226,55 @@ def _partition_histogram(
     return left, acc
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _partition_histogram_chunked(
+    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian, chunks
+):  # pragma: no cover - compiled
+    """:func:`_partition_histogram` over ``chunks`` row chunks on several threads: each chunk counts its sides and
+    adds its rows of the built side to its own histogram, then writes its rows where the counts before it say
+    (both sides in the node's order, as the one-pass kernel leaves them); histograms merged in chunk order."""
+    m = stop - start
+    size = (m + chunks - 1) // chunks
+    acc = np.zeros((chunks, n_slots, 3))
+    lefts = np.zeros(chunks, dtype=np.int64)
+    w = codes.shape[1]
+    for k in numba.prange(chunks):
+        part = acc[k]
+        count = 0
+        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
+            r = rows[i]
+            to_left = goes_left[codes[r, column]]
+            count += to_left
+            if to_left == build_left:
+                gi, hi = g[r], h[r]
+                for f in range(w):
+                    slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
+                    part[slot, 0] += gi
+                    if not unit_hessian:
+                        part[slot, 1] += hi
+                    part[slot, 2] += 1.0
+        lefts[k] = count
+    n_left = lefts.sum()
+    for k in numba.prange(chunks):
+        left = lefts[:k].sum()
+        right = n_left + (k * size - left)
+        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
+            r = rows[i]
+            if goes_left[codes[r, column]]:
+                scratch[left] = r
+                left += 1
+            else:
+                scratch[right] = r
+                right += 1
+    rows[start:stop] = scratch[:m]
+    out = acc[0]
+    for k in range(1, chunks):
+        out += acc[k]
+    if unit_hessian:
+        out[:, 1] = out[:, 2]
+    return n_left, out
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _score(g, h, l2):  # pragma: no cover - compiled
     return g * g / (h + l2)
@@ -384,10 +434,13 @@ class NumbaTreeKernels:
         a layout of one block read row by row (:attr:`FlatBins.rowwise`)."""
         codes = flat.codes.reshape(-1, int(flat.widths[0]))
         _, column = flat.feature_at(feature)
-        n_left, compact = _partition_histogram(
-            rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, flat.column_slot,
-            flat.column_bins, int(flat.slot_start[-1]), unit_hessian,
-        )  # fmt: skip
+        args = (rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, flat.column_slot,
+                flat.column_bins, int(flat.slot_start[-1]), unit_hessian)  # fmt: skip
+        chunks = _chunks(stop - start, int(flat.slot_start[-1]) * 24, PARTITION_CHUNK_ROWS)
+        if chunks > 1:
+            n_left, compact = _partition_histogram_chunked(*args, chunks)
+        else:
+            n_left, compact = _partition_histogram(*args)
         return int(n_left), _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):

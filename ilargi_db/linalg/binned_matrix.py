@@ -11,6 +11,7 @@ never saw, as HistGradientBoosting does).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,9 +241,16 @@ class FlatBins:
 
     def feature_at(self, feature: int) -> tuple[int, int]:
         """(block, column in it) of ``feature``."""
-        position = int(np.flatnonzero(self.columns == feature)[0])
+        position = int(self.position[feature])
         block = int(np.searchsorted(self.first_column, position, side="right")) - 1
         return block, position - int(self.first_column[block])
+
+    @functools.cached_property
+    def position(self) -> np.ndarray:
+        """Per feature, its column in the laid-out blocks."""
+        out = np.empty(len(self.columns), dtype=np.int64)
+        out[self.columns] = np.arange(len(self.columns))
+        return out
 
 
 def _missing(value: Any) -> bool:
