@@ -523,3 +523,26 @@ def test_a_trained_model_predicts_plain_rows_with_text_features_as_predict_does(
     np.testing.assert_allclose(model.predict(frame), from_query, atol=1e-12)
     missing = model.predict(np.array([[2.0, None]], dtype=object))  # NULL: the missing bin, as in SQL
     assert np.isfinite(missing).all()
+
+
+def test_another_learning_rate_on_the_same_query_reads_and_bins_nothing_again(tmp_path):
+    """The bins (edges and categories) and the binned rows are artifacts: the second training takes both, and
+    grows the trees the first would with its settings (the same as a training without reuse)."""
+    con = duckdb.connect(str(tmp_path / "shop.duckdb"))
+    con.execute("""
+        CREATE TABLE shops AS SELECT i AS id, 'k' || (i % 4) AS kind FROM range(20) t(i);
+        CREATE TABLE visits AS SELECT i AS id, i % 25 AS shop_id, (i * 37 % 100) * 1.0 AS x,
+            (i * 37 % 100) * 0.5 + (i % 3) AS amount FROM range(400) t(i);
+    """)
+    query = SHOP.format(target="amount")
+    first = ilargi_db.train(con, query, "amount", algorithm="gradient_boosting", strategy="factorized", n_estimators=5)
+    second = ilargi_db.train(
+        con, query, "amount", algorithm="gradient_boosting", strategy="factorized", n_estimators=5, learning_rate=0.3
+    )
+    assert not any("bin" in r for r in first.reused_)
+    assert any("the binned rows" in r for r in second.reused_)
+    cold = ilargi_db.train(
+        con, query, "amount", algorithm="gradient_boosting", strategy="factorized", n_estimators=5, learning_rate=0.3,
+        reuse=False,
+    )  # fmt: skip
+    assert second.trees_ == cold.trees_
