@@ -415,3 +415,17 @@ def test_partition_with_the_smaller_sides_histogram_matches_reference(block, see
     np.testing.assert_array_equal(fused_rows, reference_rows)
     np.testing.assert_allclose(hist, want, atol=1e-8)
     np.testing.assert_array_equal(hist[..., 2], want[..., 2])
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 50, 140_000]), st.integers(1, 63))
+def test_leaf_values_are_added_to_their_rows_as_the_reference_adds_them(seed, n, leaves):
+    rng = np.random.default_rng(seed)
+    rows = rng.permutation(n).astype(np.int64)
+    cuts = np.sort(rng.integers(0, n + 1, leaves - 1))
+    starts, stops = np.concatenate([[0], cuts]), np.concatenate([cuts, [n]])
+    values = rng.normal(size=leaves)
+    fused, reference = np.zeros(n), np.zeros(n)
+    FUSED.add_leaf_values(rows, starts, stops, values, fused)
+    REFERENCE.add_leaf_values(rows, starts, stops, values, reference)
+    np.testing.assert_array_equal(fused, reference)

@@ -373,6 +373,14 @@ def _add_tree(codes, feature, goes_left, left, right, value, out):  # pragma: no
 _ADD_TREE = _serial_and_parallel(_add_tree)
 
 
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _add_leaf_values(rows, starts, stops, values, raw):  # pragma: no cover - compiled
+    for leaf in numba.prange(starts.shape[0]):  # the leaves' rows do not overlap
+        value = values[leaf]
+        for i in range(starts[leaf], stops[leaf]):
+            raw[rows[i]] += value
+
+
 class NumbaTreeKernels:
     """The tree kernels, each one fused numba pass (several threads for a node of several chunks of rows)."""
 
@@ -447,6 +455,10 @@ class NumbaTreeKernels:
         gain, column = _best_split(hist, n_bins, categorical, missing_bin, l2, float(min_rows), goes_left)
         return float(gain), int(column)
 
+    def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
+        """``raw[rows[starts[k]:stops[k]]] += values[k]`` for every leaf k (ranges that do not overlap)."""
+        _add_leaf_values(rows, starts, stops, values, raw)
+
     def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
         _ADD_TREE[len(codes) >= 2 * CHUNK_ROWS](codes, feature, goes_left, left, right, value, out)
 
@@ -508,6 +520,10 @@ class ReferenceTreeKernels:
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
         # The split search runs on the host over a few kilobytes: the compiled search is its own reference.
         return NumbaTreeKernels().best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
+
+    def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
+        for start, stop, value in zip(starts, stops, values):
+            raw[rows[int(start) : int(stop)]] += value
 
     def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
         xp = self.xp

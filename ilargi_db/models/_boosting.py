@@ -123,7 +123,8 @@ class GradientBoosting(BaseEstimator):
         Bins of a feature's values at most (2 to 255; one more bin holds missing values).
     early_stopping : bool
         Hold out ``validation_fraction`` of the rows (drawn with ``random_state``) and stop once the loss on
-        them has not improved by ``tol`` for ``n_iter_no_change`` rounds.
+        them has not improved by ``tol`` for ``n_iter_no_change`` rounds; the losses per round on the training
+        and the held-out rows are kept (``train_score_``, ``validation_score_``, empty without early stopping).
     random_state : int, RandomState or None
         The validation rows' draw (the only randomness).
     """
@@ -257,13 +258,11 @@ class GradientBoosting(BaseEstimator):
                 loss.gradients(raw, y, g, h)
                 tree, leaves = grower.grow(g, h, float(self.learning_rate))
                 trees.append(tree)
-                for leaf in leaves:
-                    raw[grower.rows[leaf.start : leaf.stop]] += tree.value[leaf.id]
-                fitted = (raw, y) if held_bins is None else (raw[train_rows], y[train_rows])
-                self.train_score_.append(loss.loss(*fitted))
+                grower.add_leaf_values(tree, leaves, raw)
                 bar.update()
                 if held_bins is None:
                     continue
+                self.train_score_.append(loss.loss(raw[train_rows], y[train_rows]))
                 raw[held_rows] += _tree_output(held_bins, tree, X.missing_bin, X.categorical, kernels)
                 held_loss = loss.loss(raw[held_rows], y[held_rows])
                 self.validation_score_.append(held_loss)

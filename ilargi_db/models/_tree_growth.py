@@ -95,6 +95,13 @@ class TreeGrower:
         segment = segmented_blocks(self.flat, len(rows))
         return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
+    def add_leaf_values(self, tree: Tree, leaves: list[Node], raw: np.ndarray) -> None:
+        """Add each leaf's value to the raw scores of its rows (a leaf's rows are one range of the permutation)."""
+        starts = np.array([leaf.start for leaf in leaves], dtype=np.int64)
+        stops = np.array([leaf.stop for leaf in leaves], dtype=np.int64)
+        values = np.array([tree.value[leaf.id] for leaf in leaves])
+        self.kernels.add_leaf_values(self.rows, starts, stops, values, raw)
+
     def _split(self, node: Node) -> Node:
         limits = self.limits
         if (limits.max_depth is not None and node.depth >= limits.max_depth) or (
