@@ -32,7 +32,6 @@ import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,9 +54,14 @@ from harness.workloads import (  # noqa: E402
     FLIGHTS_FROM,
     FLIGHTS_NUMERIC,
     SEEDS,
+    TPCH_FEATURES,
+    TPCH_FROM,
+    TPCH_SIGNED,
     Job,
     build_job,
+    load_tpch,
     star_features,
+    tpchgen,
 )
 
 import ilargi_db  # noqa: E402
@@ -234,27 +238,6 @@ def flights_specs(quick: bool) -> list[Spec]:
     ]
 
 
-TPCH_TABLES = ("lineitem", "orders", "customer", "nation", "part", "supplier")
-TPCH_FROM = (
-    "FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey JOIN customer c ON o.o_custkey = c.c_custkey "
-    "JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN part p ON l.l_partkey = p.p_partkey "
-    "JOIN supplier s ON l.l_suppkey = s.s_suppkey"
-)
-# Non-negative features (NMF needs them): numbers and categories of every table of the snowflake.
-TPCH_FEATURES = (
-    "l.l_quantity, l.l_discount, l.l_tax, l.l_shipmode, o.o_totalprice, o.o_orderpriority, o.o_shippriority, "
-    "c.c_mktsegment, n.n_name, p.p_size, p.p_retailprice, p.p_brand, p.p_container"
-)
-TPCH_SIGNED = "c.c_acctbal, s.s_acctbal"  # account balances may be negative
-
-
-def tpchgen() -> str | None:
-    """The tpchgen-cli executable: on PATH or beside this Python's."""
-    found = shutil.which("tpchgen-cli")
-    beside = Path(sys.executable).parent / "tpchgen-cli"
-    return found or (str(beside) if beside.exists() else None)
-
-
 def tpch_specs(quick: bool, scale: float, folder: Path) -> list[Spec]:
     """A TPC-H snowflake at ``scale``: every algorithm, plus wide jobs with customers one-hot encoded."""
     executable = tpchgen()
@@ -263,11 +246,7 @@ def tpch_specs(quick: bool, scale: float, folder: Path) -> list[Spec]:
         return []
 
     def load(con) -> None:
-        out = folder / "tpch"
-        cmd = [executable, "parquet", "-s", f"{scale:g}", "-T", ",".join(TPCH_TABLES), "-o", str(out), "-q"]
-        subprocess.run(cmd, check=True)
-        for table in TPCH_TABLES:
-            con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet('{out / table}.parquet')")
+        load_tpch(con, executable, scale, folder / "tpch")
 
     maker = loading_first(load)
 

@@ -27,14 +27,19 @@ class FreshRunFailed(RuntimeError):
         self.returncode, self.stderr = returncode, stderr
 
 
-def run_fresh(args: list[str], what: str, timeout: float | None = None, env: dict | None = None) -> dict:
+def run_fresh(
+    args: list[str], what: str, timeout: float | None = None, env: dict | None = None, python: str | None = None
+) -> dict:
     """``python *args`` in a fresh process with ``benchmarks/`` importable; the JSON object it prints last.
+
+    ``python``: another interpreter than this one (another virtual environment's, for a system that
+    cannot share it); it imports nothing of ``harness`` but this module (the standard library only).
 
     Raises :class:`FreshRunFailed` when it fails, ``subprocess.TimeoutExpired`` past ``timeout`` seconds.
     """
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, *args],
+        [python or sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,

