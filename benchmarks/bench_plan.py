@@ -72,7 +72,7 @@ from ilargi_db.cost_model.plan import GRAM_SOLVERS  # noqa: E402
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_hamlet_schema  # noqa: E402
 from ilargi_db.models import NORMAL_MAX_COLUMNS  # noqa: E402  the solver rule the fixed rules run with
-from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
+from ilargi_db.models.catalog import MATRIX_ALGORITHMS as ALGORITHMS  # noqa: E402
 from ilargi_db.models.catalog import Strategy  # noqa: E402
 from ilargi_db.pipeline.planning import plan_graph  # noqa: E402
 

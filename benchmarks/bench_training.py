@@ -40,7 +40,7 @@ from harness.workloads import (  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_star_schema  # noqa: E402
-from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
+from ilargi_db.models.catalog import MATRIX_ALGORITHMS as ALGORITHMS  # noqa: E402
 
 METHODS = ("factorized", "materialized", "baseline")
 

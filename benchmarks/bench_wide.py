@@ -50,7 +50,7 @@ import ilargi_db  # noqa: E402
 from ilargi_db.cost_model.choose import STRATEGIES  # noqa: E402
 from ilargi_db.datasets import HAMLET_SHAPES, HamletSchema, make_hamlet_schema  # noqa: E402
 from ilargi_db.models.catalog import EXTRA_SOLVERS, SUPERVISED, algorithm_facts  # noqa: E402
-from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
+from ilargi_db.models.catalog import MATRIX_ALGORITHMS as ALGORITHMS  # noqa: E402
 
 DEFAULT_SHAPES = ("walmart", "expedia", "yelp")
 DEFAULT_SCALE = {"walmart": 1.0, "expedia": 1.0, "yelp": 1.0}  # the published sizes: about 15 minutes on 2 cores

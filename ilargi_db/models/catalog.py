@@ -181,6 +181,8 @@ NAMES = tuple(CATALOG)
 ALL_SOLVERS = tuple(s for a in CATALOG.values() for s in (*a.solvers, *EXTRA_SOLVERS.get(a.name, ())))
 GRAM_SOLVERS = frozenset(s.name for s in ALL_SOLVERS if s.forms_gram)
 SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
+# The algorithms that read a normalized matrix (linear algebra over it); trees read bins instead.
+MATRIX_ALGORITHMS = tuple(n for n, a in CATALOG.items() if a.reads == "matrix")
 # How a job reads its training data: the normalized matrix (factorized) or DuckDB's join (materialized).
 
 
