@@ -21,7 +21,6 @@ operations, the oracle of the fused ones (tests/test_backend_tree_kernels.py).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numba
@@ -29,7 +28,7 @@ import numpy as np
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
-PARTITION_CHUNK_ROWS = 1 << 15  # rows per chunk of a threaded partition (each chunk one task of the pool)
+PARTITION_CHUNK_ROWS = 1 << 13  # a partition pass reads a row's bins once: threads pay off on fewer rows
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
 CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
 MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
@@ -227,40 +226,53 @@ def _partition_histogram(
     return left, acc
 
 
-@numba.njit(cache=True, nogil=True)
-def _count_and_histogram(
-    rows, start, stop, codes, column, goes_left, build_left, g, h, slots, bins, n_slots, unit_hessian
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _partition_histogram_chunked(
+    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian, chunks
 ):  # pragma: no cover - compiled
-    """One chunk of a threaded partition: its rows going left, and the built side's histogram of its rows."""
-    acc = np.zeros((n_slots, 3))
-    count = 0
+    """:func:`_partition_histogram` over ``chunks`` row chunks on several threads: each chunk counts its sides and
+    adds its rows of the built side to its own histogram, then writes its rows where the counts before it say
+    (both sides in the node's order, as the one-pass kernel leaves them); histograms merged in chunk order."""
+    m = stop - start
+    size = (m + chunks - 1) // chunks
+    acc = np.zeros((chunks, n_slots, 3))
+    lefts = np.zeros(chunks, dtype=np.int64)
     w = codes.shape[1]
-    for i in range(start, stop):
-        r = rows[i]
-        to_left = goes_left[codes[r, column]]
-        count += to_left
-        if to_left == build_left:
-            gi, hi = g[r], h[r]
-            for f in range(w):
-                slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
-                acc[slot, 0] += gi
-                if not unit_hessian:
-                    acc[slot, 1] += hi
-                acc[slot, 2] += 1.0
-    return count, acc
-
-
-@numba.njit(cache=True, nogil=True)
-def _write_sides(rows, start, stop, codes, column, goes_left, out, left, right):  # pragma: no cover - compiled
-    """One chunk's rows written to ``out`` from ``left`` (going left) and ``right`` (the others), in order."""
-    for i in range(start, stop):
-        r = rows[i]
-        if goes_left[codes[r, column]]:
-            out[left] = r
-            left += 1
-        else:
-            out[right] = r
-            right += 1
+    for k in numba.prange(chunks):
+        part = acc[k]
+        count = 0
+        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
+            r = rows[i]
+            to_left = goes_left[codes[r, column]]
+            count += to_left
+            if to_left == build_left:
+                gi, hi = g[r], h[r]
+                for f in range(w):
+                    slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
+                    part[slot, 0] += gi
+                    if not unit_hessian:
+                        part[slot, 1] += hi
+                    part[slot, 2] += 1.0
+        lefts[k] = count
+    n_left = lefts.sum()
+    for k in numba.prange(chunks):
+        left = lefts[:k].sum()
+        right = n_left + (k * size - left)
+        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
+            r = rows[i]
+            if goes_left[codes[r, column]]:
+                scratch[left] = r
+                left += 1
+            else:
+                scratch[right] = r
+                right += 1
+    rows[start:stop] = scratch[:m]
+    out = acc[0]
+    for k in range(1, chunks):
+        out += acc[k]
+    if unit_hessian:
+        out[:, 1] = out[:, 2]
+    return n_left, out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -369,48 +381,6 @@ def _add_leaf_values(rows, starts, stops, values, raw):  # pragma: no cover - co
             raw[rows[i]] += value
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max(1, numba.get_num_threads()), thread_name_prefix="ilargi-trees")
-    return _POOL
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _threaded_partition_histogram(
-    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian, chunks
-):
-    """:func:`_partition_histogram` over row chunks shared by a pool of threads (each chunk a compiled call that
-    releases the GIL). Unlike an OpenMP region, no thread spins waiting for the others: with a core taken by
-    another process, the free one takes the chunks (an OpenMP region ran 3x slower than one thread then)."""
-    size = (stop - start + chunks - 1) // chunks
-    bounds = [(start + k * size, min(stop, start + (k + 1) * size)) for k in range(chunks)]
-    pool = _pool()
-    counted = list(
-        pool.map(
-            lambda b: _count_and_histogram(
-                rows, b[0], b[1], codes, column, goes_left, build_left, g, h, slots, bins, n_slots, unit_hessian
-            ),
-            bounds,
-        )
-    )
-    lefts = np.array([c for c, _ in counted], dtype=np.int64)
-    n_left = int(lefts.sum())
-    before = np.concatenate([[0], np.cumsum(lefts)[:-1]])
-    out = scratch[: stop - start]
-    placed = [(lo, hi, int(before[k]), n_left + (lo - start) - int(before[k])) for k, (lo, hi) in enumerate(bounds)]
-    list(pool.map(lambda p: _write_sides(rows, p[0], p[1], codes, column, goes_left, out, p[2], p[3]), placed))
-    rows[start:stop] = out
-    compact = counted[0][1]
-    for _, acc in counted[1:]:
-        compact += acc  # in chunk order: the same sums whichever thread ran which chunk
-    if unit_hessian:
-        compact[:, 1] = compact[:, 2]
-    return n_left, compact
-
-
 class NumbaTreeKernels:
     """The tree kernels, each one fused numba pass (several threads for a node of several chunks of rows)."""
 
@@ -476,7 +446,7 @@ class NumbaTreeKernels:
                 flat.column_bins, int(flat.slot_start[-1]), unit_hessian)  # fmt: skip
         chunks = _chunks(stop - start, int(flat.slot_start[-1]) * 24, PARTITION_CHUNK_ROWS)
         if chunks > 1:
-            n_left, compact = _threaded_partition_histogram(*args, chunks)
+            n_left, compact = _partition_histogram_chunked(*args, chunks)
         else:
             n_left, compact = _partition_histogram(*args)
         return int(n_left), _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
