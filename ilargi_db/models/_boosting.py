@@ -429,22 +429,7 @@ class GradientBoostingClassifier(ClassifierMixin, GradientBoosting):
         tags.classifier_tags.multi_class = False  # binary only, for now
         return tags
 
-    def __init__(
-        self,
-        n_estimators: int = 100,
-        learning_rate: float = 0.1,
-        max_depth: int | None = None,
-        max_leaves: int = 31,
-        min_samples_leaf: int = 20,
-        l2_regularization: float = 0.0,
-        max_bins: int = MAX_BINS,
-        early_stopping: bool = False,
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
-        tol: float = 1e-7,
-        random_state: Any = None,
-    ):
-        _keep(self, locals())
+    __init__ = GradientBoostingRegressor.__init__  # the same parameters (scikit-learn reads the signature)
 
 
 __all__ = ["FeatureBins", "GradientBoosting", "GradientBoostingClassifier", "GradientBoostingRegressor"]
