@@ -295,8 +295,8 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
     """A tree ensemble's fitted state, each value checked, and the bins it predicts arrays with."""
     if len(binner.bins_) != n_features:
         raise ValueError(f"the model learned {n_features} features its bins do not cover")
-    estimator.bins_, estimator.missing_bin_ = list(binner.bins_), binner.max_bins
-    estimator.trees_ = check_trees(fitted["trees_"], binner.bins_, binner.max_bins)
+    estimator.bins_, estimator.missing_bin_ = list(binner.bins_), binner.missing_bin_
+    estimator.trees_ = check_trees(fitted["trees_"], binner.bins_, binner.missing_bin_)
     value = fitted["baseline_"]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
         raise TypeError(f"baseline_ {value!r:.60} is not a finite number")

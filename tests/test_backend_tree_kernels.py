@@ -22,7 +22,7 @@ from ilargi_db.backend.tree_kernels import (
     NumbaTreeKernels,
     ReferenceTreeKernels,
 )
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
 
 FUSED, REFERENCE = NumbaTreeKernels(), ReferenceTreeKernels(np)
 ROW_COUNTS = [0, 1, 2, 17, 3000, 140_000]  # 140,000 rows: several reduction chunks, the parallel kernels
@@ -34,16 +34,16 @@ def binned_blocks(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     n = draw(st.sampled_from(ROW_COUNTS))
     c = draw(st.integers(1, 5))
-    missing_bin = draw(st.sampled_from([3, 16, 255]))
+    missing_bin = draw(st.sampled_from([3, 16, 255, 1024]))  # 1024: two-byte bins (many categories)
     width = missing_bin + 1
     identity = draw(st.booleans())
     n_source = n if identity else draw(st.integers(1, 300))
-    codes = rng.integers(0, width, (n_source, c)).astype(np.uint8)
+    codes = rng.integers(0, width, (n_source, c)).astype(bin_dtype(missing_bin))
     index = None
     if not identity:
         index = rng.integers(0, n_source, n).astype(np.int64)
         index[rng.random(n) < draw(st.sampled_from([0.0, 0.2, 1.0]))] = -1  # rows an outer join left empty
-    fill = rng.integers(0, width, c).astype(np.uint8)
+    fill = rng.integers(0, width, c).astype(bin_dtype(missing_bin))
     fraction = draw(st.sampled_from([1.0, 0.5, 0.01]))
     rows = np.sort(rng.permutation(n)[: int(n * fraction)]).astype(np.int64)
     if draw(st.booleans()):
@@ -56,7 +56,7 @@ def flat_of(codes, index, fill, n_rows: int, width: int, gather_width: int = 0) 
     """The block as the kernels read it (``gather_width`` 0: a dimension stays gathered through its index)."""
     c = codes.shape[1]
     bins = [FeatureBins(f"x{j}", False, np.arange(width - 2, dtype=float)) for j in range(c)]  # width - 1 value bins
-    block = BinnedBlock(codes, index, np.arange(c), fill if fill is not None else np.zeros(c, dtype=np.uint8))
+    block = BinnedBlock(codes, index, np.arange(c), fill if fill is not None else np.zeros(c, dtype=codes.dtype))
     return FlatBins.of(BinnedMatrix([block], n_rows, bins, width - 1), gather_width)
 
 

@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import ilargi_db
 from ilargi_db import GradientBoostingClassifier, GradientBoostingRegressor, IlargiError
+from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES
 from tests.strategies import schemas
 
 # -- scikit-learn's conventions ---------------------------------------------------------------------------
@@ -162,8 +163,8 @@ def test_both_strategies_grow_the_same_trees_on_the_shared_random_schemas(schema
 
 
 def test_both_strategies_grow_the_same_trees_with_many_categories():
-    """Categoricals of 1 to 50,000 values on the fact and on a dimension (the 255 most frequent kept, the
-    rest in the missing bin), a LEFT join with unmatched rows and an M:N dimension."""
+    """Categoricals of 1 to 50,000 values on the fact and on a dimension (the MAX_CATEGORIES most frequent kept,
+    the rest in the missing bin: two-byte bins), a LEFT join with unmatched rows and an M:N dimension."""
     rng = np.random.default_rng(7)
     n, n_items = 60_000, 50_000
     sku = rng.zipf(1.3, n) % 50_000  # skewed: a few hundred frequent values, many rare ones
@@ -189,7 +190,8 @@ def test_both_strategies_grow_the_same_trees_with_many_categories():
     factorized, materialized = train_both(con, query, "y", n_estimators=5, max_leaves=15)
     assert_same_trees(factorized, materialized)
     bins = {b.name: b for b in factorized.bins_}
-    assert len(bins["name"].categories) == 255 and bins["only"].categories == ("one",)
+    assert len(bins["name"].categories) == MAX_CATEGORIES and bins["only"].categories == ("one",)
+    assert factorized.missing_bin_ == MAX_CATEGORIES
     assert {"s1", "s2", "s3"} <= set(bins["sku"].categories)  # the most frequent are kept
     split_on = {factorized.feature_names_in_[f] for f in factorized.trees_["feature"] if f >= 0}
     assert "sku" in split_on

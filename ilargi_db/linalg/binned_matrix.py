@@ -19,7 +19,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-MAX_BINS = 255  # bins of a feature's values at most (uint8 codes, one more for missing)
+MAX_BINS = 255  # bins of a numeric feature's values at most (uint8 codes, one more for missing)
+# Categories a categorical feature keeps at most (its most frequent): more than MAX_BINS make every bin of the
+# matrix uint16 (the missing bin above them). LightGBM keeps every category; past a thousand, a node's
+# histograms (features x bins) would cost more to copy and subtract than the rows they sum.
+MAX_CATEGORIES = 1024
+
+
+def bin_dtype(missing_bin: int) -> type:
+    """The bins' integer type: one byte while the missing bin fits, else two."""
+    return np.uint8 if missing_bin <= np.iinfo(np.uint8).max else np.uint16
+
+
 # Dimensions of at most this many features are gathered into the fact's block for the trees' passes: reading
 # their bins through the index costs a random access per row and block, more than a byte per feature in order.
 GATHER_WIDTH = 16
@@ -49,12 +60,12 @@ class FeatureBins:
         return "categorical" if self.categorical else "numeric"
 
     def codes(self, values: Any, missing_bin: int) -> np.ndarray:
-        """The bin of each value (uint8): numbers (NaN missing) or an Arrow array of text (null missing)."""
+        """The bin of each value (:func:`bin_dtype`): numbers (NaN missing) or an Arrow array of text (null missing)."""
         if self.categorical:
             found = pc.index_in(values, value_set=pa.array(self.categories, type=pa.string()))
-            return pc.fill_null(found, missing_bin).to_numpy(zero_copy_only=False).astype(np.uint8)
+            return pc.fill_null(found, missing_bin).to_numpy(zero_copy_only=False).astype(bin_dtype(missing_bin))
         values = np.asarray(values, dtype=np.float64)
-        out = np.searchsorted(self.edges, values, side="left").astype(np.uint8)
+        out = np.searchsorted(self.edges, values, side="left").astype(bin_dtype(missing_bin))
         out[np.isnan(values)] = missing_bin
         return out
 
@@ -74,8 +85,8 @@ class FeatureBins:
         categories = tuple(state["categories"])
         if edges.ndim != 1 or np.any(np.diff(edges) <= 0) or not all(isinstance(c, str) for c in categories):
             raise ValueError(f"the bins of {state['name']!r} are not increasing edges or text categories")
-        if max(len(edges) + 1, len(categories)) > MAX_BINS:
-            raise ValueError(f"the feature {state['name']!r} has more than {MAX_BINS} bins")
+        if len(edges) + 1 > MAX_BINS or len(categories) > MAX_CATEGORIES:
+            raise ValueError(f"the feature {state['name']!r} has more bins than a feature may have")
         return cls(state["name"], state["categorical"], edges, categories)
 
 
@@ -151,7 +162,7 @@ class BinnedMatrix:
     def dense_bins(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Every feature's bin for ``rows`` (all when None) as one (rows, features) uint8 array: for scoring."""
         n = self.n_rows if rows is None else len(rows)
-        out = np.empty((n, len(self.bins)), dtype=np.uint8)
+        out = np.empty((n, len(self.bins)), dtype=bin_dtype(self.missing_bin))
         for block in self.blocks:
             out[:, block.columns] = block.bins_of(rows)
         return out
@@ -198,7 +209,7 @@ class FlatBins:
         rowwise = [b for b, row in zip(X.blocks, narrow) if row]
         blocks = [b for b, row in zip(X.blocks, narrow) if not row]
         if rowwise:
-            codes = np.empty((X.n_rows, sum(b.codes.shape[1] for b in rowwise)), dtype=np.uint8)
+            codes = np.empty((X.n_rows, sum(b.codes.shape[1] for b in rowwise)), dtype=bin_dtype(X.missing_bin))
             at = 0
             for b in rowwise:
                 codes[:, at : at + b.codes.shape[1]] = b.bins_of()
@@ -215,12 +226,14 @@ class FlatBins:
             if b.index is not None:
                 index[:, k] = b.index
         return cls(
-            codes=np.concatenate([b.codes.ravel() for b in blocks]) if blocks else np.empty(0, dtype=np.uint8),
+            codes=np.concatenate([b.codes.ravel() for b in blocks]).astype(bin_dtype(X.missing_bin), copy=False)
+            if blocks
+            else np.empty(0, dtype=np.uint8),
             code_start=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
             widths=widths,
             first_column=np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64),
             columns=np.concatenate([b.columns for b in blocks]).astype(np.int64),
-            fills=np.concatenate([b.fill for b in blocks]).astype(np.uint8),
+            fills=np.concatenate([b.fill for b in blocks]).astype(bin_dtype(X.missing_bin)),
             index=index,
             identity=np.array([b.index is None for b in blocks], dtype=np.bool_),
             source_rows=source_rows,
@@ -268,8 +281,9 @@ def bin_array(X: Any, bins: list[FeatureBins], missing_bin: int = MAX_BINS) -> B
             column = np.array([np.nan if _missing(v) else float(v) for v in column], dtype=np.float64)
         columns.append(b.codes(column, missing_bin))
     n = len(columns[0]) if columns else len(X)
-    codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=np.uint8)
-    fill = np.full(len(bins), missing_bin, dtype=np.uint8)
+    dtype = bin_dtype(missing_bin)
+    codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=dtype)
+    fill = np.full(len(bins), missing_bin, dtype=dtype)
     return BinnedMatrix([BinnedBlock(codes, None, np.arange(len(bins)), fill)], n, bins, missing_bin)
 
 
@@ -305,11 +319,13 @@ def discrete_quantile_positions(n: int, max_bins: int) -> np.ndarray:
 
 __all__ = [
     "MAX_BINS",
+    "MAX_CATEGORIES",
     "BinnedBlock",
     "BinnedMatrix",
     "FeatureBins",
     "FlatBins",
     "bin_array",
+    "bin_dtype",
     "discrete_quantile_positions",
     "numeric_edges",
     "quantile_bins",

@@ -7,8 +7,9 @@ factorized metadata or the materialized join into the same :class:`~ilargi_db.li
 (the same bins for either strategy), and records its state so that scoring bins new rows alike.
 
 Numeric features: every distinct value its own bin when there are at most ``max_bins``, else edges at
-DuckDB's discrete quantiles. Categorical ones (text, ENUM, BOOLEAN): the ``max_bins`` most frequent
-categories; NULL, and a category not kept or never seen, fall in the missing bin. A feature combining
+DuckDB's discrete quantiles. Categorical ones (text, ENUM, BOOLEAN): their most frequent categories, up
+to :data:`MAX_CATEGORIES`; NULL, and a category not kept or never seen, fall in the missing bin, which
+comes after every feature's bins (``missing_bin_``). A feature combining
 sources with COALESCE is binned over the union of its parts' values; a query whose features mix
 sources (only the materialized join can train) over the query's rows.
 """
@@ -22,7 +23,15 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedBlock, BinnedMatrix, FeatureBins, quantile_probabilities
+from ilargi_db.linalg.binned_matrix import (
+    MAX_BINS,
+    MAX_CATEGORIES,
+    BinnedBlock,
+    BinnedMatrix,
+    FeatureBins,
+    bin_dtype,
+    quantile_probabilities,
+)
 from ilargi_db.metadata import DIMetadata
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.metadata.scans import materialized_sql, part_column, quote, scan_sql
@@ -96,6 +105,11 @@ def _categories(con: duckdb.DuckDBPyConnection, source: BinSource, j: int, max_b
     return tuple(fetch_arrow(con, sql, what="the categories of the features").column(0).to_pylist())
 
 
+def missing_bin_of(bins: list[FeatureBins], max_bins: int) -> int:
+    """The missing bin: after every numeric feature's ``max_bins`` and every categorical feature's categories."""
+    return max([max_bins, *(b.n_bins for b in bins if b.categorical)])
+
+
 class FeatureBinner:
     """Bins each feature of a training query: fitted by DuckDB per source, then applied to either strategy's rows."""
 
@@ -118,9 +132,10 @@ class FeatureBinner:
             for j in source.columns:
                 if self.categorical[j]:
                     bins[j] = FeatureBins(
-                        graph.features[j].name, True, categories=_categories(con, source, j, self.max_bins)
+                        graph.features[j].name, True, categories=_categories(con, source, j, MAX_CATEGORIES)
                     )
         self.bins_ = [bins[j] for j in range(len(graph.features))]
+        self.missing_bin_ = missing_bin_of(self.bins_, self.max_bins)
         return self
 
     @property
@@ -151,17 +166,17 @@ class FeatureBinner:
             if block.columns[0] in coalesced:
                 continue
             for k, j in enumerate(block.columns):
-                codes = self.bins_[j].codes(block.data[:, k], self.max_bins)
-                fill = self.bins_[j].codes(np.array([block.fill[k]]), self.max_bins)[0]
+                codes = self.bins_[j].codes(block.data[:, k], self.missing_bin_)
+                fill = self.bins_[j].codes(np.array([block.fill[k]]), self.missing_bin_)[0]
                 by_source.setdefault(block.source, []).append((int(j), codes, fill, block.indicator))
         for cat in meta.categoricals:
-            codes = self.bins_[cat.feature].codes(cat.values, self.max_bins)
-            fill = self.bins_[cat.feature].codes(pa.array([cat.fill], type=pa.string()), self.max_bins)[0]
+            codes = self.bins_[cat.feature].codes(cat.values, self.missing_bin_)
+            fill = self.bins_[cat.feature].codes(pa.array([cat.fill], type=pa.string()), self.missing_bin_)[0]
             by_source.setdefault(cat.source, []).append((cat.feature, codes, fill, cat.indicator))
         blocks = [self._block(columns, meta.n_rows) for columns in by_source.values()]
         if coalesced:
             blocks.append(self._coalesced_block(meta, coalesced))
-        return BinnedMatrix(blocks, meta.n_rows, self.bins_, self.max_bins)
+        return BinnedMatrix(blocks, meta.n_rows, self.bins_, self.missing_bin_)
 
     @staticmethod
     def _block(columns: list, n_rows: int) -> BinnedBlock:
@@ -169,23 +184,24 @@ class FeatureBinner:
         index = columns[0][3]
         if len(codes) == n_rows and bool(np.array_equal(index, np.arange(n_rows))):
             index = None  # the fact's own rows, in order: no gather
-        fill = np.array([f for _, _, f, _ in columns], dtype=np.uint8)
+        fill = np.array([f for _, _, f, _ in columns], dtype=codes.dtype)
         return BinnedBlock(codes, index, np.array([j for j, _, _, _ in columns], dtype=np.int64), fill)
 
     def _coalesced_block(self, meta: DIMetadata, coalesced: frozenset[int]) -> BinnedBlock:
         """The COALESCE features, binned per training row: the source that wins a row gives its bin."""
         features = sorted(coalesced)
-        codes = np.full((meta.n_rows, len(features)), self.max_bins, dtype=np.uint8)
+        dtype = bin_dtype(self.missing_bin_)
+        codes = np.full((meta.n_rows, len(features)), self.missing_bin_, dtype=dtype)
         for block in meta.blocks:
             j = int(block.columns[0])
             if j not in coalesced:
                 continue
             column = codes[:, features.index(j)]
-            values = self.bins_[j].codes(block.data[:, 0], self.max_bins)
+            values = self.bins_[j].codes(block.data[:, 0], self.missing_bin_)
             taken = block.indicator >= 0
             column[taken] = values[block.indicator[taken]]
-            column[block.indicator == -1] = self.bins_[j].codes(np.array([block.fill[0]]), self.max_bins)[0]
-        fill = np.full(len(features), self.max_bins, dtype=np.uint8)
+            column[block.indicator == -1] = self.bins_[j].codes(np.array([block.fill[0]]), self.missing_bin_)[0]
+        fill = np.full(len(features), self.missing_bin_, dtype=dtype)
         return BinnedBlock(codes, None, np.array(features, dtype=np.int64), fill)
 
     def transform_table(self, table: pa.Table, feature_names: list[str]) -> BinnedMatrix:
@@ -195,11 +211,12 @@ class FeatureBinner:
         for j, b in enumerate(self.bins_):
             values = table.column(part_column(j, 0))
             values = values.combine_chunks() if b.categorical else values.to_numpy()
-            columns.append(b.codes(values, self.max_bins))
-        n = table.num_rows
-        codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=np.uint8)
-        fill = np.full(len(self.bins_), self.max_bins, dtype=np.uint8)
-        return BinnedMatrix([BinnedBlock(codes, None, np.arange(len(self.bins_)), fill)], n, self.bins_, self.max_bins)
+            columns.append(b.codes(values, self.missing_bin_))
+        n, dtype = table.num_rows, bin_dtype(self.missing_bin_)
+        codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=dtype)
+        fill = np.full(len(self.bins_), self.missing_bin_, dtype=dtype)
+        blocks = [BinnedBlock(codes, None, np.arange(len(self.bins_)), fill)]
+        return BinnedMatrix(blocks, n, self.bins_, self.missing_bin_)
 
     # -- state --------------------------------------------------------------------------------------------
 
@@ -211,6 +228,7 @@ class FeatureBinner:
         bins = [FeatureBins.from_state(b) for b in state["binning"]]
         binner = cls([b.categorical for b in bins], state["max_bins"])
         binner.bins_ = bins
+        binner.missing_bin_ = missing_bin_of(bins, binner.max_bins)
         return binner
 
     def set_state(self, state: dict) -> None:
@@ -218,7 +236,7 @@ class FeatureBinner:
         other = FeatureBinner.from_state(state)
         if other.categorical != self.categorical or other.max_bins != self.max_bins:
             raise ValueError("the stored bins are for other features or another max_bins")
-        self.bins_ = other.bins_
+        self.bins_, self.missing_bin_ = other.bins_, other.missing_bin_
 
 
 __all__ = ["BinSource", "FeatureBinner", "bin_sources"]
