@@ -120,7 +120,8 @@ class GradientBoosting(BaseEstimator):
     l2_regularization : float
         L2 penalty on leaf values (LightGBM's ``lambda_l2``).
     max_bins : int
-        Bins of a feature's values at most (2 to 255; one more bin holds missing values).
+        Bins of a numeric feature's values at most (2 to 255; one more bin holds missing values). A categorical
+        feature keeps its most frequent categories, up to 1,024 (``MAX_CATEGORIES``), whatever ``max_bins``.
     early_stopping : bool
         Hold out ``validation_fraction`` of the rows (drawn with ``random_state``) and stop once the loss on
         them has not improved by ``tol`` for ``n_iter_no_change`` rounds; the losses per round on the training
