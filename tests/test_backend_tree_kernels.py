@@ -311,7 +311,7 @@ def check_winner(hist, n_bins, categorical, missing_bin, l2, min_rows, best, per
     np.testing.assert_allclose(found, gain, rtol=1e-9, atol=1e-12)  # the mask is the split that gains it
     check_mask(hist, column, mask, missing_bin, n_bins, categorical)
     parent = hist[0].sum(axis=0)
-    if not categorical[column] and hist[column, missing_bin, 2] == 0:
+    if hist[column, missing_bin, 2] == 0:  # numeric or categorical: no NULL rows here
         on_left = hist[column][:missing_bin][mask[:missing_bin], 2].sum()
         assert mask[missing_bin] == (on_left >= parent[2] - on_left), "unseen NULLs follow the larger side"
 

@@ -180,3 +180,33 @@ def test_an_ensemble_too_large_for_one_macro_is_refused_in_words(con):
     with pytest.raises(IlargiError, match=r"more than the 100,000 a SQL macro holds .*n_estimators"):
         ilargi_db.save_model(con, "huge", model)
     assert con.execute("SELECT count(*) FROM ilargi.models WHERE name = 'huge'").fetchone()[0] == 0
+
+
+def test_the_macro_writes_infinite_edges_as_duckdb_infinities():
+    """A feature holding -inf (ln(0), say) makes -inf an edge: the macro still equals predict."""
+    con = ilargi_db.connect()
+    con.sql(
+        "CREATE TABLE inf_rows AS SELECT range AS id, CASE WHEN range % 4 = 0 THEN '-inf'::DOUBLE "
+        "ELSE (range % 3)::DOUBLE END AS x, CASE WHEN range % 4 = 0 THEN 5.0 ELSE (range % 3) * 1.0 END AS y "
+        "FROM range(400)"
+    )
+    model = ilargi_db.train(
+        con, "SELECT x, y FROM inf_rows", "y", algorithm="gradient_boosting", n_estimators=5, min_samples_leaf=5
+    )
+    assert np.isneginf(model.bins_[0].edges[0])
+    ilargi_db.save_model(con, "inf_edges", model)
+    in_sql = [row[0] for row in con.sql("SELECT inf_edges_predict(x) FROM inf_rows ORDER BY id").fetchall()]
+    in_python = ilargi_db.predict(con, model, "SELECT x FROM inf_rows ORDER BY id")
+    np.testing.assert_allclose(in_sql, in_python, rtol=0, atol=1e-9)
+
+
+def test_stored_bins_beyond_max_bins_or_not_increasing_are_refused():
+    """A tampered record cannot give a value a bin at or past the missing bin (the kernels index by bin)."""
+    from ilargi_db.preprocess.binning import FeatureBinner
+
+    wide = {"name": "x", "categorical": False, "edges": [float(e) for e in range(100)], "categories": []}
+    with pytest.raises(ValueError, match="max_bins"):
+        FeatureBinner.from_state({"binning": [wide], "max_bins": 2})
+    for edges in ([float("nan"), 1.0], [2.0, 1.0]):
+        with pytest.raises(ValueError, match="increasing"):
+            FeatureBinner.from_state({"binning": [{**wide, "edges": edges}], "max_bins": 255})

@@ -1,9 +1,10 @@
 """The hot loops of histogram gradient boosting over binned blocks, fused (numba) and as a NumPy reference.
 
 The kernels read a binned matrix's blocks laid end to end (:class:`~ilargi_db.linalg.binned_matrix.FlatBins`):
-per block, its bins (source rows x width, uint8), the source row each training row takes (-1 where an
-outer join left it empty: the block's fill bins), or none (the fact's own block). A histogram holds, per
-feature and bin, the sums of gradient, hessian and rows: ``(features, n_bins, 3)`` float64.
+per block, its bins (source rows x width, uint8, or uint16 past 255 categories), the source row each
+training row takes (-1 where an outer join left it empty: the block's fill bins), or none (the fact's own
+block). A histogram holds, per feature and bin, the sums of gradient, hessian and rows: ``(features,
+n_bins, 3)`` float64 (the kernels add rows into each feature's compact slots, then spread them).
 
 - ``node_histogram``: one pass over a node's rows for every block at once: a block's bins read through
   each row's index (the materialized join's one block, the fact's, a large dimension), or, the
@@ -356,8 +357,12 @@ def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
             if found and gain_f > best_gain * (1.0 + TIE):
                 best_gain, best_column = gain_f, f
                 mask[:] = False
+                on_left = 0.0
                 for j in range(cut + 1):
                     mask[sorted_order[j]] = True
+                    on_left += hf[sorted_order[j], 2]
+                if mn == 0.0:  # no missing rows here: NULL and unseen categories follow the larger side
+                    mask[missing_bin] = on_left >= total[2] - on_left
     goes_left[:] = mask
     return best_gain, best_column
 

@@ -1,7 +1,8 @@
 """The training rows as a tree sees them: each feature's values as bins, kept per source (factorized).
 
 A :class:`BinnedMatrix` is the tree's normalized matrix: each source's features as one block of bins
-(uint8, one row per source row) and the source row each training row takes. A dimension's bins are
+(uint8, or uint16 once a categorical keeps more than 255 categories: :func:`bin_dtype`; one row per
+source row) and the source row each training row takes. A dimension's bins are
 stored once per dimension row, never per fact row; the materialized join is the special case of one
 block that every row indexes by itself. :class:`FeatureBins` says what a feature's bins are: upper
 edges of numeric values (computed by DuckDB, see :mod:`ilargi_db.preprocess.binning`) or the
@@ -83,7 +84,8 @@ class FeatureBins:
             raise TypeError("a feature's bins need a name and a categorical flag")
         edges = np.asarray(state["edges"], dtype=np.float64)
         categories = tuple(state["categories"])
-        if edges.ndim != 1 or np.any(np.diff(edges) <= 0) or not all(isinstance(c, str) for c in categories):
+        increasing = bool(np.all(np.diff(edges) > 0)) and not bool(np.isnan(edges).any())
+        if edges.ndim != 1 or not increasing or not all(isinstance(c, str) for c in categories):
             raise ValueError(f"the bins of {state['name']!r} are not increasing edges or text categories")
         if len(edges) + 1 > MAX_BINS or len(categories) > MAX_CATEGORIES:
             raise ValueError(f"the feature {state['name']!r} has more bins than a feature may have")
@@ -98,10 +100,10 @@ class BinnedBlock:
     ``fill``, the bins of the features on an all-NULL row); ``index`` None: training row i is row i.
     """
 
-    codes: np.ndarray  # (source rows, c) uint8, C order
+    codes: np.ndarray  # (source rows, c) bins (:func:`bin_dtype`), C order
     index: np.ndarray | None
     columns: np.ndarray  # (c,) int64: the feature each column is
-    fill: np.ndarray  # (c,) uint8
+    fill: np.ndarray  # (c,) bins of an empty row
 
     @property
     def n_source_rows(self) -> int:
@@ -160,7 +162,7 @@ class BinnedMatrix:
         return BinnedMatrix([b.take_rows(rows) for b in self.blocks], len(rows), self.bins, self.missing_bin)
 
     def dense_bins(self, rows: np.ndarray | None = None) -> np.ndarray:
-        """Every feature's bin for ``rows`` (all when None) as one (rows, features) uint8 array: for scoring."""
+        """Every feature's bin for ``rows`` (all when None) as one (rows, features) array: for scoring."""
         n = self.n_rows if rows is None else len(rows)
         out = np.empty((n, len(self.bins)), dtype=bin_dtype(self.missing_bin))
         for block in self.blocks:

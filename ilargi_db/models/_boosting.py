@@ -124,7 +124,8 @@ class GradientBoosting(BaseEstimator):
         feature keeps its most frequent categories, up to 1,024 (``MAX_CATEGORIES``), whatever ``max_bins``.
     early_stopping : bool
         Hold out ``validation_fraction`` of the rows (drawn with ``random_state``) and stop once the loss on
-        them has not improved by ``tol`` for ``n_iter_no_change`` rounds; the losses per round on the training
+        them has not improved by ``tol`` for ``n_iter_no_change`` rounds (those rounds' trees are kept and
+        counted in ``n_iter_``, as scikit-learn keeps them); the losses per round on the training
         and the held-out rows are kept (``train_score_``, ``validation_score_``, empty without early stopping).
     random_state : int, RandomState or None
         The validation rows' draw (the only randomness).

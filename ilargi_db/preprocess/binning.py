@@ -227,6 +227,9 @@ class FeatureBinner:
     def from_state(cls, state: dict) -> FeatureBinner:
         bins = [FeatureBins.from_state(b) for b in state["binning"]]
         binner = cls([b.categorical for b in bins], state["max_bins"])
+        for b in bins:  # every value's bin below the missing bin: the kernels index masks by bin unchecked
+            if not b.categorical and b.n_bins > binner.max_bins:
+                raise ValueError(f"the feature {b.name!r} has more bins than max_bins {binner.max_bins}")
         binner.bins_ = bins
         binner.missing_bin_ = missing_bin_of(bins, binner.max_bins)
         return binner

@@ -15,6 +15,7 @@ that takes minutes to bind; so is a tree deeper than DuckDB's expression depth a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +35,17 @@ from ilargi_db.sql_functions.macros import (
 
 MAX_MACRO_NODES = 100_000  # nodes of an ensemble written as one macro at most (500 trees of 63 leaves: 62,500)
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
+
+
+def edge_literal(value: float) -> str:
+    """A split's edge as an exact DOUBLE literal; an infinite one (the data can hold -inf and inf) as DuckDB's.
+
+    >>> edge_literal(float("-inf")), edge_literal(0.5)
+    ("'-infinity'::DOUBLE", '5.0000000000000000e-01')
+    """
+    if math.isinf(value):
+        return "'infinity'::DOUBLE" if value > 0 else "'-infinity'::DOUBLE"
+    return double(value)
 
 
 class TreeMacroWriter:
@@ -61,7 +73,7 @@ class TreeMacroWriter:
         threshold = t["threshold"][node]
         if threshold >= len(feature.edges):  # every present value goes left
             return left if missing_left else f"CASE WHEN NOT isnan({x}) THEN {left} ELSE {right} END"
-        edge = double(feature.edges[threshold])
+        edge = edge_literal(float(feature.edges[threshold]))
         if missing_left:  # NULL fails the WHEN, NaN the isnan: both go left
             return f"CASE WHEN {x} > {edge} AND NOT isnan({x}) THEN {right} ELSE {left} END"
         return f"CASE WHEN {x} <= {edge} THEN {left} ELSE {right} END"  # NULL fails it; NaN sorts above all
