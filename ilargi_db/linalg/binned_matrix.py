@@ -210,7 +210,9 @@ class FlatBins:
         narrow = [b.index is None or b.codes.shape[1] <= gather_width for b in X.blocks]
         rowwise = [b for b, row in zip(X.blocks, narrow) if row]
         blocks = [b for b, row in zip(X.blocks, narrow) if not row]
-        if rowwise:
+        if len(rowwise) == 1 and rowwise[0].index is None:
+            blocks.insert(0, rowwise[0])  # already one row per training row (the join's block): no copy
+        elif rowwise:
             codes = np.empty((X.n_rows, sum(b.codes.shape[1] for b in rowwise)), dtype=bin_dtype(X.missing_bin))
             at = 0
             for b in rowwise:
@@ -223,14 +225,13 @@ class FlatBins:
         source_rows = np.array([b.n_source_rows for b in blocks], dtype=np.int64)
         sizes = np.array([b.codes.size for b in blocks], dtype=np.int64)
         index_type = np.int32 if source_rows.max(initial=0) < np.iinfo(np.int32).max else np.int64
-        index = np.zeros((X.n_rows, len(blocks)), dtype=index_type)
+        gathered = any(b.index is not None for b in blocks)  # else no row reads an index: none is kept
+        index = np.zeros((X.n_rows if gathered else 0, len(blocks)), dtype=index_type)
         for k, b in enumerate(blocks):
             if b.index is not None:
                 index[:, k] = b.index
         return cls(
-            codes=np.concatenate([b.codes.ravel() for b in blocks]).astype(bin_dtype(X.missing_bin), copy=False)
-            if blocks
-            else np.empty(0, dtype=np.uint8),
+            codes=np.concatenate([b.codes.ravel() for b in blocks]) if len(blocks) > 1 else _flat_view(blocks),
             code_start=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
             widths=widths,
             first_column=np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64),
@@ -266,6 +267,11 @@ class FlatBins:
         out = np.empty(len(self.columns), dtype=np.int64)
         out[self.columns] = np.arange(len(self.columns))
         return out
+
+
+def _flat_view(blocks: list[BinnedBlock]) -> np.ndarray:
+    """One block's bins as the 1-D buffer, without a copy (the materialized join's: the passes never write it)."""
+    return blocks[0].codes.ravel() if blocks else np.empty(0, dtype=np.uint8)
 
 
 def _missing(value: Any) -> bool:

@@ -12,14 +12,11 @@ import time
 from typing import Any
 
 import duckdb
-import numpy as np
-import pyarrow as pa
 
-from ilargi_db.metadata import extract_metadata
-from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import TARGET, materialized_sql
+from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.metadata.scans import materialized_sql
 from ilargi_db.models.catalog import Strategy
-from ilargi_db.pipeline.readers import ReadSettings, TrainingData
+from ilargi_db.pipeline.readers import ReadSettings, TrainingData, labelled_join, labelled_metadata, source_metadata
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse.job import JobReuse
 
@@ -59,17 +56,7 @@ def read_binned_factorized(
         if found is not None:
             return found
     binner = _binned(con, graph, read, job)
-    categorical = frozenset(j for j, c in enumerate(binner.categorical) if c)
-
-    def extract() -> Any:
-        return extract_metadata(con, graph, categorical=categorical)
-
-    meta = extract() if job is None or not job.enabled else job.metadata(graph, categorical, extract)
-    unlabelled = 0
-    if read.labelled_only and meta.target is not None and np.isnan(meta.target).any():
-        labelled = np.flatnonzero(~np.isnan(meta.target))
-        unlabelled = meta.n_rows - len(labelled)
-        meta = meta.take_rows(labelled)  # unlabelled rows teach nothing
+    meta, unlabelled = labelled_metadata(source_metadata(con, graph, binner.categorical, job), read.labelled_only)
     coalesced = frozenset(j for j, f in enumerate(graph.features) if f.kind == "coalesce")
     data = TrainingData(binner.transform_metadata(meta, coalesced), meta.target, binner, unlabelled)
     if binned_key is not None:
@@ -83,14 +70,7 @@ def read_binned_materialized(
     """The materialized join's rows binned (one block); ``job`` accepted so both readers take the same arguments."""
     binner = _binned(con, graph, read, job)
     table = fetch_arrow(con, materialized_sql(graph, binner.categorical), what="the materialized join")
-    y, unlabelled = None, 0
-    if graph.target is not None:
-        y = column_to_numpy(table.column(TARGET))
-        if read.labelled_only and np.isnan(y).any():
-            keep = ~np.isnan(y)
-            unlabelled = int((~keep).sum())
-            table, y = table.filter(pa.array(keep)), y[keep]
-        table = table.drop_columns([TARGET])
+    table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
     return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled)
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg import NormalizedMatrix
-from ilargi_db.metadata import clear_unused_nonfinite, extract_metadata
+from ilargi_db.metadata import DIMetadata, clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import TARGET, materialized_sql
 from ilargi_db.metadata.stream import FactStream
@@ -75,21 +75,45 @@ def read_factorized(
     return data
 
 
+def source_metadata(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool], job: JobReuse | None
+) -> DIMetadata:
+    """The key-only join and the sources' scans of ``graph`` (through the artifact store with an enabled ``job``)."""
+    features = frozenset(j for j, c in enumerate(categorical) if c)
+
+    def extract() -> Any:
+        return extract_metadata(con, graph, categorical=features)
+
+    return extract() if job is None or not job.enabled else job.metadata(graph, features, extract)
+
+
+def labelled_metadata(meta: DIMetadata, labelled_only: bool) -> tuple[DIMetadata, int]:
+    """``meta`` without the rows whose target is NULL (when ``labelled_only``), and how many those were."""
+    if not labelled_only or meta.target is None or not np.isnan(meta.target).any():
+        return meta, 0
+    labelled = np.flatnonzero(~np.isnan(meta.target))
+    return meta.take_rows(labelled), meta.n_rows - len(labelled)  # unlabelled rows teach nothing
+
+
+def labelled_join(table: pa.Table, graph: JoinGraph, labelled_only: bool) -> tuple[pa.Table, Any, int]:
+    """The materialized join's features, its target (None without one) and the rows left out for a NULL target."""
+    if graph.target is None:
+        return table, None, 0
+    y = column_to_numpy(table.column(TARGET))
+    unlabelled = 0
+    if labelled_only and np.isnan(y).any():
+        keep = ~np.isnan(y)
+        unlabelled = int((~keep).sum())
+        table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
+    return table.drop_columns([TARGET]), y, unlabelled
+
+
 def _read_factorized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
     encoder = read.encoder
-    categorical = frozenset(j for j, c in enumerate(encoder.categorical) if c)
-
-    def extract() -> Any:
-        return extract_metadata(con, graph, categorical=categorical)
-
-    meta = extract() if job is None else job.metadata(graph, categorical, extract)
-    unlabelled = 0
-    if read.labelled_only and meta.target is not None and np.isnan(meta.target).any():
-        labelled = np.flatnonzero(~np.isnan(meta.target))
-        unlabelled = meta.n_rows - len(labelled)
-        meta = meta.take_rows(labelled)  # unlabelled rows teach nothing
+    meta, unlabelled = labelled_metadata(source_metadata(con, graph, encoder.categorical, job), read.labelled_only)
+    if unlabelled:
         for block in meta.blocks:  # rows only unlabelled rows used must not leak NaN * 0
             clear_unused_nonfinite(block)
     if read.check:
@@ -113,15 +137,7 @@ def read_materialized(
     encoder = read.encoder
     # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
     table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
-    y = None
-    unlabelled = 0
-    if graph.target is not None:
-        y = column_to_numpy(table.column(TARGET))
-        if read.labelled_only and np.isnan(y).any():
-            keep = ~np.isnan(y)
-            unlabelled = int((~keep).sum())
-            table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
-        table = table.drop_columns([TARGET])
+    table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
     names = graph.feature_names
     if read.check:
         check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)

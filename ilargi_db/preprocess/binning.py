@@ -105,11 +105,6 @@ def _categories(con: duckdb.DuckDBPyConnection, source: BinSource, j: int, max_b
     return tuple(fetch_arrow(con, sql, what="the categories of the features").column(0).to_pylist())
 
 
-def missing_bin_of(bins: list[FeatureBins], max_bins: int) -> int:
-    """The missing bin: after every numeric feature's ``max_bins`` and every categorical feature's categories."""
-    return max([max_bins, *(b.n_bins for b in bins if b.categorical)])
-
-
 class FeatureBinner:
     """Bins each feature of a training query: fitted by DuckDB per source, then applied to either strategy's rows."""
 
@@ -135,8 +130,12 @@ class FeatureBinner:
                         graph.features[j].name, True, categories=_categories(con, source, j, MAX_CATEGORIES)
                     )
         self.bins_ = [bins[j] for j in range(len(graph.features))]
-        self.missing_bin_ = missing_bin_of(self.bins_, self.max_bins)
         return self
+
+    @property
+    def missing_bin_(self) -> int:
+        """The missing bin: after every numeric feature's ``max_bins`` and every categorical feature's categories."""
+        return max([self.max_bins, *(b.n_bins for b in self.bins_ if b.categorical)])
 
     @property
     def feature_names_out_(self) -> list[str]:
@@ -206,8 +205,7 @@ class FeatureBinner:
 
     def transform_table(self, table: pa.Table, feature_names: list[str]) -> BinnedMatrix:
         """The materialized join's rows (columns named as :func:`materialized_sql` names them) binned: one block."""
-        self.check_features(feature_names)
-        columns = []
+        columns = []  # the reader checked the features against the model's
         for j, b in enumerate(self.bins_):
             values = table.column(part_column(j, 0))
             values = values.combine_chunks() if b.categorical else values.to_numpy()
@@ -231,7 +229,6 @@ class FeatureBinner:
             if not b.categorical and b.n_bins > binner.max_bins:
                 raise ValueError(f"the feature {b.name!r} has more bins than max_bins {binner.max_bins}")
         binner.bins_ = bins
-        binner.missing_bin_ = missing_bin_of(bins, binner.max_bins)
         return binner
 
     def set_state(self, state: dict) -> None:
@@ -239,7 +236,7 @@ class FeatureBinner:
         other = FeatureBinner.from_state(state)
         if other.categorical != self.categorical or other.max_bins != self.max_bins:
             raise ValueError("the stored bins are for other features or another max_bins")
-        self.bins_, self.missing_bin_ = other.bins_, other.missing_bin_
+        self.bins_ = other.bins_
 
 
 __all__ = ["BinSource", "FeatureBinner", "bin_sources"]
