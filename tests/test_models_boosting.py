@@ -523,8 +523,9 @@ def test_a_trained_model_predicts_plain_rows_with_text_features_as_predict_does(
     np.testing.assert_allclose(model.predict(rows), from_query, atol=1e-12)
     frame = pd.DataFrame({"x": [0.0, 1.0, 2.0], "k": ["a", "b", "c"]})
     np.testing.assert_allclose(model.predict(frame), from_query, atol=1e-12)
-    missing = model.predict(np.array([[2.0, None]], dtype=object))  # NULL: the missing bin, as in SQL
-    assert np.isfinite(missing).all()
+    # NULL and a category training never saw share the missing bin, as in SQL: the same prediction
+    missing, unseen = model.predict(np.array([[2.0, None], [2.0, "zzz"]], dtype=object))
+    assert missing == unseen and np.isfinite(missing)
 
 
 def test_another_learning_rate_on_the_same_query_reads_and_bins_nothing_again(tmp_path):
