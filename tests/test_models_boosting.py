@@ -459,11 +459,6 @@ def test_a_memory_budget_too_small_is_refused_before_the_rows_are_read(shop):
     assert refused < reads.rows - refused  # the counts it needed, not the bins and the rows a training reads
 
 
-def test_a_cluster_is_refused(shop):
-    with pytest.raises(IlargiError, match="leave out cluster"):
-        ilargi_db.train(shop, SHOP.format(target="amount"), "amount", algorithm="gradient_boosting", cluster="x:1")
-
-
 def test_a_cluster_is_refused_before_reading(shop):
     reads = ReadCounter(shop)
     query = "SELECT counted(v.x) AS x, s.kind, v.amount FROM visits v JOIN shops s ON v.shop_id = s.id"
