@@ -180,12 +180,25 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
         for kernel, k, operator, operand in runs:
             seconds = _best_of(functools.partial(operator, operand), 3, sync, X.memo.clear)
             found.append(Measurement(kernel, matrix_terms(kernel, shape, k), seconds, shape.describe()))
-    for d in (50, 400, 1_200):
-        a = rng.standard_normal((d, d))
-        gram, rhs = xp.asarray(a @ a.T + d * np.eye(d)), xp.asarray(rng.standard_normal(d))
-        solve = be.xp.linalg.solve
-        seconds = _best_of(functools.partial(solve, gram, rhs), 3, sync)
-        found.append(Measurement("solve", solve_terms(d), seconds, f"{d} x {d}"))
+    found += measure_solves(rng)
+    return found
+
+
+def measure_solves(rng: np.random.Generator) -> list[Measurement]:
+    """Time the normal equations' solve as the linear model runs it (on the host, BLAS on one thread): regular
+    Gram matrices, and singular ones (a column repeated, as a full one-hot encoding beside an intercept)."""
+    from ilargi_db.models import solve_normal_equations
+
+    found = []
+    with get_backend("numpy").hot_loop():
+        for d, singular in ((50, False), (400, False), (1_200, False), (2_000, False), (400, True), (1_200, True)):
+            a = rng.standard_normal((d + 10, d))
+            if singular:
+                a[:, -1] = a[:, 0]
+            gram, rhs = a.T @ a + (0 if singular else d) * np.eye(d), rng.standard_normal(d)
+            seconds = _best_of(functools.partial(solve_normal_equations, gram, rhs), 2, lambda: None)
+            what = f"{d} x {d}" + (", singular" if singular else "")
+            found.append(Measurement("solve", solve_terms(d, singular), seconds, what))
     return found
 
 

@@ -65,7 +65,8 @@ def choose_batch_strategy(
         seconds = explanation.predicted_seconds
         why = (
             f"{explanation.plan.label}: predicted {seconds[Strategy.FACTORIZED]:.3g} s factorized vs "
-            f"{seconds[Strategy.MATERIALIZED]:.3g} s materialized; {'; '.join(explanation.reasons[:2])}."
+            f"{seconds[Strategy.MATERIALIZED]:.3g} s materialized; {'; '.join(explanation.reasons[:2])}"
+            + (f"; {explanation.sure}." if explanation.sure else ".")
         )
         return explanation.strategy, why, explanations
     totals = batch_seconds(explanations)

@@ -18,6 +18,7 @@ from ilargi_db.cost_model.kernels import kernel_costs, probe_load
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
+from ilargi_db.cost_model.uncertainty import Confidence, regret_choice
 from ilargi_db.models.catalog import STRATEGIES, Strategy, make_estimator
 from ilargi_db.plan import JoinGraph
 
@@ -50,6 +51,9 @@ class Explanation:
     placed : PhysicalPlan or None
         The plan as it would run streamed over a memory budget (``ilargi_db.explain`` sets it when the job's
         data exceed the budget), priced.
+    confidence : Confidence or None
+        How sure the choice is: per plan, its expected regret, the share of the kernel models' error draws in
+        which it is fastest, and the range of its seconds (:mod:`~ilargi_db.cost_model.uncertainty`).
     """
 
     strategy: str
@@ -62,6 +66,14 @@ class Explanation:
     decide_seconds: float = 0.0
     plans: tuple[PhysicalPlan, ...] = field(default=(), repr=False)
     placed: PhysicalPlan | None = None
+    confidence: Confidence | None = None
+
+    @property
+    def sure(self) -> str:
+        """How sure the choice is, in words (empty without a confidence)."""
+        if self.confidence is None or self.plan is None or self.plan.label not in self.confidence.ranges:
+            return ""
+        return self.confidence.describe(self.plan.label)
 
     @property
     def solver(self) -> str | None:
@@ -79,6 +91,7 @@ class Explanation:
             "features": self.features,
             "reasons": self.reasons,
             "model": self.model,
+            "confidence": self.confidence.to_dict() if self.confidence else None,
         }
 
     def __str__(self) -> str:
@@ -91,6 +104,8 @@ class Explanation:
                     + ("" if plan.fits else f" (exceeds {plan.limit})")
                 )
                 lines.append(plan.describe("    "))
+        if self.sure:
+            lines.append(f"how sure: {self.sure}")
         lines += [f"kernel costs: {self.model}", "why:"]
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
@@ -100,7 +115,7 @@ def _check(algorithm: str, params: dict) -> None:
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails here; builds, never fits
 
 
-NEAR_TIE = 0.10  # plans predicted this close are a tie: the data's shape and the solver's kind decide
+NEAR_TIE = 0.10  # plans predicted this close read as a near tie; a batch's strategies this close, its shape decides
 DIRECT_SOLVER_COLUMNS = 1024  # up to this many columns a tie goes to the direct solver
 PLANNING_PER_SOURCE = 0.004  # parsing and binding the training query, per source (sqlglot, DuckDB DESCRIBE)
 
@@ -113,37 +128,44 @@ def _seconds(x: float) -> str:
     return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:.3g} s"
 
 
-def choose_plan(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str]:
-    """The cheapest plan; among plans predicted within ``NEAR_TIE`` of it, the one the data's shape favours.
+def choose_plan(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str, Confidence]:
+    """The plan of least expected regret (:func:`~ilargi_db.cost_model.uncertainty.regret_choice`); among
+    plans within ``REGRET_TIE`` of it, the one the data's shape favours, then a narrow direct solver.
 
-    ``plans`` cheapest first (as :func:`~ilargi_db.cost_model.plan.candidate_plans` gives them); ``f`` the
-    job's features (:func:`~ilargi_db.cost_model.features.job_features`: ``comp_ratio`` and ``columns`` decide).
-
-    Within that margin the kernel models cannot tell the plans apart (their errors are about that size), so
-    the shape decides by Amalur's rule (:func:`~ilargi_db.cost_model.shape_rule.shape_strategy`), then a
-    direct solver before an iterative one (whose iteration count is a guess).
-    Returns the plan and, when the tie-break changed the choice, why.
+    ``plans`` as :func:`~ilargi_db.cost_model.plan.candidate_plans` gives them; ``f`` the job's features
+    (:func:`~ilargi_db.cost_model.features.job_features`: ``comp_ratio`` and ``columns`` decide a tie).
+    Returns the plan, why when it is not the plan predicted fastest, and how sure the choice is.
     """
-    best = plans[0]
-    close = [p for p in plans if p.fits and p.seconds <= best.seconds * (1 + NEAR_TIE)]
-    if len(close) < 2:
-        return best, ""
-    shape = shape_strategy(f["comp_ratio"])
-    narrow = f["columns"] <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
-    chosen = min(close, key=lambda p: (p.strategy != shape, narrow and p.iterations.iterations > 1, p.seconds))
-    if chosen is best:
-        return best, ""
-    why = (
-        f"{chosen.label} is predicted within {NEAR_TIE:.0%} of {best.label} ({chosen.seconds:.3g} s vs "
-        f"{best.seconds:.3g} s), closer than the kernel models can tell: "
-    )
-    if chosen.strategy != best.strategy:
-        why += (
-            f"the join holds {f['comp_ratio']:.2g}x the sources' cells, so {shape} (factorize above {FACTORIZE_ABOVE}x)"
+    best, confidence, tied = regret_choice(plans)
+    chosen = best
+    if len(tied) > 1:
+        shape = shape_strategy(f["comp_ratio"])
+        narrow = f["columns"] <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
+        chosen = min(tied, key=lambda p: (p.strategy != shape, narrow and p.iterations.iterations > 1, p.seconds))
+    fastest = min((p for p in plans if p.fits), key=lambda p: p.seconds, default=chosen)
+    if chosen is fastest:
+        return chosen, "", confidence
+    regret = confidence.expected_regret
+    if chosen is not best:
+        why = (
+            f"{chosen.label} and {best.label} are a tie on expected regret ({regret[chosen.label]:.1%} vs "
+            f"{regret[best.label]:.1%}), closer than the kernel models can tell: "
         )
-    else:
-        why += f"a direct solver ({f['columns']:,} columns), whose cost does not hang on an iteration count"
-    return chosen, why
+        if chosen.strategy != best.strategy:
+            why += (
+                f"the join holds {f['comp_ratio']:.2g}x the sources' cells, so {shape} "
+                f"(factorize above {FACTORIZE_ABOVE}x)"
+            )
+        else:
+            why += f"a direct solver ({f['columns']:,} columns), whose cost does not hang on an iteration count"
+        return chosen, why, confidence
+    why = (
+        f"{chosen.label} over {fastest.label}, predicted faster ({fastest.seconds:.3g} s vs {chosen.seconds:.3g} s) "
+        f"but less sure: its expected regret is {regret[chosen.label]:.1%} against {regret[fastest.label]:.1%}"
+        f" ({fastest.label} {confidence.describe_range(fastest.label)}, {chosen.label} "
+        f"{confidence.describe_range(chosen.label)})"
+    )
+    return chosen, why, confidence
 
 
 def step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float, str, str | None]]:
@@ -266,7 +288,7 @@ def explain_graph(
         reuse=offer,
     )
     f = job_features(stats, algorithm, params)
-    chosen, tie_break = choose_plan(plans, f)
+    chosen, tie_break, confidence = choose_plan(plans, f)
     decided = time.perf_counter() - start
     runner_up = next((p for p in plans if p is not chosen), None)
     f.update(backend=name, load=load, **hardware.as_features())
@@ -292,6 +314,7 @@ def explain_graph(
             runner_up,
             decided,
             tuple(plans),
+            confidence=confidence,
         )
     reasons = _reasons(chosen, runner_up, f, tie_break, load, offer) + [iterations, hardware_line]
     if offer is not None and offer.lines:
@@ -300,7 +323,9 @@ def explain_graph(
         )
     if runner_up is not None:
         reasons.insert(0, _lead(chosen, runner_up))
-    return Explanation(chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans))
+    return Explanation(
+        chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans), None, confidence
+    )
 
 
 def _reasons(
@@ -333,6 +358,11 @@ def _lead(chosen: PhysicalPlan, runner_up: PhysicalPlan) -> str:
         arrays = f" ({format_bytes(runner_up.array_bytes)} of arrays)" if runner_up.limit.startswith("DuckDB") else ""
         slower = "" if speedup >= 1 else f", though predicted {1 / speedup:.2f}x slower"
         return f"{runner_up.label} would exceed {runner_up.limit}{arrays}; {chosen.label} fits{slower}"
+    if speedup < 1 - NEAR_TIE:
+        return (
+            f"{chosen.label} is predicted {1 / speedup:.2f}x slower than {runner_up.label} ({chosen.seconds:.3g} s "
+            f"vs {runner_up.seconds:.3g} s) but is the safer bet: see its expected regret"
+        )
     if speedup < 1 + NEAR_TIE:
         return (
             f"{chosen.label} and {runner_up.label} are a near tie ({chosen.seconds:.3g} s vs "

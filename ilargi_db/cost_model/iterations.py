@@ -26,12 +26,21 @@ KEEP = 20  # recent runs remembered per key
 _LOCK = threading.Lock()
 
 
+# How far the true count may be from the estimate (sd of its log): a guess from the benchmarks' typical counts
+# misses by up to a few times; the median of earlier runs by their own spread, at least LEARNED_SPREAD.
+GUESSED_SPREAD = 0.6
+LEARNED_SPREAD = 0.1
+
+
 @dataclass(frozen=True)
 class IterationEstimate:
-    """Expected iterations and where the number comes from."""
+    """Expected iterations, where the number comes from, how unsure it is (sd of its log) and the most the
+    solver may run (None: exactly ``iterations``)."""
 
     iterations: float
     source: str
+    spread: float = 0.0
+    ceiling: float | None = None
 
 
 def _solver(algorithm: str, solver: str) -> Solver | None:
@@ -97,8 +106,9 @@ def expected_iterations(
 
     >>> expected_iterations("linear_regression", "normal", {}).iterations
     1.0
-    >>> expected_iterations("kmeans", "lloyd", {"max_iter": 20, "tol": 0.0, "n_init": 2})
-    IterationEstimate(iterations=40.0, source='max_iter=20 (tol=0 never stops early) x 2 initializations')
+    >>> estimate = expected_iterations("kmeans", "lloyd", {"max_iter": 20, "tol": 0.0, "n_init": 2})
+    >>> estimate.iterations, estimate.source, estimate.spread
+    (40.0, 'max_iter=20 (tol=0 never stops early) x 2 initializations', 0.0)
     >>> expected_iterations("logistic_regression", "lbfgs", {}, {"logistic_regression/lbfgs/tol=0.0001/max_iter=100":
     ...                     [12, 14, 13]}).source
     'median of 3 earlier runs with these settings on this machine'
@@ -117,9 +127,13 @@ def expected_iterations(
     times = f" x {inits} initializations" if inits > 1 else ""
     if tol <= 0:
         return IterationEstimate(float(max_iter * inits), f"{bound}={max_iter} (tol=0 never stops early){times}")
+    ceiling = float(max_iter * inits)
     if runs:
         median = min(float(statistics.median(runs)), float(max_iter)) * inits
         where = f"median of {len(runs)} earlier runs with these settings on this machine"
-        return IterationEstimate(median, where + times)
+        logs = [math.log(max(r, 1.0)) for r in runs]
+        spread = max(statistics.pstdev(logs), LEARNED_SPREAD) if len(runs) > 2 else GUESSED_SPREAD / 2
+        return IterationEstimate(median, where + times, spread, ceiling)
     typical = min(facts.typical_iterations, float(max_iter)) * inits
-    return IterationEstimate(typical, f"typical of {solver} at these settings in the benchmarks (no run here yet)")
+    source = f"typical of {solver} at these settings in the benchmarks (no run here yet)"
+    return IterationEstimate(typical, source, GUESSED_SPREAD, ceiling)

@@ -33,9 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
+from ilargi_db.cost_model.uncertainty import kernel_spread
 from ilargi_db.models.catalog import SolverName
 
-FORMAT_VERSION = 3  # 3: fits before it timed memoized X^T X (0 s); such a file is ignored, the priors serve
+# 3: fits before it timed memoized X^T X (0 s); 4: solves timed as the normal solver runs them (one BLAS thread,
+# singular Gram matrices too). A file of another format is ignored: the priors serve.
+FORMAT_VERSION = 4
 CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
 
 
@@ -124,9 +127,10 @@ def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> dict[str,
 SOLVERS = tuple(SolverName)
 
 
-def solve_terms(d: int) -> dict[str, float]:
-    """A dense symmetric solve of order ``d``."""
-    return {"flops": float(d) ** 3 / 3}
+def solve_terms(d: int, singular: bool = False) -> dict[str, float]:
+    """A dense symmetric solve of order ``d``: a Cholesky factorization, and when the matrix is singular (a full
+    one-hot encoding beside an intercept) the minimum-norm least-squares solve that follows it."""
+    return {"flops": float(d) ** 3 / 3, "lstsq_flops": float(d) ** 3 if singular else 0.0}
 
 
 @dataclass(frozen=True)
@@ -172,10 +176,8 @@ KERNELS: dict[str, str] = {
     "solve": "a dense d x d solve",
     **{f"{s}_overhead": f"what the {s} solver does besides the matrix kernels (loss, updates)" for s in SOLVERS},
 }
-# Kernels that use every core: a busy machine slows them most.
-PARALLEL = frozenset(
-    {"factorized_data", "materialized_data", "lmm", "rmm", "nearest", "group_sums", "crossprod", "solve"}
-)
+# Kernels that use every core: a busy machine slows them most. (The solve runs with BLAS on one thread.)
+PARALLEL = frozenset({"factorized_data", "materialized_data", "lmm", "rmm", "nearest", "group_sums", "crossprod"})
 
 
 def _gather_prior(
@@ -245,7 +247,9 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "block_gram": 0.1e-9 * per_flop,
             "parts": 10e-6,
         },
-        "solve": {"fixed": 20e-6, "flops": 2 / flops},
+        # A solve runs with BLAS on one thread (inside the fit's hot loop), a Cholesky near the measured rate;
+        # an SVD least squares (per d^3, after the Cholesky failed) measured 7x slower at d = 1,200.
+        "solve": {"fixed": 20e-6, "flops": 1 / flops, "lstsq_flops": 6 / flops},
         **{
             f"{s}_overhead": {
                 "fixed": 1e-3,
@@ -267,7 +271,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
                     c[term] = launch * 4
                 elif term == "parts":
                     c[term] = launch * 3
-                elif term in ("dense_gram", "block_gram", "flops"):
+                elif term in ("dense_gram", "block_gram", "flops", "lstsq_flops"):
                     c[term] *= flops / gpu_flops
                 else:
                     c[term] *= hardware.memory_bandwidth_gbs * 1e9 / gpu_bandwidth
@@ -282,6 +286,13 @@ class KernelCosts:
     source: str  # "roofline priors ..." or "calibrated on this machine ..."
     calibrated: bool = False
     errors: dict[str, float] = field(default_factory=dict)  # per-kernel geomean relative error of the fit
+
+    def spread(self, kernel: str) -> float:
+        """How unsure this kernel's predictions are (sd of the log of measured over predicted seconds): from the
+        calibration's fit error where it fitted the kernel, else a roofline prior's. Planning is measured."""
+        if kernel == "planning":
+            return 0.0
+        return kernel_spread(self.errors.get(kernel) if self.calibrated else None)
 
     def seconds(self, kernel: str, terms: dict[str, float], count: float = 1.0) -> float:
         """Predicted seconds of ``count`` runs of ``kernel`` with these work terms."""

@@ -51,6 +51,13 @@ class Step:
     count: float
     seconds: float
     per_iteration: bool = False
+    spread: float = 0.0  # how unsure ``seconds`` is: sd of log(measured / predicted), the kernel model's
+    iterative: bool = False  # runs once per iteration of the solver: the iteration count's error scales it
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the step uses every core (a busy machine slows it)."""
+        return self.kernel in PARALLEL
 
     def describe(self) -> str:
         times = f" x {self.count:g}" if self.count != 1 else ""
@@ -231,7 +238,7 @@ def plan_steps(
             )
         )
     k = algorithm_facts(algorithm).width(params)
-    steps += iteration_steps(shape, solver, iterations, k, costs)
+    steps += iteration_steps(shape, solver, iterations, k, costs, singular_gram(stats, algorithm, params))
     what = f"{iterations:g} iteration{'s' * (iterations != 1)}, {shape.n:,} rows"
     steps.append(
         Step(
@@ -241,6 +248,7 @@ def plan_steps(
             1,
             costs.seconds(f"{solver}_overhead", solver_terms(shape, iterations, k)),
             True,
+            iterative=True,
         )
     )
     steps.append(
@@ -251,15 +259,29 @@ def plan_steps(
     return steps
 
 
-def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, costs: KernelCosts) -> list[Step]:
-    """The matrix kernels ``solver`` runs on ``shape`` over ``iterations`` (``k``: the iterate's columns)."""
+def singular_gram(stats: JobStats, algorithm: str, params: dict[str, Any]) -> bool:
+    """Whether the normal equations' Gram matrix is singular: unregularized, with a full one-hot encoding (its
+    columns sum to one) beside the intercept or beside another one-hot encoding."""
+    if algorithm_facts(algorithm).reads == "bins" or float(params.get("alpha", 0.0)) > 0:
+        return False
+    encodings = sum(s.categorical_features for s in stats.sources)
+    return encodings >= 1 and (bool(params.get("fit_intercept", True)) or encodings >= 2)
+
+
+def iteration_steps(
+    shape: MatrixShape, solver: str, iterations: float, k: int, costs: KernelCosts, singular: bool = False
+) -> list[Step]:
+    """The matrix kernels ``solver`` runs on ``shape`` over ``iterations`` (``k``: the iterate's columns;
+    ``singular``: the normal equations' Gram matrix is, see :func:`singular_gram`)."""
     steps: list[Step] = []
     d = shape.columns + 1
     if solver == SolverName.NORMAL:
-        steps += [
+        how = " (singular: least squares)" if singular else ""
+        seconds = costs.seconds("solve", solve_terms(d, singular))
+        return [
             _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
             _matrix_step(costs, "X.T @ y", "rmm", shape, 1),
-            Step("solve", "solve", f"{d:,} x {d:,}", 1, costs.seconds("solve", solve_terms(d)), True),
+            Step("solve", "solve", f"{d:,} x {d:,}{how}", 1, seconds, True),
         ]
     elif solver in (SolverName.CG, SolverName.GD, SolverName.LBFGS):
         evaluations = iterations * (LBFGS_EVALUATIONS if solver == SolverName.LBFGS else 1.0)
@@ -293,7 +315,7 @@ def iteration_steps(shape: MatrixShape, solver: str, iterations: float, k: int, 
         ]
     else:
         raise ValueError(f"no plan for solver {solver!r}")
-    return steps
+    return [replace(s, iterative=True) for s in steps]
 
 
 def _reusing(steps: list[Step], reuse: ReuseOffer) -> list[Step]:
@@ -346,14 +368,7 @@ def candidate_plans(
                 what = f"{len(stats.sources)} sources, statistics queries measured"
                 steps.insert(0, Step("planning", "planning", what, 1, planning_seconds))
             steps = [
-                Step(
-                    s.name,
-                    s.kernel,
-                    s.shape,
-                    s.count,
-                    s.seconds * (load if s.kernel in PARALLEL else 1.0),
-                    s.per_iteration,
-                )
+                replace(s, seconds=s.seconds * (load if s.parallel else 1.0), spread=costs.spread(s.kernel))
                 for s in steps
             ]
             needed = (array_bytes or {}).get(strategy, 0)
@@ -444,7 +459,7 @@ def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:
     passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
     steps = [
         replace(s, seconds=s.seconds / workers, shape=f"{s.shape}, over {workers} workers")
-        if s.name == "reading the data" or s.kernel in PARALLEL - {"solve"} and s.per_iteration
+        if s.name == "reading the data" or s.parallel and s.per_iteration
         else s
         for s in plan.steps
     ]

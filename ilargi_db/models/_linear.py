@@ -88,6 +88,23 @@ def _logistic_curvature(X: Any, rows: tuple, args: tuple) -> tuple:
     return X.crossprod(weights), X.T @ weights, float(weights.sum())
 
 
+def solve_normal_equations(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``gram^-1 rhs`` by Cholesky; the minimum-norm least-squares solution (an SVD, about ten times the work)
+    when ``gram`` is singular or ill-conditioned, as a full one-hot encoding beside an intercept makes it.
+
+    The cost model prices both paths (``solve_terms``); the calibration times this function.
+    """
+    try:
+        factor = scipy.linalg.cho_factor(gram, check_finite=False)
+        diagonal = np.abs(np.diag(factor[0]))
+        # cond(gram) ~ (max/min diagonal of its Cholesky factor)^2, without an SVD.
+        if diagonal.min() <= 1e-6 * diagonal.max():
+            raise np.linalg.LinAlgError("ill-conditioned")
+        return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
+        return scipy.linalg.lstsq(gram, rhs, cond=None, lapack_driver="gelsd")[0]  # minimum-norm
+
+
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
 
 
@@ -231,15 +248,7 @@ class LinearRegression(RegressorMixin, _LinearModel):
             xty = xty - n * means * y_mean
         gram[np.diag_indices(d)] += self.alpha  # ridge: ||y - Xw - b||^2 + alpha ||w||^2
         check_finite(gram, "X^T X")
-        try:
-            factor = scipy.linalg.cho_factor(gram, check_finite=False)
-            diagonal = np.abs(np.diag(factor[0]))
-            # cond(gram) ~ (max/min diagonal of its Cholesky factor)^2, without an SVD.
-            if diagonal.min() <= 1e-6 * diagonal.max():
-                raise np.linalg.LinAlgError("ill-conditioned")
-            coef = scipy.linalg.cho_solve(factor, xty, check_finite=False)
-        except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
-            coef = scipy.linalg.lstsq(gram, xty, cond=None, lapack_driver="gelsd")[0]  # minimum-norm
+        coef = solve_normal_equations(gram, xty)
         self.coef_ = coef
         self.intercept_ = float(y_mean - means @ coef) if self.fit_intercept else 0.0
         self.n_iter_ = 1
