@@ -340,6 +340,39 @@ def test_iterations_are_learned_from_earlier_runs(star, fresh_cache):
     assert e.plan.iterations.source.startswith("median of 1 earlier run")
 
 
+def test_standardized_runs_are_priced_and_learned_apart(star, fresh_cache):
+    """Standardized columns converge otherwise: their iterations are kept under their own key, and the plan
+    prices the column statistics standardizing computes."""
+    query = "SELECT f.x1, d1.a, f.y > 1 AS big FROM fact f JOIN d1 ON f.k = d1.k"
+    model = ilargi_db.train(star, query, "big", algorithm="logistic_regression", standardize=True, backend="numpy")
+    history = load_history()
+    assert history == {"logistic_regression/lbfgs/tol=0.0001/max_iter=100/standardized": [float(model.n_iter_)]}
+    scaled = explain(star, query, "big", algorithm="logistic_regression", backend="numpy", standardize=True)
+    assert scaled.plan.iterations.source.startswith("median of 1 earlier run")
+    assert any(s.name.startswith("standardizing") for s in scaled.plan.steps)
+    raw = explain(star, query, "big", algorithm="logistic_regression", backend="numpy")
+    assert raw.plan.iterations.source.startswith("typical of lbfgs")
+    assert not any(s.name.startswith("standardizing") for s in raw.plan.steps)
+
+
+def test_a_full_one_hot_beside_an_intercept_is_priced_as_a_singular_solve(star):
+    """Its Gram matrix is singular: the normal equations fall back to least squares (about 7x a Cholesky)."""
+    query = "SELECT f.x1, d1.a, d1.colour, f.y FROM fact f JOIN d1 ON f.k = d1.k"
+    solve = {
+        (alpha, intercept): next(
+            s
+            for p in explain(star, query, "y", solver="normal", alpha=alpha, fit_intercept=intercept).plans
+            for s in p.steps
+            if s.name == "solve"
+        )
+        for alpha in (0.0, 1.0)
+        for intercept in (True, False)
+    }
+    assert "singular" in solve[0.0, True].shape
+    assert all("singular" not in solve[key].shape for key in ((1.0, True), (0.0, False), (1.0, False)))
+    assert solve[0.0, True].seconds > solve[1.0, True].seconds
+
+
 def test_hardware_is_measured_once_and_cached(fresh_cache):
     hw = detect_hardware(fresh_cache, refresh=True)
     assert hw.cores >= 1 and hw.memory_bandwidth_gbs > 0 and hw.gflops > 0

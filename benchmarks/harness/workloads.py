@@ -157,7 +157,9 @@ class Job:
     fact_features: int
     dim_features: int
     sparsity: float = 0.0
-    shape: str = "star"  # "star": 2 dimensions; "left": 1 dimension, LEFT JOIN, 10% dangling; "mn": M:N
+    # "star": 2 dimensions; "left": 1 dimension, LEFT JOIN, 10% dangling; "left_filter": the same with a filter
+    # in ON that leaves about a third of the dimension's rows unmatched; "mn": M:N
+    shape: str = "star"
     seed: int = 0
     params: dict[str, Any] = field(default_factory=dict, hash=False)
 
@@ -184,12 +186,14 @@ def build_job(con: duckdb.DuckDBPyConnection, job: Job) -> tuple[str, str | None
         dim_features=job.dim_features,
         seed=job.seed,
         sparsity=job.sparsity,
-        join="left" if job.shape == "left" else "inner",
-        dangling=0.1 if job.shape == "left" else 0.0,
+        join="left" if job.shape.startswith("left") else "inner",
+        dangling=0.1 if job.shape.startswith("left") else 0.0,
     )
     if job.shape == "mn":  # every dimension key twice: each fact row meets two dimension rows
         con.execute("CREATE OR REPLACE TABLE dim0 AS SELECT * FROM dim0 UNION ALL SELECT * FROM dim0")
     query = schema.query()
+    if job.shape == "left_filter":  # a filter in ON: the dimension's rows that fail it join no fact row
+        query = query.replace("ON f.fk0 = d0.id", "ON f.fk0 = d0.id AND d0.id % 3 <> 0")
     if job.algorithm == "linear_regression":
         return query, "y"
     if job.algorithm == "logistic_regression":

@@ -29,12 +29,14 @@ def choose_batch_strategy(
     backend: str = "auto",
     stats: JobStats | None = None,
     reuse: ReadHoldings | None = None,
+    standardize: bool = False,
 ) -> tuple[str, str, list[Any]]:
     """``(strategy, why, explanations)`` for models trained together on one read of the data.
 
     With ``"auto"`` each model's plans are priced on the job's statistics (gathered once, or ``stats``
     when the caller has them); the batch takes the strategy whose plans cost least in sum, the data read
-    once. ``reuse`` says what the artifact store holds for the factorized read (the cost model prices it).
+    once. ``reuse`` says what the artifact store holds for the factorized read (the cost model prices it);
+    ``standardize`` is ``train``'s option.
     """
     none: list[Any] = [None] * len(models)
     if strategy not in STRATEGY_CHOICES:
@@ -53,7 +55,9 @@ def choose_batch_strategy(
         load = probe_load(detect_hardware().cores)
         spent = time.perf_counter() - began  # deciding's cost, in every model's explanation
         explanations = [
-            explain_graph(con, graph, a, backend, p, stats=stats, load=load, spent=spent, reuse=reuse)
+            explain_graph(
+                con, graph, a, backend, p, stats=stats, load=load, spent=spent, reuse=reuse, standardize=standardize
+            )
             for a, p in models
         ]
     except (duckdb.Error, OSError, ValueError) as err:  # the cost model must never stop a training that can run

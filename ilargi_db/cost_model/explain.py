@@ -19,7 +19,7 @@ from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
 from ilargi_db.cost_model.uncertainty import Confidence, regret_choice
-from ilargi_db.models.catalog import STRATEGIES, Strategy, make_estimator
+from ilargi_db.models.catalog import STRATEGIES, Strategy, algorithm_facts, make_estimator
 from ilargi_db.plan import JoinGraph
 
 if TYPE_CHECKING:
@@ -109,6 +109,13 @@ class Explanation:
         lines += [f"kernel costs: {self.model}", "why:"]
         lines += [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
+
+
+def scales_columns(algorithm: str, standardize: bool) -> bool:
+    """Whether ``train(..., standardize=standardize)`` trains ``algorithm`` on standardized columns (linear
+    models do; trees split on bins, and the unsupervised models take the columns as they are)."""
+    facts = algorithm_facts(algorithm)
+    return standardize and facts.supervised and facts.reads != "bins"
 
 
 def _check(algorithm: str, params: dict) -> None:
@@ -247,6 +254,7 @@ def explain_graph(
     load: float | None = None,
     spent: float = 0.0,
     reuse: ReadHoldings | None = None,
+    standardize: bool = False,
 ) -> Explanation:
     """The plans of training ``algorithm`` on a planned join graph, priced, and the choice with its reasons
     (what ``train`` and ``ilargi_db.explain`` call); ``strategies`` limits the candidates.
@@ -254,7 +262,8 @@ def explain_graph(
     ``stats`` are the job's statistics and ``load`` the load probe's reading when the caller has them (a
     batch of models on one query shares both); ``spent`` is what getting them took, counted as deciding.
     ``reuse`` is what the artifact store holds for the job's factorized read, priced here
-    (:func:`~ilargi_db.cost_model.plan.reuse_offer`).
+    (:func:`~ilargi_db.cost_model.plan.reuse_offer`). ``standardize``: ``train``'s option (a linear model then
+    trains on standardized columns).
     """
     from ilargi_db.backend import get_backend
 
@@ -286,6 +295,7 @@ def explain_graph(
         history=load_history(cache),
         planning_seconds=planning,
         reuse=offer,
+        scaled=scales_columns(algorithm, standardize),
     )
     f = job_features(stats, algorithm, params)
     chosen, tie_break, confidence = choose_plan(plans, f)

@@ -52,11 +52,13 @@ def _solver(algorithm: str, solver: str) -> Solver | None:
     return facts if facts.iterative else None
 
 
-def _key(algorithm: str, solver: str, params: dict[str, Any]) -> str:
+def _key(algorithm: str, solver: str, params: dict[str, Any], scaled: bool = False) -> str:
+    """The history's key: runs with these settings converge alike (standardized columns converge otherwise)."""
     facts = _solver(algorithm, solver)
     max_iter, tol = (facts.max_iter, facts.tol) if facts else (1, 0.0)
     bound = int(params.get(algorithm_facts(algorithm).iterations_parameter, max_iter))
-    return f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={bound}"
+    key = f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={bound}"
+    return key + ("/standardized" if scaled else "")
 
 
 def history_path(cache: str | os.PathLike | None = None) -> Path:
@@ -80,17 +82,23 @@ def load_history(cache: str | os.PathLike | None = None) -> dict[str, list[float
 
 
 def record(
-    algorithm: str, solver: str, params: dict[str, Any], n_iter: float, cache: str | os.PathLike | None = None
+    algorithm: str,
+    solver: str,
+    params: dict[str, Any],
+    n_iter: float,
+    cache: str | os.PathLike | None = None,
+    scaled: bool = False,
 ) -> None:
-    """Remember that a run with these parameters took ``n_iter`` iterations (best effort: never fails a training)."""
+    """Remember that a run with these parameters (``scaled``: on standardized columns) took ``n_iter``
+    iterations (best effort: never fails a training)."""
     if _solver(algorithm, solver) is None:
         return
     path = history_path(cache)
     with _LOCK:
         try:
             history = load_history(cache)
-            runs = [*history.get(_key(algorithm, solver, params), []), float(n_iter)][-KEEP:]
-            history[_key(algorithm, solver, params)] = runs
+            key = _key(algorithm, solver, params, scaled)
+            history[key] = [*history.get(key, []), float(n_iter)][-KEEP:]
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(history))
@@ -100,7 +108,11 @@ def record(
 
 
 def expected_iterations(
-    algorithm: str, solver: str, params: dict[str, Any], history: dict[str, list[float]] | None = None
+    algorithm: str,
+    solver: str,
+    params: dict[str, Any],
+    history: dict[str, list[float]] | None = None,
+    scaled: bool = False,
 ) -> IterationEstimate:
     """Iterations ``solver`` is expected to run for ``algorithm`` with ``params``.
 
@@ -122,7 +134,7 @@ def expected_iterations(
     tol = float(params.get("tol", facts.tol))
     if algorithm_facts(algorithm).reads == "bins" and not params.get("early_stopping", False):
         tol = 0.0  # boosting without early stopping runs every round
-    runs = (history or {}).get(_key(algorithm, solver, params), [])
+    runs = (history or {}).get(_key(algorithm, solver, params, scaled), [])
     inits = max(1, int(params.get("n_init", 1)))  # k-means restarts; other solvers have no n_init
     times = f" x {inits} initializations" if inits > 1 else ""
     if tol <= 0:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the
 TREE_LEVELS = 6.0
 TREE_HISTOGRAM_PASSES = 1.0 + 0.5 * (TREE_LEVELS - 1.0)
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
+STANDARDIZE_PASSES = 3.0  # column sums of X, then of X squared (squaring writes the dense block first): ~3 X.T @ v
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,9 @@ def plan_steps(
     iterations: float,
     costs: KernelCosts,
     backend: str = "numpy",
+    scaled: bool = False,
 ) -> list[Step]:
-    """The steps of one candidate, their seconds not yet scaled for load."""
+    """The steps of one candidate, their seconds not yet scaled for load (``scaled``: on standardized columns)."""
     shape = matrix_shape(stats, strategy)
     data = data_shape(stats, strategy)
     kernel = f"{strategy}_data"
@@ -238,6 +240,8 @@ def plan_steps(
             )
         )
     k = algorithm_facts(algorithm).width(params)
+    if scaled:  # the column means and spreads: sums of X and of X squared (an n-row copy of the dense block)
+        steps.append(_matrix_step(costs, "standardizing (column means and spreads)", "rmm", shape, STANDARDIZE_PASSES))
     steps += iteration_steps(shape, solver, iterations, k, costs, singular_gram(stats, algorithm, params))
     what = f"{iterations:g} iteration{'s' * (iterations != 1)}, {shape.n:,} rows"
     steps.append(
@@ -347,10 +351,12 @@ def candidate_plans(
     history: Any = None,
     planning_seconds: float = 0.0,
     reuse: ReuseOffer | None = None,
+    scaled: bool = False,
 ) -> list[PhysicalPlan]:
     """Every plan the job may run, cheapest first (those that fit in memory before those that do not).
 
-    ``reuse`` replaces the factorized plans' read (and X^T X) by what loading the stored artifacts costs.
+    ``reuse`` replaces the factorized plans' read (and X^T X) by what loading the stored artifacts costs;
+    ``scaled``: the model trains on standardized columns (their statistics priced, their iterations learned apart).
     """
     facts = algorithm_facts(algorithm)
     named = params.get("solver", "auto")  # the estimators that take a solver call the parameter "solver"
@@ -360,8 +366,8 @@ def candidate_plans(
     for strategy in strategies:
         shape_columns = matrix_shape(stats, strategy).columns + 1
         for solver in solvers:
-            estimate = expected_iterations(algorithm, solver, params, history)
-            steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend)
+            estimate = expected_iterations(algorithm, solver, params, history, scaled)
+            steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend, scaled)
             if reuse is not None and strategy == Strategy.FACTORIZED:
                 steps = _reusing(steps, reuse)
             if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice

@@ -28,6 +28,7 @@ def explain(
     *,
     reuse: bool = True,
     memory_budget: int | str | None = None,
+    standardize: bool = False,
     **params: Any,
 ) -> Explanation:
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
@@ -35,7 +36,8 @@ def explain(
     The plan phase alone (:mod:`ilargi_db.cost_model` prices the plans). With ``reuse`` (the default) it
     says what the artifact store holds for the job and prices the factorized plans with it, as ``train``
     does: it fingerprints the columns the job reads (one aggregate query) to know. It also says when the
-    job's data exceed ``memory_budget`` (as for :func:`train`) and would stream. Never trains, never writes.
+    job's data exceed ``memory_budget`` (as for :func:`train`) and would stream; ``standardize`` as for
+    :func:`train`. Never trains, never writes.
 
     Examples
     --------
@@ -53,7 +55,9 @@ def explain(
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         stats = stored_stats(job)
         held = job.holdings(graph, job.matrix_key(graph, flags, True, get_backend(backend).name))
-        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
+        explanation = explain_graph(
+            con, graph, algorithm, backend, params, stats=stats, reuse=held, standardize=standardize
+        )
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)
         except IlargiError as err:

@@ -37,7 +37,7 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     if model.solver_chosen:
         give_back_the_solver_choice(model)
     if hasattr(estimator, "n_iter_"):
-        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_))
+        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_), scaled=scaled)
     graph = job.graph
     result = TrainedModel(
         estimator,

@@ -139,7 +139,14 @@ def plan_job(
     key = artifacts.matrix_key(graph, flags, options.impute, backend.name)
     held = artifacts.holdings(graph, key)
     chosen, why, explanations = choose_batch_strategy(
-        con, graph, options.strategy, list(specs), options.backend, stats=stats, reuse=held
+        con,
+        graph,
+        options.strategy,
+        list(specs),
+        options.backend,
+        stats=stats,
+        reuse=held,
+        standardize=options.standardize,
     )
     if options.strategy != AUTO:
         chosen_by = "the caller"

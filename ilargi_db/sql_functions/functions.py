@@ -117,7 +117,7 @@ def _finite_float(text: str) -> float:
 def explain_options(algorithm: str, options: str | None) -> dict:
     """The options of ``ilargi_explain``: those of ``ilargi_train`` less the ones that do not change the choice."""
     kwargs = parse_options(algorithm, options)
-    for key in ("strategy", "standardize", "impute"):
+    for key in ("strategy", "impute"):
         kwargs.pop(key, None)
     return kwargs
 
