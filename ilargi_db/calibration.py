@@ -238,7 +238,9 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
                 seconds = _best_of(functools.partial(estimator.fit, *args), 1, lambda: None, X.memo.clear)
             iterations = float(getattr(estimator, "n_iter_", 1) or 1)
             k = facts.width(params)
-            kernels = sum(s.seconds for s in iteration_steps(shape, solver, iterations, k, costs))
+            # An identity part is a full one-hot encoding: beside the intercept, its Gram matrix is singular.
+            singular = any(kind == "identity" for kind, _, _ in parts)
+            kernels = sum(s.seconds for s in iteration_steps(shape, solver, iterations, k, costs, singular))
             residual = max(seconds - kernels, 1e-5)
             terms = solver_terms(shape, iterations, k)
             found.append(Measurement(f"{solver}_overhead", terms, residual, shape.describe()))
