@@ -14,14 +14,15 @@ background thread a training starts while DuckDB reads, :func:`warm_up_in_backgr
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-KERNEL_MODULES = {  # the modules that define kernels, by what uses them
+KERNEL_MODULES = {  # the modules that define kernels, by what a training reads (the catalog's Algorithm.reads)
     "matrix": "ilargi_db.backend.numba_kernels",
-    "trees": "ilargi_db.backend.tree_kernels",
+    "bins": "ilargi_db.backend.tree_kernels",
 }
 
 _KERNELS: dict[str, list[Kernel]] = {}  # module name -> its kernels, in definition order
@@ -48,11 +49,22 @@ class Kernel:
                     self._dispatcher = numba.njit(self.signatures, cache=True, nogil=True)(self.function)
         return self._dispatcher
 
+    @property
+    def loaded(self) -> bool:
+        """Whether its signatures are compiled or loaded (by a call, or by :func:`warm_up`)."""
+        return self._dispatcher is not None
+
     def __call__(self, *args: Any) -> Any:
         return self.dispatcher(*args)
 
     def __repr__(self) -> str:
         return f"Kernel({self.__name__}, {len(self.signatures)} signatures)"
+
+
+def read_only(array_type: Any) -> Any:
+    """The numba array type for an argument a kernel only reads: it takes writable arrays and read-only ones
+    (DuckDB's and Arrow's buffers, passed without a copy) alike."""
+    return array_type.copy(readonly=True)
 
 
 def kernel(signatures: list[Any]) -> Callable[[Callable[..., Any]], Kernel]:
@@ -65,7 +77,7 @@ def kernel(signatures: list[Any]) -> Callable[[Callable[..., Any]], Kernel]:
 
 
 def kernels(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> list[Kernel]:
-    """Every kernel of these kinds (``"matrix"``, ``"trees"``), their modules imported."""
+    """Every kernel of these kinds (``"matrix"``, ``"bins"``), their modules imported."""
     out = []
     for kind in kinds:
         module = KERNEL_MODULES[kind]
@@ -84,15 +96,38 @@ def warm_up(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> dict[str, float]:
     return seconds
 
 
-def warm_up_in_background(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> threading.Thread:
-    """:func:`warm_up` on a daemon thread (started, returned): a job's kernels load while it plans and reads.
+def warm_up_in_background(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> threading.Thread | None:
+    """:func:`warm_up` on a daemon thread (started and returned; None when every kind was started before in this
+    process): a job's kernels load while it plans and reads.
 
     A kernel the job calls before the thread reached it is loaded by the job itself (each once, under a lock).
     """
-    kinds = tuple(kinds)
+    with _STARTED_LOCK:
+        kinds = tuple(k for k in kinds if k not in _STARTED)
+        _STARTED.update(kinds)
+    if not kinds:
+        return None
     thread = threading.Thread(target=warm_up, args=(kinds,), name="ilargi-warm-up", daemon=True)
     thread.start()
     return thread
 
 
-__all__ = ["KERNEL_MODULES", "Kernel", "kernel", "kernels", "warm_up", "warm_up_in_background"]
+_STARTED: set[str] = set()  # the kinds a background warm-up took on in this process
+_STARTED_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """In a forked child, no lock is held by a thread that is not there (a warm-up's), and nothing is started."""
+    global _STARTED_LOCK
+    _STARTED_LOCK = threading.Lock()
+    _STARTED.clear()
+    for module in _KERNELS.values():
+        for k in module:
+            k._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+__all__ = ["KERNEL_MODULES", "Kernel", "kernel", "kernels", "read_only", "warm_up", "warm_up_in_background"]

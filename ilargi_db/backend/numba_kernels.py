@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from ilargi_db.backend.compiled import kernel
+from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
 
 TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
@@ -31,9 +31,14 @@ ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, togethe
 # One type per role. Values float64; positions int32 (the normalized matrix's stacked index) or int64 (a block
 # of 2^31 rows or more, or a caller's); every array C order, a column-major (n x a) block passed as its
 # transpose (a x n), C order at any width (numba types an (n x 1) array C, not F).
+# Arrays a kernel only reads are typed read-only (writable ones are taken too): IN_* below, and index types.
 F64, I64 = nt.float64, nt.int64
 POSITIONS = (nt.int32, nt.int64)
-ROWS_T = F64[:, ::1]  # a transposed column-major block
+IN_1, IN_2, IN_3 = read_only(F64[::1]), read_only(F64[:, ::1]), read_only(F64[:, :, ::1])
+ROWS_T = IN_2  # a transposed column-major block
+LABELS = read_only(I64[::1])
+INDEX_T = {p: read_only(p[:, ::1]) for p in POSITIONS}  # a transposed index (t x n)
+GATHER = {p: read_only(p[::1]) for p in POSITIONS}  # one block's positions
 
 
 # Style of every kernel: tiles (or chunks) of rows; inside one, column by column over contiguous slices
@@ -59,7 +64,7 @@ def _gather_sum_1d(dense, w, index, tables, out, first, last):  # pragma: no cov
                 acc[i] += table[numba.uint64(rows[i])]
 
 
-@kernel([nt.void(ROWS_T, F64[::1], p[:, ::1], F64[:, ::1], F64[::1], I64, I64) for p in POSITIONS])
+@kernel([nt.void(ROWS_T, IN_1, INDEX_T[p], IN_2, F64[::1], I64, I64) for p in POSITIONS])
 def _gather_sum_1d_entry(dense_t, w, index_t, tables, out, first, last):  # pragma: no cover - compiled
     _gather_sum_1d(dense_t.T, w, index_t.T, tables, out, first, last)
 
@@ -93,7 +98,7 @@ def _gather_sum_2d(dense, w, index, tables, out, first, last):  # pragma: no cov
         _add_rows(dense, w, index, tables, start, stop, acc)
 
 
-@kernel([nt.void(ROWS_T, F64[:, ::1], p[:, ::1], F64[:, :, ::1], F64[:, ::1], I64, I64) for p in POSITIONS])
+@kernel([nt.void(ROWS_T, IN_2, INDEX_T[p], IN_3, F64[:, ::1], I64, I64) for p in POSITIONS])
 def _gather_sum_2d_entry(dense_t, w, index_t, tables, out, first, last):  # pragma: no cover - compiled
     _gather_sum_2d(dense_t.T, w, index_t.T, tables, out, first, last)
 
@@ -117,12 +122,12 @@ def _segment_sums_1d(dense, index, v, head, sums, first, last):  # pragma: no co
                 acc[numba.uint64(rows[i])] += values[i]
 
 
-@kernel([nt.void(ROWS_T, p[:, ::1], F64[::1], F64[:, ::1], F64[:, :, ::1], I64, I64) for p in POSITIONS])
+@kernel([nt.void(ROWS_T, INDEX_T[p], IN_1, F64[:, ::1], F64[:, :, ::1], I64, I64) for p in POSITIONS])
 def _segment_sums_1d_entry(dense_t, index_t, v, head, sums, first, last):  # pragma: no cover - compiled
     _segment_sums_1d(dense_t.T, index_t.T, v, head, sums, first, last)
 
 
-@kernel([nt.void(p[::1], p[::1], F64[:, :], F64[::1], F64[:, :, ::1], I64, I64) for p in POSITIONS])
+@kernel([nt.void(GATHER[p], GATHER[p], read_only(F64[:, :]), IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
 def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pragma: no cover - compiled
     n, c = scatter.shape[0], table.shape[1]
     gathered, weighted = gather.shape[0] == n, weights.shape[0] == n
@@ -156,9 +161,7 @@ def _nearest(dense, w, index, tables, offsets, labels, best, first, last):  # pr
             best[start + i] = low
 
 
-@kernel(
-    [nt.void(ROWS_T, F64[:, ::1], p[:, ::1], F64[:, :, ::1], F64[::1], I64[::1], F64[::1], I64, I64) for p in POSITIONS]
-)
+@kernel([nt.void(ROWS_T, IN_2, INDEX_T[p], IN_3, IN_1, I64[::1], F64[::1], I64, I64) for p in POSITIONS])
 def _nearest_entry(dense_t, w, index_t, tables, offsets, labels, best, first, last):  # pragma: no cover - compiled
     _nearest(dense_t.T, w, index_t.T, tables, offsets, labels, best, first, last)
 
@@ -181,7 +184,7 @@ def _label_sums(dense, index, labels, head, counts, first, last):  # pragma: no 
                 acc[numba.uint64(rows[i]), numba.uint64(groups[i])] += 1.0
 
 
-@kernel([nt.void(ROWS_T, p[:, ::1], I64[::1], F64[:, :, ::1], F64[:, :, :, ::1], I64, I64) for p in POSITIONS])
+@kernel([nt.void(ROWS_T, INDEX_T[p], LABELS, F64[:, :, ::1], F64[:, :, :, ::1], I64, I64) for p in POSITIONS])
 def _label_sums_entry(dense_t, index_t, labels, head, counts, first, last):  # pragma: no cover - compiled
     _label_sums(dense_t.T, index_t.T, labels, head, counts, first, last)
 
@@ -205,12 +208,12 @@ def _multiplicative_update(W, numerator, gram, epsilon, first, last):  # pragma:
                 W[start + i, q] *= numerator[start + i, q] / (d if d != 0 else epsilon)
 
 
-@kernel([nt.void(ROWS_T, F64[:, ::1], F64[:, ::1], F64, I64, I64)])
+@kernel([nt.void(F64[:, ::1], IN_2, IN_2, F64, I64, I64)])
 def _multiplicative_update_entry(W_t, numerator, gram, epsilon, first, last):  # pragma: no cover - compiled
     _multiplicative_update(W_t.T, numerator, gram, epsilon, first, last)
 
 
-@kernel([nt.void(F64[::1], F64[::1], F64[::1], I64, I64)])
+@kernel([nt.void(F64[::1], IN_1, F64[::1], I64, I64)])
 def _logistic_loss_residual(z, y, partial, first, last):  # pragma: no cover - compiled
     n = z.shape[0]
     size = (n + partial.shape[0] - 1) // partial.shape[0]
@@ -269,6 +272,11 @@ def _positions(*indices: Any) -> type:
 
 def _f64(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy where it is read-only (an array a kernel writes to)."""
+    return a if a.flags.writeable else a.copy(order="K")
 
 
 class NumbaKernels:
@@ -343,13 +351,13 @@ class NumbaKernels:
         return (head if dense is not None else None), (counts if index is not None else None)
 
     def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
-        W = np.asfortranarray(W, dtype=np.float64)  # updated in place, column-major: X.T @ W reads columns
+        W = _own(np.asfortranarray(W, dtype=np.float64))  # updated in place, column-major: X.T @ W reads columns
         args = (W.T, _f64(numerator), _f64(gram), float(epsilon))
         run(_multiplicative_update_entry.dispatcher, _tiles(W.shape[0]), *args, min_tasks=PARALLEL_TILES)
         return W
 
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
-        z = _f64(z)
+        z = _own(_f64(z))
         partial = np.zeros(_chunks(len(z), 1))
         run(_logistic_loss_residual.dispatcher, len(partial), z, _f64(y01), partial)
         loss = 0.0

@@ -95,29 +95,31 @@ class _Reading:
 
 
 _READING = _Reading()
-_LIMIT = threading.local()  # limit_threads(): per calling thread, so concurrent jobs keep their own
+_FIXED = threading.local()  # kernel_threads(): per calling thread, so concurrent jobs keep their own
 
 
 @contextlib.contextmanager
-def limit_threads(threads: int) -> Iterator[None]:
-    """At most ``threads`` threads per kernel call made by this thread inside the block (1: the caller alone)."""
+def kernel_threads(threads: int) -> Iterator[None]:
+    """Kernel calls this thread makes inside the block run on ``threads`` threads (1: the caller alone; fewer
+    when a call has fewer tasks), whatever the free cores."""
     if int(threads) < 1:
-        raise ValueError(f"limit_threads needs at least 1 thread, got {threads}.")
-    before = getattr(_LIMIT, "threads", None)
-    _LIMIT.threads = int(threads)
+        raise ValueError(f"kernel_threads needs at least 1 thread, got {threads}.")
+    before = getattr(_FIXED, "threads", None)
+    _FIXED.threads = int(threads)
     try:
         yield
     finally:
-        _LIMIT.threads = before
+        _FIXED.threads = before
 
 
 def threads_for(tasks: int, min_tasks: int = 1, free: int | None = None) -> int:
-    """How many threads a call of ``tasks`` tasks runs on: the free cores (``free``, else read now), at most
-    :func:`limit_threads`, and at most one per ``min_tasks`` tasks (below that a thread costs more than it saves)."""
-    free = _READING.get() if free is None else free
-    limit = getattr(_LIMIT, "threads", None)
-    if limit is not None:
-        free = min(free, limit)
+    """How many threads a call of ``tasks`` tasks runs on: the free cores (``free``, else read now; or
+    :func:`kernel_threads`), at most one per ``min_tasks`` tasks (below that a thread costs more than it saves)."""
+    fixed = getattr(_FIXED, "threads", None)
+    if fixed is not None:
+        free = fixed
+    elif free is None:
+        free = _READING.get()
     return int(max(1, min(free, tasks // max(1, min_tasks))))
 
 
@@ -193,7 +195,7 @@ __all__ = [
     "PIECES_PER_THREAD",
     "REFRESH_SECONDS",
     "free_cores",
-    "limit_threads",
+    "kernel_threads",
     "other_running_tasks",
     "pieces",
     "run",

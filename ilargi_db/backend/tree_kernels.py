@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from ilargi_db.backend.compiled import kernel
+from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
@@ -42,10 +42,14 @@ TIE = 1e-9  # gains within this relative distance are a tie: the first feature a
 
 # One type per role (the kernels' explicit signatures): bins uint8 or uint16 (bin_dtype), source positions int32
 # or int64 (FlatBins.index), training rows int64, sums float64, flags bool; arrays C order.
+# Arrays a kernel only reads are typed read-only (writable ones are taken too): the IN_* names.
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 BINS = (nt.uint8, nt.uint16)
 POSITIONS = (nt.int32, nt.int64)
 BINS_AND_POSITIONS = [(b, p) for b in BINS for p in POSITIONS]
+IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
+IN_BINS = {b: read_only(b[::1]) for b in BINS}  # FlatBins.codes, fills
+IN_ROWS_BINS = {b: read_only(b[:, ::1]) for b in BINS}  # one block's bins, a row per training row
 
 
 def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int:
@@ -55,17 +59,17 @@ def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int
 
 # fmt: off
 _NODE_HISTOGRAM_TYPES = [
-    nt.void(b[::1], I64[::1], I64[::1], I64[::1], b[::1], p[:, ::1], BOOL[::1], BOOL[::1], I64[::1], I64[::1],
-            F64[::1], F64[::1], I64[::1], I64[::1], BOOL, F64[:, :, ::1], F64[:, ::1], F64[:, :, ::1], I64, I64)
+    nt.void(IN_BINS[b], IN_I64, IN_I64, IN_I64, IN_BINS[b], read_only(p[:, ::1]), IN_BOOL, IN_BOOL, IN_I64, IN_I64,
+            IN_F64, IN_F64, IN_I64, IN_I64, BOOL, F64[:, :, ::1], F64[:, ::1], F64[:, :, ::1], I64, I64)
     for b, p in BINS_AND_POSITIONS
 ]
 _NODE_HISTOGRAM_TOTAL_TYPES = [
-    (b[::1], I64[::1], I64[::1], I64[::1], b[::1], BOOL[::1], I64[::1], I64, I64[::1], I64[::1], I64[::1], I64[::1],
-     BOOL, F64[:, :, ::1], F64[:, ::1], F64[:, :, ::1])
+    (IN_BINS[b], IN_I64, IN_I64, IN_I64, IN_BINS[b], IN_BOOL, IN_I64, I64, IN_I64, IN_I64, IN_I64, IN_I64, BOOL,
+     read_only(F64[:, :, ::1]), read_only(F64[:, ::1]), F64[:, :, ::1])  # seg: merged into its first chunk
     for b in BINS
 ]
 _PARTITION_COUNTS_TYPES = [
-    nt.void(I64[::1], I64, I64, b[:, ::1], I64, BOOL[::1], BOOL, F64[::1], F64[::1], I64[::1], I64[::1], BOOL,
+    nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, BOOL, IN_F64, IN_F64, IN_I64, IN_I64, BOOL,
             F64[:, :, ::1], I64[::1], I64, I64)
     for b in BINS
 ]
@@ -178,7 +182,7 @@ def _node_histogram_total(
 
 
 @kernel(
-    [nt.void(b[:, ::1], I64[::1], F64[::1], F64[::1], I64[::1], I64[::1], BOOL, F64[:, :, ::1], I64, I64) for b in BINS]
+    [nt.void(IN_ROWS_BINS[b], IN_I64, IN_F64, IN_F64, IN_I64, IN_I64, BOOL, F64[:, :, ::1], I64, I64) for b in BINS]
 )
 def _rows_histogram(codes, rows, g, h, slots, bins, unit_hessian, acc, first, last):  # pragma: no cover - compiled
     """The common case of :func:`_node_histogram`: one block of every feature, row by row (the materialized
@@ -198,7 +202,7 @@ def _rows_histogram(codes, rows, g, h, slots, bins, unit_hessian, acc, first, la
                 part[slot, 2] += 1.0
 
 
-@kernel([(F64[:, ::1], I64[::1], I64[::1], I64[::1], I64)])
+@kernel([(read_only(F64[:, ::1]), IN_I64, IN_I64, IN_I64, I64)])
 def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cover - compiled
     out = np.zeros((value_bins.shape[0], n_bins, 3))
     for j in range(columns.shape[0]):
@@ -211,7 +215,7 @@ def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cov
 
 @kernel(
     [
-        (I64[::1], I64, I64, b[::1], I64, I64, p[:], BOOL, I64, BOOL[::1], I64[::1])  # index: a strided column
+        (I64[::1], I64, I64, IN_BINS[b], I64, I64, read_only(p[:]), BOOL, I64, IN_BOOL, I64[::1])  # a strided column
         for b, p in BINS_AND_POSITIONS
     ]
 )
@@ -235,7 +239,7 @@ def _partition_rows(
 
 
 _PARTITION_HISTOGRAM_ARGS = [
-    (I64[::1], I64, I64, b[:, ::1], I64, BOOL[::1], I64[::1], BOOL, F64[::1], F64[::1], I64[::1], I64[::1], I64, BOOL)
+    (I64[::1], I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], BOOL, IN_F64, IN_F64, IN_I64, IN_I64, I64, BOOL)
     for b in BINS
 ]
 
@@ -300,7 +304,7 @@ def _partition_counts(
         lefts[k] = count
 
 
-@kernel([nt.void(I64[::1], I64, I64, b[:, ::1], I64, BOOL[::1], I64[::1], I64[::1], I64, I64) for b in BINS])
+@kernel([nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], IN_I64, I64, I64) for b in BINS])
 def _partition_write(rows, start, stop, codes, column, goes_left, scratch, lefts, first, last):  # pragma: no cover
     """Second pass: each chunk writes its rows where the counts before it say (both sides in the node's order, as
     the one-pass kernel leaves them)."""
@@ -325,7 +329,7 @@ def _score(g, h, l2):  # pragma: no cover - compiled
     return g * g / (h + l2)
 
 
-@kernel([(F64[:, :, ::1], I64[::1], BOOL[::1], I64, F64, F64, BOOL[::1])])
+@kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1])])
 def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
     """Best (gain, column) over the columns of ``hist``; ``goes_left[b]`` of the winner filled in place."""
     c, width = hist.shape[0], hist.shape[1]
@@ -411,7 +415,12 @@ def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
     return best_gain, best_column
 
 
-@kernel([nt.void(b[:, ::1], I64[::1], BOOL[:, ::1], I64[::1], I64[::1], F64[::1], F64[::1], I64, I64) for b in BINS])
+@kernel(
+    [
+        nt.void(IN_ROWS_BINS[b], IN_I64, read_only(BOOL[:, ::1]), IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)
+        for b in BINS
+    ]
+)
 def _add_tree(codes, feature, goes_left, left, right, value, out, first, last):  # pragma: no cover - compiled
     for i in range(first, last):
         node = 0
@@ -420,7 +429,7 @@ def _add_tree(codes, feature, goes_left, left, right, value, out, first, last): 
         out[i] += value[node]
 
 
-@kernel([nt.void(I64[::1], I64[::1], I64[::1], F64[::1], F64[::1], I64, I64)])
+@kernel([nt.void(IN_I64, IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)])
 def _add_leaf_values(rows, starts, stops, values, raw, first, last):  # pragma: no cover - compiled
     for leaf in range(first, last):  # the leaves' rows do not overlap
         value = values[leaf]
