@@ -20,8 +20,8 @@ from ilargi_db.backend.tree_kernels import (
     CATEGORY_SMOOTHING,
     MIN_HESSIAN,
     NumbaTreeKernels,
-    ReferenceTreeKernels,
 )
+from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
 
 FUSED, REFERENCE = NumbaTreeKernels(), ReferenceTreeKernels(np)
