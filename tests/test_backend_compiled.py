@@ -8,7 +8,7 @@ import pytest
 from numba.core import event, types
 
 import ilargi_db
-from ilargi_db.backend.compiled import kernels, warm_up, warm_up_in_background
+from ilargi_db.backend.compiled import kernels, warm_up
 
 OTHER_DTYPE = {"float64": np.float32, "bool": np.uint8}  # any other dtype of the same rank: no signature has it
 
@@ -69,11 +69,3 @@ def test_no_kernel_compiles_during_a_training(algorithm, strategy, key_type):
         model = ilargi_db.train(con, query, target, algorithm, strategy, reuse=False, **params)
     assert model.strategy_ == strategy
     assert not compiled.buffer, [e.data["dispatcher"] for e in compiled.buffer]
-
-
-def test_a_background_warm_up_loads_each_kind_once_per_process():
-    thread = warm_up_in_background(["matrix"])
-    if thread is not None:  # None: a training in this process started it before
-        thread.join()
-    assert all(k.loaded for k in kernels(["matrix"]))
-    assert warm_up_in_background(["matrix"]) is None

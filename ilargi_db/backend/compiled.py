@@ -7,14 +7,15 @@ than a compile of seconds: the wrappers in :mod:`~ilargi_db.backend.numba_kernel
 :mod:`~ilargi_db.backend.tree_kernels` cast their arrays to one type per role first (float64 values, int32 or
 int64 positions, C order; a column-major block is passed transposed, which is C order whatever its width).
 
-A kernel is compiled (or loaded) on its first call, or ahead of it by :func:`warm_up` (``ilargi warmup``, and a
-background thread a training starts while DuckDB reads, :func:`warm_up_in_background`).
+A kernel is compiled (or loaded) on its first call, or ahead of it by :func:`warm_up` (``ilargi warmup``: once
+after installing, so that no training compiles). Loading them on a background thread while a training plans and
+reads was tried and measured slower (a fresh process's first training 0.7 s above its second without it, 1.4 s with
+it, on 2 busy cores): numba's loading holds the GIL, as planning does, and it loaded kernels the job never called.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -96,38 +97,4 @@ def warm_up(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> dict[str, float]:
     return seconds
 
 
-def warm_up_in_background(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> threading.Thread | None:
-    """:func:`warm_up` on a daemon thread (started and returned; None when every kind was started before in this
-    process): a job's kernels load while it plans and reads.
-
-    A kernel the job calls before the thread reached it is loaded by the job itself (each once, under a lock).
-    """
-    with _STARTED_LOCK:
-        kinds = tuple(k for k in kinds if k not in _STARTED)
-        _STARTED.update(kinds)
-    if not kinds:
-        return None
-    thread = threading.Thread(target=warm_up, args=(kinds,), name="ilargi-warm-up", daemon=True)
-    thread.start()
-    return thread
-
-
-_STARTED: set[str] = set()  # the kinds a background warm-up took on in this process
-_STARTED_LOCK = threading.Lock()
-
-
-def _after_fork() -> None:
-    """In a forked child, no lock is held by a thread that is not there (a warm-up's), and nothing is started."""
-    global _STARTED_LOCK
-    _STARTED_LOCK = threading.Lock()
-    _STARTED.clear()
-    for module in _KERNELS.values():
-        for k in module:
-            k._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
-
-
-__all__ = ["KERNEL_MODULES", "Kernel", "kernel", "kernels", "read_only", "warm_up", "warm_up_in_background"]
+__all__ = ["KERNEL_MODULES", "Kernel", "kernel", "kernels", "read_only", "warm_up"]

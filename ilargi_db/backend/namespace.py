@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -67,15 +67,6 @@ class Backend:
         if self.xp is not np:
             return contextlib.nullcontext()
         return _one_blas_thread()
-
-    def load_kernels(self, reads: Iterable[str]) -> None:
-        """Start compiling or loading the CPU kernels a training of these reads (``"matrix"``, ``"bins"``: the
-        catalog's ``Algorithm.reads``) will call, on a background thread, so they are ready when its fit starts
-        (loading them took about 0.5 s of a fresh process's first training). Nothing on CuPy."""
-        if self.xp is np:
-            from ilargi_db.backend.compiled import warm_up_in_background
-
-            warm_up_in_background(sorted(set(reads)))
 
     def to_host(self, a: Any) -> Any:
         """A NumPy array (or scipy.sparse matrix) of ``a``."""

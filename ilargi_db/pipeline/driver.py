@@ -24,7 +24,7 @@ from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import Placement, algorithm_facts
+from ilargi_db.models.catalog import Placement
 from ilargi_db.pipeline.fit import fit_model
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, make_estimators, model_specs
 from ilargi_db.pipeline.planning import JobPlan, plan_job
@@ -219,7 +219,6 @@ def run_training(
         estimators = make_estimators(specs, target)
         options.check(specs)
         backend = get_backend(options.backend)
-        backend.load_kernels(algorithm_facts(s.algorithm).reads for s in specs)  # while the job plans and reads
         snapshot.open()
         job = plan_job(con, query, target, specs, estimators, options, backend, cleanup, check_graph)
         planned = time.perf_counter()
