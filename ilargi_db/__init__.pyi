@@ -2,6 +2,7 @@
 # their modules from these imports (the one list of them): add a public name here, nowhere else
 # (`name as name`: the re-export type checkers read).
 # ruff: noqa: I001  (grouped per module: isort would give every `as` re-export an import line of its own)
+from ilargi_db.backend.compiled import warm_up as warm_up
 from ilargi_db.cluster import (
     register_cluster as register_cluster,
     registered_clusters as registered_clusters,

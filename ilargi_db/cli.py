@@ -6,6 +6,7 @@
     ilargi explain ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
     ilargi models [--db FILE] [--all]
     ilargi calibrate [--budget SECONDS] [--grid tiny|default] [--backend numpy|cupy]
+    ilargi warmup                                 compile the kernels into numba's cache (once per machine)
 
 Errors are printed as one line (no traceback) and exit with status 1.
 """
@@ -343,6 +344,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    seconds = ilargi_db.warm_up()
+    print(f"ilargi warmup: {len(seconds)} kernels ready in {time.perf_counter() - start:.1f} s (numba's cache)")
+    return 0
+
+
 # -- ilargi demo ---------------------------------------------------------------------------
 
 DEMO_QUERY = """
@@ -514,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["numpy", "cupy"], default="numpy")
     p.add_argument("--cache-dir", default=None, help="where to store the calibration (default: the user cache)")
     p.set_defaults(run=cmd_calibrate)
+
+    about = "compile the CPU kernels into numba's cache now (once per machine: no training compiles them then)"
+    p = commands.add_parser("warmup", help=about, description=about)
+    p.set_defaults(run=cmd_warmup)
     return parser
 
 

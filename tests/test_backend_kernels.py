@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from ilargi_db.backend.kernels import ReferenceKernels
 from ilargi_db.backend.numba_kernels import NumbaKernels
+from ilargi_db.backend.parallel import kernel_threads
 
 REFERENCE, FUSED = ReferenceKernels(np), NumbaKernels()
 
@@ -101,20 +102,22 @@ def test_fused_multiplicative_update_matches_reference(seed, n, r):
 
 
 def test_reductions_do_not_depend_on_the_thread_count():
-    import numba
-
     rng = np.random.default_rng(0)
     n = 300_000
     dense, index = np.asfortranarray(rng.normal(size=(n, 3))), np.asfortranarray(rng.integers(0, 50, (n, 2)))
-    v = rng.normal(size=n)
-    before = numba.get_num_threads()
+    v, labels = rng.normal(size=n), rng.integers(0, 4, n)
+    table, weights = rng.normal(size=(50, 3)), rng.random(n)
     results = []
-    try:
-        for threads in {1, before}:
-            numba.set_num_threads(threads)
-            results.append(FUSED.segment_sums(dense, index, 50, v))
-    finally:
-        numba.set_num_threads(before)
+    for threads in (1, 2, 3):
+        with kernel_threads(threads):
+            results.append(
+                (
+                    *FUSED.segment_sums(dense, index, 50, v),
+                    *FUSED.label_sums(dense, index, 50, labels, 4),
+                    FUSED.scatter_gathered(index[:, 0], index[:, 1], table, 50, weights),
+                    FUSED.logistic_loss_residual(v.copy(), (v > 0).astype(float))[0],
+                )
+            )
     for got in results[1:]:
-        np.testing.assert_array_equal(got[0], results[0][0])
-        np.testing.assert_array_equal(got[1], results[0][1])
+        for a, b in zip(got, results[0]):
+            np.testing.assert_array_equal(a, b)

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import itertools
 
-import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ilargi_db.backend.parallel import kernel_threads
 from ilargi_db.backend.tree_kernels import (
     CATEGORY_SMOOTHING,
     MIN_HESSIAN,
     NumbaTreeKernels,
-    ReferenceTreeKernels,
 )
+from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
 
 FUSED, REFERENCE = NumbaTreeKernels(), ReferenceTreeKernels(np)
@@ -181,11 +181,9 @@ def test_histograms_do_not_depend_on_the_thread_count():
     rows = rng.permutation(n).astype(np.int64)
     g, h = rng.normal(size=n), rng.random(n)
     fact, dimension = flat_of(codes, None, None, n, width), flat_of(dim, index, fill, n, width)
-    before = numba.get_num_threads()
     results = []
-    try:
-        for threads in sorted({1, before}):
-            numba.set_num_threads(threads)
+    for threads in (1, 2, 3):
+        with kernel_threads(threads):
             results.append(
                 (
                     FUSED.node_histogram(fact, rows, g, h, np.zeros(1, dtype=np.bool_)),
@@ -193,8 +191,6 @@ def test_histograms_do_not_depend_on_the_thread_count():
                     FUSED.node_histogram(dimension, rows, g, h, np.ones(1, dtype=np.bool_)),
                 )
             )
-    finally:
-        numba.set_num_threads(before)
     for got in results[1:]:
         for a, b in zip(got, results[0]):
             np.testing.assert_array_equal(a, b)

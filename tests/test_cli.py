@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -25,7 +26,8 @@ def db(tmp_path):
 
 
 def test_help_everywhere(capsys):
-    for argv in (["--help"], *[[c, "--help"] for c in ("demo", "sql", "train", "explain", "models", "calibrate")]):
+    commands = ("demo", "sql", "train", "explain", "models", "calibrate", "warmup")
+    for argv in (["--help"], *[[c, "--help"] for c in commands]):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
         assert exit_.value.code == 0
@@ -132,6 +134,11 @@ def test_explain_and_demo(tmp_path, capsys):
     assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"strategy: {explained['strategy']} (predicted factorized ") and "why:" in out
+
+
+def test_warmup_readies_every_kernel(capsys):
+    assert cli.main(["warmup"]) == 0
+    assert re.search(r"ilargi warmup: \d+ kernels ready in [\d.]+ s", capsys.readouterr().out)
 
 
 def test_calibrate_on_the_tiny_grid(tmp_path, capsys):

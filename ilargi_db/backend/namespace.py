@@ -122,9 +122,13 @@ def _kernels(name: str) -> Any:
 
 @functools.cache
 def _tree_kernels(name: str) -> Any:
-    from ilargi_db.backend.tree_kernels import NumbaTreeKernels, ReferenceTreeKernels
+    if name == "numpy":
+        from ilargi_db.backend.tree_kernels import NumbaTreeKernels
 
-    return NumbaTreeKernels() if name == "numpy" else ReferenceTreeKernels(_cupy_backend().xp)
+        return NumbaTreeKernels()
+    from ilargi_db.backend.tree_reference import ReferenceTreeKernels
+
+    return ReferenceTreeKernels(_cupy_backend().xp)
 
 
 @functools.cache

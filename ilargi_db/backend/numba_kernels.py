@@ -1,11 +1,14 @@
-"""The kernels of :mod:`ilargi_db.backend.kernels`, each fused into one multi-threaded numba pass.
+"""The kernels of :mod:`ilargi_db.backend.kernels`, each fused into one pass over row tiles or chunks.
 
-Each ``_``-function is a small jitted loop (``parallel=True``, ``cache=True``: compiled once per
-machine, then loaded from numba's cache). Reductions (segment sums, per-label sums, the log-loss) run
-over a fixed number of row chunks that depends on the shapes only, each chunk with its own
-accumulators merged in chunk order: no races, and results that do not depend on the thread count.
-:class:`NumbaKernels` adapts shapes (a missing dense block or index becomes an empty array) and is
-tested against :class:`~ilargi_db.backend.kernels.ReferenceKernels`.
+Each ``_``-function is a small jitted loop over a range of tasks (row tiles of an elementwise kernel, row chunks
+of a reduction); :func:`~ilargi_db.backend.parallel.run` hands the ranges to as many threads as there are free
+cores. Reductions (segment sums, per-label sums, the log-loss) run over a fixed number of row chunks that depends
+on the shapes only, each chunk with its own accumulators, merged in chunk order: no races, and results that do
+not depend on the thread count. Each is entered through a :class:`~ilargi_db.backend.compiled.Kernel` of
+explicit signatures (float64 values, int32 or int64 positions, C order: a column-major block or index is passed
+transposed), so nothing compiles in the middle of a job. :class:`NumbaKernels` adapts shapes and types (a missing
+dense block or index becomes an empty array) and is tested against
+:class:`~ilargi_db.backend.kernels.ReferenceKernels`.
 """
 
 from __future__ import annotations
@@ -14,11 +17,28 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba import types as nt
+
+from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.parallel import run
 
 TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
+PARALLEL_TILES = 16  # tiles per thread at least (32,768 rows): below that a thread costs more than it saves
 CHUNK_ROWS = 1 << 14  # rows per chunk of a reduction, at least
 MAX_CHUNKS = 8
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together (small: no page faults)
+
+# One type per role. Values float64; positions int32 (the normalized matrix's stacked index) or int64 (a block
+# of 2^31 rows or more, or a caller's); every array C order, a column-major (n x a) block passed as its
+# transpose (a x n), C order at any width (numba types an (n x 1) array C, not F).
+# Arrays a kernel only reads are typed read-only (writable ones are taken too): IN_* below, and index types.
+F64, I64 = nt.float64, nt.int64
+POSITIONS = (nt.int32, nt.int64)
+IN_1, IN_2, IN_3 = read_only(F64[::1]), read_only(F64[:, ::1]), read_only(F64[:, :, ::1])
+ROWS_T = IN_2  # a transposed column-major block
+LABELS = read_only(I64[::1])
+INDEX_T = {p: read_only(p[:, ::1]) for p in POSITIONS}  # a transposed index (t x n)
+GATHER = {p: read_only(p[::1]) for p in POSITIONS}  # one block's positions
 
 
 # Style of every kernel: tiles (or chunks) of rows; inside one, column by column over contiguous slices
@@ -26,10 +46,10 @@ ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, togethe
 # non-negative); gathered positions are cast to unsigned so no negative-index wraparound is checked.
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_sum_1d(dense, w, index, tables, out):  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _gather_sum_1d(dense, w, index, tables, out, first, last):  # pragma: no cover - compiled
     n, a, t = out.shape[0], dense.shape[1], index.shape[1]
-    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+    for tile in range(first, last):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         acc = out[start:stop]
@@ -42,6 +62,11 @@ def _gather_sum_1d(dense, w, index, tables, out):  # pragma: no cover - compiled
             rows, table = index[start:stop, k], tables[k]
             for i in range(stop - start):
                 acc[i] += table[numba.uint64(rows[i])]
+
+
+@kernel([nt.void(ROWS_T, IN_1, INDEX_T[p], IN_2, F64[::1], I64, I64) for p in POSITIONS])
+def _gather_sum_1d_entry(dense_t, w, index_t, tables, out, first, last):  # pragma: no cover - compiled
+    _gather_sum_1d(dense_t.T, w, index_t.T, tables, out, first, last)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -62,10 +87,10 @@ def _add_rows(dense, w, index, tables, start, stop, acc):  # pragma: no cover - 
                 acc[i, q] += row[q]
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_sum_2d(dense, w, index, tables, out):  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _gather_sum_2d(dense, w, index, tables, out, first, last):  # pragma: no cover - compiled
     n = out.shape[0]
-    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+    for tile in range(first, last):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         acc = out[start:stop]
@@ -73,13 +98,16 @@ def _gather_sum_2d(dense, w, index, tables, out):  # pragma: no cover - compiled
         _add_rows(dense, w, index, tables, start, stop, acc)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _segment_sums_1d(dense, index, n_table_rows, v, chunks):  # pragma: no cover - compiled
+@kernel([nt.void(ROWS_T, IN_2, INDEX_T[p], IN_3, F64[:, ::1], I64, I64) for p in POSITIONS])
+def _gather_sum_2d_entry(dense_t, w, index_t, tables, out, first, last):  # pragma: no cover - compiled
+    _gather_sum_2d(dense_t.T, w, index_t.T, tables, out, first, last)
+
+
+@numba.njit(cache=True, nogil=True)
+def _segment_sums_1d(dense, index, v, head, sums, first, last):  # pragma: no cover - compiled
     n, a, t = v.shape[0], dense.shape[1], index.shape[1]
-    size = (n + chunks - 1) // chunks
-    head = np.zeros((chunks, a))
-    sums = np.zeros((chunks, t, n_table_rows))
-    for c in numba.prange(chunks):
+    size = (n + head.shape[0] - 1) // head.shape[0]  # rows per chunk: head and sums hold one row per chunk
+    for c in range(first, last):
         start = c * size
         stop = min(n, start + size)
         values = v[start:stop]
@@ -92,21 +120,19 @@ def _segment_sums_1d(dense, index, n_table_rows, v, chunks):  # pragma: no cover
             rows, acc = index[start:stop, k], sums[c, k]
             for i in range(stop - start):
                 acc[numba.uint64(rows[i])] += values[i]
-    total_head = np.zeros(a)
-    total = np.zeros((t, n_table_rows))
-    for c in range(chunks):  # chunk order: the same sums whatever the thread count
-        total_head += head[c]
-        total += sums[c]
-    return total_head, total
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma: no cover - compiled
+@kernel([nt.void(ROWS_T, INDEX_T[p], IN_1, F64[:, ::1], F64[:, :, ::1], I64, I64) for p in POSITIONS])
+def _segment_sums_1d_entry(dense_t, index_t, v, head, sums, first, last):  # pragma: no cover - compiled
+    _segment_sums_1d(dense_t.T, index_t.T, v, head, sums, first, last)
+
+
+@kernel([nt.void(GATHER[p], GATHER[p], read_only(F64[:, :]), IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
+def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pragma: no cover - compiled
     n, c = scatter.shape[0], table.shape[1]
     gathered, weighted = gather.shape[0] == n, weights.shape[0] == n
-    size = (n + chunks - 1) // chunks
-    sums = np.zeros((chunks, n_out, c))
-    for chunk in numba.prange(chunks):
+    size = (n + sums.shape[0] - 1) // sums.shape[0]
+    for chunk in range(first, last):
         acc = sums[chunk]
         for i in range(chunk * size, min(n, (chunk + 1) * size)):
             source = numba.uint64(gather[i]) if gathered else numba.uint64(i)
@@ -114,16 +140,12 @@ def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma
             w = weights[i] if weighted else 1.0
             for j in range(c):
                 acc[target, j] += w * table[source, j]
-    total = np.zeros((n_out, c))
-    for chunk in range(chunks):
-        total += sums[chunk]
-    return total
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _nearest(dense, w, index, tables, offsets, labels, best, first, last):  # pragma: no cover - compiled
     n, m = labels.shape[0], offsets.shape[0]
-    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+    for tile in range(first, last):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         scores = np.empty((stop - start, m))
@@ -139,13 +161,16 @@ def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cove
             best[start + i] = low
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _label_sums(dense, index, n_table_rows, labels, m, chunks):  # pragma: no cover - compiled
+@kernel([nt.void(ROWS_T, IN_2, INDEX_T[p], IN_3, IN_1, I64[::1], F64[::1], I64, I64) for p in POSITIONS])
+def _nearest_entry(dense_t, w, index_t, tables, offsets, labels, best, first, last):  # pragma: no cover - compiled
+    _nearest(dense_t.T, w, index_t.T, tables, offsets, labels, best, first, last)
+
+
+@numba.njit(cache=True, nogil=True)
+def _label_sums(dense, index, labels, head, counts, first, last):  # pragma: no cover - compiled
     n, a, t = labels.shape[0], dense.shape[1], index.shape[1]
-    size = (n + chunks - 1) // chunks
-    head = np.zeros((chunks, m, a))
-    counts = np.zeros((chunks, t, n_table_rows, m))
-    for c in numba.prange(chunks):
+    size = (n + head.shape[0] - 1) // head.shape[0]
+    for c in range(first, last):
         start = c * size
         stop = min(n, start + size)
         groups = labels[start:stop]
@@ -157,18 +182,17 @@ def _label_sums(dense, index, n_table_rows, labels, m, chunks):  # pragma: no co
             rows, acc = index[start:stop, k], counts[c, k]
             for i in range(stop - start):
                 acc[numba.uint64(rows[i]), numba.uint64(groups[i])] += 1.0
-    total_head = np.zeros((m, a))
-    total = np.zeros((t, n_table_rows, m))
-    for c in range(chunks):
-        total_head += head[c]
-        total += counts[c]
-    return total_head, total
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _multiplicative_update(W, numerator, gram, epsilon):  # pragma: no cover - compiled
+@kernel([nt.void(ROWS_T, INDEX_T[p], LABELS, F64[:, :, ::1], F64[:, :, :, ::1], I64, I64) for p in POSITIONS])
+def _label_sums_entry(dense_t, index_t, labels, head, counts, first, last):  # pragma: no cover - compiled
+    _label_sums(dense_t.T, index_t.T, labels, head, counts, first, last)
+
+
+@numba.njit(cache=True, nogil=True)
+def _multiplicative_update(W, numerator, gram, epsilon, first, last):  # pragma: no cover - compiled
     n, r = W.shape
-    for tile in numba.prange((n + TILE_ROWS - 1) // TILE_ROWS):
+    for tile in range(first, last):
         start = tile * TILE_ROWS
         stop = min(n, start + TILE_ROWS)
         denominator = np.zeros((stop - start, r))
@@ -184,12 +208,16 @@ def _multiplicative_update(W, numerator, gram, epsilon):  # pragma: no cover - c
                 W[start + i, q] *= numerator[start + i, q] / (d if d != 0 else epsilon)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _logistic_loss_residual(z, y, chunks):  # pragma: no cover - compiled
+@kernel([nt.void(F64[:, ::1], IN_2, IN_2, F64, I64, I64)])
+def _multiplicative_update_entry(W_t, numerator, gram, epsilon, first, last):  # pragma: no cover - compiled
+    _multiplicative_update(W_t.T, numerator, gram, epsilon, first, last)
+
+
+@kernel([nt.void(F64[::1], IN_1, F64[::1], I64, I64)])
+def _logistic_loss_residual(z, y, partial, first, last):  # pragma: no cover - compiled
     n = z.shape[0]
-    size = (n + chunks - 1) // chunks
-    partial = np.zeros(chunks)
-    for c in numba.prange(chunks):
+    size = (n + partial.shape[0] - 1) // partial.shape[0]
+    for c in range(first, last):
         start = c * size
         stop = min(n, start + size)
         scores, labels, s = z[start:stop], y[start:stop], 0.0
@@ -201,10 +229,6 @@ def _logistic_loss_residual(z, y, chunks):  # pragma: no cover - compiled
             s += max(zi, 0.0) + np.log1p(e) - labels[i] * zi
             scores[i] = (1.0 if zi >= 0 else e) / (1.0 + e) - labels[i]
         partial[c] = s
-    total = 0.0
-    for c in range(chunks):
-        total += partial[c]
-    return total
 
 
 def _chunks(n: int, accumulator_cells: int) -> int:
@@ -214,79 +238,132 @@ def _chunks(n: int, accumulator_cells: int) -> int:
     return int(min(MAX_CHUNKS, by_rows, by_memory))
 
 
+def _in_chunk_order(parts: np.ndarray) -> np.ndarray:
+    """The sum of a reduction's per-chunk accumulators, added in chunk order: the same sums whatever the threads."""
+    total = np.zeros(parts.shape[1:])
+    for part in parts:
+        total += part
+    return total
+
+
+def _tiles(n: int) -> int:
+    return (n + TILE_ROWS - 1) // TILE_ROWS
+
+
+def _block_t(block: Any, n: int) -> np.ndarray:
+    """A dense block (n x a) as the kernels take it: float64, column-major, transposed (a x n, C order)."""
+    if block is None:
+        return np.empty((0, n))
+    return np.asfortranarray(block, dtype=np.float64).T
+
+
+def _index_t(index: Any, n: int) -> np.ndarray:
+    """An index (n x t) as the kernels take it: int32 or int64 positions, column-major, transposed (t x n)."""
+    if index is None:
+        return np.empty((0, n), dtype=np.int32)
+    return np.asfortranarray(index, dtype=_positions(index)).T
+
+
+def _positions(*indices: Any) -> type:
+    """int32 where every index is int32 (or narrower), else int64: one of the kernels' two position types."""
+    narrow = all(np.dtype(i.dtype).itemsize <= 4 and np.dtype(i.dtype).kind in "iu" for i in indices)
+    return np.int32 if narrow and all(np.dtype(i.dtype) != np.uint32 for i in indices) else np.int64
+
+
+def _f64(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy where it is read-only (an array a kernel writes to)."""
+    return a if a.flags.writeable else a.copy(order="K")
+
+
 class NumbaKernels:
     """Fused CPU kernels with the contract of :class:`~ilargi_db.backend.kernels.ReferenceKernels`."""
 
     xp = np
 
-    @staticmethod
-    def _parts(dense: Any, index: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
-        dense = np.empty((n, 0)) if dense is None else dense
-        index = np.empty((n, 0), dtype=np.int64) if index is None else index
-        return dense, index
-
     def gather_sum(self, dense: Any, w_dense: Any, index: Any, tables: Any) -> Any:
         n = (dense if dense is not None else index).shape[0]
         columns = (w_dense if w_dense is not None else tables[0, :1]).shape[1:]
-        dense, index = self._parts(dense, index, n)
-        w_dense = np.zeros((0, *columns)) if w_dense is None else np.ascontiguousarray(w_dense, dtype=np.float64)
-        tables = np.zeros((0, 1, *columns)) if tables is None else np.ascontiguousarray(tables, dtype=np.float64)
+        w_dense = np.zeros((0, *columns)) if w_dense is None else _f64(w_dense)
+        tables = np.zeros((0, 1, *columns)) if tables is None else _f64(tables)
         out = np.empty((n, *columns))
-        (_gather_sum_1d if not columns else _gather_sum_2d)(dense, w_dense, index, tables, out)
+        entry = _gather_sum_1d_entry if not columns else _gather_sum_2d_entry
+        args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, out)
+        run(entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         return out
 
     def segment_sums(self, dense: Any, index: Any, n_table_rows: int, v: Any) -> tuple[Any, Any]:
         n = v.shape[0]
-        has_dense, has_index = dense is not None, index is not None
-        dense, index = self._parts(dense, index, n)
-        chunks = _chunks(n, index.shape[1] * n_table_rows + dense.shape[1])
-        rows = max(n_table_rows, 0)
+        dense_t, index_t = _block_t(dense, n), _index_t(index, n)
+        a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
+        chunks = _chunks(n, t * n_table_rows + a)
+
+        def one(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            head, sums = np.zeros((chunks, a)), np.zeros((chunks, t, rows))
+            run(_segment_sums_1d_entry.dispatcher, chunks, dense_t, index_t, values, head, sums)
+            return _in_chunk_order(head), _in_chunk_order(sums)
+
         if v.ndim == 1:
-            head, sums = _segment_sums_1d(dense, index, rows, np.ascontiguousarray(v, dtype=np.float64), chunks)
+            head, sums = one(_f64(v))
         else:
             # Column by column: per-chunk accumulators of (rows x columns) would outgrow the caches (and
             # cost page faults on every call); one column's stay small. Measured 8x faster at 8 columns.
             columns = np.asfortranarray(v, dtype=np.float64)
-            parts = [_segment_sums_1d(dense, index, rows, columns[:, j], chunks) for j in range(v.shape[1])]
+            parts = [one(columns[:, j]) for j in range(v.shape[1])]
             head = np.stack([p[0] for p in parts], axis=-1)
             sums = np.stack([p[1] for p in parts], axis=-1)
-        return (head if has_dense else None), (sums if has_index else None)
+        return (head if dense is not None else None), (sums if index is not None else None)
 
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         n = scatter.shape[0]
-        gather = np.empty(0, dtype=np.int64) if gather is None else gather
-        weights = np.empty(0) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        positions = _positions(scatter) if gather is None else _positions(scatter, gather)
+        gather = np.empty(0, dtype=positions) if gather is None else np.ascontiguousarray(gather, dtype=positions)
+        weights = np.empty(0) if weights is None else _f64(weights)
+        table = np.asarray(table, dtype=np.float64)
         chunks = _chunks(n, n_out * table.shape[1])
-        return _scatter_gathered(scatter, gather, np.asarray(table, dtype=np.float64), weights, n_out, chunks)
+        sums = np.zeros((chunks, n_out, table.shape[1]))
+        scatter = np.ascontiguousarray(scatter, dtype=positions)
+        run(_scatter_gathered.dispatcher, chunks, scatter, gather, table, weights, sums)
+        return _in_chunk_order(sums)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]
         m = offsets.shape[0]
-        dense, index = self._parts(dense, index, n)
-        w_dense = np.zeros((0, m)) if w_dense is None else np.ascontiguousarray(w_dense, dtype=np.float64)
-        tables = np.zeros((0, 1, m)) if tables is None else np.ascontiguousarray(tables, dtype=np.float64)
+        w_dense = np.zeros((0, m)) if w_dense is None else _f64(w_dense)
+        tables = np.zeros((0, 1, m)) if tables is None else _f64(tables)
         labels, best = np.empty(n, dtype=np.int64), np.empty(n)
-        _nearest(dense, w_dense, index, tables, np.ascontiguousarray(offsets, dtype=np.float64), labels, best)
+        args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, _f64(offsets), labels, best)
+        run(_nearest_entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         return labels, best
 
     def label_sums(self, dense: Any, index: Any, n_table_rows: int, labels: Any, k: int) -> tuple[Any, Any]:
         n = labels.shape[0]
-        has_dense, has_index = dense is not None, index is not None
-        dense, index = self._parts(dense, index, n)
-        chunks = _chunks(n, (index.shape[1] * n_table_rows + dense.shape[1]) * k)
+        dense_t, index_t = _block_t(dense, n), _index_t(index, n)
+        a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
+        chunks = _chunks(n, (t * n_table_rows + a) * k)
+        head, counts = np.zeros((chunks, k, a)), np.zeros((chunks, t, rows, k))
         labels = np.ascontiguousarray(labels, dtype=np.int64)
-        head, counts = _label_sums(dense, index, max(n_table_rows, 0), labels, k, chunks)
-        return (head if has_dense else None), (counts if has_index else None)
+        run(_label_sums_entry.dispatcher, chunks, dense_t, index_t, labels, head, counts)
+        head, counts = _in_chunk_order(head), _in_chunk_order(counts)
+        return (head if dense is not None else None), (counts if index is not None else None)
 
     def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
-        W = np.asfortranarray(W, dtype=np.float64)  # updated in place, column-major: X.T @ W reads columns
-        _multiplicative_update(W, numerator, np.ascontiguousarray(gram, dtype=np.float64), float(epsilon))
+        W = _own(np.asfortranarray(W, dtype=np.float64))  # updated in place, column-major: X.T @ W reads columns
+        args = (W.T, _f64(numerator), _f64(gram), float(epsilon))
+        run(_multiplicative_update_entry.dispatcher, _tiles(W.shape[0]), *args, min_tasks=PARALLEL_TILES)
         return W
 
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
-        z = np.ascontiguousarray(z, dtype=np.float64)
-        loss = _logistic_loss_residual(z, np.ascontiguousarray(y01, dtype=np.float64), _chunks(len(z), 1))
+        z = _own(_f64(z))
+        partial = np.zeros(_chunks(len(z), 1))
+        run(_logistic_loss_residual.dispatcher, len(partial), z, _f64(y01), partial)
+        loss = 0.0
+        for s in partial:  # chunk order
+            loss += s
         return float(loss), z
 
 
-__all__ = ["NumbaKernels"]
+__all__ = ["POSITIONS", "NumbaKernels"]

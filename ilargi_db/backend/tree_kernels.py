@@ -1,4 +1,4 @@
-"""The hot loops of histogram gradient boosting over binned blocks, fused (numba) and as a NumPy reference.
+"""The hot loops of histogram gradient boosting over binned blocks, each fused into one numba pass.
 
 The kernels read a binned matrix's blocks laid end to end (:class:`~ilargi_db.linalg.binned_matrix.FlatBins`):
 per block, its bins (source rows x width, uint8, or uint16 past 255 categories), the source row each
@@ -16,8 +16,8 @@ n_bins, 3)`` float64 (the kernels add rows into each feature's compact slots, th
 - :func:`add_tree`: a tree's leaf values added to the raw scores of rows given as dense bins.
 
 Reductions run over a number of row chunks that depends on the shapes only, merged in chunk order: the
-result does not depend on the thread count. :class:`ReferenceTreeKernels` writes each with ``xp`` array
-operations, the oracle of the fused ones (tests/test_backend_tree_kernels.py).
+result does not depend on the thread count. :class:`~ilargi_db.backend.tree_reference.ReferenceTreeKernels`
+writes each with ``xp`` array operations, the oracle of the fused ones (tests/test_backend_tree_kernels.py).
 """
 
 from __future__ import annotations
@@ -26,14 +26,30 @@ from typing import Any
 
 import numba
 import numpy as np
+from numba import types as nt
+
+from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.parallel import run
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
 PARTITION_CHUNK_ROWS = 1 << 13  # a partition pass reads a row's bins once: threads pay off on fewer rows
+PREDICT_ROWS = 1 << 15  # rows per thread at least of a prediction pass
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
 CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
 MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
 TIE = 1e-9  # gains within this relative distance are a tie: the first feature and bin win (strategies agree)
+
+# One type per role (the kernels' explicit signatures): bins uint8 or uint16 (bin_dtype), source positions int32
+# or int64 (FlatBins.index), training rows int64, sums float64, flags bool; arrays C order.
+# Arrays a kernel only reads are typed read-only (writable ones are taken too): the IN_* names.
+F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
+BINS = (nt.uint8, nt.uint16)
+POSITIONS = (nt.int32, nt.int64)
+BINS_AND_POSITIONS = [(b, p) for b in BINS for p in POSITIONS]
+IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
+IN_BINS = {b: read_only(b[::1]) for b in BINS}  # FlatBins.codes, fills
+IN_ROWS_BINS = {b: read_only(b[:, ::1]) for b in BINS}  # one block's bins, a row per training row
 
 
 def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int:
@@ -41,15 +57,26 @@ def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int
     return max(1, min(by_rows, ACCUMULATOR_BYTES // max(1, accumulator_bytes)))
 
 
-def _serial_and_parallel(kernel):
-    """A reduction over row chunks compiled twice: one thread for one chunk (a parallel region costs a wake-up
-    of every thread, and milliseconds when another process holds a core), threads for several."""
-    return (
-        numba.njit(cache=True, nogil=True)(kernel),
-        numba.njit(parallel=True, cache=True, nogil=True)(kernel),
-    )
+# fmt: off
+_NODE_HISTOGRAM_TYPES = [
+    nt.void(IN_BINS[b], IN_I64, IN_I64, IN_I64, IN_BINS[b], read_only(p[:, ::1]), IN_BOOL, IN_BOOL, IN_I64, IN_I64,
+            IN_F64, IN_F64, IN_I64, IN_I64, BOOL, F64[:, :, ::1], F64[:, ::1], F64[:, :, ::1], I64, I64)
+    for b, p in BINS_AND_POSITIONS
+]
+_NODE_HISTOGRAM_TOTAL_TYPES = [
+    (IN_BINS[b], IN_I64, IN_I64, IN_I64, IN_BINS[b], IN_BOOL, IN_I64, I64, IN_I64, IN_I64, IN_I64, IN_I64, BOOL,
+     read_only(F64[:, :, ::1]), read_only(F64[:, ::1]), F64[:, :, ::1])  # seg: merged into its first chunk
+    for b in BINS
+]
+_PARTITION_COUNTS_TYPES = [
+    nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, BOOL, IN_F64, IN_F64, IN_I64, IN_I64, BOOL,
+            F64[:, :, ::1], I64[::1], I64, I64)
+    for b in BINS
+]
+# fmt: on
 
 
+@kernel(_NODE_HISTOGRAM_TYPES)
 def _node_histogram(
     codes,
     code_start,
@@ -63,22 +90,21 @@ def _node_histogram(
     rows,
     g,
     h,
-    n_bins,
     column_slot,
     column_bins,
-    slot_start,
-    value_bins,
     unit_hessian,
-    chunks,
+    acc,
+    hess,
+    seg,
+    first,
+    last,
 ):  # pragma: no cover - compiled
     # Each feature's histogram is stored compactly while rows are added (its value bins, then missing: a few
     # kilobytes that stay in L1): block column j's bin b at column_slot[j] + min(b, column_bins[j]).
-    m, t, n_features = rows.shape[0], widths.shape[0], value_bins.shape[0]
-    acc = np.zeros((chunks, slot_start[n_features], 2))  # (g, rows); h is summed apart unless it is 1
-    hess = np.zeros((chunks, 1 if unit_hessian else slot_start[n_features]))
-    seg = np.zeros((chunks, seg_start[t], 3))
+    # Per chunk: acc (g, rows) per slot, hess (h per slot, unless unit_hessian), seg (g, h, 1) per source row.
+    m, t, chunks = rows.shape[0], widths.shape[0], acc.shape[0]
     size = (m + chunks - 1) // chunks
-    for k in numba.prange(chunks):
+    for k in range(first, last):
         part, sums, part_h = acc[k], seg[k], hess[k]
         for i in range(k * size, min(m, (k + 1) * size)):
             r = rows[i]
@@ -100,6 +126,29 @@ def _node_histogram(
                     part[slot, 1] += 1.0
                     if not unit_hessian:
                         part_h[slot] += hi
+
+
+@kernel(_NODE_HISTOGRAM_TOTAL_TYPES)
+def _node_histogram_total(
+    codes,
+    code_start,
+    widths,
+    first_column,
+    fills,
+    segment,
+    seg_start,
+    n_bins,
+    column_slot,
+    column_bins,
+    slot_start,
+    value_bins,
+    unit_hessian,
+    acc,
+    hess,
+    seg,
+):  # pragma: no cover - compiled
+    """:func:`_node_histogram`'s chunks merged in chunk order, segment sums binned, spread to (features, bins, 3)."""
+    t, n_features, chunks = widths.shape[0], value_bins.shape[0], acc.shape[0]
     compact = np.zeros((slot_start[n_features], 3))
     for k in range(chunks):
         compact[:, 0] += acc[k, :, 0]
@@ -132,16 +181,15 @@ def _node_histogram(
     return out
 
 
-_NODE_HISTOGRAM = _serial_and_parallel(_node_histogram)
-
-
-def _rows_histogram(codes, rows, g, h, slots, bins, n_slots, unit_hessian, chunks):  # pragma: no cover - compiled
+@kernel(
+    [nt.void(IN_ROWS_BINS[b], IN_I64, IN_F64, IN_F64, IN_I64, IN_I64, BOOL, F64[:, :, ::1], I64, I64) for b in BINS]
+)
+def _rows_histogram(codes, rows, g, h, slots, bins, unit_hessian, acc, first, last):  # pragma: no cover - compiled
     """The common case of :func:`_node_histogram`: one block of every feature, row by row (the materialized
-    join's, or the fact's with its narrow dimensions gathered in); compact (g, h, rows) per slot."""
-    m, w = rows.shape[0], codes.shape[1]
-    acc = np.zeros((chunks, n_slots, 3))
+    join's, or the fact's with its narrow dimensions gathered in); compact (g, h, rows) per slot and chunk."""
+    m, w, chunks = rows.shape[0], codes.shape[1], acc.shape[0]
     size = (m + chunks - 1) // chunks
-    for k in numba.prange(chunks):
+    for k in range(first, last):
         part = acc[k]
         for i in range(k * size, min(m, (k + 1) * size)):
             r = rows[i]
@@ -152,18 +200,9 @@ def _rows_histogram(codes, rows, g, h, slots, bins, n_slots, unit_hessian, chunk
                 if not unit_hessian:
                     part[slot, 1] += hi
                 part[slot, 2] += 1.0
-    compact = acc[0]
-    for k in range(1, chunks):
-        compact += acc[k]
-    if unit_hessian:
-        compact[:, 1] = compact[:, 2]
-    return compact
 
 
-_ROWS_HISTOGRAM = _serial_and_parallel(_rows_histogram)
-
-
-@numba.njit(cache=True, nogil=True)
+@kernel([(read_only(F64[:, ::1]), IN_I64, IN_I64, IN_I64, I64)])
 def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cover - compiled
     out = np.zeros((value_bins.shape[0], n_bins, 3))
     for j in range(columns.shape[0]):
@@ -174,7 +213,12 @@ def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cov
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(
+    [
+        (I64[::1], I64, I64, IN_BINS[b], I64, I64, read_only(p[:]), BOOL, I64, IN_BOOL, I64[::1])  # a strided column
+        for b, p in BINS_AND_POSITIONS
+    ]
+)
 def _partition_rows(
     rows, start, stop, codes, base, width, index, identity, fill, goes_left, scratch
 ):  # pragma: no cover
@@ -194,7 +238,13 @@ def _partition_rows(
     return left
 
 
-@numba.njit(cache=True, nogil=True)
+_PARTITION_HISTOGRAM_ARGS = [
+    (I64[::1], I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], BOOL, IN_F64, IN_F64, IN_I64, IN_I64, I64, BOOL)
+    for b in BINS
+]
+
+
+@kernel(_PARTITION_HISTOGRAM_ARGS)
 def _partition_histogram(
     rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian
 ):  # pragma: no cover - compiled
@@ -227,19 +277,16 @@ def _partition_histogram(
     return left, acc
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _partition_histogram_chunked(
-    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian, chunks
+@kernel(_PARTITION_COUNTS_TYPES)
+def _partition_counts(
+    rows, start, stop, codes, column, goes_left, build_left, g, h, slots, bins, unit_hessian, acc, lefts, first, last
 ):  # pragma: no cover - compiled
-    """:func:`_partition_histogram` over ``chunks`` row chunks on several threads: each chunk counts its sides and
-    adds its rows of the built side to its own histogram, then writes its rows where the counts before it say
-    (both sides in the node's order, as the one-pass kernel leaves them); histograms merged in chunk order."""
-    m = stop - start
+    """:func:`_partition_histogram` over row chunks, first pass: each chunk counts its rows going left and adds its
+    rows of the built side to its own histogram (merged in chunk order by the caller)."""
+    m, chunks = stop - start, acc.shape[0]
     size = (m + chunks - 1) // chunks
-    acc = np.zeros((chunks, n_slots, 3))
-    lefts = np.zeros(chunks, dtype=np.int64)
     w = codes.shape[1]
-    for k in numba.prange(chunks):
+    for k in range(first, last):
         part = acc[k]
         count = 0
         for i in range(start + k * size, min(stop, start + (k + 1) * size)):
@@ -255,8 +302,16 @@ def _partition_histogram_chunked(
                         part[slot, 1] += hi
                     part[slot, 2] += 1.0
         lefts[k] = count
+
+
+@kernel([nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], IN_I64, I64, I64) for b in BINS])
+def _partition_write(rows, start, stop, codes, column, goes_left, scratch, lefts, first, last):  # pragma: no cover
+    """Second pass: each chunk writes its rows where the counts before it say (both sides in the node's order, as
+    the one-pass kernel leaves them)."""
+    m, chunks = stop - start, lefts.shape[0]
+    size = (m + chunks - 1) // chunks
     n_left = lefts.sum()
-    for k in numba.prange(chunks):
+    for k in range(first, last):
         left = lefts[:k].sum()
         right = n_left + (k * size - left)
         for i in range(start + k * size, min(stop, start + (k + 1) * size)):
@@ -267,13 +322,6 @@ def _partition_histogram_chunked(
             else:
                 scratch[right] = r
                 right += 1
-    rows[start:stop] = scratch[:m]
-    out = acc[0]
-    for k in range(1, chunks):
-        out += acc[k]
-    if unit_hessian:
-        out[:, 1] = out[:, 2]
-    return n_left, out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -281,7 +329,7 @@ def _score(g, h, l2):  # pragma: no cover - compiled
     return g * g / (h + l2)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1])])
 def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
     """Best (gain, column) over the columns of ``hist``; ``goes_left[b]`` of the winner filled in place."""
     c, width = hist.shape[0], hist.shape[1]
@@ -367,45 +415,86 @@ def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
     return best_gain, best_column
 
 
-def _add_tree(codes, feature, goes_left, left, right, value, out):  # pragma: no cover - compiled
-    for i in numba.prange(codes.shape[0]):
+@kernel(
+    [
+        nt.void(IN_ROWS_BINS[b], IN_I64, read_only(BOOL[:, ::1]), IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)
+        for b in BINS
+    ]
+)
+def _add_tree(codes, feature, goes_left, left, right, value, out, first, last):  # pragma: no cover - compiled
+    for i in range(first, last):
         node = 0
         while left[node] >= 0:
             node = left[node] if goes_left[node, codes[i, feature[node]]] else right[node]
         out[i] += value[node]
 
 
-_ADD_TREE = _serial_and_parallel(_add_tree)
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _add_leaf_values(rows, starts, stops, values, raw):  # pragma: no cover - compiled
-    for leaf in numba.prange(starts.shape[0]):  # the leaves' rows do not overlap
+@kernel([nt.void(IN_I64, IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)])
+def _add_leaf_values(rows, starts, stops, values, raw, first, last):  # pragma: no cover - compiled
+    for leaf in range(first, last):  # the leaves' rows do not overlap
         value = values[leaf]
         for i in range(starts[leaf], stops[leaf]):
             raw[rows[i]] += value
 
 
+def _bins(codes: Any) -> np.ndarray:
+    """Bins as the kernels take them: uint8 or uint16, C order (wider codes must fit uint16: MAX_BINS)."""
+    codes = np.asarray(codes)
+    return np.ascontiguousarray(codes if codes.dtype in (np.uint8, np.uint16) else codes.astype(np.uint16))
+
+
+def _i64(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _f64(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _flags(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.bool_)
+
+
+def _positions(index: Any) -> np.ndarray:
+    """Source positions as the kernels take them: int32 or int64, C order."""
+    narrow = index.dtype.kind in "iu" and index.dtype.itemsize < 4 or index.dtype == np.int32
+    return np.ascontiguousarray(index, dtype=np.int32 if narrow else np.int64)
+
+
 class NumbaTreeKernels:
-    """The tree kernels, each one fused numba pass (several threads for a node of several chunks of rows)."""
+    """The tree kernels, each one fused numba pass (on the free cores for a node of several chunks of rows)."""
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source
         row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
         seg_start = flat.segment_start(segment)
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
+        rows, g, h, n_slots = _i64(rows), _f64(g), _f64(h), int(flat.slot_start[-1])
+        slots, bins = _i64(flat.column_slot), _i64(flat.column_bins)
         if flat.rowwise:
-            codes = flat.codes.reshape(-1, int(flat.widths[0]))
-            slots, bins = flat.column_slot, flat.column_bins
-            compact = _ROWS_HISTOGRAM[chunks > 1](
-                codes, rows, g, h, slots, bins, int(flat.slot_start[-1]), unit_hessian, chunks
-            )
-            return _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
-        kernel = _NODE_HISTOGRAM[chunks > 1]
-        return kernel(
-            flat.codes, flat.code_start, flat.widths, flat.first_column, flat.fills, flat.index, flat.identity,
-            segment, seg_start, rows, g, h, flat.n_bins, flat.column_slot, flat.column_bins, flat.slot_start,
-            flat.value_bins, unit_hessian, chunks,
+            codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
+            acc = np.zeros((chunks, n_slots, 3))
+            run(_rows_histogram.dispatcher, chunks, codes, rows, g, h, slots, bins, unit_hessian, acc)
+            compact = acc[0]
+            for k in range(1, chunks):  # chunk order
+                compact += acc[k]
+            if unit_hessian:
+                compact[:, 1] = compact[:, 2]
+            return _spread(compact, _i64(flat.columns), _i64(flat.slot_start), _i64(flat.value_bins), flat.n_bins)
+        codes, fills = _bins(flat.codes), _bins(flat.fills)
+        code_start, widths, first_column = _i64(flat.code_start), _i64(flat.widths), _i64(flat.first_column)
+        segment = _flags(segment)
+        acc = np.zeros((chunks, n_slots, 2))  # (g, rows); h is summed apart unless it is 1
+        hess = np.zeros((chunks, 1 if unit_hessian else n_slots))
+        seg = np.zeros((chunks, int(seg_start[-1]), 3))
+        run(
+            _node_histogram.dispatcher, chunks, codes, code_start, widths, first_column, fills,
+            _positions(flat.index), _flags(flat.identity), segment, seg_start, rows, g, h, slots, bins, unit_hessian,
+            acc, hess, seg,
+        )  # fmt: skip
+        return _node_histogram_total(
+            codes, code_start, widths, first_column, fills, segment, seg_start, flat.n_bins, slots, bins,
+            _i64(flat.slot_start), _i64(flat.value_bins), unit_hessian, acc, hess, seg,
         )  # fmt: skip
 
     def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
@@ -413,18 +502,21 @@ class NumbaTreeKernels:
         b, j = flat.feature_at(feature)
         base = int(flat.code_start[b]) + j
         fill = int(flat.fills[flat.first_column[b] + j])
+        index = flat.index[:, b]
+        if index.dtype not in (np.int32, np.int64):
+            index = index.astype(np.int64)
         return int(
             _partition_rows(
                 rows,
                 start,
                 stop,
-                flat.codes,
+                _bins(flat.codes),
                 base,
                 int(flat.widths[b]),
-                flat.index[:, b],
+                index,
                 bool(flat.identity[b]),
                 fill,
-                goes_left,
+                _flags(goes_left),
                 scratch,
             )
         )
@@ -445,102 +537,49 @@ class NumbaTreeKernels:
     ) -> tuple[int, np.ndarray]:
         """:meth:`partition_rows`, and the histogram of the left (``build_left``) or right rows, in one pass: for
         a layout of one block read row by row (:attr:`FlatBins.rowwise`)."""
-        codes = flat.codes.reshape(-1, int(flat.widths[0]))
+        codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
         _, column = flat.feature_at(feature)
-        args = (rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, flat.column_slot,
-                flat.column_bins, int(flat.slot_start[-1]), unit_hessian)  # fmt: skip
-        chunks = _chunks(stop - start, int(flat.slot_start[-1]) * 24, PARTITION_CHUNK_ROWS)
-        if chunks > 1:
-            n_left, compact = _partition_histogram_chunked(*args, chunks)
+        g, h, goes_left = _f64(g), _f64(h), _flags(goes_left)
+        slots, bins, n_slots = _i64(flat.column_slot), _i64(flat.column_bins), int(flat.slot_start[-1])
+        chunks = _chunks(stop - start, n_slots * 24, PARTITION_CHUNK_ROWS)
+        if chunks == 1:
+            n_left, compact = _partition_histogram(
+                rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots,
+                unit_hessian,
+            )  # fmt: skip
         else:
-            n_left, compact = _partition_histogram(*args)
-        return int(n_left), _spread(compact, flat.columns, flat.slot_start, flat.value_bins, flat.n_bins)
+            acc, lefts = np.zeros((chunks, n_slots, 3)), np.zeros(chunks, dtype=np.int64)
+            run(
+                _partition_counts.dispatcher, chunks, rows, start, stop, codes, column, goes_left, build_left, g, h,
+                slots, bins, unit_hessian, acc, lefts,
+            )  # fmt: skip
+            run(_partition_write.dispatcher, chunks, rows, start, stop, codes, column, goes_left, scratch, lefts)
+            n_left = int(lefts.sum())
+            rows[start:stop] = scratch[: stop - start]
+            compact = acc[0]
+            for k in range(1, chunks):  # chunk order
+                compact += acc[k]
+            if unit_hessian:
+                compact[:, 1] = compact[:, 2]
+        columns, slot_start, value_bins = _i64(flat.columns), _i64(flat.slot_start), _i64(flat.value_bins)
+        return int(n_left), _spread(compact, columns, slot_start, value_bins, flat.n_bins)
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
-        gain, column = _best_split(hist, n_bins, categorical, missing_bin, l2, float(min_rows), goes_left)
+        args = (_f64(hist), _i64(n_bins), _flags(categorical), int(missing_bin), float(l2), float(min_rows))
+        gain, column = _best_split(*args, goes_left)
         return float(gain), int(column)
 
     def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
         """``raw[rows[starts[k]:stops[k]]] += values[k]`` for every leaf k (ranges that do not overlap)."""
-        _add_leaf_values(rows, starts, stops, values, raw)
+        starts, stops = _i64(starts), _i64(stops)
+        leaves = len(starts)
+        rows_per_leaf = max(1, int((stops - starts).sum()) // max(1, leaves))
+        min_leaves = max(1, PREDICT_ROWS // rows_per_leaf)  # each thread adds PREDICT_ROWS rows at least
+        run(_add_leaf_values.dispatcher, leaves, rows, starts, stops, _f64(values), raw, min_tasks=min_leaves)
 
     def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
-        _ADD_TREE[len(codes) >= 2 * CHUNK_ROWS](codes, feature, goes_left, left, right, value, out)
+        args = (_bins(codes), _i64(feature), _flags(goes_left), _i64(left), _i64(right), _f64(value), out)
+        run(_add_tree.dispatcher, len(codes), *args, min_tasks=PREDICT_ROWS)
 
 
-class ReferenceTreeKernels:
-    """The tree kernels as plain array operations of ``xp`` (the oracle, several passes each)."""
-
-    def __init__(self, xp: Any = np):
-        self.xp = xp
-
-    def _bins(self, flat, b: int, rows):
-        """Every column of block ``b`` for ``rows``: (rows, width) bins, empty rows taking the fill."""
-        xp = self.xp
-        w, start = int(flat.widths[b]), int(flat.code_start[b])
-        table = flat.codes[start : start + int(flat.source_rows[b]) * w].reshape(-1, w)
-        fill = flat.fills[int(flat.first_column[b]) : int(flat.first_column[b]) + w]
-        if flat.identity[b]:
-            return table[rows]
-        taken = flat.index[rows, b].astype(xp.int64)
-        return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
-
-    def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
-        xp = self.xp
-        out = xp.zeros((flat.columns.shape[0], flat.n_bins, 3))
-        for b in range(len(flat.widths)):
-            bins = self._bins(flat, b, rows).astype(xp.int64)
-            for j in range(int(flat.widths[b])):
-                f = int(flat.columns[int(flat.first_column[b]) + j])
-                for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
-                    out[f, :, q] = xp.bincount(bins[:, j], weights=weights, minlength=flat.n_bins)
-        return out
-
-    def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
-        xp = self.xp
-        b, j = flat.feature_at(feature)
-        node = rows[start:stop]
-        left = goes_left[self._bins(flat, b, node)[:, j]]
-        rows[start:stop] = xp.concatenate([node[left], node[~left]])
-        return int(left.sum())
-
-    def partition_histogram(
-        self,
-        rows,
-        start: int,
-        stop: int,
-        flat,
-        feature: int,
-        goes_left,
-        scratch,
-        build_left: bool,
-        g,
-        h,
-        unit_hessian: bool = False,
-    ):
-        n_left = self.partition_rows(rows, start, stop, flat, feature, goes_left, scratch)
-        side = rows[start : start + n_left] if build_left else rows[start + n_left : stop]
-        return n_left, self.node_histogram(flat, side, g, h, None, unit_hessian)
-
-    def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
-        # The split search runs on the host over a few kilobytes: the compiled search is its own reference.
-        return NumbaTreeKernels().best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
-
-    def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
-        for start, stop, value in zip(starts, stops, values):
-            raw[rows[int(start) : int(stop)]] += value
-
-    def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
-        xp = self.xp
-        node = xp.zeros(codes.shape[0], dtype=xp.int64)
-        for _ in range(len(feature)):  # at most one step per node
-            inner = left[node] >= 0
-            if not bool(inner.any()):
-                break
-            bins = codes[xp.arange(codes.shape[0]), xp.maximum(feature[node], 0)]
-            step = xp.where(goes_left[node, bins], left[node], right[node])
-            node = xp.where(inner, step, node)
-        out += value[node]
-
-
-__all__ = ["CATEGORY_SMOOTHING", "MIN_HESSIAN", "TIE", "NumbaTreeKernels", "ReferenceTreeKernels"]
+__all__ = ["CATEGORY_SMOOTHING", "MIN_HESSIAN", "TIE", "NumbaTreeKernels"]

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ilargi_db.backend.parallel import other_running_tasks
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 from ilargi_db.cost_model.uncertainty import kernel_spread
 from ilargi_db.models.catalog import SolverName
@@ -370,27 +371,6 @@ def kernel_costs(hardware: Hardware, backend: str = "numpy", cache: str | os.Pat
 
 
 # -- how busy the cores are ---------------------------------------------------------------
-
-
-def other_running_tasks() -> float | None:
-    """Tasks of other processes running or ready to run right now (Linux), else None.
-
-    The kernel's count (``/proc/loadavg``) includes this process's own threads, such as BLAS threads
-    spinning after a product: those are counted from ``/proc/self/task`` and left out.
-    """
-    try:
-        with open("/proc/loadavg") as f:
-            running = float(f.read().split()[3].split("/")[0])
-        own = 0
-        for task in os.scandir("/proc/self/task"):
-            try:
-                with open(os.path.join(task.path, "stat")) as f:
-                    own += f.read().rsplit(")", 1)[1].split()[0] == "R"
-            except OSError:  # the thread ended
-                continue
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(running - max(own, 1), 0.0)
 
 
 def probe_load(

@@ -1,0 +1,88 @@
+"""The hot loops of histogram gradient boosting as plain array operations: the oracle of the fused kernels
+(:mod:`ilargi_db.backend.tree_kernels`) and the CuPy path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class ReferenceTreeKernels:
+    """The tree kernels as plain array operations of ``xp`` (the oracle, several passes each)."""
+
+    def __init__(self, xp: Any = np):
+        self.xp = xp
+
+    def _bins(self, flat, b: int, rows):
+        """Every column of block ``b`` for ``rows``: (rows, width) bins, empty rows taking the fill."""
+        xp = self.xp
+        w, start = int(flat.widths[b]), int(flat.code_start[b])
+        table = flat.codes[start : start + int(flat.source_rows[b]) * w].reshape(-1, w)
+        fill = flat.fills[int(flat.first_column[b]) : int(flat.first_column[b]) + w]
+        if flat.identity[b]:
+            return table[rows]
+        taken = flat.index[rows, b].astype(xp.int64)
+        return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
+
+    def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
+        xp = self.xp
+        out = xp.zeros((flat.columns.shape[0], flat.n_bins, 3))
+        for b in range(len(flat.widths)):
+            bins = self._bins(flat, b, rows).astype(xp.int64)
+            for j in range(int(flat.widths[b])):
+                f = int(flat.columns[int(flat.first_column[b]) + j])
+                for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
+                    out[f, :, q] = xp.bincount(bins[:, j], weights=weights, minlength=flat.n_bins)
+        return out
+
+    def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
+        xp = self.xp
+        b, j = flat.feature_at(feature)
+        node = rows[start:stop]
+        left = goes_left[self._bins(flat, b, node)[:, j]]
+        rows[start:stop] = xp.concatenate([node[left], node[~left]])
+        return int(left.sum())
+
+    def partition_histogram(
+        self,
+        rows,
+        start: int,
+        stop: int,
+        flat,
+        feature: int,
+        goes_left,
+        scratch,
+        build_left: bool,
+        g,
+        h,
+        unit_hessian: bool = False,
+    ):
+        n_left = self.partition_rows(rows, start, stop, flat, feature, goes_left, scratch)
+        side = rows[start : start + n_left] if build_left else rows[start + n_left : stop]
+        return n_left, self.node_histogram(flat, side, g, h, None, unit_hessian)
+
+    def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
+        # The split search runs on the host over a few kilobytes: the compiled search is its own reference.
+        from ilargi_db.backend.tree_kernels import NumbaTreeKernels  # numba: only where the search runs
+
+        return NumbaTreeKernels().best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
+
+    def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
+        for start, stop, value in zip(starts, stops, values):
+            raw[rows[int(start) : int(stop)]] += value
+
+    def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
+        xp = self.xp
+        node = xp.zeros(codes.shape[0], dtype=xp.int64)
+        for _ in range(len(feature)):  # at most one step per node
+            inner = left[node] >= 0
+            if not bool(inner.any()):
+                break
+            bins = codes[xp.arange(codes.shape[0]), xp.maximum(feature[node], 0)]
+            step = xp.where(goes_left[node, bins], left[node], right[node])
+            node = xp.where(inner, step, node)
+        out += value[node]
+
+
+__all__ = ["ReferenceTreeKernels"]
