@@ -13,7 +13,7 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement, make_estimator
 from ilargi_db.pipeline.placement import placed_plan, stream_plan
-from ilargi_db.pipeline.planning import plan_graph, stored_stats
+from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -51,7 +51,7 @@ def explain(
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
-        stats = stored_stats(job)
+        stats = stored_stats(job) or counted_stats(con, graph)  # counted once, for the plans and the stream
         held = job.holdings(graph, job.matrix_key(graph, flags, True, get_backend(backend).name))
         explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
         try:
