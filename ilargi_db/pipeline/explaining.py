@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -51,9 +52,13 @@ def explain(
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
-        stats = stored_stats(job) or counted_stats(con, graph)  # counted once, for the plans and the stream
+        began = time.perf_counter()
+        stats = stored_stats(job)
+        if stats is None:  # counted once, for the plans and the stream check; counting is part of deciding
+            stats = counted_stats(con, graph)
+        spent = time.perf_counter() - began if stats is not None else 0.0
         held = job.holdings(graph, job.matrix_key(graph, flags, True, get_backend(backend).name))
-        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, reuse=held)
+        explanation = explain_graph(con, graph, algorithm, backend, params, stats=stats, spent=spent, reuse=held)
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)
         except IlargiError as err:
