@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ilargi_db import PlanError, build_join_graph
+from ilargi_db.plan.sources import scalar_values
 
 JOIN_GRAPHS = [
     (
@@ -216,3 +217,10 @@ def test_a_deep_expression_in_a_view_is_planned(con):
         "d",
         "arr_delay",
     ]
+
+
+def test_scalar_values_come_in_order_from_one_query_under_the_query_s_with(con):
+    items = [f"(SELECT count(*) FROM t WHERE x < {k})" for k in range(12)] + ["(SELECT max(x) / 2 FROM t)"]
+    found = scalar_values(con, "WITH t AS (SELECT range AS x FROM range(10)) ", items)
+    assert found == [min(k, 10) for k in range(12)] + [4.5]
+    assert scalar_values(con, "", []) == []

@@ -28,7 +28,7 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import JoinGraph, is_categorical
-from ilargi_db.plan.sources import with_prefix
+from ilargi_db.plan.sources import scalar_values, with_prefix
 
 SAMPLE_JOIN_ROWS = 100_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
@@ -92,13 +92,13 @@ def _count_sql(source: Any) -> str:
 
 def source_rows(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> dict[str, int]:
     """Row counts per source (at least 1), in one query, before any feature column is read."""
-    counts = ", ".join(_count_sql(s) for s in graph.sources)
-    found = con.sql(f"{with_prefix(graph.select)}SELECT {counts}").fetchall()[0]
+    found = scalar_values(con, with_prefix(graph.select), [_count_sql(s) for s in graph.sources])
     return {s.alias: max(int(c), 1) for s, c in zip(graph.sources, found)}
 
 
-def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) -> tuple[str, list[tuple]]:
-    """One query: rows per source, approximate categories per categorical part, sampled zero shares."""
+def _source_items(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) -> tuple[list[str], list[tuple]]:
+    """Scalar subqueries for one query: rows per source, approximate categories per categorical part, sampled
+    zero shares; and what each is."""
     items, layout = [], []
     for s in graph.sources:
         items.append(_count_sql(s))
@@ -115,7 +115,7 @@ def _source_query(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) ->
             sample = f"(SELECT {cells} FROM {s.relation_sql} LIMIT {SAMPLE_ROWS})"
             items.append(f"(SELECT ({zeros}) / greatest(count(*) * {len(numeric)}, 1) FROM {sample})")
             layout.append(("zeros", s.alias))
-    return f"{with_prefix(graph.select)}SELECT {', '.join(items)}", layout
+    return items, layout
 
 
 def _sample(select: exp.Select, alias: str, every: int) -> None:
@@ -167,9 +167,9 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
     """
     flags = [is_categorical(f.duckdb_type) for f in graph.features]
     parts = _parts_by_source(graph, flags)
-    sql, layout = _source_query(graph, parts)
+    items, layout = _source_items(graph, parts)
     try:
-        found = con.sql(sql).fetchall()[0]
+        found = scalar_values(con, with_prefix(graph.select), items)
         rows = {alias: int(v) for (what, alias), v in zip(layout, found) if what == "rows"}
         # The fact (the largest source with features) of a large job is sampled: the join's size, fill and
         # fan-out scale with the share read; a dimension's distinct rows read are then a lower bound.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +14,7 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement, make_estimator
 from ilargi_db.pipeline.placement import placed_plan, stream_plan
-from ilargi_db.pipeline.planning import plan_graph, stored_stats
+from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -53,10 +54,14 @@ def explain(
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
+        began = time.perf_counter()
         stats = stored_stats(job)
+        if stats is None:  # counted once, for the plans and the stream check; counting is part of deciding
+            stats = counted_stats(con, graph)
+        spent = time.perf_counter() - began if stats is not None else 0.0
         held = job.holdings(graph, job.matrix_key(graph, flags, True, get_backend(backend).name))
         explanation = explain_graph(
-            con, graph, algorithm, backend, params, stats=stats, reuse=held, standardize=standardize
+            con, graph, algorithm, backend, params, stats=stats, spent=spent, reuse=held, standardize=standardize
         )
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)

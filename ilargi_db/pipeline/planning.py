@@ -94,22 +94,26 @@ def stored_stats(artifacts: JobReuse) -> JobStats | None:
         return None
 
 
+def counted_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats | None:
+    """The job's statistics counted (two aggregate queries); None when counting fails, the snapshot renewed."""
+    try:
+        return job_stats(con, graph)
+    except IlargiError:
+        renew_snapshot(con)  # a failed statement aborts the job's read transaction
+        return None
+
+
 def job_statistics(con: duckdb.DuckDBPyConnection, graph: JoinGraph, artifacts: JobReuse) -> JobStats | None:
     """The cost model's statistics (also the memory check's and the stream plan's): from the store, or counted
-    once and kept there. None without reuse (the cost model counts its own, inside its fallback) or when
-    counting fails (the cost model's fallback takes over: see choose_batch_strategy)."""
-    if not artifacts.enabled:
-        return None
+    once (and kept there, with reuse on), so that no later step counts them again. None when counting fails
+    (the cost model's fallback takes over: see choose_batch_strategy)."""
     stats = stored_stats(artifacts)
     if stats is not None:
         return stats
     began = time.perf_counter()
-    try:
-        stats = job_stats(con, graph)
-    except IlargiError:
-        renew_snapshot(con)  # a failed statement aborts the job's read transaction
-        return None
-    artifacts.keep_stats(stats.to_dict(), time.perf_counter() - began)
+    stats = counted_stats(con, graph)
+    if stats is not None:
+        artifacts.keep_stats(stats.to_dict(), time.perf_counter() - began)  # kept only with reuse on
     return stats
 
 

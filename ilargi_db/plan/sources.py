@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import duckdb
 from sqlglot import exp
 
@@ -20,6 +23,21 @@ def with_prefix(select: exp.Select) -> str:
     """``WITH ...`` of the query, so scans of CTE sources still resolve."""
     with_ = select.args.get("with_")
     return with_.sql("duckdb") + " " if with_ else ""
+
+
+def scalar_values(con: duckdb.DuckDBPyConnection, prefix: str, items: Sequence[str]) -> list[Any]:
+    """The value of each scalar subquery of ``items`` (``(SELECT one value ...)``), in order, from one query.
+
+    As the rows of a UNION ALL, not the columns of one SELECT: DuckDB plans n scalar subqueries in one
+    SELECT as a cross join of n one-row relations, whose join order takes a time that grows fast with n
+    (nine items: 20 ms against 5 ms as a union). The values come in DuckDB's common type of the items
+    (counts and shares: DOUBLE). ``prefix``: the query's ``WITH`` (:func:`with_prefix`), or "".
+    """
+    if not items:
+        return []
+    union = " UNION ALL ".join(f"SELECT {k} AS k, {item} AS v" for k, item in enumerate(items))
+    found = dict(con.sql(f"{prefix}{union}").fetchall())
+    return [found[k] for k in range(len(items))]
 
 
 def _kind_and_name(item: exp.Expression) -> tuple[str, str | None]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from sqlglot import exp
 
 from ilargi_db.metadata.scans import quote, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph, Source
-from ilargi_db.plan.sources import with_prefix
+from ilargi_db.plan.sources import scalar_values, with_prefix
 from ilargi_db.read_snapshot import renew_snapshot
 
 ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
@@ -94,9 +95,10 @@ class JobFingerprint:
     stats_key: str = ""  # the cost model's statistics of the whole job
     column_keys: dict[int, str] = field(default_factory=dict)  # feature index -> key of its scanned values
     seconds: float = field(default=0.0, compare=False)  # what fingerprinting cost
-    # The hashes of the sources a transaction does not hold still (files, DataFrames, views over them), and the
-    # query that gives them: the same after the read, or the read was not of one state (still_the_same).
-    outside_snapshot: tuple[str, tuple] | None = field(default=None, compare=False)
+    # The hashes of the sources a transaction does not hold still (files, DataFrames, views over them): the
+    # query's WITH, its scalar items and their values, the same after the read, or the read was not of one
+    # state (still_the_same).
+    outside_snapshot: tuple[str, tuple[str, ...], tuple] | None = field(default=None, compare=False)
 
 
 def still_the_same(con: duckdb.DuckDBPyConnection, fingerprint: JobFingerprint) -> bool:
@@ -104,9 +106,9 @@ def still_the_same(con: duckdb.DuckDBPyConnection, fingerprint: JobFingerprint) 
     ``fingerprint`` hashed: after a read, False means the read may mix two states of a file."""
     if fingerprint.outside_snapshot is None:
         return True
-    sql, values = fingerprint.outside_snapshot
+    prefix, items, values = fingerprint.outside_snapshot
     try:
-        return tuple(con.sql(sql).fetchall()[0]) == values
+        return tuple(scalar_values(con, prefix, items)) == values
     except duckdb.Error:
         renew_snapshot(con)
         return False
@@ -128,6 +130,37 @@ ZONED_TYPES = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ_NS", "TIME WITH TIME ZON
 
 
 @functools.lru_cache(maxsize=1)
+def _private_database() -> duckdb.DuckDBPyConnection:
+    """An in-memory database of this process's own: DuckDB's built-ins and nothing of a caller's (no macro, no
+    extension function). Opened once, since opening one takes some 15 ms; each use takes a cursor of it."""
+    return duckdb.connect()
+
+
+_PRIVATE_LOCK = threading.Lock()  # one cursor at a time is taken from the shared connection
+
+
+def _private_cursor() -> duckdb.DuckDBPyConnection:
+    """A connection of its own to :func:`_private_database` (close it after use)."""
+    with _PRIVATE_LOCK:
+        return _private_database().cursor()
+
+
+@functools.lru_cache(maxsize=1)
+def _built_ins() -> tuple[frozenset[str], frozenset[str]]:
+    """(the names of DuckDB's built-in functions, those of them :func:`consistent_functions` passes), lower case,
+    from one query of the private database."""
+    with _private_cursor() as fresh:
+        found = fresh.execute(
+            "SELECT function_name, bool_and(stability = 'CONSISTENT' OR (stability = 'CONSISTENT_WITHIN_QUERY' AND "
+            "(list_has_any(parameter_types, ?::VARCHAR[]) OR (len(parameter_types) > 0 AND return_type IN "
+            "(SELECT unnest(?::VARCHAR[])))))) FROM system.main.duckdb_functions() WHERE internal "
+            "GROUP BY function_name",
+            [list(ZONED_TYPES), list(ZONED_TYPES)],
+        ).fetchall()
+    names = frozenset(name.lower() for name, _ in found)
+    return names, frozenset(name.lower() for name, consistent in found if consistent)
+
+
 def consistent_functions() -> frozenset[str]:
     """DuckDB's built-in functions whose result depends on their arguments and the keyed settings only.
 
@@ -137,16 +170,7 @@ def consistent_functions() -> frozenset[str]:
     the clock, the transaction, variables or the catalog (``now()``, ``current_date``, ``getvariable``) and
     VOLATILE ones (``random()``) never pass.
     """
-    con = duckdb.connect()  # a fresh database: no user macro, no extension function
-    found = con.execute(
-        "SELECT function_name FROM system.main.duckdb_functions() WHERE internal GROUP BY function_name "
-        "HAVING bool_and(stability = 'CONSISTENT' OR (stability = 'CONSISTENT_WITHIN_QUERY' AND "
-        "(list_has_any(parameter_types, ?::VARCHAR[]) OR (len(parameter_types) > 0 AND return_type IN "
-        "(SELECT unnest(?::VARCHAR[]))))))",
-        [list(ZONED_TYPES), list(ZONED_TYPES)],
-    ).fetchall()
-    con.close()
-    return frozenset(name.lower() for (name,) in found)
+    return _built_ins()[1]
 
 
 def _nodes(tree: Any) -> Iterator[dict]:
@@ -177,12 +201,9 @@ def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) ->
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def built_in_functions() -> frozenset[str]:
-    """The names of DuckDB's built-in functions, lower case (from a fresh database: nothing of a caller's)."""
-    with duckdb.connect() as fresh:
-        found = fresh.execute("SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE internal").fetchall()
-    return frozenset(name for (name,) in found)
+    """The names of DuckDB's built-in functions, lower case (from a private database: nothing of a caller's)."""
+    return _built_ins()[0]
 
 
 def volatile_expression(expressions: list[str], subqueries: bool = True) -> str | None:
@@ -203,7 +224,7 @@ def volatile_expression(expressions: list[str], subqueries: bool = True) -> str 
 def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
     """(why not pure or None, the functions the expressions call)."""
     sql = "SELECT " + ", ".join(f"({e})" for e in expressions)
-    with duckdb.connect() as parser:  # parsing needs no data: a private database, not the caller's
+    with _private_cursor() as parser:  # parsing needs no data: a private database, not the caller's
         tree = json.loads(parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
     if tree.get("error"):
         return f"DuckDB could not parse an expression of the job ({tree.get('error_message')})", frozenset()
@@ -448,7 +469,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
             read[alias] |= columns
     prefix, items, layout = _hash_query(con, graph, rows_by_source, read)
     try:
-        found = con.sql(f"{prefix}SELECT {', '.join(items)}").fetchall()[0]
+        found = scalar_values(con, prefix, items)
     except duckdb.Error as err:
         renew_snapshot(con)  # a failed statement aborts the job's read transaction
         return JobFingerprint(False, f"the content of a source could not be hashed ({err})")
@@ -475,7 +496,7 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
         )
     stats_key = digest("stats", rows_key, [column_keys[j] for j in sorted(column_keys)], categorical)
     outside = [k for k, (alias, _, _) in enumerate(layout) if not definitions[alias].held]
-    again = (f"{prefix}SELECT {', '.join(items[k] for k in outside)}", tuple(found[k] for k in outside))
+    again = (prefix, tuple(items[k] for k in outside), tuple(found[k] for k in outside))
     seconds = time.perf_counter() - began
     return JobFingerprint(True, "", rows_key, stats_key, column_keys, seconds, again if outside else None)
 
