@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -229,14 +230,33 @@ _FIELDS = frozenset(f.name for f in fields(TrainedModel))
 
 
 def _json(value: Any) -> str:
-    """``value`` as the registry's JSON text: arrays as lists, NaN as NaN (undefined metrics)."""
+    """``value`` as the registry's JSON text: arrays as lists, NaN as NaN (undefined metrics).
+
+    An array of more than a row's worth of numbers is written a row at a time and pasted in: the text is
+    what ``json.dumps(array.tolist())`` gives, without a Python float per number of the whole array at once.
+    """
+    token = uuid.uuid4().hex
+    large: list[np.ndarray] = []
 
     def default(o: Any) -> Any:
+        if isinstance(o, np.ndarray) and o.ndim > 1:
+            large.append(o)
+            return f"{token}{len(large) - 1}"
         if hasattr(o, "tolist"):
             return o.tolist()
         return repr(o)
 
-    return json.dumps(value, default=default, allow_nan=True)
+    text = json.dumps(value, default=default, allow_nan=True)
+    for i, array in enumerate(large):
+        text = text.replace(f'"{token}{i}"', _array_json(array), 1)
+    return text
+
+
+def _array_json(array: np.ndarray) -> str:
+    """``json.dumps(array.tolist(), allow_nan=True)``, one row (of the last axis) at a time."""
+    if array.ndim <= 1:
+        return json.dumps(array.tolist(), allow_nan=True)
+    return "[" + ", ".join(_array_json(row) for row in array) + "]"
 
 
 def _json_object(text: Any, column: str) -> dict:

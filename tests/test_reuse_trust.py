@@ -106,6 +106,16 @@ def test_an_archive_that_would_expand_is_refused_before_it_is_read():
     assert unpack(pack({"a": np.arange(4)}))["a"].tolist() == [0, 1, 2, 3]  # what ilargi_db writes still reads
 
 
+def test_row_positions_are_stored_in_half_the_bytes_and_read_back_as_they_were():
+    positions = np.arange(-1, 100_000, dtype=np.int64)  # an indicator: -1 for an empty row, then rows
+    large = np.array([0, 2**40], dtype=np.int64)  # past int32: kept as it is
+    back = unpack(pack({"positions": positions, "large": large, "small": np.arange(3, dtype=np.int32)}))
+    for name, array in {"positions": positions, "large": large, "small": np.arange(3, dtype=np.int32)}.items():
+        assert back[name].dtype == array.dtype
+        np.testing.assert_array_equal(back[name], array)
+    assert len(pack({"positions": positions})) < 0.6 * positions.nbytes
+
+
 def test_a_damaged_arrow_array_in_a_payload_is_refused_not_used():
     import pyarrow as pa
 

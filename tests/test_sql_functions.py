@@ -106,6 +106,29 @@ def test_macros_equal_predict_on_flights(flights, algorithm, target, params, inl
     assert_same_scores(macro_scores(flights, model, query), python, rtol=0 if algorithm == "kmeans" else 1e-9)
 
 
+@pytest.mark.parametrize("algorithm, outputs", [("linear_regression", 1), ("kmeans", 3)])
+def test_category_weights_hold_one_row_per_category_with_the_models_numbers(algorithm, outputs):
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT (range % 90)::VARCHAR AS c, CASE WHEN range % 7 = 0 THEN NULL ELSE "
+        "(range % 3)::VARCHAR END AS d, range * 0.5 AS x, (range % 5) + (range % 90) * 0.01 AS y FROM range(900)"
+    )
+    supervised = algorithm == "linear_regression"
+    query = "SELECT c, d, x" + (", y" if supervised else "") + " FROM t"
+    params = {} if supervised else {"n_clusters": outputs, "random_state": 0}
+    model = ilargi_db.train(con, query, "y" if supervised else None, algorithm, backend="numpy", **params)
+    ilargi_db.save_model(con, "weighed", model)
+    rows = con.sql("SELECT feature, category, weights FROM ilargi.category_weights WHERE model = 'weighed'").fetchall()
+    columns = model.coef_.reshape(1, -1) if supervised else 1.0 - 2.0 * model.cluster_centers_
+    expected = {}
+    for j, name in enumerate(model.encoder_.feature_names_out_):
+        feature, one_hot, category = name.partition("=")
+        if one_hot:  # "d=NULL" is d's NULL category (d's values are digits)
+            expected[feature, None if category == "NULL" else category] = columns[:, j].tolist()
+    assert len(rows) == len(expected) == 90 + 3 + 1  # every category of c and d, and d's NULL
+    assert {(feature, category): weights for feature, category, weights in rows} == expected
+
+
 def test_load_model_round_trips(flights):
     query = FLIGHTS.replace("WHERE f.month = 3", "WHERE f.month = 4")
     model = ilargi_db.train(flights, query, target="arr_delay", alpha=1.0)

@@ -56,6 +56,17 @@ def test_the_record_is_what_the_registry_stores(con):
     assert TrainedModel.from_record(model.to_record()).to_record() == model.to_record()
 
 
+@pytest.mark.parametrize("algorithm, attribute", [("kmeans", "cluster_centers_"), ("gnmf", "components_")])
+def test_the_record_holds_every_number_of_a_two_axis_array_exactly(con, algorithm, attribute):
+    _, model = trained(con, algorithm, None, _params(algorithm))
+    stored = json.loads(model.to_record()["model"])[attribute]
+    assert stored == getattr(model, attribute).tolist()  # nested lists, each float read back as the same double
+
+
+def _params(algorithm: str) -> dict:
+    return next(params for name, _, params in MODELS if name == algorithm)
+
+
 def damaged(record: dict, column: str, change) -> dict:
     value = json.loads(record[column])
     change(value)

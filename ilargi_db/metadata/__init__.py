@@ -61,14 +61,18 @@ def in_anchor_order(
     Without ORDER BY any row order is the query's answer; this one makes the
     fact's indicator the identity in a star join (no gather in X @ W) and
     sequential otherwise, and the same on every run (DuckDB's threads return
-    row groups in any order). A permutation of the fact's rows is inverted in O(n).
+    row groups in any order). A permutation of the fact's rows is inverted in O(n). The arrays move
+    out of ``joined`` into the dict returned (``joined`` is left empty when they are reordered).
     """
     candidates = [s for s in graph.sources if not s.nullable and widths[s.alias]]
     if not candidates:
         return joined
     anchor = max(candidates, key=lambda s: heights[s.alias] * widths[s.alias])
     order = sorting_order(joined[anchor.alias])
-    return joined if order is None else {name: values[order] for name, values in joined.items()}
+    if order is None:
+        return joined
+    # Taken out one at a time: each column the join returned is let go as soon as its reordered copy exists.
+    return {name: joined.pop(name)[order] for name in list(joined)}
 
 
 def streamable_source(
@@ -190,8 +194,10 @@ def extract_metadata(
     if anchor is not None:
         streamed = (anchor, {name: cast_part(name, sql, text_parts) for name, sql in parts[anchor].items()})
     joined, join_table = compute_indicators(con, graph, scans, uuid.uuid4().hex, streamed)
+    n_rows = join_table.num_rows
     order = None  # where the anchor's rows come out of the join: their rowid order, as DuckDB returned them
     if not graph.order_by and anchor is None:
+        join_table = None  # nothing more to read from it: its columns go as they are reordered
         widths = {alias: len(p) for alias, p in parts.items()}
         joined = in_anchor_order(joined, graph, widths, {alias: scan.n_rows for alias, scan in scans.items()})
     elif not graph.order_by:
@@ -200,7 +206,6 @@ def extract_metadata(
         order = sorting_order(joined[STREAMED_ROWID], distinct=True)  # a fact's rows flow through once each
         if order is not None:
             joined = _permuted(joined, order, keep=anchor)
-    n_rows = join_table.num_rows
 
     def values_of(alias: str):
         return join_table if alias == anchor else scans[alias].values

@@ -40,8 +40,11 @@ def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     """||x_i - c_j||^2 = ||x_i||^2 - 2 x_i . c_j + ||c_j||^2 (one LMM with C^T)."""
     xp = M.backend.xp
     centers = M.backend.asarray(centers, dtype=M.dtype)
-    d2 = row_norms[:, None] - 2 * (M @ centers.T) + (centers**2).sum(axis=1)[None, :]
-    return xp.maximum(d2, 0)
+    d2 = M @ centers.T  # n x centers, updated in place: one such array, not one per operation
+    d2 *= -2
+    d2 += row_norms[:, None]  # ||x||^2 - 2 x.c, as ||x||^2 + (-2 x.c): the same rounding
+    d2 += (centers**2).sum(axis=1)[None, :]
+    return xp.maximum(d2, 0, out=d2)
 
 
 class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):

@@ -22,6 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
+from ilargi_db.backend.host_memory import give_back_freed_memory
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement
@@ -225,6 +226,7 @@ def run_training(
         stages.update()
         stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
+        give_back_freed_memory()  # the read's Arrow and scratch buffers, before the fits allocate
         cleanup.callback(data.close)
         if job.placement == Placement.MEMORY:
             job.artifacts.confirm_read()  # a file read outside the snapshot did not change under the read
@@ -240,6 +242,7 @@ def run_training(
             stages.set_description(f"training {model.spec.algorithm}")
             models.append(fit_model(job, model, data, shared))
             stages.update()
+        give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
         record_job(job, data, snapshot)
     return models
 

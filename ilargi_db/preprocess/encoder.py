@@ -67,6 +67,15 @@ def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(int(hit.sum())), (rows[hit], codes[hit])), shape=(len(values), spec.width))
 
 
+def _row_uses(indicator: np.ndarray, source_rows: int, found: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
+    """How many output rows take each source row (-1 and -2 take none), counted once per indicator in ``found``."""
+    key = (id(indicator), source_rows)  # ``found`` lives no longer than the metadata holding the indicators
+    if key not in found:
+        rows = indicator if len(indicator) == 0 or indicator.min() >= 0 else indicator[indicator >= 0]
+        found[key] = np.bincount(rows, minlength=source_rows)
+    return found[key]
+
+
 SUM_BITS = 126  # an exact sum adds integers below 2**126 in DuckDB's HUGEINT (2**127 would overflow)
 MAX_ROWS_BITS = 40  # room for 2**40 training rows: values keep 126 - 41 = 85 bits below the largest
 
@@ -151,9 +160,9 @@ class FeatureEncoder:
         """Learn means and categories from the factorized training data."""
         sums = np.zeros(meta.n_features)
         counts = np.zeros(meta.n_features)
+        uses: dict[tuple[int, int], np.ndarray] = {}  # the features of one source share its indicator
         for block in meta.blocks:
-            rows = block.indicator[block.indicator >= 0]
-            used = np.bincount(rows, minlength=block.n_source_rows).astype(float)
+            used = _row_uses(block.indicator, block.n_source_rows, uses).astype(float)
             if np.isnan(block.data.sum()):  # some NULLs: count only the present cells
                 present = ~np.isnan(block.data)
                 sums[block.columns] += used @ np.where(present, block.data, 0.0)
@@ -167,8 +176,7 @@ class FeatureEncoder:
             counts[block.columns] += empty * fill_present
         categories: dict[int, tuple[list[str], bool]] = {}
         for cat in meta.categoricals:
-            rows = cat.indicator[cat.indicator >= 0]
-            used = np.bincount(rows, minlength=len(cat.values)) > 0
+            used = _row_uses(cat.indicator, len(cat.values), uses) > 0
             seen = cat.values.filter(pa.array(used))
             has_null = seen.null_count > 0
             labels = set(pc.unique(seen.drop_null()).to_pylist())

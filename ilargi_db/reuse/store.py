@@ -372,7 +372,8 @@ class DatabaseTier:
             f"SELECT key, payload FROM {ARTIFACTS_TABLE} WHERE key IN (SELECT unnest(?::VARCHAR[]))", [list(keys)]
         ).fetchall()
         found = {}
-        for key, sealed in rows:
+        while rows:
+            key, sealed = rows.pop()  # each payload let go once decoded: never all of them beside their arrays
             if not isinstance(sealed, (bytes, bytearray, memoryview)) or key not in keys:
                 continue
             payload = unseal(secret, key, keys[key], bytes(sealed))

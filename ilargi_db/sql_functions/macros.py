@@ -149,7 +149,9 @@ class MacroWriter:
         self.inline_categories = INLINE_CATEGORIES if inline_categories is None else inline_categories
         self.specs: list[ColumnSpec] = model.encoder_.specs_
         self.offsets = model.encoder_.offsets_
-        self.weight_rows: list[tuple] = []
+        # Per one-hot feature: its name, its categories (then None for NULL) and their weights, one row each.
+        # Kept as arrays and written as columns: a Python object per weight would cost more than the model.
+        self.weight_parts: list[tuple[str, list[str | None], np.ndarray]] = []
 
     # -- pieces --------------------------------------------------------------------------
 
@@ -197,8 +199,7 @@ class MacroWriter:
     def _add_weights(self, spec: ColumnSpec, weights: np.ndarray) -> None:
         """One row per category (and the NULL category): ``weights[i]`` are the outputs of one-hot column i."""
         labels: list[str | None] = list(spec.categories) + ([None] if spec.null_category else [])
-        for label, row in zip(labels, np.atleast_2d(weights)):
-            self.weight_rows.append((self.name, self.version, spec.name, label, [float(v) for v in row]))
+        self.weight_parts.append((spec.name, labels, np.atleast_2d(np.asarray(weights, dtype=np.float64))))
 
     def _columns(self, spec: ColumnSpec, j: int) -> slice:
         return slice(int(self.offsets[j]), int(self.offsets[j]) + spec.width)
@@ -274,9 +275,26 @@ class MacroWriter:
         }
 
     def weights_table(self) -> pa.Table:
-        return pa.Table.from_pylist(
-            [dict(zip(WEIGHTS_SCHEMA.names, row)) for row in self.weight_rows], schema=WEIGHTS_SCHEMA
+        """One row per category of every looked-up or inlined feature (:data:`WEIGHTS_SCHEMA`), built as columns."""
+        parts = self.weight_parts
+        if not parts:
+            return WEIGHTS_SCHEMA.empty_table()
+        rows = np.array([len(labels) for _, labels, _ in parts], dtype=np.int64)
+        n = int(rows.sum())
+        features = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), rows)), pa.array([f for f, _, _ in parts])
         )
+        lengths = np.concatenate([np.full(len(labels), w.shape[1], dtype=np.int64) for _, labels, w in parts])
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = np.concatenate([w[: len(labels)].ravel() for _, labels, w in parts])
+        columns = [
+            pa.repeat(pa.scalar(self.name, pa.string()), n),
+            pa.repeat(pa.scalar(self.version, pa.int32()), n),
+            features.cast(pa.string()),
+            pa.array([label for _, labels, _ in parts for label in labels], type=pa.string()),
+            pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+        ]
+        return pa.Table.from_arrays(columns, schema=WEIGHTS_SCHEMA)
 
 
 def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, column: str = "prediction") -> str:

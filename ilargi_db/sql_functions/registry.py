@@ -15,6 +15,7 @@ from typing import Any
 
 import duckdb
 
+from ilargi_db.backend.host_memory import give_back_freed_memory
 from ilargi_db.errors import (
     DamagedModelError,
     ForeignRegistryError,
@@ -215,6 +216,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             "choose another model name."
         )
     record = {"name": name, "version": version, **model.to_record(), "macros": list(statements)}
+    give_back_freed_memory()  # writing the JSON freed several times its size, before DuckDB copies it
     con.execute(
         f"INSERT INTO ilargi.models ({', '.join(record)}) VALUES ({', '.join('?' * len(record))})",
         list(record.values()),
