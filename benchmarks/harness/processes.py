@@ -52,6 +52,15 @@ def run_fresh(
     return json.loads(lines[-1])
 
 
+def same_package_in_children() -> None:
+    """Every fresh process started from now on imports the ilargi_db this process imported (say, a worktree's
+    rather than an installed one): numba's cache is per source file, and the figures are of this code."""
+    import ilargi_db
+
+    package = str(Path(ilargi_db.__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")]))
+
+
 def run_code(code: str, *args: Any) -> dict:
     """Run ``code`` in a fresh process with ``args`` as a JSON list in ``sys.argv[1]``."""
     return run_fresh(["-c", code, json.dumps(list(args))], "the benchmark's run")
