@@ -64,6 +64,16 @@ def test_fused_kernels_match_reference(layout):
                 FUSED.scatter_gathered(scatter, None, dense, rows),
                 REFERENCE.scatter_gathered(scatter, None, dense, rows),
             )
+    if index is not None:  # T^T D T but for two indexed blocks: the dense Gram and I_k^T D [dense, 1]
+        for weights in (None, rng.random(n)):
+            got, want = FUSED.gram_pass(dense, index, rows, weights), REFERENCE.gram_pass(dense, index, rows, weights)
+            for g, expected in zip(got, want):
+                np.testing.assert_allclose(g, expected, atol=1e-8)
+    if dense is not None:  # a block times an operand (one of the gather's tables)
+        for operand in (w, W):
+            out = np.full((n, *operand.shape[1:]), np.nan)
+            got = FUSED.dense_product(dense, operand, out.copy())
+            np.testing.assert_allclose(got, REFERENCE.dense_product(dense, operand, out), atol=1e-9)
     offsets = rng.normal(size=m)
     labels, best = FUSED.nearest(dense, W_dense, index, tab3, offsets)
     expected_labels, expected_best = REFERENCE.nearest(dense, W_dense, index, tab3, offsets)
@@ -106,15 +116,21 @@ def test_reductions_do_not_depend_on_the_thread_count():
     rng = np.random.default_rng(0)
     n = 300_000
     dense, index = np.asfortranarray(rng.normal(size=(n, 3))), np.asfortranarray(rng.integers(0, 50, (n, 2)))
-    v = rng.normal(size=n)
+    v, V, weights = rng.normal(size=n), rng.normal(size=(n, 3)), rng.random(n)
     before = numba.get_num_threads()
     results = []
     try:
         for threads in {1, before}:
             numba.set_num_threads(threads)
-            results.append(FUSED.segment_sums(dense, index, 50, v))
+            results.append(
+                (
+                    *FUSED.segment_sums(dense, index, 50, v),
+                    *FUSED.segment_sums(dense, index, 50, V),
+                    *FUSED.gram_pass(dense, index, 50, weights),
+                )
+            )
     finally:
         numba.set_num_threads(before)
     for got in results[1:]:
-        np.testing.assert_array_equal(got[0], results[0][0])
-        np.testing.assert_array_equal(got[1], results[0][1])
+        for a, b in zip(got, results[0]):
+            np.testing.assert_array_equal(a, b)

@@ -52,6 +52,29 @@ class ReferenceKernels:
                         sums[k, :, j] = xp.bincount(index[:, k], weights=v[:, j], minlength=n_table_rows)
         return head, sums
 
+    def dense_product(self, data: Any, w: Any, out: Any) -> Any:
+        """``out[...] = data @ w`` (a block's rows times the operand: one of the gather's tables)."""
+        out[...] = data @ w
+        return out
+
+    def gram_pass(self, dense: Any, index: Any, n_table_rows: int, weights: Any = None) -> tuple[Any, Any]:
+        """``(dense^T D dense, sums)`` with ``sums[k]`` (r x (a + 1)) = I_k^T D [dense, 1], D = diag(weights) or I.
+
+        One pass gives every term of T^T D T that involves the rows every output row holds itself, and
+        each indexed block's (weighted) counts: X^T X but for the products of two indexed blocks.
+        """
+        xp = self.xp
+        n, t = index.shape
+        a = 0 if dense is None else dense.shape[1]
+        d = xp.ones(n, dtype=xp.float64) if weights is None else weights
+        rows = xp.concatenate([xp.zeros((n, 0)) if dense is None else dense, xp.ones((n, 1))], axis=1) * d[:, None]
+        gram = xp.zeros((a, a)) if dense is None else dense.T @ rows[:, :a]
+        sums = xp.zeros((t, n_table_rows, a + 1), dtype=xp.float64)
+        for k in range(t):
+            for j in range(a + 1):
+                sums[k, :, j] = xp.bincount(index[:, k], weights=rows[:, j], minlength=n_table_rows)
+        return gram, sums
+
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         """``out[scatter[i]] += weights[i] * table[gather[i]]`` (``gather`` None: row i): I_a^T D I_b S_b."""
         xp = self.xp

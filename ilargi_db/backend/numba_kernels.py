@@ -84,20 +84,112 @@ def _segment_sums_1d(dense, index, n_table_rows, v, chunks):  # pragma: no cover
         stop = min(n, start + size)
         values = v[start:stop]
         for j in range(a):
-            column, s = dense[start:stop, j], 0.0
-            for i in range(stop - start):
-                s += column[i] * values[i]
-            head[c, j] = s
+            head[c, j] = _dot(dense[start:stop, j], values)
         for k in range(t):
             rows, acc = index[start:stop, k], sums[c, k]
             for i in range(stop - start):
                 acc[numba.uint64(rows[i])] += values[i]
     total_head = np.zeros(a)
-    total = np.zeros((t, n_table_rows))
     for c in range(chunks):  # chunk order: the same sums whatever the thread count
         total_head += head[c]
-        total += sums[c]
-    return total_head, total
+    return total_head, _merge_chunks(sums)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dot(x, y):  # pragma: no cover - compiled
+    """x @ y over four interleaved partial sums: not one chain of dependent additions (4x the throughput)."""
+    n = x.shape[0]
+    s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+    for i in range(0, n - 3, 4):
+        s0 += x[i] * y[i]
+        s1 += x[i + 1] * y[i + 1]
+        s2 += x[i + 2] * y[i + 2]
+        s3 += x[i + 3] * y[i + 3]
+    for i in range(n - n % 4, n):
+        s0 += x[i] * y[i]
+    return (s0 + s1) + (s2 + s3)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _merge_chunks(sums):  # pragma: no cover - compiled
+    """The per-chunk accumulators (chunks, ...) added in chunk order, in parallel over their cells."""
+    chunks = sums.shape[0]
+    flat = sums.reshape((chunks, sums.size // max(chunks, 1)))
+    cells = flat.shape[1]
+    total = np.empty(cells)
+    for tile in numba.prange((cells + TILE_ROWS - 1) // TILE_ROWS):
+        for i in range(tile * TILE_ROWS, min(cells, (tile + 1) * TILE_ROWS)):
+            s = 0.0
+            for c in range(chunks):
+                s += flat[c, i]
+            total[i] = s
+    return total.reshape(sums.shape[1:])
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _segment_sums_2d(dense, index, n_table_rows, v, chunks):  # pragma: no cover - compiled
+    n, m = v.shape
+    a, t = dense.shape[1], index.shape[1]
+    size = (n + chunks - 1) // chunks
+    head = np.zeros((chunks, a, m))
+    sums = np.zeros((chunks, t, m, n_table_rows))  # one contiguous accumulator per (block, column)
+    for c in numba.prange(chunks):
+        columns = np.empty((m, TILE_ROWS))
+        for start in range(c * size, min(n, (c + 1) * size), TILE_ROWS):
+            stop = min(n, (c + 1) * size, start + TILE_ROWS)
+            rows = stop - start
+            for i in range(rows):  # one read of v's tile, kept column by column
+                for q in range(m):
+                    columns[q, i] = v[start + i, q]
+            for j in range(a):
+                for q in range(m):
+                    head[c, j, q] += _dot(dense[start:stop, j], columns[q, :rows])
+            for k in range(t):
+                positions = index[start:stop, k]
+                for q in range(m):
+                    acc, values = sums[c, k, q], columns[q]
+                    for i in range(rows):
+                        acc[numba.uint64(positions[i])] += values[i]
+    total_head = np.zeros((a, m))
+    for c in range(chunks):
+        total_head += head[c]
+    return total_head, _merge_chunks(sums)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _gram_pass(dense, index, n_table_rows, weights, chunks):  # pragma: no cover - compiled
+    n, a, t = index.shape[0], dense.shape[1], index.shape[1]
+    weighted = weights.shape[0] == n
+    size = (n + chunks - 1) // chunks
+    gram = np.zeros((chunks, a, a))
+    sums = np.zeros((chunks, t, a + 1, n_table_rows))  # I_k^T D [dense, 1], one contiguous row per column
+    for c in numba.prange(chunks):
+        scaled = np.empty((a + 1, TILE_ROWS))  # the tile's D [dense, 1], column by column
+        for start in range(c * size, min(n, (c + 1) * size), TILE_ROWS):
+            stop = min(n, (c + 1) * size, start + TILE_ROWS)
+            rows = stop - start
+            for i in range(rows):
+                scaled[a, i] = weights[start + i] if weighted else 1.0
+            for j in range(a):
+                column = dense[start:stop, j]
+                for i in range(rows):
+                    scaled[j, i] = column[i] * scaled[a, i]
+            for j in range(a):
+                for q in range(j, a):
+                    gram[c, j, q] += _dot(scaled[j, :rows], dense[start:stop, q])
+            for k in range(t):
+                positions = index[start:stop, k]
+                for j in range(a + 1):
+                    acc, values = sums[c, k, j], scaled[j]
+                    for i in range(rows):
+                        acc[numba.uint64(positions[i])] += values[i]
+    total = np.zeros((a, a))
+    for c in range(chunks):
+        total += gram[c]
+    for j in range(a):  # the lower triangle from the upper one
+        for q in range(j):
+            total[j, q] = total[q, j]
+    return total, _merge_chunks(sums)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -239,25 +331,45 @@ class NumbaKernels:
         n = v.shape[0]
         has_dense, has_index = dense is not None, index is not None
         dense, index = self._parts(dense, index, n)
-        chunks = _chunks(n, index.shape[1] * n_table_rows + dense.shape[1])
         rows = max(n_table_rows, 0)
+        width = 1 if v.ndim == 1 else v.shape[1]
+        chunks = _chunks(n, (index.shape[1] * rows + dense.shape[1]) * width)
         if v.ndim == 1:
             head, sums = _segment_sums_1d(dense, index, rows, np.ascontiguousarray(v, dtype=np.float64), chunks)
         else:
-            # Column by column: per-chunk accumulators of (rows x columns) would outgrow the caches (and
-            # cost page faults on every call); one column's stay small. Measured 8x faster at 8 columns.
-            columns = np.asfortranarray(v, dtype=np.float64)
-            parts = [_segment_sums_1d(dense, index, rows, columns[:, j], chunks) for j in range(v.shape[1])]
-            head = np.stack([p[0] for p in parts], axis=-1)
-            sums = np.stack([p[1] for p in parts], axis=-1)
+            # One pass over the rows (each row of v read once, all its columns together); the accumulators'
+            # size bounds the chunks (ACCUMULATOR_BYTES), so they stay few and small.
+            head, sums = _segment_sums_2d(dense, index, rows, np.ascontiguousarray(v, dtype=np.float64), chunks)
+            sums = sums.transpose(0, 2, 1)  # (blocks, rows, columns), as the contract has it
         return (head if has_dense else None), (sums if has_index else None)
+
+    def dense_product(self, data: Any, w: Any, out: Any) -> Any:
+        n = data.shape[0]
+        index = np.empty((n, 0), dtype=np.int32)
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        if w.ndim == 1:
+            _gather_sum_1d(data, w, index, np.zeros((0, 1)), out)
+        else:
+            _gather_sum_2d(data, w, index, np.zeros((0, 1, w.shape[1])), out)
+        return out
+
+    def gram_pass(self, dense: Any, index: Any, n_table_rows: int, weights: Any = None) -> tuple[Any, Any]:
+        n = index.shape[0]
+        dense = np.empty((n, 0)) if dense is None else dense
+        weights = np.empty(0) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        chunks = _chunks(n, index.shape[1] * n_table_rows * (dense.shape[1] + 1))
+        gram, sums = _gram_pass(dense, index, n_table_rows, weights, chunks)
+        return gram, sums.transpose(0, 2, 1)  # (blocks, rows, dense columns + 1), as the contract has it
 
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         n = scatter.shape[0]
         gather = np.empty(0, dtype=np.int64) if gather is None else gather
         weights = np.empty(0) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
         chunks = _chunks(n, n_out * table.shape[1])
-        return _scatter_gathered(scatter, gather, np.asarray(table, dtype=np.float64), weights, n_out, chunks)
+        # Row order: each gathered row is one contiguous read (a column-major table would cost a cache
+        # miss per column); the copy is of the small side's table, once per call.
+        table = np.ascontiguousarray(table, dtype=np.float64)
+        return _scatter_gathered(scatter, gather, table, weights, n_out, chunks)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]

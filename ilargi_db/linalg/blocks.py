@@ -119,11 +119,19 @@ class GatherLayout:
     rest: list[Part]
 
     def tables(self, operand: Any, backend: Backend) -> Any:
-        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array."""
+        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array.
+
+        Dense parts through the fused kernels (every core, no BLAS); the padding past a part's rows is
+        never read (its index stays below them), so it is left unset.
+        """
         xp = backend.xp
-        tables = xp.zeros((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
+        tables = xp.empty((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
         for k, part in enumerate(self.gathered):
-            tables[k, : part.n_block_rows] = matmul(part.data, operand[part.columns], backend)
+            w = operand[part.columns]
+            if part.sparse:
+                tables[k, : part.n_block_rows] = matmul(part.data, w, backend)
+            else:
+                backend.kernels.dense_product(part.data, w, tables[k, : part.n_block_rows])
         return tables
 
 
@@ -163,18 +171,26 @@ def matmul(a: Any, b: Any, backend: Backend) -> Any:
     return out.toarray() if backend.is_sparse(out) else out
 
 
+def _scale_rows(data: Any, d: Any, backend: Backend) -> Any:
+    return data.multiply(d[:, None]).tocsr() if backend.is_sparse(data) else data * d[:, None]
+
+
+def scaled_gram(part: Part, counts: Any) -> Any:
+    """S^T diag(counts) S: a block's diagonal block of T^T D T from its rows' (weighted) counts."""
+    return matmul(part.data.T, _scale_rows(part.data, counts, part.backend), part.backend)
+
+
 def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     """S_a^T (I_a^T D I_b) S_b (D = diag(weights), or I), multiplying on the side with fewer rows."""
     be = a.backend
 
     def scale_rows(data: Any, d: Any) -> Any:
-        return data.multiply(d[:, None]).tocsr() if be.is_sparse(data) else data * d[:, None]
+        return _scale_rows(data, d, be)
 
     if a is b:
         if a.index is None and weights is None:
             return matmul(a.data.T, a.data, be)  # every row once: no counts to scale by
-        counts = a.counts() if weights is None else a.segment_sum(weights)
-        return matmul(a.data.T, scale_rows(a.data, counts), be)
+        return scaled_gram(a, a.counts() if weights is None else a.segment_sum(weights))
     if a.index is None and b.index is None:
         return matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
     if b.index is None:

@@ -23,11 +23,15 @@ from ilargi_db.linalg.blocks import (
     cooccurrence_product,
     matmul,
     merge_blocks_sharing_an_index,
+    scaled_gram,
 )
 
 CROSSPROD = "crossprod"  # X^T X
 COLSUMS = "colsums"  # the column sums
 MEMOIZED_SUMS = (CROSSPROD, COLSUMS)  # the sums of the data alone a matrix keeps once computed
+# crossprod's one pass when its accumulators per gathered part (block rows x (dense columns + 1) cells)
+# are at most the rows / this: no more bytes than the int32 index column the pass reads.
+ONE_PASS_ACCUMULATOR_CELLS_PER_ROW = 2
 _MEMO_SECONDS = "seconds"  # beside them in the memo: what computing them took
 
 
@@ -152,6 +156,11 @@ class NormalizedMatrix:
                 dense = part
             else:
                 rest.append(part)
+        for part in gathered:
+            if not part.sparse and not part.data.flags.f_contiguous:
+                # Column order, once: the fused products stream each column (a row-major block read
+                # column by column would touch every cache line once per column).
+                part.data = xp.asfortranarray(part.data)
         index = None
         if gathered:
             # int32 positions when every block fits: half the bytes of the pass's biggest stream after the
@@ -271,13 +280,47 @@ class NormalizedMatrix:
     def _crossprod_blocks(self, weights: Any) -> Any:
         xp = self.backend.xp
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
+        done = self._crossprod_one_pass(weights, out)
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
-                r = cooccurrence_product(a, b, weights)
-                out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += r
-                if b is not a:
-                    out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += r.T
+                if frozenset((id(a), id(b))) not in done:
+                    self._add_block(out, a, b, cooccurrence_product(a, b, weights))
         return out
+
+    def _add_block(self, out: Any, a: Part, b: Part, block: Any) -> None:
+        """Add S_a^T D S_b (and its transpose) at the columns of a and b."""
+        xp = self.backend.xp
+        out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += block
+        if b is not a:
+            out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += block.T
+
+    def _crossprod_one_pass(self, weights: Any, out: Any) -> set[frozenset[int]]:
+        """The blocks of T^T D T one fused pass over the rows gives (the dense part's Gram, its products with
+        every gathered part, their diagonal blocks from the pass's counts), added to ``out``; the pairs of
+        parts done. Only the products of two gathered parts are left, each one scatter.
+
+        Taken when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) are
+        no larger than the index it reads: past that, the pairwise products hold less memory.
+        """
+        layout = self._layout()
+        dense, a = layout.dense, 0 if layout.dense is None else len(layout.dense.columns)
+        if not layout.gathered or ONE_PASS_ACCUMULATOR_CELLS_PER_ROW * layout.n_table_rows * (a + 1) > self._n_rows:
+            return set()
+        gram, sums = self.backend.kernels.gram_pass(
+            None if dense is None else dense.data, layout.index, layout.n_table_rows, weights
+        )
+        done = set()
+        if dense is not None:
+            self._add_block(out, dense, dense, gram)
+            done.add(frozenset((id(dense),)))
+        for k, part in enumerate(layout.gathered):
+            rows = sums[k, : part.n_block_rows]
+            self._add_block(out, part, part, scaled_gram(part, rows[:, a]))
+            done.add(frozenset((id(part),)))
+            if dense is not None:
+                self._add_block(out, dense, part, matmul(rows[:, :a].T, part.data, self.backend))
+                done.add(frozenset((id(dense), id(part))))
+        return done
 
     def _materialize(self) -> Any:
         xp = self.backend.xp
