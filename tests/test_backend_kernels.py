@@ -59,6 +59,13 @@ def test_fused_kernels_match_reference(layout):
         table = rng.normal(size=(rows, m))
         for args in ((scatter, gather, table, rows), (scatter, gather, table, rows, weights)):
             np.testing.assert_allclose(FUSED.scatter_gathered(*args), REFERENCE.scatter_gathered(*args), atol=1e-8)
+        by_key = FUSED.rows_by_key(scatter, rows)
+        for got, want in zip(by_key, REFERENCE.rows_by_key(scatter, rows)):
+            np.testing.assert_array_equal(got, want)
+        data_a = rng.normal(size=(rows, 3))
+        for d in (None, weights):
+            got = FUSED.pair_gram(by_key, gather, data_a, table, d)
+            np.testing.assert_allclose(got, REFERENCE.pair_gram(by_key, gather, data_a, table, d), atol=1e-8)
         if dense is not None:
             np.testing.assert_allclose(
                 FUSED.scatter_gathered(scatter, None, dense, rows),
@@ -127,6 +134,7 @@ def test_reductions_do_not_depend_on_the_thread_count():
                     *FUSED.segment_sums(dense, index, 50, v),
                     *FUSED.segment_sums(dense, index, 50, V),
                     *FUSED.gram_pass(dense, index, 50, weights),
+                    FUSED.pair_gram(FUSED.rows_by_key(index[:, 0], 50), index[:, 1], dense[:50], dense[:50], weights),
                 )
             )
     finally:

@@ -75,6 +75,25 @@ class ReferenceKernels:
                 sums[k, :, j] = xp.bincount(index[:, k], weights=rows[:, j], minlength=n_table_rows)
         return gram, sums
 
+    def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
+        """``(ptr, order)``: the rows listed key by key (row order within a key), key r's at ``ptr[r]:ptr[r + 1]``."""
+        xp = self.xp
+        order = xp.argsort(keys, kind="stable").astype(xp.int32)
+        ptr = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(xp.bincount(keys, minlength=n_keys))])
+        return ptr, order
+
+    def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        """``S_a^T I_a^T D I_b S_b`` of two indexed blocks (D = diag(weights), or I): their block of T^T D T.
+
+        ``rows_by_a`` is :meth:`rows_by_key` of a's index (a block keeps it: its index does not change).
+        """
+        xp = self.xp
+        ptr, order = rows_by_a
+        index_a = xp.empty(len(order), dtype=xp.int64)
+        index_a[order] = xp.repeat(xp.arange(len(ptr) - 1), xp.diff(ptr))
+        summed = self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
+        return data_a.T @ summed
+
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         """``out[scatter[i]] += weights[i] * table[gather[i]]`` (``gather`` None: row i): I_a^T D I_b S_b."""
         xp = self.xp

@@ -212,6 +212,50 @@ def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma
     return total
 
 
+@numba.njit(cache=True, nogil=True)
+def _rows_by_key(keys, n_keys):  # pragma: no cover - compiled
+    n = keys.shape[0]
+    ptr = np.zeros(n_keys + 1, dtype=np.int64)
+    for i in range(n):
+        ptr[numba.uint64(keys[i]) + 1] += 1
+    for r in range(n_keys):
+        ptr[r + 1] += ptr[r]
+    cursor = ptr[:-1].copy()
+    order = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        key = numba.uint64(keys[i])
+        order[cursor[key]] = i
+        cursor[key] += 1
+    return ptr, order
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _pair_gram(ptr, order, index_b, data_a, table_b, weights, chunks):  # pragma: no cover - compiled
+    r_a, c_a, c_b = data_a.shape[0], data_a.shape[1], table_b.shape[1]
+    weighted = weights.shape[0] == order.shape[0]
+    size = (r_a + chunks - 1) // chunks
+    partial = np.zeros((chunks, c_a, c_b))
+    for c in numba.prange(chunks):
+        summed = np.empty(c_b)  # the b rows (weighted) that meet one row of a
+        out = partial[c]
+        for r in range(c * size, min(r_a, (c + 1) * size)):
+            summed[:] = 0.0
+            for j in range(ptr[r], ptr[r + 1]):
+                i = numba.uint64(order[j])
+                row = table_b[numba.uint64(index_b[i])]
+                w = weights[i] if weighted else 1.0
+                for q in range(c_b):
+                    summed[q] += w * row[q]
+            for p in range(c_a):
+                x = data_a[r, p]
+                for q in range(c_b):
+                    out[p, q] += x * summed[q]
+    total = np.zeros((c_a, c_b))
+    for c in range(chunks):
+        total += partial[c]
+    return total
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _nearest(dense, w, index, tables, offsets, labels, best):  # pragma: no cover - compiled
     n, m = labels.shape[0], offsets.shape[0]
@@ -370,6 +414,17 @@ class NumbaKernels:
         # miss per column); the copy is of the small side's table, once per call.
         table = np.ascontiguousarray(table, dtype=np.float64)
         return _scatter_gathered(scatter, gather, table, weights, n_out, chunks)
+
+    def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
+        return _rows_by_key(keys, n_keys)
+
+    def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        ptr, order = rows_by_a
+        weights = np.empty(0) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        # a's rows in turn, b's rows gathered: row order, one read of each.
+        table_b = np.ascontiguousarray(data_b, dtype=np.float64)
+        chunks = _chunks(order.shape[0], data_a.shape[1] * data_b.shape[1])
+        return _pair_gram(ptr, order, index_b, data_a, table_b, weights, chunks)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]

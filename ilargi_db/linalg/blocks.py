@@ -69,6 +69,13 @@ class Part:
                 self._cache["counts"] = counts.astype(self.data.dtype)
         return self._cache["counts"]
 
+    def rows_by_key(self) -> tuple[Any, Any]:
+        """The output rows grouped by the block row they take (see kernels' ``rows_by_key``), built once: the
+        index never changes, and a product with another indexed block then reads each row of this one once."""
+        if "rows_by_key" not in self._cache:
+            self._cache["rows_by_key"] = self.backend.kernels.rows_by_key(self.index, self.n_block_rows)
+        return self._cache["rows_by_key"]
+
     def indicator_t(self) -> Any:
         """I_k^T as a sparse (block rows x n) matrix, built once, for segment sums."""
         if "indicator_t" not in self._cache:
@@ -195,6 +202,8 @@ def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
         return matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
     if b.index is None:
         return cooccurrence_product(b, a, weights).T
+    if a.index is not None and not a.sparse and not b.sparse:  # two indexed dense blocks: no big accumulators
+        return be.kernels.pair_gram(a.rows_by_key(), b.index, a.data, b.data, weights)
     if not a.sparse and (a.index is None or a.n_block_rows >= b.n_block_rows or b.sparse):
         # One fused pass sums a's (gathered) rows into b's rows: (I_b^T D I_a S_a), then S_b^T of it.
         summed = be.kernels.scatter_gathered(b.index, a.index, a.data, b.n_block_rows, weights)
