@@ -13,6 +13,9 @@ import numpy as np
 from ilargi_db.backend import Backend
 
 BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
+# crossprod's one pass when its accumulators per gathered part (block rows x (dense columns + 1) cells)
+# are at most the rows / this: no more bytes than the int32 index column the pass reads.
+ONE_PASS_ACCUMULATOR_CELLS_PER_ROW = 2
 
 
 @dataclass
@@ -220,3 +223,28 @@ def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     if a.n_block_rows <= b.n_block_rows:
         return matmul(a.data.T, matmul(c, b.data, be), be)
     return matmul(matmul(c.T, a.data, be).T, b.data, be)
+
+
+def one_pass_products(
+    layout: GatherLayout, n_rows: int, weights: Any, backend: Backend
+) -> list[tuple[Part, Part, Any]]:
+    """The blocks ``(a, b, S_a^T D S_b)`` of T^T D T one fused pass over the rows gives: the dense part's Gram,
+    its products with every gathered part, and the gathered parts' diagonal blocks from the pass's counts.
+    Only the products of two gathered parts are left.
+
+    None when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) would be
+    larger than the index it reads: then the pairwise products hold less memory.
+    """
+    dense, a = layout.dense, 0 if layout.dense is None else len(layout.dense.columns)
+    if not layout.gathered or ONE_PASS_ACCUMULATOR_CELLS_PER_ROW * layout.n_table_rows * (a + 1) > n_rows:
+        return []
+    gram, sums = backend.kernels.gram_pass(
+        None if dense is None else dense.data, layout.index, layout.n_table_rows, weights
+    )
+    found = [] if dense is None else [(dense, dense, gram)]
+    for k, part in enumerate(layout.gathered):
+        rows = sums[k, : part.n_block_rows]
+        found.append((part, part, scaled_gram(part, rows[:, a])))
+        if dense is not None:
+            found.append((dense, part, matmul(rows[:, :a].T, part.data, backend)))
+    return found

@@ -23,15 +23,12 @@ from ilargi_db.linalg.blocks import (
     cooccurrence_product,
     matmul,
     merge_blocks_sharing_an_index,
-    scaled_gram,
+    one_pass_products,
 )
 
 CROSSPROD = "crossprod"  # X^T X
 COLSUMS = "colsums"  # the column sums
 MEMOIZED_SUMS = (CROSSPROD, COLSUMS)  # the sums of the data alone a matrix keeps once computed
-# crossprod's one pass when its accumulators per gathered part (block rows x (dense columns + 1) cells)
-# are at most the rows / this: no more bytes than the int32 index column the pass reads.
-ONE_PASS_ACCUMULATOR_CELLS_PER_ROW = 2
 _MEMO_SECONDS = "seconds"  # beside them in the memo: what computing them took
 
 
@@ -280,7 +277,10 @@ class NormalizedMatrix:
     def _crossprod_blocks(self, weights: Any) -> Any:
         xp = self.backend.xp
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
-        done = self._crossprod_one_pass(weights, out)
+        found = one_pass_products(self._layout(), self._n_rows, weights, self.backend)
+        for a, b, block in found:
+            self._add_block(out, a, b, block)
+        done = {frozenset((id(a), id(b))) for a, b, _ in found}
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
                 if frozenset((id(a), id(b))) not in done:
@@ -293,34 +293,6 @@ class NormalizedMatrix:
         out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += block
         if b is not a:
             out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += block.T
-
-    def _crossprod_one_pass(self, weights: Any, out: Any) -> set[frozenset[int]]:
-        """The blocks of T^T D T one fused pass over the rows gives (the dense part's Gram, its products with
-        every gathered part, their diagonal blocks from the pass's counts), added to ``out``; the pairs of
-        parts done. Only the products of two gathered parts are left, each one scatter.
-
-        Taken when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) are
-        no larger than the index it reads: past that, the pairwise products hold less memory.
-        """
-        layout = self._layout()
-        dense, a = layout.dense, 0 if layout.dense is None else len(layout.dense.columns)
-        if not layout.gathered or ONE_PASS_ACCUMULATOR_CELLS_PER_ROW * layout.n_table_rows * (a + 1) > self._n_rows:
-            return set()
-        gram, sums = self.backend.kernels.gram_pass(
-            None if dense is None else dense.data, layout.index, layout.n_table_rows, weights
-        )
-        done = set()
-        if dense is not None:
-            self._add_block(out, dense, dense, gram)
-            done.add(frozenset((id(dense),)))
-        for k, part in enumerate(layout.gathered):
-            rows = sums[k, : part.n_block_rows]
-            self._add_block(out, part, part, scaled_gram(part, rows[:, a]))
-            done.add(frozenset((id(part),)))
-            if dense is not None:
-                self._add_block(out, dense, part, matmul(rows[:, :a].T, part.data, self.backend))
-                done.add(frozenset((id(dense), id(part))))
-        return done
 
     def _materialize(self) -> Any:
         xp = self.backend.xp
