@@ -78,7 +78,8 @@ class ReferenceKernels:
     def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
         """``(ptr, order)``: the rows listed key by key (row order within a key), key r's at ``ptr[r]:ptr[r + 1]``."""
         xp = self.xp
-        order = xp.argsort(keys, kind="stable").astype(xp.int32)
+        order = xp.argsort(keys, kind="stable")
+        order = order.astype(xp.int32) if len(order) <= xp.iinfo(xp.int32).max else order
         ptr = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(xp.bincount(keys, minlength=n_keys))])
         return ptr, order
 

@@ -213,7 +213,7 @@ def _scatter_gathered(scatter, gather, table, weights, n_out, chunks):  # pragma
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows_by_key(keys, n_keys):  # pragma: no cover - compiled
+def _rows_by_key(keys, n_keys, order):  # pragma: no cover - compiled
     n = keys.shape[0]
     ptr = np.zeros(n_keys + 1, dtype=np.int64)
     for i in range(n):
@@ -221,7 +221,6 @@ def _rows_by_key(keys, n_keys):  # pragma: no cover - compiled
     for r in range(n_keys):
         ptr[r + 1] += ptr[r]
     cursor = ptr[:-1].copy()
-    order = np.empty(n, dtype=np.int32)
     for i in range(n):
         key = numba.uint64(keys[i])
         order[cursor[key]] = i
@@ -416,7 +415,9 @@ class NumbaKernels:
         return _scatter_gathered(scatter, gather, table, weights, n_out, chunks)
 
     def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
-        return _rows_by_key(keys, n_keys)
+        n = keys.shape[0]
+        order = np.empty(n, dtype=np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row numbers
+        return _rows_by_key(keys, n_keys, order)
 
     def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
         ptr, order = rows_by_a
