@@ -232,7 +232,7 @@ def one_pass_products(
     its products with every gathered part, and the gathered parts' diagonal blocks from the pass's counts.
     Only the products of two gathered parts are left.
 
-    None when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) would be
+    Empty when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) would be
     larger than the index it reads: then the pairwise products hold less memory.
     """
     dense, a = layout.dense, 0 if layout.dense is None else len(layout.dense.columns)
