@@ -346,7 +346,8 @@ def _chunks(n: int, accumulator_cells: int) -> int:
     """How many row chunks a reduction uses: a function of the shapes alone (so of nothing else)."""
     by_rows = max(1, n // CHUNK_ROWS)
     by_memory = max(1, ACCUMULATOR_BYTES // max(8 * accumulator_cells, 1))
-    return int(min(MAX_CHUNKS, by_rows, by_memory))
+    chunks = int(min(MAX_CHUNKS, by_rows, by_memory))
+    return 1 << (chunks.bit_length() - 1)  # a power of two: 3 chunks on 2 threads would leave one idle a third
 
 
 class NumbaKernels:
