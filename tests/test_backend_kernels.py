@@ -27,7 +27,8 @@ def layouts(draw):
     dense = np.asfortranarray(rng.normal(size=(n, a))) if a else None
     if dense is not None and draw(st.booleans()):
         dense = np.ascontiguousarray(dense)  # both layouts reach the kernels
-    index = np.asfortranarray(rng.integers(0, rows, (n, t))) if t else None
+    positions = draw(st.sampled_from([np.int32, np.int64]))  # the kernels' two position types
+    index = np.asfortranarray(rng.integers(0, rows, (n, t)), dtype=positions) if t else None
     return rng, n, dense, index, rows, m
 
 
@@ -60,11 +61,28 @@ def test_fused_kernels_match_reference(layout):
         table = rng.normal(size=(rows, m))
         for args in ((scatter, gather, table, rows), (scatter, gather, table, rows, weights)):
             np.testing.assert_allclose(FUSED.scatter_gathered(*args), REFERENCE.scatter_gathered(*args), atol=1e-8)
+        by_key = FUSED.rows_by_key(scatter, rows)
+        for got, want in zip(by_key, REFERENCE.rows_by_key(scatter, rows)):
+            np.testing.assert_array_equal(got, want)
+        data_a = rng.normal(size=(rows, 3))
+        for d in (None, weights):
+            got = FUSED.pair_gram(by_key, gather, data_a, table, d)
+            np.testing.assert_allclose(got, REFERENCE.pair_gram(by_key, gather, data_a, table, d), atol=1e-8)
         if dense is not None:
             np.testing.assert_allclose(
                 FUSED.scatter_gathered(scatter, None, dense, rows),
                 REFERENCE.scatter_gathered(scatter, None, dense, rows),
             )
+    if index is not None:  # T^T D T but for two indexed blocks: the dense Gram and I_k^T D [dense, 1]
+        for weights in (None, rng.random(n)):
+            got, want = FUSED.gram_pass(dense, index, rows, weights), REFERENCE.gram_pass(dense, index, rows, weights)
+            for g, expected in zip(got, want):
+                np.testing.assert_allclose(g, expected, atol=1e-8)
+    if dense is not None:  # a block times an operand (one of the gather's tables)
+        for operand in (w, W):
+            out = np.full((n, *operand.shape[1:]), np.nan)
+            got = FUSED.dense_product(dense, operand, out.copy())
+            np.testing.assert_allclose(got, REFERENCE.dense_product(dense, operand, out), atol=1e-9)
     offsets = rng.normal(size=m)
     labels, best = FUSED.nearest(dense, W_dense, index, tab3, offsets)
     expected_labels, expected_best = REFERENCE.nearest(dense, W_dense, index, tab3, offsets)
@@ -105,7 +123,7 @@ def test_reductions_do_not_depend_on_the_thread_count():
     rng = np.random.default_rng(0)
     n = 300_000
     dense, index = np.asfortranarray(rng.normal(size=(n, 3))), np.asfortranarray(rng.integers(0, 50, (n, 2)))
-    v, labels = rng.normal(size=n), rng.integers(0, 4, n)
+    v, V, labels = rng.normal(size=n), rng.normal(size=(n, 3)), rng.integers(0, 4, n)
     table, weights = rng.normal(size=(50, 3)), rng.random(n)
     results = []
     for threads in (1, 2, 3):
@@ -113,8 +131,11 @@ def test_reductions_do_not_depend_on_the_thread_count():
             results.append(
                 (
                     *FUSED.segment_sums(dense, index, 50, v),
+                    *FUSED.segment_sums(dense, index, 50, V),
                     *FUSED.label_sums(dense, index, 50, labels, 4),
+                    *FUSED.gram_pass(dense, index, 50, weights),
                     FUSED.scatter_gathered(index[:, 0], index[:, 1], table, 50, weights),
+                    FUSED.pair_gram(FUSED.rows_by_key(index[:, 0], 50), index[:, 1], dense[:50], dense[:50], weights),
                     FUSED.logistic_loss_residual(v.copy(), (v > 0).astype(float))[0],
                 )
             )

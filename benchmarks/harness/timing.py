@@ -42,6 +42,31 @@ def interleaved(
     return statistics.median(times[0]), statistics.median(times[1]), cold[0], cold[1]
 
 
+def in_blocks(
+    first: Callable[[], object], second: Callable[[], object], rounds: int, per_block: int, min_seconds: float = 0.0
+) -> tuple[float, float]:
+    """Median seconds of ``first`` and ``second``, each timed in blocks of ``per_block`` calls in a row.
+
+    The blocks alternate (``rounds`` of each, more until each side has run ``min_seconds``, at most 10x),
+    and every block starts with one untimed call: what a loop calling one operator sees, with no call of
+    the other side (a BLAS whose threads still spin, say) just before each timed one.
+    """
+    times: tuple[list[float], list[float]] = ([], [])
+    done = 0
+    while True:
+        for f, sink in ((first, times[0]), (second, times[1])):
+            gc.collect()
+            f()  # untimed: the block's first call follows the other side's
+            for _ in range(per_block):
+                seconds, result = timed(f)
+                sink.append(seconds)
+                del result
+        done += 1
+        if done >= 10 * rounds or (done >= rounds and min(sum(times[0]), sum(times[1])) >= min_seconds):
+            break
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def record_seconds(owner: Any, name: str) -> list[float]:
     """Wrap the method ``owner.name`` so that each call appends its seconds to the list returned.
 

@@ -52,6 +52,49 @@ class ReferenceKernels:
                         sums[k, :, j] = xp.bincount(index[:, k], weights=v[:, j], minlength=n_table_rows)
         return head, sums
 
+    def dense_product(self, data: Any, w: Any, out: Any) -> Any:
+        """``out[...] = data @ w`` (a block's rows times the operand: one of the gather's tables)."""
+        out[...] = data @ w
+        return out
+
+    def gram_pass(self, dense: Any, index: Any, n_table_rows: int, weights: Any = None) -> tuple[Any, Any]:
+        """``(dense^T D dense, sums)`` with ``sums[k]`` (r x (a + 1)) = I_k^T D [dense, 1], D = diag(weights) or I.
+
+        One pass gives every term of T^T D T that involves the rows every output row holds itself, and
+        each indexed block's (weighted) counts: X^T X but for the products of two indexed blocks.
+        """
+        xp = self.xp
+        n, t = index.shape
+        a = 0 if dense is None else dense.shape[1]
+        d = xp.ones(n, dtype=xp.float64) if weights is None else weights
+        rows = xp.concatenate([xp.zeros((n, 0)) if dense is None else dense, xp.ones((n, 1))], axis=1) * d[:, None]
+        gram = xp.zeros((a, a)) if dense is None else dense.T @ rows[:, :a]
+        sums = xp.zeros((t, n_table_rows, a + 1), dtype=xp.float64)
+        for k in range(t):
+            for j in range(a + 1):
+                sums[k, :, j] = xp.bincount(index[:, k], weights=rows[:, j], minlength=n_table_rows)
+        return gram, sums
+
+    def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
+        """``(ptr, order)``: the rows listed key by key (row order within a key), key r's at ``ptr[r]:ptr[r + 1]``."""
+        xp = self.xp
+        order = xp.argsort(keys, kind="stable")
+        order = order.astype(xp.int32) if len(order) <= xp.iinfo(xp.int32).max else order
+        ptr = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(xp.bincount(keys, minlength=n_keys))])
+        return ptr, order
+
+    def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        """``S_a^T I_a^T D I_b S_b`` of two indexed blocks (D = diag(weights), or I): their block of T^T D T.
+
+        ``rows_by_a`` is :meth:`rows_by_key` of a's index (a block keeps it: its index does not change).
+        """
+        xp = self.xp
+        ptr, order = rows_by_a
+        index_a = xp.empty(len(order), dtype=xp.int64)
+        index_a[order] = xp.repeat(xp.arange(len(ptr) - 1), xp.diff(ptr))
+        summed = self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
+        return data_a.T @ summed
+
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         """``out[scatter[i]] += weights[i] * table[gather[i]]`` (``gather`` None: row i): I_a^T D I_b S_b."""
         xp = self.xp

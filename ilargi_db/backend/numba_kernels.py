@@ -112,10 +112,7 @@ def _segment_sums_1d(dense, index, v, head, sums, first, last):  # pragma: no co
         stop = min(n, start + size)
         values = v[start:stop]
         for j in range(a):
-            column, s = dense[start:stop, j], 0.0
-            for i in range(stop - start):
-                s += column[i] * values[i]
-            head[c, j] = s
+            head[c, j] = _dot(dense[start:stop, j], values)
         for k in range(t):
             rows, acc = index[start:stop, k], sums[c, k]
             for i in range(stop - start):
@@ -127,7 +124,97 @@ def _segment_sums_1d_entry(dense_t, index_t, v, head, sums, first, last):  # pra
     _segment_sums_1d(dense_t.T, index_t.T, v, head, sums, first, last)
 
 
-@kernel([nt.void(GATHER[p], GATHER[p], read_only(F64[:, :]), IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dot(x, y):  # pragma: no cover - compiled
+    """x @ y over four interleaved partial sums: not one chain of dependent additions (4x the throughput)."""
+    n = x.shape[0]
+    s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
+    for i in range(0, n - 3, 4):
+        s0 += x[i] * y[i]
+        s1 += x[i + 1] * y[i + 1]
+        s2 += x[i + 2] * y[i + 2]
+        s3 += x[i + 3] * y[i + 3]
+    for i in range(n - n % 4, n):
+        s0 += x[i] * y[i]
+    return (s0 + s1) + (s2 + s3)
+
+
+@numba.njit(cache=True, nogil=True)
+def _segment_sums_2d(dense, index, v, head, sums, first, last):  # pragma: no cover - compiled
+    n, m = v.shape
+    a, t = dense.shape[1], index.shape[1]
+    size = (n + head.shape[0] - 1) // head.shape[0]
+    columns = np.empty((m, TILE_ROWS))  # one read of v's tile (every column of a row together), column by column
+    for c in range(first, last):
+        for start in range(c * size, min(n, (c + 1) * size), TILE_ROWS):
+            stop = min(n, (c + 1) * size, start + TILE_ROWS)
+            rows = stop - start
+            for i in range(rows):
+                for q in range(m):
+                    columns[q, i] = v[start + i, q]
+            for j in range(a):
+                for q in range(m):
+                    head[c, j, q] += _dot(dense[start:stop, j], columns[q, :rows])
+            for k in range(t):
+                positions = index[start:stop, k]
+                for q in range(m):
+                    acc, values = sums[c, k, q], columns[q]  # one contiguous accumulator per (block, column)
+                    for i in range(rows):
+                        acc[numba.uint64(positions[i])] += values[i]
+
+
+@kernel([nt.void(ROWS_T, INDEX_T[p], IN_2, F64[:, :, ::1], F64[:, :, :, ::1], I64, I64) for p in POSITIONS])
+def _segment_sums_2d_entry(dense_t, index_t, v, head, sums, first, last):  # pragma: no cover - compiled
+    _segment_sums_2d(dense_t.T, index_t.T, v, head, sums, first, last)
+
+
+@numba.njit(cache=True, nogil=True)
+def _gram_pass(dense, index, weights, gram, sums, first, last):  # pragma: no cover - compiled
+    n, a, t = index.shape[0], dense.shape[1], index.shape[1]
+    weighted = weights.shape[0] == n
+    size = (n + gram.shape[0] - 1) // gram.shape[0]
+    scaled = np.empty((a + 1, TILE_ROWS))  # the tile's D [dense, 1], column by column
+    for c in range(first, last):
+        for start in range(c * size, min(n, (c + 1) * size), TILE_ROWS):
+            stop = min(n, (c + 1) * size, start + TILE_ROWS)
+            rows = stop - start
+            for i in range(rows):
+                scaled[a, i] = weights[start + i] if weighted else 1.0
+            for j in range(a):
+                column = dense[start:stop, j]
+                for i in range(rows):
+                    scaled[j, i] = column[i] * scaled[a, i]
+            for j in range(a):  # the upper triangle; the caller mirrors it
+                for q in range(j, a):
+                    gram[c, j, q] += _dot(scaled[j, :rows], dense[start:stop, q])
+            for k in range(t):
+                positions = index[start:stop, k]
+                for j in range(a + 1):
+                    acc, values = sums[c, k, j], scaled[j]
+                    for i in range(rows):
+                        acc[numba.uint64(positions[i])] += values[i]
+
+
+@kernel([nt.void(ROWS_T, INDEX_T[p], IN_1, F64[:, :, ::1], F64[:, :, :, ::1], I64, I64) for p in POSITIONS])
+def _gram_pass_entry(dense_t, index_t, weights, gram, sums, first, last):  # pragma: no cover - compiled
+    _gram_pass(dense_t.T, index_t.T, weights, gram, sums, first, last)
+
+
+@kernel([nt.void(IN_2, F64[::1], I64, I64)])
+def _merge_chunks(parts, total, first, last):  # pragma: no cover - compiled
+    chunks, cells = parts.shape
+    for tile in range(first, last):
+        start = tile * TILE_ROWS
+        stop = min(cells, start + TILE_ROWS)
+        out = total[start:stop]
+        out[:] = 0.0
+        for c in range(chunks):  # chunk order: the same sums whatever the thread count
+            part = parts[c, start:stop]
+            for i in range(stop - start):
+                out[i] += part[i]
+
+
+@kernel([nt.void(GATHER[p], GATHER[p], IN_2, IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
 def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pragma: no cover - compiled
     n, c = scatter.shape[0], table.shape[1]
     gathered, weighted = gather.shape[0] == n, weights.shape[0] == n
@@ -140,6 +227,54 @@ def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pr
             w = weights[i] if weighted else 1.0
             for j in range(c):
                 acc[target, j] += w * table[source, j]
+
+
+@kernel([nt.void(GATHER[p], I64[::1], o[::1]) for p in POSITIONS for o in POSITIONS])
+def _rows_by_key(keys, ptr, order):  # pragma: no cover - compiled
+    """A counting sort: ptr (zeros on entry) the start of each key's rows, order the rows key by key."""
+    n, n_keys = keys.shape[0], ptr.shape[0] - 1
+    for i in range(n):
+        ptr[numba.uint64(keys[i]) + 1] += 1
+    for r in range(n_keys):
+        ptr[r + 1] += ptr[r]
+    cursor = ptr[:-1].copy()
+    for i in range(n):
+        key = numba.uint64(keys[i])
+        order[cursor[key]] = i
+        cursor[key] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_gram(ptr, order, index_b, data_a, table_b, weights, partial, first, last):  # pragma: no cover - compiled
+    r_a, c_a, c_b = data_a.shape[0], data_a.shape[1], table_b.shape[1]
+    weighted = weights.shape[0] == order.shape[0]
+    size = (r_a + partial.shape[0] - 1) // partial.shape[0]
+    summed = np.empty(c_b)  # the b rows (weighted) that meet one row of a
+    for c in range(first, last):
+        out = partial[c]
+        for r in range(c * size, min(r_a, (c + 1) * size)):
+            summed[:] = 0.0
+            for j in range(ptr[r], ptr[r + 1]):
+                i = numba.uint64(order[j])
+                row = table_b[numba.uint64(index_b[i])]
+                w = weights[i] if weighted else 1.0
+                for q in range(c_b):
+                    summed[q] += w * row[q]
+            for p in range(c_a):
+                x = data_a[r, p]
+                for q in range(c_b):
+                    out[p, q] += x * summed[q]
+
+
+@kernel(
+    [
+        nt.void(read_only(I64[::1]), GATHER[o], GATHER[p], ROWS_T, IN_2, IN_1, F64[:, :, ::1], I64, I64)
+        for o in POSITIONS
+        for p in POSITIONS
+    ]
+)
+def _pair_gram_entry(ptr, order, index_b, data_a_t, table_b, weights, partial, first, last):  # pragma: no cover
+    _pair_gram(ptr, order, index_b, data_a_t.T, table_b, weights, partial, first, last)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -235,15 +370,17 @@ def _chunks(n: int, accumulator_cells: int) -> int:
     """How many row chunks a reduction uses: a function of the shapes alone (so of nothing else)."""
     by_rows = max(1, n // CHUNK_ROWS)
     by_memory = max(1, ACCUMULATOR_BYTES // max(8 * accumulator_cells, 1))
-    return int(min(MAX_CHUNKS, by_rows, by_memory))
+    chunks = int(min(MAX_CHUNKS, by_rows, by_memory))
+    return 1 << (chunks.bit_length() - 1)  # a power of two: 3 chunks on 2 threads would leave one idle a third
 
 
 def _in_chunk_order(parts: np.ndarray) -> np.ndarray:
-    """The sum of a reduction's per-chunk accumulators, added in chunk order: the same sums whatever the threads."""
-    total = np.zeros(parts.shape[1:])
-    for part in parts:
-        total += part
-    return total
+    """The sum of a reduction's per-chunk accumulators, added in chunk order: the same sums whatever the threads
+    (the cells split between the free cores)."""
+    flat = parts.reshape(parts.shape[0], parts.size // parts.shape[0])
+    total = np.empty(flat.shape[1])
+    run(_merge_chunks.dispatcher, _tiles(flat.shape[1]), flat, total, min_tasks=PARALLEL_TILES)
+    return total.reshape(parts.shape[1:])
 
 
 def _tiles(n: int) -> int:
@@ -299,35 +436,79 @@ class NumbaKernels:
         n = v.shape[0]
         dense_t, index_t = _block_t(dense, n), _index_t(index, n)
         a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
-        chunks = _chunks(n, t * n_table_rows + a)
-
-        def one(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            head, sums = np.zeros((chunks, a)), np.zeros((chunks, t, rows))
-            run(_segment_sums_1d_entry.dispatcher, chunks, dense_t, index_t, values, head, sums)
-            return _in_chunk_order(head), _in_chunk_order(sums)
-
+        width = 1 if v.ndim == 1 else v.shape[1]
+        chunks = _chunks(n, (t * rows + a) * width)
         if v.ndim == 1:
-            head, sums = one(_f64(v))
+            head, sums = np.zeros((chunks, a)), np.zeros((chunks, t, rows))
+            run(_segment_sums_1d_entry.dispatcher, chunks, dense_t, index_t, _f64(v), head, sums)
+            head, sums = _in_chunk_order(head), _in_chunk_order(sums)
         else:
-            # Column by column: per-chunk accumulators of (rows x columns) would outgrow the caches (and
-            # cost page faults on every call); one column's stay small. Measured 8x faster at 8 columns.
-            columns = np.asfortranarray(v, dtype=np.float64)
-            parts = [one(columns[:, j]) for j in range(v.shape[1])]
-            head = np.stack([p[0] for p in parts], axis=-1)
-            sums = np.stack([p[1] for p in parts], axis=-1)
+            # One pass over the rows (each row of v read once, all its columns together); the accumulators'
+            # size bounds the chunks (ACCUMULATOR_BYTES), so they stay few and small.
+            head, sums = np.zeros((chunks, a, width)), np.zeros((chunks, t, width, rows))
+            run(_segment_sums_2d_entry.dispatcher, chunks, dense_t, index_t, _f64(v), head, sums)
+            head, sums = _in_chunk_order(head), _in_chunk_order(sums).transpose(0, 2, 1)  # (blocks, rows, columns)
         return (head if dense is not None else None), (sums if index is not None else None)
+
+    def dense_product(self, data: Any, w: Any, out: Any) -> Any:
+        n = data.shape[0]
+        w = _f64(w)
+        fits = out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable
+        target = out if fits else np.empty(out.shape)
+        tables = np.zeros((0, 1, *w.shape[1:]))  # no indexed block: data @ w alone
+        entry = _gather_sum_1d_entry if w.ndim == 1 else _gather_sum_2d_entry
+        args = (_block_t(data, n), w, _index_t(None, n), tables, target)
+        run(entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
+        if target is not out:
+            out[...] = target
+        return out
+
+    def gram_pass(self, dense: Any, index: Any, n_table_rows: int, weights: Any = None) -> tuple[Any, Any]:
+        n = index.shape[0]
+        dense_t, index_t = _block_t(dense, n), _index_t(index, n)
+        a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
+        weights = np.empty(0) if weights is None else _f64(weights)
+        chunks = _chunks(n, t * rows * (a + 1))
+        gram, sums = np.zeros((chunks, a, a)), np.zeros((chunks, t, a + 1, rows))
+        run(_gram_pass_entry.dispatcher, chunks, dense_t, index_t, weights, gram, sums)
+        gram = _in_chunk_order(gram)
+        lower = np.tril_indices(a, -1)
+        gram[lower] = gram.T[lower]  # the lower triangle from the upper one
+        return gram, _in_chunk_order(sums).transpose(0, 2, 1)  # (blocks, rows, dense columns + 1)
 
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         n = scatter.shape[0]
         positions = _positions(scatter) if gather is None else _positions(scatter, gather)
         gather = np.empty(0, dtype=positions) if gather is None else np.ascontiguousarray(gather, dtype=positions)
         weights = np.empty(0) if weights is None else _f64(weights)
-        table = np.asarray(table, dtype=np.float64)
+        # Row order: each gathered row is one contiguous read (a column-major table would cost a cache
+        # miss per column); the copy is of the small side's table, once per call.
+        table = _f64(table)
         chunks = _chunks(n, n_out * table.shape[1])
         sums = np.zeros((chunks, n_out, table.shape[1]))
         scatter = np.ascontiguousarray(scatter, dtype=positions)
         run(_scatter_gathered.dispatcher, chunks, scatter, gather, table, weights, sums)
         return _in_chunk_order(sums)
+
+    def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
+        n = keys.shape[0]
+        order = np.empty(n, dtype=np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row numbers
+        ptr = np.zeros(n_keys + 1, dtype=np.int64)
+        _rows_by_key(np.ascontiguousarray(keys, dtype=_positions(keys)), ptr, order)
+        return ptr, order
+
+    def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        ptr, order = rows_by_a
+        ptr, order = np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(order, dtype=_positions(order))
+        r_a = data_a.shape[0]
+        weights = np.empty(0) if weights is None else _f64(weights)
+        table_b = _f64(data_b)  # a's rows in turn, b's rows gathered: row order, one read of each
+        chunks = _chunks(order.shape[0], data_a.shape[1] * data_b.shape[1])
+        partial = np.zeros((chunks, data_a.shape[1], data_b.shape[1]))
+        index_b = np.ascontiguousarray(index_b, dtype=_positions(index_b))
+        args = (ptr, order, index_b, _block_t(data_a, r_a), table_b, weights, partial)
+        run(_pair_gram_entry.dispatcher, chunks, *args)
+        return _in_chunk_order(partial)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]

@@ -13,6 +13,9 @@ import numpy as np
 from ilargi_db.backend import Backend
 
 BINCOUNT_MAX_COLUMNS = 64  # segment sums of narrower operands run column by column
+# crossprod's one pass when its accumulators per gathered part (block rows x (dense columns + 1) cells)
+# are at most the rows / this: no more bytes than the int32 index column the pass reads.
+ONE_PASS_ACCUMULATOR_CELLS_PER_ROW = 2
 
 
 @dataclass
@@ -69,6 +72,13 @@ class Part:
                 self._cache["counts"] = counts.astype(self.data.dtype)
         return self._cache["counts"]
 
+    def rows_by_key(self) -> tuple[Any, Any]:
+        """The output rows grouped by the block row they take (see kernels' ``rows_by_key``), built once: the
+        index never changes, and a product with another indexed block then reads each row of this one once."""
+        if "rows_by_key" not in self._cache:
+            self._cache["rows_by_key"] = self.backend.kernels.rows_by_key(self.index, self.n_block_rows)
+        return self._cache["rows_by_key"]
+
     def indicator_t(self) -> Any:
         """I_k^T as a sparse (block rows x n) matrix, built once, for segment sums."""
         if "indicator_t" not in self._cache:
@@ -119,11 +129,19 @@ class GatherLayout:
     rest: list[Part]
 
     def tables(self, operand: Any, backend: Backend) -> Any:
-        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array."""
+        """S_k (M_k^T W) of every gathered part, padded into one (t x r [x m]) array.
+
+        Dense parts through the fused kernels (every core, no BLAS); the padding past a part's rows is
+        never read (its index stays below them), so it is left unset.
+        """
         xp = backend.xp
-        tables = xp.zeros((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
+        tables = xp.empty((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
         for k, part in enumerate(self.gathered):
-            tables[k, : part.n_block_rows] = matmul(part.data, operand[part.columns], backend)
+            w = operand[part.columns]
+            if part.sparse:
+                tables[k, : part.n_block_rows] = matmul(part.data, w, backend)
+            else:
+                backend.kernels.dense_product(part.data, w, tables[k, : part.n_block_rows])
         return tables
 
 
@@ -163,22 +181,32 @@ def matmul(a: Any, b: Any, backend: Backend) -> Any:
     return out.toarray() if backend.is_sparse(out) else out
 
 
+def _scale_rows(data: Any, d: Any, backend: Backend) -> Any:
+    return data.multiply(d[:, None]).tocsr() if backend.is_sparse(data) else data * d[:, None]
+
+
+def scaled_gram(part: Part, counts: Any) -> Any:
+    """S^T diag(counts) S: a block's diagonal block of T^T D T from its rows' (weighted) counts."""
+    return matmul(part.data.T, _scale_rows(part.data, counts, part.backend), part.backend)
+
+
 def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     """S_a^T (I_a^T D I_b) S_b (D = diag(weights), or I), multiplying on the side with fewer rows."""
     be = a.backend
 
     def scale_rows(data: Any, d: Any) -> Any:
-        return data.multiply(d[:, None]).tocsr() if be.is_sparse(data) else data * d[:, None]
+        return _scale_rows(data, d, be)
 
     if a is b:
         if a.index is None and weights is None:
             return matmul(a.data.T, a.data, be)  # every row once: no counts to scale by
-        counts = a.counts() if weights is None else a.segment_sum(weights)
-        return matmul(a.data.T, scale_rows(a.data, counts), be)
+        return scaled_gram(a, a.counts() if weights is None else a.segment_sum(weights))
     if a.index is None and b.index is None:
         return matmul(a.data.T, b.data if weights is None else scale_rows(b.data, weights), be)
     if b.index is None:
         return cooccurrence_product(b, a, weights).T
+    if a.index is not None and not a.sparse and not b.sparse:  # two indexed dense blocks: no big accumulators
+        return be.kernels.pair_gram(a.rows_by_key(), b.index, a.data, b.data, weights)
     if not a.sparse and (a.index is None or a.n_block_rows >= b.n_block_rows or b.sparse):
         # One fused pass sums a's (gathered) rows into b's rows: (I_b^T D I_a S_a), then S_b^T of it.
         summed = be.kernels.scatter_gathered(b.index, a.index, a.data, b.n_block_rows, weights)
@@ -195,3 +223,28 @@ def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     if a.n_block_rows <= b.n_block_rows:
         return matmul(a.data.T, matmul(c, b.data, be), be)
     return matmul(matmul(c.T, a.data, be).T, b.data, be)
+
+
+def one_pass_products(
+    layout: GatherLayout, n_rows: int, weights: Any, backend: Backend
+) -> list[tuple[Part, Part, Any]]:
+    """The blocks ``(a, b, S_a^T D S_b)`` of T^T D T one fused pass over the rows gives: the dense part's Gram,
+    its products with every gathered part, and the gathered parts' diagonal blocks from the pass's counts.
+    Only the products of two gathered parts are left.
+
+    Empty when the pass's accumulators (padded block rows x (dense columns + 1), per gathered part) would be
+    larger than the index it reads: then the pairwise products hold less memory.
+    """
+    dense, a = layout.dense, 0 if layout.dense is None else len(layout.dense.columns)
+    if not layout.gathered or ONE_PASS_ACCUMULATOR_CELLS_PER_ROW * layout.n_table_rows * (a + 1) > n_rows:
+        return []
+    gram, sums = backend.kernels.gram_pass(
+        None if dense is None else dense.data, layout.index, layout.n_table_rows, weights
+    )
+    found = [] if dense is None else [(dense, dense, gram)]
+    for k, part in enumerate(layout.gathered):
+        rows = sums[k, : part.n_block_rows]
+        found.append((part, part, scaled_gram(part, rows[:, a])))
+        if dense is not None:
+            found.append((dense, part, matmul(rows[:, :a].T, part.data, backend)))
+    return found

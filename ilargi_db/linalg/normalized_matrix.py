@@ -23,6 +23,7 @@ from ilargi_db.linalg.blocks import (
     cooccurrence_product,
     matmul,
     merge_blocks_sharing_an_index,
+    one_pass_products,
 )
 
 CROSSPROD = "crossprod"  # X^T X
@@ -152,6 +153,11 @@ class NormalizedMatrix:
                 dense = part
             else:
                 rest.append(part)
+        for part in gathered:
+            if not part.sparse and not part.data.flags.f_contiguous:
+                # Column order, once: the fused products stream each column (a row-major block read
+                # column by column would touch every cache line once per column).
+                part.data = xp.asfortranarray(part.data)
         index = None
         if gathered:
             # int32 positions when every block fits: half the bytes of the pass's biggest stream after the
@@ -271,13 +277,22 @@ class NormalizedMatrix:
     def _crossprod_blocks(self, weights: Any) -> Any:
         xp = self.backend.xp
         out = xp.zeros((self._n_cols, self._n_cols), dtype=self.dtype)
+        found = one_pass_products(self._layout(), self._n_rows, weights, self.backend)
+        for a, b, block in found:
+            self._add_block(out, a, b, block)
+        done = {frozenset((id(a), id(b))) for a, b, _ in found}
         for i, a in enumerate(self._parts):
             for b in self._parts[i:]:
-                r = cooccurrence_product(a, b, weights)
-                out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += r
-                if b is not a:
-                    out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += r.T
+                if frozenset((id(a), id(b))) not in done:
+                    self._add_block(out, a, b, cooccurrence_product(a, b, weights))
         return out
+
+    def _add_block(self, out: Any, a: Part, b: Part, block: Any) -> None:
+        """Add S_a^T D S_b (and its transpose) at the columns of a and b."""
+        xp = self.backend.xp
+        out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += block
+        if b is not a:
+            out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += block.T
 
     def _materialize(self) -> Any:
         xp = self.backend.xp
