@@ -194,9 +194,10 @@ def hamlet_specs(quick: bool) -> list[Spec]:
 
     def maker(shape: str, scale: float, algorithm: str):
         def make(con):
-            if shape not in made:
-                made[shape] = make_hamlet_schema(con, shape, scale=scale, seed=SEEDS)
-            schema = made[shape]
+            if (shape, scale) not in made:  # each scale its own tables (a prefix keeps them apart)
+                prefix = "" if scale in dict(HAMLET).values() else f"x{scale:g}_".replace(".", "_")
+                made[shape, scale] = make_hamlet_schema(con, shape, scale=scale, seed=SEEDS, prefix=prefix)
+            schema = made[shape, scale]
             if algorithm == "linear_regression":
                 return schema.regression_query, schema.target
             if algorithm == "logistic_regression":
