@@ -197,11 +197,16 @@ def test_reads_end_their_transaction_and_keep_the_callers(con):
 def test_the_estimator_failing_inside_the_snapshot_still_trains(con, monkeypatch):
     # A statement that fails aborts the transaction; the fallback rule reads on in a fresh snapshot.
     from ilargi_db.cost_model import choose
+    from ilargi_db.pipeline import planning
 
-    def statistics_that_fail(con, graph):  # the estimator's statement fails on the job's connection
-        con.sql("SELECT error('the estimator broke')").fetchall()
+    def statistics_that_fail(con, graph):  # the statistics' statement fails on the job's connection, as counted
+        try:
+            con.sql("SELECT error('the estimator broke')").fetchall()
+        except duckdb.Error as err:
+            raise ilargi_db.IlargiError(f"could not count the rows of the training query's sources: {err}") from err
 
-    monkeypatch.setattr(choose, "job_stats", statistics_that_fail)
+    for counts_them in (planning, choose):  # the job counts them once; the cost model again when that failed
+        monkeypatch.setattr(counts_them, "job_stats", statistics_that_fail)
     model = ilargi_db.train(con, GOOD, "y", reuse=False)  # not statistics an earlier test stored
     assert "the cost model failed" in model.decision_ and "the estimator broke" in model.decision_
     assert model.n_rows_ == 70 and not in_transaction(con)
