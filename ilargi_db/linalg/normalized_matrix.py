@@ -86,6 +86,9 @@ class NormalizedMatrix:
             missing = np.flatnonzero(fed == 0).tolist()
             raise ValueError(f"no block feeds output column(s) {missing}; every column needs a block.")
         self._transposed = False
+        # What every view of these parts (X.T, built anew on each X.T @ v) shares: the gather layout, built
+        # once, whichever view asks first.
+        self._shared: dict[str, GatherLayout] = {}
         # Sums that depend on the data alone (X^T X, column sums), kept once computed: a later model on
         # the same matrix (a batch, or a job the artifact store serves) skips them. Keyed by MEMOIZED_SUMS.
         self.memo: dict[str, Any] = {}
@@ -134,16 +137,14 @@ class NormalizedMatrix:
         new = cls.__new__(cls)
         new.backend, new._n_rows, new._n_cols = like.backend, like._n_rows, like._n_cols
         new._feature_names, new._parts, new._transposed = like._feature_names, parts, like._transposed
-        new._layout_cache = like._layout_cache if parts is like._parts else None
+        new._shared = like._shared if parts is like._parts else {}  # views of the same parts: one layout
         new.memo = like.memo if parts is like._parts else {}  # the same data (a transposed view) shares its sums
         return new
 
-    _layout_cache: GatherLayout | None = None
-
     def _layout(self) -> GatherLayout:
         """The parts grouped for the fused kernels, built once (the indices are stacked, not copied twice)."""
-        if self._layout_cache is not None:
-            return self._layout_cache
+        if "layout" in self._shared:
+            return self._shared["layout"]
         xp = self.backend.xp
         dense, gathered, rest = None, [], []
         for part in self._parts:
@@ -168,8 +169,8 @@ class NormalizedMatrix:
                 index[:, k] = part.index
                 part.index = index[:, k]  # a contiguous column view: the stacked copy is the only one kept
         rows = max((p.n_block_rows for p in gathered), default=0)
-        self._layout_cache = GatherLayout(dense, gathered, index, rows, rest)
-        return self._layout_cache
+        self._shared["layout"] = GatherLayout(dense, gathered, index, rows, rest)
+        return self._shared["layout"]
 
     # -- shape and views ---------------------------------------------------------------
 
