@@ -45,7 +45,7 @@ from ilargi_db.cost_model.kernels import (
 )
 from ilargi_db.cost_model.plan import data_shape, iteration_steps
 from ilargi_db.errors import IlargiError
-from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.linalg import Block, NormalizedMatrix, solve_normal_equations
 from ilargi_db.models.catalog import STRATEGIES, SolverName, algorithm_facts, make_estimator
 from ilargi_db.pipeline import read_training_data
 from ilargi_db.plan import build_join_graph
@@ -187,8 +187,6 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
 def measure_solves(rng: np.random.Generator) -> list[Measurement]:
     """Time the normal equations' solve as the linear model runs it (on the host, BLAS on one thread): regular
     Gram matrices, and singular ones (a column repeated, as a full one-hot encoding beside an intercept)."""
-    from ilargi_db.models import solve_normal_equations
-
     found = []
     with get_backend("numpy").hot_loop():
         for d, singular in ((50, False), (400, False), (1_200, False), (2_000, False), (400, True), (1_200, True)):

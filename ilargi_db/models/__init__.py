@@ -19,7 +19,6 @@ _LAZY = {
     "LinearRegression": "_linear",
     "LogisticRegression": "_linear",
     "NORMAL_MAX_COLUMNS": "_linear",
-    "solve_normal_equations": "_linear",
 }
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "KMeans",
     "LinearRegression",
     "LogisticRegression",
-    "solve_normal_equations",
 ]
 
 from ilargi_db.models.catalog import MAX_GRAM_BYTES  # noqa: E402

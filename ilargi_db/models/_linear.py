@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
 from ilargi_db.errors import IlargiError, spell
+from ilargi_db.linalg import solve_normal_equations
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
@@ -86,23 +87,6 @@ def _logistic_curvature(X: Any, rows: tuple, args: tuple) -> tuple:
     p = residual + y01
     weights = p * (1 - p)
     return X.crossprod(weights), X.T @ weights, float(weights.sum())
-
-
-def solve_normal_equations(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """``gram^-1 rhs`` by Cholesky; the minimum-norm least-squares solution (an SVD, about ten times the work)
-    when ``gram`` is singular or ill-conditioned, as a full one-hot encoding beside an intercept makes it.
-
-    The cost model prices both paths (``solve_terms``); the calibration times this function.
-    """
-    try:
-        factor = scipy.linalg.cho_factor(gram, check_finite=False)
-        diagonal = np.abs(np.diag(factor[0]))
-        # cond(gram) ~ (max/min diagonal of its Cholesky factor)^2, without an SVD.
-        if diagonal.min() <= 1e-6 * diagonal.max():
-            raise np.linalg.LinAlgError("ill-conditioned")
-        return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
-    except (np.linalg.LinAlgError, scipy.linalg.LinAlgError):
-        return scipy.linalg.lstsq(gram, rhs, cond=None, lapack_driver="gelsd")[0]  # minimum-norm
 
 
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
