@@ -1,10 +1,17 @@
 """A star's fact read in row partitions, for training data larger than the memory budget.
 
-The dimensions are scanned once and stay whole (they are small next to the fact); the fact is read in
-ranges of its rowid, one key-only join per range (the user's joins and filters, restricted to the range,
-ordered by the fact's rowid), which returns the fact's feature columns, every dimension's row for each
-output row and the target. A range always gives the same rows in the same order, so an iterative
-solver can read the fact again on every pass and line its vectors up with the rows.
+The dimensions are scanned once and stay whole (they are small next to the fact). The fact is read by
+one of two readers, both returning the fact's feature columns, every dimension's row for each output row
+and the target, partition by partition:
+
+- **by rowid range** (a base table): one key-only join per range (the user's joins and filters,
+  restricted to the range, ordered by the fact's rowid). A range always gives the same rows in the same
+  order, so any partition can be read again, on any pass.
+- **in one pass** (anything else: a view, ``read_parquet``/``read_csv``, a subquery, a registered
+  frame): one key-only join over the whole fact, its result read batch by batch in DuckDB's order and
+  cut into partitions of output rows (:attr:`FactStream.rereadable` is False). Such a source has no
+  row name that a later query could ask for, so the caller keeps each partition as it comes (the
+  streamed read spills it to local disk) and never asks DuckDB for it again.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -60,26 +68,42 @@ class FactStream:
     fact: str  # the fact's alias
     scans: dict[str, SourceScan]  # every other source's scan
     fact_parts: dict[str, str]  # fact feature column -> its select item
-    bounds: list[tuple[int, int]]  # rowid ranges [low, high) of the partitions
+    bounds: list[tuple[int, int]]  # rowid ranges [low, high) of the partitions (none for a one-pass read)
     sizes: list[int]  # labelled output rows per partition
     registered: dict[str, str] = field(default_factory=dict)
     unlabelled: int = 0
     spill_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="ilargi-stream-"))  # partitions read once
+    rereadable: bool = True  # by rowid range; False: read once, in order (see the module's docstring)
+    _batches: Any = None  # the one-pass read's open Arrow batch reader
+    _pending: list[pa.RecordBatch] = field(default_factory=list)  # rows read past the last partition's end
+    _next: int = 0  # the partition the one-pass read gives next
 
-    def partition_sql(self, k: int) -> str:
-        low, high = self.bounds[k]
+    @property
+    def partitions(self) -> int:
+        return len(self.sizes)
+
+    def partition_sql(self, k: int | None) -> str:
+        """The key-only join of partition ``k``'s rows (of every row, in DuckDB's order, for ``None``)."""
         items = tuple(self.fact_parts.values())
-        sql = indicator_sql(self.graph, self.registered, self.fact, items)
+        sql = indicator_sql(self.graph, self.registered, self.fact, items, streamed_rowid=self.rereadable)
         select = sqlglot.parse_one(sql, read="duckdb")
-        row = f"{quote(self.fact)}.rowid"
-        select = select.where(f"{row} >= {int(low)} AND {row} < {int(high)}", dialect="duckdb")
+        if k is not None:
+            low, high = self.bounds[k]
+            row = f"{quote(self.fact)}.rowid"
+            select = select.where(f"{row} >= {int(low)} AND {row} < {int(high)}", dialect="duckdb")
         select = select.where(_labelled(self.graph), dialect="duckdb") if self.graph.target is not None else select
         select.set("order", None)
-        return select.order_by(row, dialect="duckdb").sql("duckdb")
+        return select.order_by(row, dialect="duckdb").sql("duckdb") if k is not None else select.sql("duckdb")
 
     def read(self, k: int) -> FactPartition:
-        """Partition ``k`` (safe to call from a prefetching thread while no other query runs on ``con``)."""
-        table = fetch_arrow(self.con, self.partition_sql(k), what=f"partition {k + 1} of the fact")
+        """Partition ``k`` (safe to call from a prefetching thread while no other query runs on ``con``).
+
+        A one-pass stream gives its partitions once each, in order: 0, 1, 2...; it holds the connection
+        from the first read to the last, so no other query may run on ``con`` between them.
+        """
+        table = self._next_in_pass(k) if not self.rereadable else None
+        if table is None:
+            table = fetch_arrow(self.con, self.partition_sql(k), what=f"partition {k + 1} of the fact")
         indicators = {}
         for position, source in enumerate(self.graph.sources):
             if source.alias == self.fact:
@@ -90,11 +114,41 @@ class FactStream:
         target = column_to_numpy(table.column(TARGET)) if TARGET in table.column_names else None
         return FactPartition(table.num_rows, table.select(list(self.fact_parts)), indicators, target)
 
+    def _next_in_pass(self, k: int) -> pa.Table:
+        if k != self._next:
+            raise IlargiError(
+                f"partition {k + 1} of a fact read in one pass was asked for out of order (the next is "
+                f"{self._next + 1}): its source has no rowid to read it again. Keep its partitions as they come."
+            )
+        if self._batches is None:
+            self._batches = arrow_batches(self.con, self.partition_sql(None), self.sizes[0] if self.sizes else 1)
+        want, rows, held = self.sizes[k], 0, []
+        while rows < want:
+            batch = self._pending.pop(0) if self._pending else _next_batch(self._batches)
+            if batch is None:
+                raise IlargiError(
+                    f"the fact gave fewer rows than it counted ({rows} of {want} in partition {k + 1}): did it "
+                    "change while training read it? Train again."
+                )
+            if rows + batch.num_rows > want:
+                cut = want - rows
+                self._pending.insert(0, batch.slice(cut))
+                batch = batch.slice(0, cut)
+            held.append(batch)
+            rows += batch.num_rows
+        schema = self._batches.schema
+        self._next += 1
+        if self._next == len(self.sizes):
+            self._batches = None  # every row given: the connection is free again
+        return pa.Table.from_batches(held, schema=schema)
+
     def dimension_blocks(self, categorical: frozenset[int]) -> tuple[list[BlockMetadata], list[CategoricalMetadata]]:
         """Every dimension's numeric block and categorical features (see :func:`dimension_metadata`)."""
         return dimension_metadata(self.con, self.graph, self.registered, self.fact, self.scans, categorical)
 
     def close(self) -> None:
+        self._batches = None
+        self._pending.clear()
         shutil.rmtree(self.spill_dir, ignore_errors=True)
         for name in self.registered.values():
             try:
@@ -102,6 +156,23 @@ class FactStream:
             except duckdb.Error:  # pragma: no cover - already gone with a closed connection
                 pass
         self.registered.clear()
+
+
+def arrow_batches(con: duckdb.DuckDBPyConnection, sql: str, rows: int) -> pa.RecordBatchReader:
+    """The result of ``sql`` as Arrow batches of about ``rows`` rows, computed as they are read."""
+    try:
+        return con.sql(sql).to_arrow_reader(max(int(rows), 1))  # a relation's reader streams; execute()'s copies
+    except duckdb.Error as err:
+        raise IlargiError(f"DuckDB failed while reading the fact: {str(err).strip()}") from None
+
+
+def _next_batch(batches: pa.RecordBatchReader) -> pa.RecordBatch | None:
+    try:
+        return batches.read_next_batch()
+    except StopIteration:
+        return None
+    except duckdb.Error as err:
+        raise IlargiError(f"DuckDB failed while reading the fact: {str(err).strip()}") from None
 
 
 def _labelled(graph: JoinGraph) -> str:
@@ -113,10 +184,12 @@ def _labelled(graph: JoinGraph) -> str:
 def open_stream(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: frozenset[int], rows_per_partition: int
 ) -> FactStream:
-    """Scan the dimensions, register the ones DuckDB cannot join natively, and cut the fact into rowid ranges.
+    """Scan the dimensions, register the ones DuckDB cannot join natively, and cut the fact into partitions.
 
-    Raises :class:`NotStreamable` when the fact cannot be read range by range: it must be the first FROM
-    source, a base table that no outer join can empty and whose rows no join repeats, and no feature may
+    A base table is cut into rowid ranges; any other fact (a view, ``read_parquet``, ``read_csv``, a
+    subquery) is read in one pass, cut into partitions of ``rows_per_partition`` output rows (see the
+    module's docstring). Raises :class:`NotStreamable` when the fact cannot be streamed: it must be the
+    first FROM source, one that no outer join can empty and whose rows no join repeats, and no feature may
     mix sources.
     """
     if not graph.factorizable or any(f.kind != "source" for f in graph.features):
@@ -129,14 +202,15 @@ def open_stream(
     for j, feature in enumerate(graph.features):
         parts[feature.parts[0].source][part_column(j, 0)] = feature.parts[0].sql
     first = graph.sources[0]
-    streamable = not first.nullable and supports_rowid(con, first, with_prefix(graph.select))
-    fact = first.alias if streamable and joins_cannot_repeat_rows(con, graph) else None
-    if fact is None:
+    if first.nullable or not joins_cannot_repeat_rows(con, graph):
         raise NotStreamable(
-            "streaming reads the fact table (the first source in FROM) range by range, so it must be a base "
-            "table that no outer join can empty and whose rows no join repeats (each joined table unique on its "
-            "join keys); this query's is not. Raise the memory budget, or filter the data."
+            "streaming reads the fact (the first source in FROM) in partitions with every other source resident, "
+            "so no outer join may empty it and no join may repeat its rows (each joined table unique on its join "
+            "keys); this query's may. Put the largest table first in FROM, raise the memory budget, or filter "
+            "the data."
         )
+    fact = first.alias
+    rereadable = supports_rowid(con, first, with_prefix(graph.select))
     text = frozenset(part_column(j, 0) for j in categorical)
     scans = {
         s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], (), text)
@@ -144,21 +218,27 @@ def open_stream(
         if s.alias != fact
     }
     token = uuid.uuid4().hex
-    stream = FactStream(con, graph, fact, scans, {n: cast_part(n, sql, text) for n, sql in parts[fact].items()}, [], [])
+    fact_parts = {n: cast_part(n, sql, text) for n, sql in parts[fact].items()}
+    stream = FactStream(con, graph, fact, scans, fact_parts, [], [], rereadable=rereadable)
     try:
         for position, (alias, scan) in enumerate(scans.items()):
             if not scan.native:
                 name = f"__ilargi_{token}_{position}"
                 con.register(name, scan.keys)
                 stream.registered[alias] = name
-        source = graph.source(fact)
-        prefix = with_prefix(graph.select)
-        low, high = con.sql(f"{prefix}SELECT min(rowid), max(rowid) FROM {source.relation_sql}").fetchall()[0]
-        low, high = (0, -1) if low is None else (int(low), int(high))
         step = max(int(rows_per_partition), 1)
-        count = max(math.ceil((high - low + 1) / step), 1)
-        stream.bounds = [(low + k * step, low + (k + 1) * step) for k in range(count)]
-        stream.sizes, stream.unlabelled = _partition_sizes(con, stream, low, step, count)
+        if rereadable:
+            source = graph.source(fact)
+            prefix = with_prefix(graph.select)
+            low, high = con.sql(f"{prefix}SELECT min(rowid), max(rowid) FROM {source.relation_sql}").fetchall()[0]
+            low, high = (0, -1) if low is None else (int(low), int(high))
+            count = max(math.ceil((high - low + 1) / step), 1)
+            stream.bounds = [(low + k * step, low + (k + 1) * step) for k in range(count)]
+            stream.sizes, stream.unlabelled = _partition_sizes(con, stream, f"({quote(fact)}.rowid - {low}) // {step}")
+            stream.sizes += [0] * (count - len(stream.sizes))
+        else:
+            (labelled,), stream.unlabelled = _partition_sizes(con, stream, "0")
+            stream.sizes = [step] * (labelled // step) + ([labelled % step] if labelled % step or not labelled else [])
     except BaseException:
         stream.close()
         raise
@@ -232,29 +312,28 @@ def used_dimension_rows(
     return used
 
 
-def _partition_sizes(con: duckdb.DuckDBPyConnection, stream: FactStream, low: int, step: int, count: int) -> tuple:
-    """Labelled output rows per partition and unlabelled rows in all, from one aggregate over the key-only join."""
+def _partition_sizes(con: duckdb.DuckDBPyConnection, stream: FactStream, partition: str) -> tuple[list[int], int]:
+    """Labelled output rows per partition (``partition``: its number per row, in SQL) and unlabelled rows in
+    all, from one aggregate over the key-only join. Partitions with no rows are missing at the end."""
     graph = stream.graph
-    sql = indicator_sql(graph, stream.registered, stream.fact, ())
+    sql = indicator_sql(graph, stream.registered, stream.fact, (), streamed_rowid=False)
     select = sqlglot.parse_one(sql, read="duckdb")
-    row = f"{quote(stream.fact)}.rowid"
     labelled = _labelled(graph) if graph.target is not None else "TRUE"
     select.set(
         "expressions",
         [
-            sqlglot.parse_one(f"({row} - {low}) // {step} AS {PARTITION}", read="duckdb"),
+            sqlglot.parse_one(f"{partition} AS {PARTITION}", read="duckdb"),
             sqlglot.parse_one(f"count(*) FILTER (WHERE {labelled}) AS n", read="duckdb"),
             sqlglot.parse_one(f"count(*) FILTER (WHERE NOT ({labelled})) AS u", read="duckdb"),
         ],
     )
     select.set("order", None)
     found = fetch_arrow(con, select.sql("duckdb") + f" GROUP BY {PARTITION}", what="the partitions' row counts")
-    sizes = [0] * count
-    unlabelled = 0
-    for part, n, u in zip(*(found.column(i).to_pylist() for i in range(3))):
+    parts, labelled_rows, unlabelled_rows = (found.column(i).to_pylist() for i in range(3))
+    sizes = [0] * (max(map(int, parts)) + 1 if parts else 1)
+    for part, n in zip(parts, labelled_rows):
         sizes[int(part)] = int(n)
-        unlabelled += int(u)
-    return sizes, unlabelled
+    return sizes, sum(int(u) for u in unlabelled_rows)
 
 
 __all__ = ["FactPartition", "FactStream", "NotStreamable", "dimension_metadata", "open_stream", "used_dimension_rows"]

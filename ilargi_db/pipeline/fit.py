@@ -84,7 +84,7 @@ def streamed(job: JobPlan, data: TrainingData) -> dict | None:
     """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted."""
     if job.stream is None:
         return None
-    return replace(job.stream, partitions=len(data.stream.bounds)).to_dict()  # the rows in use, known once open
+    return replace(job.stream, partitions=data.stream.partitions).to_dict()  # the rows in use, known once open
 
 
 def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any) -> str:

@@ -12,12 +12,12 @@ import duckdb
 import numpy as np
 import sqlglot
 
-from ilargi_db.errors import SpillLost
+from ilargi_db.errors import NotStreamable, SpillLost
 from ilargi_db.linalg import PartitionedMatrix, PartitionSource
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.indicator import indicator_sql
 from ilargi_db.metadata.scans import TARGET, quote
-from ilargi_db.metadata.stream import FactStream, open_stream
+from ilargi_db.metadata.stream import FactPartition, FactStream, open_stream
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.pipeline.placement import StreamPlan
 from ilargi_db.pipeline.readers import ReadSettings, TrainingData
@@ -46,7 +46,7 @@ def read_streamed(
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
-        def load(k: int) -> dict[str, np.ndarray]:
+        def load(k: int, part: FactPartition | None = None) -> dict[str, np.ndarray]:
             nonlocal spill  # switched off when the disk fails a write
             # The first pass reads from DuckDB and spills the partition to local disk; later passes load it
             # back, which costs a file read instead of a join (cedar's offloading). A spill file that is gone
@@ -58,16 +58,29 @@ def read_streamed(
                     return read_spill(path, spilled[k])
                 except (OSError, SpillLost):
                     del spilled[k]
+                    if not stream.rereadable:
+                        raise SpillLost(
+                            f"the spill file of partition {k + 1} was removed or cut short while training read it, "
+                            "and this fact (not a base table) cannot be read again by partition: train again, and "
+                            "keep temp cleaners away from TMPDIR (or copy the fact into a DuckDB table)."
+                        ) from None
             if k in unread:  # read for the template: the first pass takes it instead of reading it again
                 return unread.pop(k)
-            arrays = builder.encode(stream.read(k))
+            arrays = builder.encode(part if part is not None else stream.read(k))
             if spill:
                 try:
                     spilled[k] = write_spill(path, arrays)
                 except OSError:
+                    if not stream.rereadable:
+                        raise NotStreamable(
+                            "the local disk failed a write while keeping a partition of a fact read once (it has "
+                            "no rowid to read it again): free disk space, or copy the fact into a DuckDB table."
+                        ) from None
                     spill = False
             return arrays
 
+        if not stream.rereadable:
+            targets = _read_once(stream, builder, load, plan)
         # The template says the columns, names and backend: a partition of no rows, so that it holds nothing
         # of the budget (the partitions then take two shares of it: the one computing, the one prefetched).
         first = load(0)
@@ -76,17 +89,43 @@ def read_streamed(
             unread[0] = first
         del first  # spilled (or held in unread): not kept here beside the budget's two partitions
         X = PartitionedMatrix(
-            PartitionSource(lambda k: builder.matrix(load(k), backend), len(stream.bounds)),
+            PartitionSource(lambda k: builder.matrix(load(k), backend), stream.partitions),
             sizes=stream.sizes,
             template=template,
         )
-        y = _streamed_target(con, graph, stream) if graph.target is not None else None
+        if graph.target is None:
+            y = None
+        elif stream.rereadable:
+            y = _streamed_target(con, graph, stream)
+        else:
+            y = np.concatenate(targets) if targets else np.zeros(0)
         if y is not None:
             check_values(y, graph.target.name, "target")
     except BaseException:
         stream.close()
         raise
     return TrainingData(X, y, encoder, stream.unlabelled, stream)
+
+
+def _read_once(stream: FactStream, builder: PartitionBuilder, load, plan: StreamPlan) -> list[np.ndarray]:
+    """Read a fact that has no rowid in one pass, spilling every partition as it comes; the targets, in order.
+
+    Its partitions cannot be asked of DuckDB again, so every one must reach the spill files; a disk that
+    cannot hold them stops the job with the room it needs.
+    """
+    if not plan.spill:
+        raise NotStreamable(
+            f"this query's fact is not a base table, so streaming reads it once and keeps its partitions on local "
+            f"disk, but {plan.spill_why}. Free disk space (or point TMPDIR at a larger disk), copy the fact into a "
+            "DuckDB table, or raise the memory budget."
+        )
+    targets = []
+    for k in range(stream.partitions):
+        part = stream.read(k)
+        if part.target is not None:
+            targets.append(np.asarray(part.target, dtype=np.float64))
+        load(k, part)
+    return targets
 
 
 def _streamed_target(con: duckdb.DuckDBPyConnection, graph: JoinGraph, stream: FactStream) -> np.ndarray:

@@ -68,6 +68,9 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
     prefix = with_prefix(select)
     for position, item in enumerate(from_items(select)):
         kind, name = _kind_and_name(item)
+        if not item.alias and kind == "table" and _names_a_file(item, con):
+            # FROM 'dir/f.parquet': DuckDB reads the file and calls it f (the name up to its first dot)
+            item.set("alias", exp.TableAlias(this=exp.to_identifier(_file_alias(name))))
         alias = item.alias or name
         generated = not alias
         if generated:
@@ -93,6 +96,25 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
             relation_sql = item.sql("duckdb")
         sources.append(Source(alias=alias, relation_sql=relation_sql, kind=kind, columns=columns, types=types))
     return sources
+
+
+def _names_a_file(item: exp.Table, con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether a quoted name in FROM is one file DuckDB reads by replacement scan, not a table or view (a glob
+    keeps its whole text as its name)."""
+    name = item.name
+    path_like = any(c in name for c in "./\\") and not any(c in name for c in "*?[")
+    if not item.this.quoted or item.args.get("db") or not path_like:
+        return False
+    known = (
+        "SELECT 1 FROM duckdb_tables() WHERE table_name = $1 "
+        "UNION ALL SELECT 1 FROM duckdb_views() WHERE view_name = $1"
+    )
+    return not con.execute(known, [name]).fetchall()
+
+
+def _file_alias(name: str) -> str:
+    stem = name.replace("\\", "/").rsplit("/", 1)[-1].split(".", 1)[0]
+    return stem or "src"
 
 
 # What a caller can do about a name the database lacks: only Python can register data frames, and only
