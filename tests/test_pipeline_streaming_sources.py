@@ -152,3 +152,22 @@ def test_a_registered_frame_with_unlabelled_rows_streams_only_the_labelled_ones(
     model = ilargi_db.train(con, "SELECT x, y FROM labels", "y", memory_budget="60KB", **RUN)
     assert model.n_rows_ == 6000 and model.streamed_["partitions"] > 2
     assert model.coef_[0] == pytest.approx(2.0) and model.intercept_ == pytest.approx(0.0, abs=1e-9)
+
+
+def memory_limit(con) -> str:
+    return con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+
+
+def test_a_streamed_job_holds_duckdbs_default_memory_limit_to_its_budget_and_resets_it(con):
+    default = memory_limit(con)
+    model = ilargi_db.train(con, star("fact"), "y", memory_budget=BUDGET, **RUN)
+    assert "DuckDB's memory_limit held at 128.0 MiB meanwhile" in model.decision_
+    assert memory_limit(con) == default
+
+
+def test_a_memory_limit_the_caller_set_is_kept(con):
+    con.execute("SET memory_limit = '3GB'")
+    mine = memory_limit(con)
+    model = ilargi_db.train(con, star("fact"), "y", memory_budget=BUDGET, **RUN)
+    assert "memory_limit held" not in model.decision_ and memory_limit(con) == mine
+    con.execute("RESET memory_limit")

@@ -7,10 +7,12 @@ chosen plan where it will run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -18,7 +20,7 @@ import duckdb
 
 from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cost_model.features import JobStats, job_stats
-from ilargi_db.cost_model.memory import array_bytes, partition_row_bytes, resident_bytes
+from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes, partition_row_bytes, resident_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import Placement, Strategy
@@ -29,6 +31,11 @@ from ilargi_db.reuse.fingerprint import volatile_expression
 STREAM_SHARE_OF_FREE_MEMORY = 0.5  # the default memory budget: this share of the memory free at the start
 MIN_PARTITION_ROWS = 256  # below this a partition's query costs more than its rows
 SPILL_HEADROOM = 1.25  # spill only where the disk has this many times the data free
+# While a job streams, DuckDB's own memory_limit, left at its default (80% of the machine, where its buffer pool
+# keeps every block of the fact it has read), is held at this share of the budget, and at least DUCKDB_LEAST (its
+# scans and aggregates over a Parquet fact failed at 32 MiB). A limit the caller set is theirs: it is kept.
+DUCKDB_SHARE_OF_BUDGET = 0.5
+DUCKDB_LEAST = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class StreamPlan:
     spill: bool
     spill_why: str
     why: str
+    duckdb_memory: int | None = None  # DuckDB's memory_limit while the job streams (None: the caller's, lower)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,10 +114,12 @@ def stream_plan(
         )
     rows = int(free // (2 * per_row))
     spill, spill_why = spill_fits(tempfile.gettempdir(), needed)
+    duckdb_memory = duckdb_memory_for(con, budget)
+    held = f"; DuckDB's memory_limit held at {format_bytes(duckdb_memory)} meanwhile" if duckdb_memory else ""
     why = (
         f"the data need about {format_bytes(needed)}, over the memory budget of {format_bytes(budget)}: the fact is "
         f"read from DuckDB in partitions of {rows:,} rows, the next read while the current one computes, again on "
-        "every pass"
+        f"every pass{held}"
     )
     return StreamPlan(
         memory_budget=budget,
@@ -119,7 +129,45 @@ def stream_plan(
         spill=spill,
         spill_why=spill_why,
         why=why,
+        duckdb_memory=duckdb_memory,
     )
+
+
+def duckdb_memory_for(con: duckdb.DuckDBPyConnection, budget: int) -> int | None:
+    """DuckDB's memory_limit for a job streamed under ``budget`` (None: the caller's own limit stays)."""
+    wanted = max(int(DUCKDB_SHARE_OF_BUDGET * budget), DUCKDB_LEAST)
+    shown = _memory_limit_shown(con)
+    if shown is None or shown != _memory_limit_shown(duckdb.connect()):  # the caller's own setting: kept
+        return None
+    current = memory_limit_bytes(con)
+    return None if current is not None and current <= wanted else wanted
+
+
+def _memory_limit_shown(con: duckdb.DuckDBPyConnection) -> str | None:
+    try:
+        return str(con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0])
+    except duckdb.Error:
+        return None
+
+
+@contextlib.contextmanager
+def duckdb_memory_held(con: duckdb.DuckDBPyConnection, limit: int | None) -> Iterator[None]:
+    """DuckDB's ``memory_limit`` (at its default) held at ``limit`` bytes for the block, then reset.
+
+    The setting is the database's (every connection to it shares one buffer pool), so it is held only while
+    the job runs, and only where the caller left it at DuckDB's default (:func:`duckdb_memory_for`).
+    """
+    if limit is None:
+        yield
+        return
+    con.execute(f"SET memory_limit = '{int(limit) // 1024}KiB'")
+    try:
+        yield
+    finally:
+        try:
+            con.execute("RESET memory_limit")
+        except duckdb.Error:  # pragma: no cover - a connection closed under the job: nothing to restore
+            pass
 
 
 def placed_plan(explanation: Any, plan: PhysicalPlan | None, streams: StreamPlan | None, workers: int) -> Any:

@@ -21,7 +21,7 @@ from ilargi_db.cost_model.plan import PhysicalPlan
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import AUTO, Placement, Strategy, algorithm_facts
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions
-from ilargi_db.pipeline.placement import StreamPlan, check_streamable, placed_plan, stream_plan
+from ilargi_db.pipeline.placement import StreamPlan, check_streamable, duckdb_memory_held, placed_plan, stream_plan
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.job import JobReuse
@@ -213,6 +213,7 @@ def place(
             stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
         if stream is not None:
             check_streamable(graph, Placement.STREAMED)
+            cleanup.enter_context(duckdb_memory_held(con, stream.duckdb_memory))
         placement = Placement.MEMORY if stream is None else Placement.STREAMED
     if placement == Placement.MEMORY:
         check_job_memory(con, graph, job.strategy, job.models[0].explanation, stats)  # before any column is read

@@ -12,6 +12,7 @@ import duckdb
 import numpy as np
 import sqlglot
 
+from ilargi_db.backend.host_memory import give_back_freed_memory
 from ilargi_db.errors import NotStreamable, SpillLost
 from ilargi_db.linalg import PartitionedMatrix, PartitionSource
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
@@ -123,8 +124,10 @@ def _read_once(stream: FactStream, builder: PartitionBuilder, load, plan: Stream
     for k in range(stream.partitions):
         part = stream.read(k)
         if part.target is not None:
-            targets.append(np.asarray(part.target, dtype=np.float64))
+            targets.append(np.array(part.target, dtype=np.float64))  # a copy: the partition's Arrow buffers go
         load(k, part)
+        del part
+        give_back_freed_memory()  # this partition's Arrow and encoding buffers, before the next one is read
     return targets
 
 
