@@ -33,7 +33,8 @@ MIN_PARTITION_ROWS = 256  # below this a partition's query costs more than its r
 SPILL_HEADROOM = 1.25  # spill only where the disk has this many times the data free
 # While a job streams, DuckDB's own memory_limit, left at its default (80% of the machine, where its buffer pool
 # keeps every block of the fact it has read), is held at this share of the budget, and at least DUCKDB_LEAST (its
-# scans and aggregates over a Parquet fact failed at 32 MiB). A limit the caller set is theirs: it is kept.
+# scans and aggregates over a Parquet fact failed at 32 MiB). A limit the caller set is theirs: it is kept, and so
+# is an in-memory database's whose tables already take more than half of it.
 DUCKDB_SHARE_OF_BUDGET = 0.5
 DUCKDB_LEAST = 128 << 20
 
@@ -140,7 +141,16 @@ def duckdb_memory_for(con: duckdb.DuckDBPyConnection, budget: int) -> int | None
     if shown is None or shown != _memory_limit_shown(duckdb.connect()):  # the caller's own setting: kept
         return None
     current = memory_limit_bytes(con)
-    return None if current is not None and current <= wanted else wanted
+    if current is not None and current <= wanted:
+        return None
+    try:  # an in-memory database's tables live in that memory: a lower limit would push them out to disk
+        path, used = con.sql(
+            "SELECT (SELECT path FROM duckdb_databases() WHERE database_name = current_database()), "
+            "(SELECT sum(memory_usage_bytes) FROM duckdb_memory())"
+        ).fetchall()[0]
+    except duckdb.Error:
+        return None
+    return wanted if path or (used or 0) <= wanted // 2 else None
 
 
 def _memory_limit_shown(con: duckdb.DuckDBPyConnection) -> str | None:
