@@ -4,19 +4,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import duckdb
-import sqlglot
 from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata.indicator import indicator_sql
-from ilargi_db.metadata.scans import quote
+from ilargi_db.metadata.fact_files import FILE_ROW, call_patterns, expand_files, file_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
-
-FILE_ROW = "file_row_number"  # read_parquet's row number within a file: a partition's fixed order
 
 
 def parquet_files(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[exp.Expression, list[str]]:
@@ -32,31 +27,11 @@ def parquet_files(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> tuple[exp
             f"{fact.relation_sql!r}. Write the fact to Parquet (COPY ... TO 'dir' (FORMAT parquet)), or train "
             "without cluster=."
         )
-    args = call.expressions or [call.this]
-    first = args[0]
-    patterns = [e.this for e in first.expressions] if isinstance(first, exp.Array) else [first.this]
-    files: list[str] = []
-    for pattern in patterns:
-        found = con.execute("SELECT file FROM glob(?) ORDER BY file", [pattern]).fetchall()
-        # A relative path means the driver's working directory: the workers get it spelled out.
-        files += [row[0] if "://" in row[0] else os.path.abspath(row[0]) for row in found]
+    patterns = call_patterns(call)
+    files = expand_files(con, patterns)  # absolute: a relative path means the driver's working directory
     if not files:
         raise IlargiError(f"read_parquet of the training query matches no file ({', '.join(patterns)}).")
     return call, files
-
-
-def file_sql(graph: JoinGraph, registered: dict[str, str], fact_items: tuple[str, ...], call: Any, file: str) -> str:
-    """The key-only join of one Parquet file of the fact against the registered dimensions, in file order."""
-    sql = indicator_sql(graph, registered, graph.sources[0].alias, fact_items, streamed_rowid=False)
-    select = sqlglot.parse_one(sql, read="duckdb")
-    one = call.copy()
-    rest = [a for a in (one.expressions or [])][1:]
-    options = [*rest, sqlglot.parse_one(f"{FILE_ROW} = true", read="duckdb")]
-    item = from_items(select)[0]
-    function = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(file), *options])
-    item.set("this", function)
-    select.set("order", None)
-    return select.order_by(f"{quote(graph.sources[0].alias)}.{FILE_ROW}", dialect="duckdb").sql("duckdb")
 
 
 def file_stamp(file: str) -> tuple:

@@ -7,6 +7,9 @@ and the target, partition by partition:
 - **by rowid range** (a base table): one key-only join per range (the user's joins and filters,
   restricted to the range, ordered by the fact's rowid). A range always gives the same rows in the same
   order, so any partition can be read again, on any pass.
+- **by file and row range** (``read_parquet(...)`` or a quoted ``'f.parquet'``): one key-only join per
+  range of one file's ``file_row_number`` (:mod:`~ilargi_db.metadata.fact_files`); DuckDB skips the row
+  groups outside it. Any partition can be read again, like a base table's.
 - **in one pass** (anything else: a view, ``read_parquet``/``read_csv``, a subquery, a registered
   frame): one key-only join over the whole fact, its result read batch by batch in DuckDB's order and
   cut into partitions of output rows (:attr:`FactStream.rereadable` is False). Such a source has no
@@ -32,6 +35,7 @@ from ilargi_db.errors import IlargiError, NotStreamable  # noqa: F401 - NotStrea
 from ilargi_db.metadata import joins_cannot_repeat_rows
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
+from ilargi_db.metadata.fact_files import FILE_ROW, ParquetFiles, file_sql, parquet_files
 from ilargi_db.metadata.indicator import indicator_sql, row_column
 from ilargi_db.metadata.scans import (
     TARGET,
@@ -73,7 +77,9 @@ class FactStream:
     registered: dict[str, str] = field(default_factory=dict)
     unlabelled: int = 0
     spill_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="ilargi-stream-"))  # partitions read once
-    rereadable: bool = True  # by rowid range; False: read once, in order (see the module's docstring)
+    rereadable: bool = True  # by rowid or file range; False: read once, in order (see the module's docstring)
+    files: ParquetFiles | None = None  # the fact's Parquet files, read by file and row range
+    bound_files: list[int] = field(default_factory=list)  # the file of each partition (with ``files``)
     _batches: Any = None  # the one-pass read's open Arrow batch reader
     _pending: list[pa.RecordBatch] = field(default_factory=list)  # rows read past the last partition's end
     _next: int = 0  # the partition the one-pass read gives next
@@ -82,14 +88,23 @@ class FactStream:
     def partitions(self) -> int:
         return len(self.sizes)
 
+    @property
+    def by_rowid(self) -> bool:
+        return self.rereadable and self.files is None
+
     def partition_sql(self, k: int | None) -> str:
         """The key-only join of partition ``k``'s rows (of every row, in DuckDB's order, for ``None``)."""
         items = tuple(self.fact_parts.values())
-        sql = indicator_sql(self.graph, self.registered, self.fact, items, streamed_rowid=self.rereadable)
+        if self.files is not None and k is not None:
+            file = self.files.files[self.bound_files[k]]
+            sql = file_sql(self.graph, self.registered, items, self.files.call, file)
+            row = f"{quote(self.fact)}.{FILE_ROW}"
+        else:
+            sql = indicator_sql(self.graph, self.registered, self.fact, items, streamed_rowid=self.by_rowid)
+            row = f"{quote(self.fact)}.rowid"
         select = sqlglot.parse_one(sql, read="duckdb")
         if k is not None:
             low, high = self.bounds[k]
-            row = f"{quote(self.fact)}.rowid"
             select = select.where(f"{row} >= {int(low)} AND {row} < {int(high)}", dialect="duckdb")
         select = select.where(_labelled(self.graph), dialect="duckdb") if self.graph.target is not None else select
         select.set("order", None)
@@ -210,7 +225,8 @@ def open_stream(
             "the data."
         )
     fact = first.alias
-    rereadable = supports_rowid(con, first, with_prefix(graph.select))
+    by_rowid = supports_rowid(con, first, with_prefix(graph.select))
+    files = None if by_rowid else parquet_files(con, graph)
     text = frozenset(part_column(j, 0) for j in categorical)
     scans = {
         s.alias: scan_source(con, graph, s, keys[s.alias], parts[s.alias], (), text)
@@ -219,7 +235,8 @@ def open_stream(
     }
     token = uuid.uuid4().hex
     fact_parts = {n: cast_part(n, sql, text) for n, sql in parts[fact].items()}
-    stream = FactStream(con, graph, fact, scans, fact_parts, [], [], rereadable=rereadable)
+    stream = FactStream(con, graph, fact, scans, fact_parts, [], [], rereadable=by_rowid or files is not None)
+    stream.files = files
     try:
         for position, (alias, scan) in enumerate(scans.items()):
             if not scan.native:
@@ -227,7 +244,9 @@ def open_stream(
                 con.register(name, scan.keys)
                 stream.registered[alias] = name
         step = max(int(rows_per_partition), 1)
-        if rereadable:
+        if files is not None:
+            _cut_files(con, stream, files, step)
+        elif by_rowid:
             source = graph.source(fact)
             prefix = with_prefix(graph.select)
             low, high = con.sql(f"{prefix}SELECT min(rowid), max(rowid) FROM {source.relation_sql}").fetchall()[0]
@@ -312,11 +331,31 @@ def used_dimension_rows(
     return used
 
 
-def _partition_sizes(con: duckdb.DuckDBPyConnection, stream: FactStream, partition: str) -> tuple[list[int], int]:
+def _cut_files(con: duckdb.DuckDBPyConnection, stream: FactStream, files: ParquetFiles, step: int) -> None:
+    """Cut each Parquet file into ranges of ``step`` rows, in the files' order, and count each range's rows."""
+    stream.unlabelled = 0
+    for index, rows in enumerate(files.rows):
+        count = max(math.ceil(rows / step), 1)
+        stream.bounds += [(k * step, (k + 1) * step) for k in range(count)]
+        stream.bound_files += [index] * count
+        sizes, unlabelled = _partition_sizes(
+            con,
+            stream,
+            f"{quote(stream.fact)}.{FILE_ROW} // {step}",
+            file_sql(stream.graph, stream.registered, (), files.call, files.files[index]),
+        )
+        stream.sizes += sizes + [0] * (count - len(sizes))
+        stream.unlabelled += unlabelled
+
+
+def _partition_sizes(
+    con: duckdb.DuckDBPyConnection, stream: FactStream, partition: str, sql: str | None = None
+) -> tuple[list[int], int]:
     """Labelled output rows per partition (``partition``: its number per row, in SQL) and unlabelled rows in
-    all, from one aggregate over the key-only join. Partitions with no rows are missing at the end."""
+    all, from one aggregate over the key-only join (``sql``: of one file). Partitions with no rows are missing
+    at the end."""
     graph = stream.graph
-    sql = indicator_sql(graph, stream.registered, stream.fact, (), streamed_rowid=False)
+    sql = sql or indicator_sql(graph, stream.registered, stream.fact, (), streamed_rowid=False)
     select = sqlglot.parse_one(sql, read="duckdb")
     labelled = _labelled(graph) if graph.target is not None else "TRUE"
     select.set(

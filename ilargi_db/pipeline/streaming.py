@@ -80,7 +80,7 @@ def read_streamed(
                     spill = False
             return arrays
 
-        if not stream.rereadable:
+        if not stream.by_rowid:
             targets = _read_once(stream, builder, load, plan)
         # The template says the columns, names and backend: a partition of no rows, so that it holds nothing
         # of the budget (the partitions then take two shares of it: the one computing, the one prefetched).
@@ -96,7 +96,7 @@ def read_streamed(
         )
         if graph.target is None:
             y = None
-        elif stream.rereadable:
+        elif stream.by_rowid:
             y = _streamed_target(con, graph, stream)
         else:
             y = np.concatenate(targets) if targets else np.zeros(0)
@@ -111,9 +111,14 @@ def read_streamed(
 def _read_once(stream: FactStream, builder: PartitionBuilder, load, plan: StreamPlan) -> list[np.ndarray]:
     """Read a fact that has no rowid in one pass, spilling every partition as it comes; the targets, in order.
 
-    Its partitions cannot be asked of DuckDB again, so every one must reach the spill files; a disk that
-    cannot hold them stops the job with the room it needs.
+    A fact read in one pass cannot be asked of DuckDB again, so every partition must reach the spill files; a
+    disk that cannot hold them stops the job with the room it needs. Parquet files can be (by file and row
+    range): without room to spill, this pass only collects the target, and every pass reads the files again.
     """
+    if not plan.spill and stream.rereadable:
+        if stream.graph.target is None:
+            return []
+        return [np.array(stream.read(k).target, dtype=np.float64) for k in range(stream.partitions)]
     if not plan.spill:
         raise NotStreamable(
             f"this query's fact is not a base table, so streaming reads it once and keeps its partitions on local "
