@@ -179,6 +179,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     con = _read_only(_existing(args.db, "predict"))
     try:
         model = ilargi_db.load_model(con, args.name)
+        if not model.macros_:
+            raise IlargiError(
+                f"model {args.name!r} ({model.algorithm_}) has no SQL macro to score with (Gaussian NMF is stored "
+                "without one: its transform iterates): score it with ilargi_db.predict in Python."
+            )
         cursor = con.execute(ilargi_db.prediction_sql(con, model, args.query, column=args.column))
         print(render(result_of(cursor, args.maxrows if args.mode == "box" else None), args.mode))
     finally:

@@ -260,6 +260,12 @@ def test_evaluate_predict_and_drop_work_on_the_registry_and_print_what_the_shell
     rows = [line.split(",") for line in capsys.readouterr().out.splitlines()]
     assert rows[0] == ["x", "c", "prediction"] and [float(p) for *_, p in rows[1:]] == pytest.approx([1.0, 3.0])
 
+    options = ["--options", '{"n_components": 1}', "--db", db]
+    assert cli.main(["train", "parts", "gnmf", "SELECT x, y FROM t", *options, "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", "parts", "SELECT x, y FROM t", "--db", db]) == 1
+    assert "model 'parts' (gnmf) has no SQL macro to score with" in capsys.readouterr().err
+
     assert cli.main(["drop", "line", "--db", db]) == 0
     assert "│ dropped           │ line: 1 version and its macros │" in capsys.readouterr().out
     assert cli.main(["drop", "line", "--db", db]) == 1

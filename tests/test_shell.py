@@ -158,6 +158,8 @@ def test_tables_lists_yours_schema_qualified_and_ilargi_dbs_own_apart(db, capsys
     assert "ilargi.models" not in listing.split("\n└")[0]
     assert re.search(r"^ilargi_db's own: ilargi\..*ilargi\.models.* \(\.models lists the models\)$", out, re.M)
     assert shown_values(sql(db, ".tables s.%", capsys)) == ["s.v"]  # a LIKE pattern, as DuckDB's
+    assert sql(db, ".tables zz%", capsys) == "no tables or views like 'zz%'\n"
+    assert sql(db, ".schema s.v", capsys) == "CREATE VIEW s.v AS SELECT 1 AS a;\n"
 
 
 def test_an_empty_enter_stays_at_the_prompt(db, capsys):

@@ -34,7 +34,7 @@ COUNTING = ("CREATE", "INSERT", "UPDATE", "DELETE")
 DOT_COMMANDS = {
     ".help": "this list",
     ".tables [PATTERN]": "your tables and views, schema-qualified (LIKE PATTERN), then ilargi_db's own",
-    ".schema [TABLE]": "the CREATE statements (of one table)",
+    ".schema [TABLE]": "the CREATE statements (of one table or view: name or schema.name)",
     ".models": "the current models in ilargi's registry",
     ".mode [MODE]": f"the output mode: {', '.join(MODES)} (box by default)",
     ".maxrows [N]": f"the most rows box mode shows, the first and the last ones (default {DEFAULT_MAXROWS})",
@@ -284,9 +284,9 @@ class Session:
 
     def tables(self, pattern: str) -> None:
         found = self.con.execute(
-            "SELECT CASE WHEN database_name = current_database() THEN '' ELSE database_name || '.' END "
+            "SELECT CASE WHEN database_name = system.main.current_database() THEN '' ELSE database_name || '.' END "
             "|| schema_name || '.' || name AS name, kind, "
-            "schema_name = 'ilargi' AND database_name = current_database() "
+            "schema_name = 'ilargi' AND database_name = system.main.current_database() "
             "FROM (SELECT database_name, schema_name, table_name AS name, 'table' AS kind FROM "
             "system.main.duckdb_tables() WHERE NOT internal UNION ALL SELECT database_name, schema_name, view_name, "
             "'view' FROM system.main.duckdb_views() WHERE NOT internal) "
@@ -304,9 +304,10 @@ class Session:
 
     def schema(self, argument: str) -> None:
         found = self.con.execute(
-            "SELECT sql FROM system.main.duckdb_tables() WHERE NOT internal AND (? = '' OR table_name = ?) "
-            "UNION ALL SELECT sql FROM system.main.duckdb_views() WHERE NOT internal AND (? = '' OR view_name = ?)",
-            [argument, argument, argument, argument],
+            "SELECT sql FROM (SELECT schema_name, table_name AS name, sql FROM system.main.duckdb_tables() "
+            "WHERE NOT internal UNION ALL SELECT schema_name, view_name, sql FROM system.main.duckdb_views() "
+            "WHERE NOT internal) WHERE ? = '' OR name = ? OR schema_name || '.' || name = ?",
+            [argument, argument, argument],
         ).fetchall()
         if not found:
             raise IlargiError(f"no table or view named {argument!r}: .tables lists them.")
