@@ -34,7 +34,17 @@ import ilargi_db
 from ilargi_db.errors import IlargiError, speaking_to
 from ilargi_db.interruption import is_interruption
 from ilargi_db.models.catalog import NAMES as ALGORITHM_NAMES
-from ilargi_db.shell import DEFAULT_MAXROWS, MODES, Session, clean_error, models_result, render, result_of, summarize
+from ilargi_db.shell import (
+    DEFAULT_MAXROWS,
+    MODES,
+    Session,
+    box_width,
+    clean_error,
+    models_result,
+    render,
+    result_of,
+    summarize,
+)
 
 BANNER = (
     "ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.\n"
@@ -185,7 +195,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 "without one: its transform iterates): score it with ilargi_db.predict in Python."
             )
         cursor = con.execute(ilargi_db.prediction_sql(con, model, args.query, column=args.column))
-        print(render(result_of(cursor, args.maxrows if args.mode == "box" else None), args.mode))
+        result = result_of(cursor, args.maxrows if args.mode == "box" else None)
+        print(render(result, args.mode, box_width(sys.stdout)))
     finally:
         con.close()
     return 0
@@ -204,7 +215,7 @@ def cmd_drop(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     con = _read_only(_existing(args.db, "models"))
     try:
-        print(render(models_result(con, every_version=args.all), args.mode))
+        print(render(models_result(con, every_version=args.all), args.mode, box_width(sys.stdout)))
     finally:
         con.close()
     return 0

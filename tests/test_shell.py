@@ -76,6 +76,15 @@ def test_maxrows_sets_how_many_rows_box_mode_shows(db, capsys):
     assert len(sql(db, ".mode csv\nSELECT i FROM t;", capsys).splitlines()) == 101
 
 
+def test_a_box_wider_than_maxwidth_leaves_middle_columns_out(db, capsys):
+    wide = "SELECT " + ", ".join(f"'{name * 12}' AS {name}" for name in "abcdefgh") + ";"
+    assert len(sql(db, wide, capsys).splitlines()[0]) > 120  # piped (not a terminal): every column, as DuckDB
+    out = sql(db, ".maxwidth 80\n" + wide, capsys)
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert [c.strip() for c in out.splitlines()[1].split("│")[1:-1]] == ["a", "b", "c", "…", "g", "h"]
+    assert re.search(r"^  1 rows +8 columns \(5 shown\)$", out, re.M)
+
+
 def test_box_is_the_default_mode_with_types_under_names_and_numbers_right_aligned(db, capsys):
     out = sql(db, ".mode\nSELECT i, c FROM t WHERE i IN (1, 10) ORDER BY i;", capsys)
     assert out.splitlines() == [

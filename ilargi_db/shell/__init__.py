@@ -2,7 +2,7 @@
 and the short tables that ilargi_db's JSON summaries are shown as (``ilargi`` prints them too)."""
 
 from ilargi_db.shell.render import DEFAULT_MAXROWS, MODES, Result, check_mode, readable, render, result_of
-from ilargi_db.shell.session import DOT_COMMANDS, Session, clean_error, models_result
+from ilargi_db.shell.session import DOT_COMMANDS, Session, box_width, clean_error, models_result
 from ilargi_db.shell.summaries import summarize
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "MODES",
     "Result",
     "Session",
+    "box_width",
     "check_mode",
     "clean_error",
     "models_result",

@@ -114,9 +114,13 @@ def is_numeric(type_name: str | None) -> bool:
     return type_name is not None and (type_name in NUMERIC_TYPES or type_name.startswith("DECIMAL"))
 
 
-def render(result: Result, mode: str = "box") -> str:
-    """The result as text in ``mode`` (lines joined, no final newline)."""
-    return {"box": _box, "line": _line, "csv": _csv, "json": _json, "markdown": _markdown}[check_mode(mode)](result)
+def render(result: Result, mode: str = "box", max_width: int | None = None) -> str:
+    """The result as text in ``mode`` (lines joined, no final newline); a box wider than ``max_width``
+    characters leaves middle columns out."""
+    mode = check_mode(mode)
+    if mode == "box":
+        return _box(result, max_width)
+    return {"line": _line, "csv": _csv, "json": _json, "markdown": _markdown}[mode](result)
 
 
 def _all_rows(result: Result) -> list[tuple]:
@@ -133,11 +137,10 @@ def _escaped(cell: str) -> str:
     return cell.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
-def _box(result: Result) -> str:
+def _box(result: Result, max_width: int | None = None) -> str:
     types = result.types or [None] * len(result.columns)
-    right = [is_numeric(t) for t in types]
 
-    def cells(row: tuple) -> list[list[str]]:  # each cell as its lines
+    def cells(row: Sequence[Any]) -> list[list[str]]:  # each cell as its lines
         out = []
         for value in row:
             cell = _escaped(text(value))
@@ -147,61 +150,88 @@ def _box(result: Result) -> str:
                 out.append([cell if len(cell) <= MAX_CELL else cell[: MAX_CELL - 1] + "…"])
         return out
 
-    top = [cells(r) for r in result.rows]
-    bottom = [cells(r) for r in result.last]
     header = [[name] for name in result.columns]
-    type_row = (
-        [[TYPE_NAMES.get(t, t.strip('"').lower())] for t in types] if result.types and result.show_types else None
-    )
-    widths = [
-        max(len(line) for row in [header, *([type_row] if type_row else []), *top, *bottom] for line in row[i])
-        for i in range(len(result.columns))
-    ]
+    type_row = [[TYPE_NAMES.get(t, t.strip('"').lower())] for t in types] if result.types and result.show_types else []
+    top, bottom = [cells(r) for r in result.rows], [cells(r) for r in result.last]
+    table = [header, *([type_row] if type_row else []), *top, *bottom]
+    widths = [max(len(line) for row in table for line in row[i]) for i in range(len(header))]
+    kept = _fitting(widths, max_width)
+    aligns = [">" if is_numeric(t) else "<" for t in types]
+    if kept is not None:  # the middle columns left out, as DuckDB does on a narrow terminal
+        widths = [widths[i] if i >= 0 else 1 for i in kept]
+        aligns = [aligns[i] if i >= 0 else "^" for i in kept]
+        header, top, bottom = (
+            [[r[i] if i >= 0 else ["…"] for i in kept] for r in rows] for rows in ([header], top, bottom)
+        )
+        header = header[0]
+        type_row = [type_row[i] if i >= 0 else ["…"] for i in kept] if type_row else []
 
     def rule(left: str, middle: str, end: str) -> str:
         return left + middle.join("─" * (w + 2) for w in widths) + end
 
     def physical(row: list[list[str]], align: Sequence[str]) -> list[str]:
-        height = max(len(c) for c in row)
         lines = []
-        for k in range(height):
-            parts = []
-            for cell, width, how in zip(row, widths, align):
-                piece = cell[k] if k < len(cell) else ""
-                parts.append(
-                    " "
-                    + (
-                        _centered(piece, width)
-                        if how == "^"
-                        else piece.ljust(width)
-                        if how == "<"
-                        else piece.rjust(width)
-                    )
-                    + " "
-                )
-            lines.append("│" + "│".join(parts) + "│")
+        for k in range(max(len(c) for c in row)):
+            pieces = [(cell[k] if k < len(cell) else "", w, how) for cell, w, how in zip(row, widths, align)]
+            lines.append("│" + "│".join(f" {_aligned(piece, w, how)} " for piece, w, how in pieces) + "│")
         return lines
 
-    values_align = [">" if r else "<" for r in right]
     lines = [rule("┌", "┬", "┐"), *physical(header, "^" * len(widths))]
-    if type_row:
-        lines += physical(type_row, "^" * len(widths))
+    lines += physical(type_row, "^" * len(widths)) if type_row else []
     lines.append(rule("├", "┼", "┤"))
     for row in top:
-        lines += physical(row, values_align)
-    if result.last:
+        lines += physical(row, aligns)
+    if bottom:
         for _ in range(3):  # DuckDB's three dotted rows where rows are left out
-            lines += physical([["·"]] * len(widths), values_align)
+            lines += physical([["·"]] * len(widths), aligns)
         for row in bottom:
-            lines += physical(row, values_align)
+            lines += physical(row, aligns)
     lines.append(rule("└", "┴", "┘"))
+    return "\n".join(lines + _footer(result, len(lines[0]), kept))
+
+
+def _aligned(piece: str, width: int, how: str) -> str:
+    if how == "^":
+        return _centered(piece, width)
+    return piece.ljust(width) if how == "<" else piece.rjust(width)
+
+
+ELIDED = -1  # the "…" column that stands for the columns left out
+
+
+def _fitting(widths: list[int], max_width: int | None) -> list[int] | None:
+    """The columns a box of ``max_width`` characters shows (ELIDED for the "…" between them), taken from the
+    left and the right in turn; None when all fit."""
+    if max_width is None or sum(w + 3 for w in widths) + 1 <= max_width:
+        return None
+    budget = max_width - 1 - 4  # the box's left edge and the "…" column
+    left, right, take_left = 0, len(widths) - 1, True
+    kept_left: list[int] = []
+    kept_right: list[int] = []
+    while left <= right:
+        i = left if take_left else right
+        if widths[i] + 3 > budget and (kept_left or kept_right):
+            break
+        budget -= widths[i] + 3
+        if take_left:
+            kept_left.append(i)
+            left += 1
+        else:
+            kept_right.insert(0, i)
+            right -= 1
+        take_left = not take_left
+    return [*kept_left, ELIDED, *kept_right]
+
+
+def _footer(result: Result, width: int, kept: list[int] | None) -> list[str]:
+    """DuckDB's line under a box that leaves rows or columns out: "336776 rows (40 shown)  19 columns (8 shown)"."""
     shown = len(result.rows) + len(result.last)
-    if shown < result.total or result.total == 0:
-        rows = f"{result.total} rows" + (f" ({shown} shown)" if shown < result.total else "")
-        columns = f"{len(widths)} column" + ("s" if len(widths) != 1 else "")
-        width = len(lines[0])
-        lines.append("  " + rows + columns.rjust(max(width - len(rows) - 4, len(columns) + 2)))
-    return "\n".join(lines)
+    if shown == result.total and result.total != 0 and kept is None:
+        return []
+    rows = f"{result.total} rows" + (f" ({shown} shown)" if shown < result.total else "")
+    count = len(result.columns)
+    columns = f"{count} column" + ("s" if count != 1 else "") + (f" ({len(kept) - 1} shown)" if kept else "")
+    return ["  " + rows + columns.rjust(max(width - len(rows) - 4, len(columns) + 2))]
 
 
 def _line(result: Result) -> str:

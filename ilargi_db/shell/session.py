@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ MAX_READ_DEPTH = 16  # .read inside .read: deeper is a file reading itself
 COMMENT = re.compile(r"--[^\n]*")
 # The changed-row count of these statements is not shown, as in DuckDB's shell.
 COUNTING = ("CREATE", "INSERT", "UPDATE", "DELETE")
+MIN_WIDTH = 80  # DuckDB's narrowest box
 
 DOT_COMMANDS = {
     ".help": "this list",
@@ -38,6 +40,7 @@ DOT_COMMANDS = {
     ".models": "the current models in ilargi's registry",
     ".mode [MODE]": f"the output mode: {', '.join(MODES)} (box by default)",
     ".maxrows [N]": f"the most rows box mode shows, the first and the last ones (default {DEFAULT_MAXROWS})",
+    ".maxwidth [N]": f"the widest box, in characters (at least {MIN_WIDTH}; 0: the terminal's width, the default)",
     ".output [FILE]": "send results to FILE (written anew); .output alone: back to the terminal",
     ".once FILE": "send the next result to FILE",
     ".read FILE": "run the statements and dot commands of FILE",
@@ -50,6 +53,17 @@ DOT_COMMANDS = {
 def clean_error(err: BaseException) -> str:
     """The message a user needs: without the UDF wrapper DuckDB puts around a Python exception."""
     return UDF_NOISE.sub("", str(err)).strip()
+
+
+def box_width(out: IO[str], maxwidth: int = 0) -> int | None:
+    """How wide a box may be: ``maxwidth`` (at least MIN_WIDTH), else the terminal's width; no limit when
+    ``out`` is not a terminal (a file, a pipe), as in DuckDB's shell."""
+    if maxwidth:
+        return max(MIN_WIDTH, maxwidth)
+    isatty = getattr(out, "isatty", None)
+    if isatty is None or not isatty():
+        return None
+    return max(MIN_WIDTH, shutil.get_terminal_size().columns)
 
 
 def ends_statement(text: str) -> bool:
@@ -74,6 +88,7 @@ class Session:
         self.out = self.terminal
         self.mode = check_mode(mode)
         self.maxrows = maxrows
+        self.maxwidth = 0
         self.timer = False
         self.once = False  # .once: the output file is for the next result only
         self.depth = 0
@@ -84,7 +99,7 @@ class Session:
         print(text, file=self.out)
 
     def show(self, result: Result) -> None:
-        self.write(render(result, self.mode))
+        self.write(render(result, self.mode, box_width(self.out, self.maxwidth)))
         if self.once:
             self.redirect(None)
 
@@ -247,6 +262,14 @@ class Session:
             raise IlargiError(f".maxrows takes a positive number of rows, got {argument!r}: say .maxrows 100.")
         self.maxrows = int(argument)
 
+    def set_maxwidth(self, argument: str) -> None:
+        if not argument:
+            self.write(f"maxwidth: {self.maxwidth or 'the terminal'}")
+            return
+        if not argument.isdigit():
+            raise IlargiError(f".maxwidth takes a number of characters, got {argument!r}: say .maxwidth 120.")
+        self.maxwidth = int(argument)
+
     def output(self, argument: str) -> None:
         self.redirect(argument or None)
 
@@ -361,6 +384,7 @@ DOTS: dict[str, Callable[[Session, str], Any]] = {
     ".models": Session.models,
     ".mode": Session.set_mode,
     ".maxrows": Session.set_maxrows,
+    ".maxwidth": Session.set_maxwidth,
     ".output": Session.output,
     ".once": Session.output_once,
     ".read": Session.read,
