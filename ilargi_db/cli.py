@@ -40,6 +40,7 @@ from ilargi_db.shell import (
     Session,
     box_width,
     clean_error,
+    json_value,
     models_result,
     render,
     result_of,
@@ -120,10 +121,11 @@ def _read_only(db: str) -> duckdb.DuckDBPyConnection:
 
 def _print_summary(kind: str, value: dict, args: argparse.Namespace) -> None:
     """What the shell prints for the SQL function ``kind``: its short table, or its whole JSON."""
-    if args.mode == "json":
-        print(json.dumps(value, indent=2))
+    table = summarize(kind, value) if args.mode != "json" else None
+    if table is None:
+        print(json.dumps(json_value(value), indent=2))  # NaN (an undefined metric) as null, as the SQL functions
     else:
-        print(render(summarize(kind, value), args.mode))
+        print(render(table, args.mode, box_width(sys.stdout)))
 
 
 CLI_CLUSTER = "ilargi-cli"  # the name --cluster's address is registered under for the one training

@@ -221,3 +221,10 @@ def test_a_batch_prints_one_row_per_model(db, capsys):
     models = '[{"name": "a", "algorithm": "linear_regression"}, {"name": "b", "algorithm": "linear_regression"}]'
     out = sql(db, f"SELECT ilargi_train_batch('SELECT x, c, y FROM t', 'y', '{models}');", capsys)
     assert shown_values(out) == ["a", "b"] and shown_values(out, 4)[0].startswith("r2 ")
+
+
+def test_a_value_named_like_a_summary_but_not_shaped_like_one_is_shown_as_it_is(db, capsys):
+    out = sql(db, """SELECT '{"version": 1}'::JSON AS "ilargi_train('m')";""", capsys, "--mode", "csv")
+    assert out == 'ilargi_train(\'m\')\n"{""version"": 1}"\n'
+    out = sql(db, """SELECT 'not json' AS "ilargi_explain(x)";""", capsys, "--mode", "csv")
+    assert out.splitlines()[1] == "not json"

@@ -1,7 +1,16 @@
 """The ``ilargi sql`` shell: DuckDB's shell with ilargi_db's functions, its output modes and its dot commands,
 and the short tables that ilargi_db's JSON summaries are shown as (``ilargi`` prints them too)."""
 
-from ilargi_db.shell.render import DEFAULT_MAXROWS, MODES, Result, check_mode, readable, render, result_of
+from ilargi_db.shell.render import (
+    DEFAULT_MAXROWS,
+    MODES,
+    Result,
+    check_mode,
+    json_value,
+    readable,
+    render,
+    result_of,
+)
 from ilargi_db.shell.session import DOT_COMMANDS, Session, box_width, clean_error, models_result
 from ilargi_db.shell.summaries import summarize
 
@@ -14,6 +23,7 @@ __all__ = [
     "box_width",
     "check_mode",
     "clean_error",
+    "json_value",
     "models_result",
     "readable",
     "render",

@@ -155,17 +155,26 @@ class Session:
             cursor.fetchall()
             return
         result = result_of(cursor, self.maxrows if self.mode == "box" else None)
-        if len(columns) == 1 and result.total == 1:
-            value = result.rows[0][0]
-            kind = summary_kind(columns[0], result.types[0], value)
-            if kind is not None and isinstance(value, str):
-                if self.mode == "json":
-                    self.write(json.dumps(json.loads(value), indent=2))
-                    if self.once:
-                        self.redirect(None)
-                    return
-                result = summarize(kind, json.loads(value))
-        self.show(result)
+        summary = self.summary(result) if len(columns) == 1 and result.total == 1 else None
+        if self.mode == "json" and summary is not None:
+            self.write(json.dumps(json.loads(result.rows[0][0]), indent=2))  # the whole JSON, readable
+            if self.once:
+                self.redirect(None)
+            return
+        self.show(summary or result)
+
+    @staticmethod
+    def summary(result: Result) -> Result | None:
+        """The short table of a one-value result that is an ilargi_db function's JSON summary, else None."""
+        value = result.rows[0][0]
+        kind = summary_kind(result.columns[0], result.types[0] if result.types else None, value)
+        if kind is None or not isinstance(value, str):
+            return None
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None
+        return summarize(kind, parsed)
 
     def run_script(self, sql: str) -> bool:
         """Run ``sql`` as DuckDB's shell runs a script: statements, and dot commands on lines of their own

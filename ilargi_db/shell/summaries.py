@@ -70,11 +70,18 @@ def _is(value: Any, kind: str) -> bool:
     return kind != "ilargi_evaluate" or value.keys() == SIGNATURES[kind]
 
 
-def summarize(kind: str, value: dict | list) -> Result:
-    """The summary of ``kind`` (a function's name) as a table: field and value, or one row per model."""
-    if kind == BATCH:
-        return _batch(value)
-    rows = SUMMARIES[kind](value)
+def summarize(kind: str, value: Any) -> Result | None:
+    """The summary of ``kind`` (a function's name) as a table: field and value, or one row per model.
+
+    None when ``value`` is not shaped as this version knows the summary (a newer or edited one): the caller
+    shows it as it is rather than guess.
+    """
+    try:
+        if kind == BATCH:
+            return _batch(value)
+        rows = SUMMARIES[kind](value)
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
     return Result([kind, "result"], None, [(k, v) for k, v in rows], wrap=WRAP, pairs=True)
 
 
