@@ -149,6 +149,9 @@ def test_read_runs_a_files_statements_and_dot_commands_in_the_same_session(db, t
     assert f"{job}: statement 2 (line 2), 'SELECT nope FROM t;'" in capsys.readouterr().err
     assert cli.main(["sql", "--db", db, "-c", f".read {tmp_path}/missing.sql"]) == 1
     assert "cannot read" in capsys.readouterr().err
+    job.write_text(f".read {job}\n")
+    assert cli.main(["sql", "--db", db, "-c", f".read {job}"]) == 1
+    assert f".read nested 16 deep: does '{job}' read itself?" in capsys.readouterr().err
 
 
 def test_open_closes_the_database_and_opens_another(db, tmp_path, capsys):
@@ -156,6 +159,12 @@ def test_open_closes_the_database_and_opens_another(db, tmp_path, capsys):
     sql(db, f".open {other}\nCREATE TABLE fresh AS SELECT 1 AS one;\n.open\nSELECT 2 AS two;", capsys)
     with duckdb.connect(other, read_only=True) as con:
         assert con.sql("SELECT * FROM fresh").fetchall() == [(1,)]
+    prompts: list[str] = []
+    with ilargi_db.connect(db) as con:  # a database that cannot be opened leaves the current one open
+        session = Session(con, ilargi_db.connect)
+        session.interact(typed([f".open {tmp_path}/no/such/dir/x.duckdb", "SELECT count(*) AS n FROM t;"], prompts))
+    out, err = capsys.readouterr()
+    assert "Error: " in err and shown_values(out) == ["100"]
     with duckdb.connect(db, read_only=True) as con:  # the first database was left as it was
         assert con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'fresh'").fetchall() == [(0,)]
 
