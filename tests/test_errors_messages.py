@@ -54,7 +54,7 @@ def test_dot_commands_run_in_sql_batches_as_in_the_duckdb_shell(tmp_path, capsys
     batch = "CREATE TABLE sales AS SELECT 1 AS id;\n.tables\n.timer on\nSELECT 42 AS a;"
     assert cli.main(["sql", db, "-c", batch]) == 0
     out = capsys.readouterr().out
-    assert "\nsales\n" in out and "a\n----\n42" in out and "Run Time: " in out
+    assert "│ main.sales │ table │" in out and "│    42 │" in out and "Run Time: " in out
     script = tmp_path / "job.sql"
     script.write_text("SELECT 1 AS x;\n-- a comment\n.schema sales\n\nSELECT nope\n  FROM sales;\n")
     assert cli.main(["sql", db, "-f", str(script)]) == 1

