@@ -290,6 +290,8 @@ def test_streamed_and_distributed_plans_price_the_passes_over_the_rows(star):
     from ilargi_db.cost_model.plan import (
         CLUSTER_PASS_SECONDS,
         CLUSTER_TASK_SECONDS,
+        PARTITION_PASS_SECONDS,
+        PARTITION_QUERY_SECONDS,
         SPILL_READ_BYTES_PER_SECOND,
         distributed_plan,
         solver_passes,
@@ -312,14 +314,16 @@ def test_streamed_and_distributed_plans_price_the_passes_over_the_rows(star):
         steps = {s.name: s for s in streamed.steps}
         again = steps["reading the partitions again"]
         assert again.count == pytest.approx(passes - 1) and tier.replace("memory", "page cache") in again.shape
-        assert again.seconds == pytest.approx((passes - 1) * needed / SPILL_READ_BYTES_PER_SECOND[tier])
+        per_pass = needed / SPILL_READ_BYTES_PER_SECOND[tier] + 7 * PARTITION_PASS_SECONDS  # bytes, and per partition
+        assert again.seconds == pytest.approx((passes - 1) * per_pass)
         assert "spilling the partitions" in steps and streamed.label == "factorized/lbfgs/streamed"
         assert streamed.seconds > plan.seconds and streamed.to_dict()["placement"] == "streamed"
     reread = streamed_plan(plan, 2**20, partitions=7, spill=False, memory=memory)
     steps = {s.name: s for s in reread.steps}
     assert "spilling the partitions" not in steps and "from DuckDB" in steps["reading the partitions again"].shape
     read = next(s for s in plan.steps if s.name == "reading the data").seconds
-    assert steps["reading the partitions again"].seconds == pytest.approx((passes - 1) * read)
+    again = (passes - 1) * (read + 7 * PARTITION_QUERY_SECONDS)  # the read again, and each partition's query
+    assert steps["reading the partitions again"].seconds == pytest.approx(again)
     one, four = distributed_plan(plan, 1), distributed_plan(plan, 4)
     assert four.label == "factorized/lbfgs/distributed"
     scheduling = {p: next(s for s in d.steps if s.name == "scheduling").seconds for p, d in ((1, one), (4, four))}

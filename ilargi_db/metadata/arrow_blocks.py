@@ -12,10 +12,10 @@ import pyarrow as pa
 from ilargi_db.errors import IlargiError
 
 
-def fetch_arrow(con: duckdb.DuckDBPyConnection, sql: str, *, what: str) -> pa.Table:
-    """Run ``sql`` and return its result as an Arrow table (DuckDB >= 2.0 or 1.x names)."""
+def fetch_arrow(con: duckdb.DuckDBPyConnection, sql: str, *, what: str, params: list | None = None) -> pa.Table:
+    """Run ``sql`` (``params``: the values of its ``?``) and return its result as an Arrow table."""
     try:
-        relation = con.sql(sql)
+        relation = con.sql(sql, params=params) if params else con.sql(sql)
         if hasattr(relation, "to_arrow_table"):
             return relation.to_arrow_table()
         return relation.fetch_arrow_table()  # pragma: no cover - DuckDB < 1.4

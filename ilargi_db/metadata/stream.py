@@ -83,6 +83,7 @@ class FactStream:
     _batches: Any = None  # the one-pass read's open Arrow batch reader
     _pending: list[pa.RecordBatch] = field(default_factory=list)  # rows read past the last partition's end
     _next: int = 0  # the partition the one-pass read gives next
+    _queries: dict[int | None, str] = field(default_factory=dict)  # partition queries by file (-1: by rowid)
 
     @property
     def partitions(self) -> int:
@@ -93,22 +94,27 @@ class FactStream:
         return self.rereadable and self.files is None
 
     def partition_sql(self, k: int | None) -> str:
-        """The key-only join of partition ``k``'s rows (of every row, in DuckDB's order, for ``None``)."""
+        """The key-only join of partition ``k``'s rows (of every row, in DuckDB's order, for ``None``), with
+        its range as two parameters (``?``: low, high) for ``k``; built once per file and kept."""
+        key = None if k is None else self.bound_files[k] if self.files is not None else -1
+        if key not in self._queries:
+            self._queries[key] = self._query(key)
+        return self._queries[key]
+
+    def _query(self, file: int | None) -> str:
         items = tuple(self.fact_parts.values())
-        if self.files is not None and k is not None:
-            file = self.files.files[self.bound_files[k]]
-            sql = file_sql(self.graph, self.registered, items, self.files.call, file)
+        if file is not None and self.files is not None:
+            sql = file_sql(self.graph, self.registered, items, self.files.call, self.files.files[file])
             row = f"{quote(self.fact)}.{FILE_ROW}"
         else:
             sql = indicator_sql(self.graph, self.registered, self.fact, items, streamed_rowid=self.by_rowid)
             row = f"{quote(self.fact)}.rowid"
         select = sqlglot.parse_one(sql, read="duckdb")
-        if k is not None:
-            low, high = self.bounds[k]
-            select = select.where(f"{row} >= {int(low)} AND {row} < {int(high)}", dialect="duckdb")
+        if file is not None:
+            select = select.where(f"{row} >= ? AND {row} < ?", dialect="duckdb")
         select = select.where(_labelled(self.graph), dialect="duckdb") if self.graph.target is not None else select
         select.set("order", None)
-        return select.order_by(row, dialect="duckdb").sql("duckdb") if k is not None else select.sql("duckdb")
+        return select.order_by(row, dialect="duckdb").sql("duckdb") if file is not None else select.sql("duckdb")
 
     def read(self, k: int) -> FactPartition:
         """Partition ``k`` (safe to call from a prefetching thread while no other query runs on ``con``).
@@ -118,7 +124,9 @@ class FactStream:
         """
         table = self._next_in_pass(k) if not self.rereadable else None
         if table is None:
-            table = fetch_arrow(self.con, self.partition_sql(k), what=f"partition {k + 1} of the fact")
+            low, high = self.bounds[k]
+            what = f"partition {k + 1} of the fact"
+            table = fetch_arrow(self.con, self.partition_sql(k), what=what, params=[int(low), int(high)])
         indicators = {}
         for position, source in enumerate(self.graph.sources):
             if source.alias == self.fact:
