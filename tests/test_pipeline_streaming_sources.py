@@ -210,3 +210,13 @@ def test_a_parquet_call_whose_files_differ_in_columns_is_read_once(con, files, t
     streamed = ilargi_db.train(con, star(fact), "y", solver="normal", memory_budget=BUDGET, **RUN)
     assert streamed.n_rows_ == FACT_ROWS + 100
     np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("fact", ["'fact.parquet'", "fact.parquet", "'./fact.parquet'"])
+def test_a_file_named_in_from_is_called_what_duckdb_calls_it(con, files, monkeypatch, fact):
+    monkeypatch.chdir(files)  # DuckDB reads a relative path from the working directory
+    query = f"SELECT fact.x1, x2, y FROM {fact}"  # DuckDB names the file's relation after its stem: fact
+    whole = ilargi_db.train(con, query, "y", **RUN)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="100KB", **RUN)
+    assert whole.feature_names_in_.tolist() == ["x1", "x2"] and streamed.streamed_["partitions"] > 1
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)

@@ -70,7 +70,7 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
         kind, name = _kind_and_name(item)
         if not item.alias and kind == "table" and _names_a_file(item, con):
             # FROM 'dir/f.parquet': DuckDB reads the file and calls it f (the name up to its first dot)
-            item.set("alias", exp.TableAlias(this=exp.to_identifier(_file_alias(name))))
+            item.set("alias", exp.TableAlias(this=exp.to_identifier(_file_alias(item.text("db") or name))))
         alias = item.alias or name
         generated = not alias
         if generated:
@@ -99,11 +99,15 @@ def collect_sources(select: exp.Select, con: duckdb.DuckDBPyConnection) -> list[
 
 
 def _names_a_file(item: exp.Table, con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether a quoted name in FROM is one file DuckDB reads by replacement scan, not a table or view (a glob
-    keeps its whole text as its name)."""
-    name = item.name
+    """Whether a name in FROM is one file DuckDB reads by replacement scan, not a table or view: ``'f.parquet'``,
+    or ``f.parquet`` unquoted where no schema or database is called ``f`` (a glob keeps its whole text as its
+    name)."""
+    name, db = item.name, item.text("db")
+    if db and not item.this.quoted and not item.args.get("catalog"):
+        found = "SELECT 1 FROM duckdb_schemas() WHERE schema_name = $1 UNION ALL SELECT 1 FROM duckdb_databases() "
+        return not con.execute(found + "WHERE database_name = $1", [db]).fetchall()
     path_like = any(c in name for c in "./\\") and not any(c in name for c in "*?[")
-    if not item.this.quoted or item.args.get("db") or not path_like:
+    if not item.this.quoted or db or not path_like:
         return False
     known = (
         "SELECT 1 FROM duckdb_tables() WHERE table_name = $1 "
