@@ -118,6 +118,8 @@ def test_a_fact_read_once_needs_room_on_disk_and_says_so(con, files, monkeypatch
     query = star(f"read_csv('{files}/fact.csv')")
     with pytest.raises(NotStreamable, match="not a base table.*keeps its partitions on local disk.*TMPDIR"):
         ilargi_db.train(con, query, "y", memory_budget=BUDGET, **RUN)
+    said = ilargi_db.explain(con, query, "y", backend="numpy", memory_budget=BUDGET)  # before anything runs
+    assert "cannot stream" in str(said) and "keeps its partitions on local disk" in str(said)
     for fact in ("fact", f"read_parquet('{files}/fact.parquet')"):  # read again by rowid or file range instead
         assert ilargi_db.train(con, star(fact), "y", memory_budget=BUDGET, **RUN).streamed_["spill"] is False
 

@@ -35,7 +35,7 @@ from ilargi_db.errors import IlargiError, NotStreamable  # noqa: F401 - NotStrea
 from ilargi_db.metadata import joins_cannot_repeat_rows
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, column_to_numpy, fetch_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata
-from ilargi_db.metadata.fact_files import FILE_ROW, ParquetFiles, file_sql, parquet_files
+from ilargi_db.metadata.fact_files import FILE_ROW, ParquetFiles, file_sql, parquet_call, parquet_files
 from ilargi_db.metadata.indicator import indicator_sql, row_column
 from ilargi_db.metadata.scans import (
     TARGET,
@@ -202,6 +202,12 @@ def _labelled(graph: JoinGraph) -> str:
     """Rows whose target is set (NULL and NaN targets teach nothing, as in the in-memory read)."""
     value = f"CAST(({graph.target.sql}) AS DOUBLE)"
     return f"({value} IS NOT NULL AND NOT isnan({value}))"
+
+
+def read_once(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> bool:
+    """Whether a stream would read this query's fact in one pass (it is neither a base table nor Parquet files)."""
+    first = graph.sources[0]
+    return not supports_rowid(con, first, with_prefix(graph.select)) and parquet_call(graph) is None
 
 
 def open_stream(
@@ -383,4 +389,12 @@ def _partition_sizes(
     return sizes, sum(int(u) for u in unlabelled_rows)
 
 
-__all__ = ["FactPartition", "FactStream", "NotStreamable", "dimension_metadata", "open_stream", "used_dimension_rows"]
+__all__ = [
+    "FactPartition",
+    "FactStream",
+    "NotStreamable",
+    "dimension_metadata",
+    "open_stream",
+    "read_once",
+    "used_dimension_rows",
+]

@@ -22,7 +22,8 @@ from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes, partition_row_bytes, resident_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, NotStreamable
+from ilargi_db.metadata.stream import read_once
 from ilargi_db.models.catalog import Placement, Strategy
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import renew_snapshot
@@ -115,6 +116,12 @@ def stream_plan(
         )
     rows = int(free // (2 * per_row))
     spill, spill_why = spill_fits(tempfile.gettempdir(), needed)
+    if not spill and read_once(con, graph):
+        raise NotStreamable(
+            f"this query's fact is not a base table or Parquet files, so streaming reads it once and keeps its "
+            f"partitions on local disk, but {spill_why.removeprefix('not spilled: ')}. Free disk space (or point "
+            "TMPDIR at a larger disk), copy the fact into a DuckDB table, or raise the memory budget."
+        )
     duckdb_memory = duckdb_memory_for(con, budget)
     held = f"; DuckDB's memory_limit held at {format_bytes(duckdb_memory)} meanwhile" if duckdb_memory else ""
     why = (
