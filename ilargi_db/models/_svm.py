@@ -118,7 +118,8 @@ class LinearSVC(ClassifierMixin, _LinearModel):
         return to_host(self._decision(X))
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        score = self.decision_function(X)  # checks the fit first
+        return self.classes_[(score > 0).astype(int)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

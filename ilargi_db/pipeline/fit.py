@@ -149,6 +149,8 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
     does not converge is fitted again cold. k-means and NMF are not convex: a start would change their
     result, so they never take one.
     """
+    if getattr(estimator, "solver", None) == SolverName.DUHL:  # the dual starts at alpha = 0: no primal start
+        return {}, ""
     if algorithm not in ("logistic_regression", "linear_regression") or stops_early(estimator):
         # a start only for the convex linear models; an early stop lands where the path from the start first meets it
         return {}, ""
