@@ -192,6 +192,31 @@ def duhl_ridge(X: Any, y: Any, lam: float, working_set: int, tol: float = 1e-6, 
     return duhl_fit(X, y, lam, working_set, tol, loss="squared", **options)
 
 
+def _checked(y: Any, lam: float, working_set: int, loss: str, selection: str, center: bool) -> np.ndarray:
+    """:func:`duhl_fit`'s settings checked, and ``y`` as finite float64 on the host (labels -1/1 but for ridge)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}.")
+    if selection not in ("gap", "sequential", "random"):
+        raise ValueError(f"selection must be 'gap', 'sequential' or 'random', got {selection!r}.")
+    if working_set < 1:
+        raise ValueError(f"working_set must hold at least one partition, got {working_set}.")
+    if not lam > 0:
+        raise ValueError(f"lam must be positive (the dual needs a strongly convex penalty), got {lam}.")
+    if center and loss != "squared":
+        raise ValueError("center=True gives an exact intercept for the squared loss only: use intercept_scaling.")
+    y = np.asarray(to_host(y), dtype=np.float64)
+    if not np.isfinite(y).all():
+        raise IlargiError(f"y holds {_nonfinite(y)}: DuHL trains on finite numbers; leave those rows out.")
+    if loss != "squared" and not np.isin(y, (-1.0, 1.0)).all():
+        raise ValueError(f"the {loss} loss needs labels -1 and 1, got {np.unique(y)[:5].tolist()}.")
+    return y
+
+
+def _means(X: Any, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """The column means (one pass, memoized on a normalized matrix) and the mean of y: ridge's centering."""
+    return to_host(as_matrix(X).colsums()) / max(X.shape[0], 1), float(y.mean()) if len(y) else 0.0
+
+
 def start_gap(y: np.ndarray, loss: str) -> float:
     """The mean duality gap at alpha = 0, w = 0: the primal objective at 0 (the dual is 0 there)."""
     if loss == "squared":
@@ -224,27 +249,10 @@ def duhl_fit(
     their gaps (which also gives the exact certificate). Stops when the mean gap is at most ``tol``.
     ``center`` and ``intercept_scaling``: the intercept (see the module's docstring).
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(map(repr, LOSSES))}, got {loss!r}.")
-    if selection not in ("gap", "sequential", "random"):
-        raise ValueError(f"selection must be 'gap', 'sequential' or 'random', got {selection!r}.")
-    if working_set < 1:
-        raise ValueError(f"working_set must hold at least one partition, got {working_set}.")
-    if not lam > 0:
-        raise ValueError(f"lam must be positive (the dual needs a strongly convex penalty), got {lam}.")
-    if center and loss != "squared":
-        raise ValueError("center=True gives an exact intercept for the squared loss only: use intercept_scaling.")
+    y = _checked(y, lam, working_set, loss, selection, center)
     began = time.perf_counter()
-    y = np.asarray(to_host(y), dtype=np.float64)
-    if not np.isfinite(y).all():
-        raise IlargiError(f"y holds {_nonfinite(y)}: DuHL trains on finite numbers; leave those rows out.")
-    if loss != "squared" and not np.isin(y, (-1.0, 1.0)).all():
-        raise ValueError(f"the {loss} loss needs labels -1 and 1, got {np.unique(y)[:5].tolist()}.")
-    means, y_mean = None, 0.0
-    if center:
-        means = to_host(as_matrix(X).colsums()) / max(X.shape[0], 1)  # one pass (memoized on a normalized matrix)
-        y_mean = float(y.mean()) if len(y) else 0.0
-        y = y - y_mean
+    means, y_mean = _means(X, y) if center else (None, 0.0)
+    y = y - y_mean
     source = RowPartitions(X, means, intercept_scaling)
     n, d = source.shape
     k = source.n_partitions
@@ -312,11 +320,8 @@ def duhl_fit(
         if not fresh:
             certify()
     coef = w[: d - 1] if intercept_scaling > 0 else w
-    intercept = float(w[-1] * intercept_scaling) if intercept_scaling > 0 else 0.0
-    if center:
-        intercept = y_mean - float(means @ coef)
-    gap = float(gaps.sum()) / n
-    seconds = time.perf_counter() - began
+    intercept = y_mean - float(means @ coef) if center else float(w[-1] * intercept_scaling) if d > len(coef) else 0.0
+    gap, seconds = float(gaps.sum()) / n, time.perf_counter() - began
     return DuHLFit(coef, gap, epochs, loads, seconds, history, intercept, certificates, start_gap(y, loss))
 
 
