@@ -10,7 +10,7 @@ from typing import Any
 
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
-from ilargi_db.linalg import ScaledMatrix
+from ilargi_db.linalg import PartitionSource, ScaledMatrix
 from ilargi_db.models.catalog import AUTO, SolverName, algorithm_facts
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
@@ -81,10 +81,15 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
 
 
 def streamed(job: JobPlan, data: TrainingData) -> dict | None:
-    """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted."""
+    """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted, and what the
+    fit read from it (``partitions_read``, ``bytes_read``: the partitions' bytes as built, every pass)."""
     if job.stream is None:
         return None
-    return replace(job.stream, partitions=len(data.stream.bounds)).to_dict()  # the rows in use, known once open
+    found = replace(job.stream, partitions=len(data.stream.bounds)).to_dict()  # the rows in use, known once open
+    source = getattr(data.X, "partitions", None)
+    if isinstance(source, PartitionSource):
+        found.update(partitions_read=source.reads, bytes_read=source.bytes_read)
+    return found
 
 
 def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any) -> str:
