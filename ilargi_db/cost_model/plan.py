@@ -473,7 +473,8 @@ def solver_passes(solver: str, iterations: float, k: int = 1) -> float:
 
 # Partitions DuHL loads into its working set per iteration, per partition not held: measured 1.4-1.9 with a
 # sixteenth to a quarter of the partitions held, 1.1-1.2 with half, 0.4-0.6 with three quarters (ridge and
-# logistic regression, 16 partitions, a tenth of the rows 8x: tests/test_cost_model_duhl.py's shape).
+# logistic regression, 32,000 rows of 10 columns in 16 partitions, a tenth of the rows 8x, as
+# tests/test_models_duhl.py's skewed data).
 DUHL_LOADS_PER_PARTITION_OUT = 1.75
 
 
