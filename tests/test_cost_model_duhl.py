@@ -45,8 +45,9 @@ def streamed(plans, partitions, spill):
 
 def test_the_choice_flips_to_duhl_under_a_budget_when_its_passes_cost_more_than_its_steps(dense):
     con, query = dense
-    # DuHL converged here in 20 iterations before (learned), conjugate gradients take their typical 60.
-    plans = factorized_plans(con, query, {DUHL_KEY: [20.0] * 3})
+    # DuHL converged here in 20 iterations streamed before (learned apart: in memory it iterates over one
+    # block, streamed partition by partition); conjugate gradients take their typical 60.
+    plans = factorized_plans(con, query, {f"{DUHL_KEY}/streamed": [20.0] * 3})
     fitting = sorted((p for p in plans.values() if p.fits), key=lambda p: p.seconds)
     assert fitting[0].solver == "cg"  # in memory: its parallel products beat DuHL's serial coordinate steps
     # Over the budget, in 5 partitions re-read from DuckDB (no spill) on every pass: DuHL holds one of them
@@ -58,8 +59,9 @@ def test_the_choice_flips_to_duhl_under_a_budget_when_its_passes_cost_more_than_
     )
     again = {s.name: s for s in chosen.steps}["reading the partitions again"]
     assert again.count == pytest.approx(duhl_passes(20.0, 5, 1) - 1) and "1 held dense by DuHL" in again.shape
-    # Where DuHL needs as many iterations as its typical count (40), its passes cost more: cg streams.
-    assert streamed(factorized_plans(con, query, {}), partitions=5, spill=False)[0].solver == "cg"
+    # Where DuHL needs as many iterations as its typical count (40), its passes cost more: cg streams; runs in
+    # memory teach nothing about streamed ones.
+    assert streamed(factorized_plans(con, query, {DUHL_KEY: [5.0] * 3}), partitions=5, spill=False)[0].solver == "cg"
 
 
 def test_duhl_is_not_a_candidate_without_a_penalty_nor_where_not_one_partition_fits_dense(dense):

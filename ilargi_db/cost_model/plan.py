@@ -134,6 +134,7 @@ class PhysicalPlan:
     placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
     k: int = 1  # the iterate's columns (clusters, components)
     dense_bytes: int = 0  # the rows made dense, which DuHL holds (its working set: all of them in memory)
+    streamed_iterations: IterationEstimate | None = None  # where they differ streamed (DuHL's), learned apart
 
     @property
     def seconds(self) -> float:
@@ -318,14 +319,10 @@ def iteration_steps(
                 True,
             ),
             _matrix_step(costs, "duality gaps (X @ w, dense)", "lmm", dense, iterations),
-            Step(
-                "making the rows dense",
-                "sdca",
-                f"{shape.n:,} x {d:,}",
-                1,
-                costs.seconds("sdca", sdca_terms(shape.n, d, copies=1.0)),
-                True,
-            ),
+        ]
+        copy = costs.seconds("sdca", sdca_terms(shape.n, d, copies=1.0))  # once, whatever the iterations
+        return [replace(s, iterative=True) for s in steps] + [
+            Step("making the rows dense", "sdca", f"{shape.n:,} x {d:,}", 1, copy, True)
         ]
     elif solver == SolverName.NEWTON:
         steps += [
@@ -403,6 +400,8 @@ def candidate_plans(
         shape_columns = matrix_shape(stats, strategy).columns + 1
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history, scaled)
+            apart = facts.solver(solver).iterations_by_placement if solver in facts.solver_names else False
+            streamed = expected_iterations(algorithm, solver, params, history, scaled, True) if apart else None
             steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend, scaled)
             if reuse is not None and strategy == Strategy.FACTORIZED:
                 steps = _reusing(steps, reuse)
@@ -433,6 +432,7 @@ def candidate_plans(
                     limit,
                     k=facts.width(params),
                     dense_bytes=dense,
+                    streamed_iterations=streamed,
                 )
             )
     return sorted(plans, key=lambda p: (not p.fits, p.seconds))
@@ -491,6 +491,8 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
     reads all ``partitions`` again, from the spill (the page cache, or disk when ``needed`` is more than
     half of ``memory``) or, without a spill, from DuckDB. DuHL holds as many partitions, dense, as fit the
     room of the :data:`DUHL_HELD_PARTITIONS` the budget holds; it does not fit when not even one does."""
+    if plan.streamed_iterations is not None:  # the per-iteration steps at the count learned streamed
+        plan = _at_iterations(plan, plan.streamed_iterations)
     passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
     # Streaming lifts DuckDB's memory_limit, not the solver's own bound (max_gram_bytes).
     limit = plan.limit if plan.limit and plan.limit != MEMORY_LIMIT else ""
@@ -522,6 +524,16 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
         what += f", {held:,} held dense by DuHL"
     steps.append(Step("reading the partitions again", "stream", what, passes - 1, (passes - 1) * again, True))
     return replace(plan, steps=tuple(steps), placement="streamed", fits=fits, limit=limit)
+
+
+def _at_iterations(plan: PhysicalPlan, estimate: IterationEstimate) -> PhysicalPlan:
+    """``plan`` with its iterative steps scaled to ``estimate``'s count."""
+    ratio = estimate.iterations / max(plan.iterations.iterations, 1e-12)
+    steps = tuple(
+        replace(s, count=s.count * ratio if s.count != 1 else 1, seconds=s.seconds * ratio) if s.iterative else s
+        for s in plan.steps
+    )
+    return replace(plan, steps=steps, iterations=estimate, streamed_iterations=None)
 
 
 def cheapest_streamed(streamed: list[PhysicalPlan]) -> tuple[PhysicalPlan, str]:

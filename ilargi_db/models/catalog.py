@@ -73,6 +73,9 @@ class Solver:
     typical_iterations: float = 1.0  # iterations to converge at the default tolerance, in the benchmarks' runs
     forms_gram: bool = False  # forms a dense d x d matrix (bounded by max_gram_bytes)
     needs_penalty: bool = False  # solves the dual: only with a positive L2 penalty (see l2_penalty)
+    # its iterations depend on where the rows are (DuHL: all in one block in memory, partitions streamed):
+    # learned apart for streamed runs
+    iterations_by_placement: bool = False
 
     @property
     def iterative(self) -> bool:
@@ -125,7 +128,7 @@ def duhl(max_iter: int, tol: float, typical: float) -> Solver:
     set, then a pass refreshing every row's duality gap (the certificate); ``tol`` relative to the gap at
     the start. Typical counts measured on small stars, in memory, at the defaults (28-46 for ridge, 8-47 for
     logistic regression, 51 for the SVM); the plan learns this machine's from the runs."""
-    return Solver(SolverName.DUHL, max_iter, tol, typical, needs_penalty=True)
+    return Solver(SolverName.DUHL, max_iter, tol, typical, needs_penalty=True, iterations_by_placement=True)
 
 
 DUHL_HELD_PARTITIONS = 2  # a streamed job's budget holds two partitions (one computing, one read): DuHL's room

@@ -11,7 +11,7 @@ from typing import Any
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
-from ilargi_db.models.catalog import AUTO, SolverName, algorithm_facts
+from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
@@ -37,7 +37,8 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     if model.solver_chosen:
         give_back_the_solver_choice(model)
     if hasattr(estimator, "n_iter_"):
-        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_), scaled=scaled)
+        placed = job.placement == Placement.STREAMED
+        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_), scaled=scaled, streamed=placed)
     graph = job.graph
     result = TrainedModel(
         estimator,
