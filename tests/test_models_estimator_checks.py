@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LogisticRegression
+from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LinearSVC, LogisticRegression
 
 # Checks we skip, with the reason (scikit-learn's expected_failed_checks protocol).
 _MU = (
@@ -25,7 +25,15 @@ def _expected_failed(estimator):
 
 
 @parametrize_with_checks(
-    [LinearRegression(), LogisticRegression(), KMeans(n_clusters=3, random_state=0), GaussianNMF(random_state=0)],
+    [
+        LinearRegression(),
+        LinearRegression(alpha=1.0, solver="duhl"),
+        LogisticRegression(),
+        LogisticRegression(solver="duhl"),
+        LinearSVC(),
+        KMeans(n_clusters=3, random_state=0),
+        GaussianNMF(random_state=0),
+    ],
     expected_failed_checks=_expected_failed,
 )
 def test_sklearn_compatible_estimator(estimator, check):

@@ -52,12 +52,14 @@ def _solver(algorithm: str, solver: str) -> Solver | None:
     return facts if facts.iterative else None
 
 
-def _key(algorithm: str, solver: str, params: dict[str, Any], scaled: bool = False) -> str:
-    """The history's key: runs with these settings converge alike (standardized columns converge otherwise)."""
+def _key(algorithm: str, solver: str, params: dict[str, Any], scaled: bool = False, streamed: bool = False) -> str:
+    """The history's key: runs with these settings converge alike (standardized columns converge otherwise;
+    ``streamed`` runs of a solver whose iterations depend on the placement, too)."""
     facts = _solver(algorithm, solver)
     max_iter, tol = (facts.max_iter, facts.tol) if facts else (1, 0.0)
     bound = int(params.get(algorithm_facts(algorithm).iterations_parameter, max_iter))
     key = f"{algorithm}/{solver}/tol={float(params.get('tol', tol)):g}/max_iter={bound}"
+    key += "/streamed" if streamed and facts is not None and facts.iterations_by_placement else ""
     return key + ("/standardized" if scaled else "")
 
 
@@ -88,16 +90,17 @@ def record(
     n_iter: float,
     cache: str | os.PathLike | None = None,
     scaled: bool = False,
+    streamed: bool = False,
 ) -> None:
-    """Remember that a run with these parameters (``scaled``: on standardized columns) took ``n_iter``
-    iterations (best effort: never fails a training)."""
+    """Remember that a run with these parameters (``scaled``: on standardized columns; ``streamed``: over a
+    memory budget) took ``n_iter`` iterations (best effort: never fails a training)."""
     if _solver(algorithm, solver) is None:
         return
     path = history_path(cache)
     with _LOCK:
         try:
             history = load_history(cache)
-            key = _key(algorithm, solver, params, scaled)
+            key = _key(algorithm, solver, params, scaled, streamed)
             history[key] = [*history.get(key, []), float(n_iter)][-KEEP:]
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -113,8 +116,10 @@ def expected_iterations(
     params: dict[str, Any],
     history: dict[str, list[float]] | None = None,
     scaled: bool = False,
+    streamed: bool = False,
 ) -> IterationEstimate:
-    """Iterations ``solver`` is expected to run for ``algorithm`` with ``params``.
+    """Iterations ``solver`` is expected to run for ``algorithm`` with ``params`` (``streamed``: over a memory
+    budget, for a solver whose iterations depend on it).
 
     >>> expected_iterations("linear_regression", "normal", {}).iterations
     1.0
@@ -134,7 +139,7 @@ def expected_iterations(
     tol = float(params.get("tol", facts.tol))
     if algorithm_facts(algorithm).reads == "bins" and not params.get("early_stopping", False):
         tol = 0.0  # boosting without early stopping runs every round
-    runs = (history or {}).get(_key(algorithm, solver, params, scaled), [])
+    runs = (history or {}).get(_key(algorithm, solver, params, scaled, streamed), [])
     inits = max(1, int(params.get("n_init", 1)))  # k-means restarts; other solvers have no n_init
     times = f" x {inits} initializations" if inits > 1 else ""
     if tol <= 0:

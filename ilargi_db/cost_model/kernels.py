@@ -128,6 +128,12 @@ def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> dict[str,
 SOLVERS = tuple(SolverName)
 
 
+def sdca_terms(rows: float, columns: float, epochs: float = 0.0, copies: float = 0.0) -> dict[str, float]:
+    """DuHL's coordinate steps on dense rows of ``columns``: ``epochs`` passes of one step a row (a dot
+    product and an update of w: two reads of the row), and ``copies`` of the rows made dense."""
+    return {"cells": rows * columns * epochs, "rows": rows * epochs, "copied_cells": rows * columns * copies}
+
+
 def solve_terms(d: int, singular: bool = False) -> dict[str, float]:
     """A dense symmetric solve of order ``d``: a Cholesky factorization, and when the matrix is singular (a full
     one-hot encoding beside an intercept) the minimum-norm least-squares solve that follows it."""
@@ -175,6 +181,7 @@ KERNELS: dict[str, str] = {
     "group_sums": "sums of the rows of each cluster (k-means)",
     "crossprod": "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
     "solve": "a dense d x d solve",
+    "sdca": "DuHL's dual coordinate steps, row by row on one core (dense rows), and making the rows dense",
     **{f"{s}_overhead": f"what the {s} solver does besides the matrix kernels (loss, updates)" for s in SOLVERS},
 }
 # Kernels that use every core: a busy machine slows them most. (The solve runs with BLAS on one thread.)
@@ -251,6 +258,9 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         # A solve runs with BLAS on one thread (inside the fit's hot loop), a Cholesky near the measured rate;
         # an SVD least squares (per d^3, after the Cholesky failed) measured 7x slower at d = 1,200.
         "solve": {"fixed": 20e-6, "flops": 1 / flops, "lstsq_flops": 6 / flops},
+        # One core, row after row (numba): about 1 ns a cell for the dot product and the update together, a
+        # logistic step's few Newton iterations per row; a dense copy about a write and a gather a cell.
+        "sdca": {"fixed": 20e-6, "cells": 1.0e-9, "rows": 30e-9, "copied_cells": 1.5e-9 * per_byte},
         **{
             f"{s}_overhead": {
                 "fixed": 1e-3,

@@ -25,11 +25,22 @@ from ilargi_db.cost_model.kernels import (
     MatrixShape,
     data_terms,
     matrix_terms,
+    sdca_terms,
     solve_terms,
     solver_terms,
     transfer_terms,
 )
-from ilargi_db.models.catalog import GRAM_SOLVERS, MAX_GRAM_BYTES, STRATEGIES, SolverName, Strategy, algorithm_facts
+from ilargi_db.models.catalog import (
+    DUHL_HELD_PARTITIONS,
+    GRAM_SOLVERS,
+    MAX_GRAM_BYTES,
+    STRATEGIES,
+    SolverName,
+    Strategy,
+    algorithm_facts,
+    duhl_working_set,
+    solver_applies,
+)
 
 if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the cost model
     from ilargi_db.reuse.holdings import ReadHoldings
@@ -38,6 +49,7 @@ if TYPE_CHECKING:  # the store's facts, priced here; the store never imports the
 # child's per level: about half the rows) for a tree of about six levels (LightGBM's 31 to 63 leaves).
 TREE_LEVELS = 6.0
 TREE_HISTOGRAM_PASSES = 1.0 + 0.5 * (TREE_LEVELS - 1.0)
+MEMORY_LIMIT = "DuckDB's memory_limit"  # what a plan exceeds when its arrays do not fit DuckDB's memory_limit
 LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (line search), measured
 STANDARDIZE_PASSES = 3.0  # column sums of X, then of X squared (squaring writes the dense block first): ~3 X.T @ v
 
@@ -121,6 +133,8 @@ class PhysicalPlan:
     limit: str = ""  # what it exceeds when it does not fit
     placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
     k: int = 1  # the iterate's columns (clusters, components)
+    dense_bytes: int = 0  # the rows made dense, which DuHL holds (its working set: all of them in memory)
+    streamed_iterations: IterationEstimate | None = None  # where they differ streamed (DuHL's), learned apart
 
     @property
     def seconds(self) -> float:
@@ -293,6 +307,23 @@ def iteration_steps(
             _matrix_step(costs, "X @ w", "lmm", shape, evaluations),
             _matrix_step(costs, "X.T @ v", "rmm", shape, evaluations),
         ]
+    elif solver == SolverName.DUHL:  # per iteration: an epoch's worth of coordinate steps, then every row's gap
+        dense = MatrixShape(shape.n, d)  # the rows as DuHL holds them, with the intercept's column
+        steps += [
+            Step(
+                "coordinate steps (an epoch on the working set)",
+                "sdca",
+                f"{shape.n:,} rows x {d:,} dense columns",
+                iterations,
+                costs.seconds("sdca", sdca_terms(shape.n, d, epochs=1.0), iterations),
+                True,
+            ),
+            _matrix_step(costs, "duality gaps (X @ w, dense)", "lmm", dense, iterations),
+        ]
+        copy = costs.seconds("sdca", sdca_terms(shape.n, d, copies=1.0))  # once, whatever the iterations
+        return [replace(s, iterative=True) for s in steps] + [
+            Step("making the rows dense", "sdca", f"{shape.n:,} x {d:,}", 1, copy, True)
+        ]
     elif solver == SolverName.NEWTON:
         steps += [
             _matrix_step(costs, "X.T @ diag(w) @ X", "crossprod", shape, iterations),
@@ -360,13 +391,17 @@ def candidate_plans(
     """
     facts = algorithm_facts(algorithm)
     named = params.get("solver", "auto")  # the estimators that take a solver call the parameter "solver"
-    solvers = (named,) if named != "auto" else tuple(s.name for s in facts.solvers)
+    solvers = (
+        (named,) if named != "auto" else tuple(s.name for s in facts.solvers if solver_applies(algorithm, s, params))
+    )
     max_gram = int(params.get("max_gram_bytes", MAX_GRAM_BYTES))
     plans = []
     for strategy in strategies:
         shape_columns = matrix_shape(stats, strategy).columns + 1
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history, scaled)
+            apart = facts.solver(solver).iterations_by_placement if solver in facts.solver_names else False
+            streamed = expected_iterations(algorithm, solver, params, history, scaled, True) if apart else None
             steps = plan_steps(stats, strategy, solver, algorithm, params, estimate.iterations, costs, backend, scaled)
             if reuse is not None and strategy == Strategy.FACTORIZED:
                 steps = _reusing(steps, reuse)
@@ -377,10 +412,11 @@ def candidate_plans(
                 replace(s, seconds=s.seconds * (load if s.parallel else 1.0), spread=costs.spread(s.kernel))
                 for s in steps
             ]
-            needed = (array_bytes or {}).get(strategy, 0)
+            dense = 8 * stats.n_rows * shape_columns if solver == SolverName.DUHL else 0
+            needed = (array_bytes or {}).get(strategy, 0) + dense
             limit = ""
             if memory_limit is not None and needed > memory_limit:
-                limit = "DuckDB's memory_limit"
+                limit = MEMORY_LIMIT
             elif solver in GRAM_SOLVERS and 8 * shape_columns**2 > max_gram:
                 limit = "max_gram_bytes"
             plans.append(
@@ -395,6 +431,8 @@ def candidate_plans(
                     not limit,
                     limit,
                     k=facts.width(params),
+                    dense_bytes=dense,
+                    streamed_iterations=streamed,
                 )
             )
     return sorted(plans, key=lambda p: (not p.fits, p.seconds))
@@ -431,17 +469,45 @@ def solver_passes(solver: str, iterations: float, k: int = 1) -> float:
         SolverName.LLOYD: iterations + 3.0 + 2.0 * k,  # the row norms, column sums, final labels; the seeding
         SolverName.MU: 2.0 * iterations + 2.0,
         SolverName.HISTOGRAM: iterations * (TREE_LEVELS + TREE_HISTOGRAM_PASSES),
+        SolverName.DUHL: 3.0,  # all held; a stream's reads are duhl_passes, for its working set
     }
     if solver not in passes:
         raise ValueError(f"no pass count for solver {solver!r}")
     return passes[solver] + 1.0
 
 
+# Partitions DuHL loads into its working set per iteration, per partition not held: measured 1.4-1.9 with a
+# sixteenth to a quarter of the partitions held, 1.1-1.2 with half, 0.4-0.6 with three quarters (ridge and
+# logistic regression, 32,000 rows of 10 columns in 16 partitions, a tenth of the rows 8x, as
+# tests/test_models_duhl.py's skewed data).
+DUHL_LOADS_PER_PARTITION_OUT = 1.75
+
+
+def duhl_passes(iterations: float, partitions: int, held: int) -> float:
+    """DuHL's passes over a stream of ``partitions`` holding ``held``: the column means (ridge's centering),
+    per iteration the working set loaded as the gaps move it and the certificate's read of those not held
+    (both in proportion to the partitions not held), then the loss and the training metrics."""
+    out = 1.0 - min(held, partitions) / max(partitions, 1)
+    return 1.0 + iterations * (1.0 + DUHL_LOADS_PER_PARTITION_OUT) * out + 2.0
+
+
 def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool, memory: int) -> PhysicalPlan:
     """``plan`` (factorized, in memory) as it runs streamed: the same kernels, and every pass after the first
     reads all ``partitions`` again, from the spill (the page cache, or disk when ``needed`` is more than
-    half of ``memory``) or, without a spill, from DuckDB."""
+    half of ``memory``) or, without a spill, from DuckDB. DuHL holds as many partitions, dense, as fit the
+    room of the :data:`DUHL_HELD_PARTITIONS` the budget holds; it does not fit when not even one does."""
+    if plan.streamed_iterations is not None:  # the per-iteration steps at the count learned streamed
+        plan = _at_iterations(plan, plan.streamed_iterations)
     passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
+    # Streaming lifts DuckDB's memory_limit, not the solver's own bound (max_gram_bytes).
+    limit = plan.limit if plan.limit and plan.limit != MEMORY_LIMIT else ""
+    fits, held = not limit, 0
+    if plan.solver == SolverName.DUHL:
+        room, dense = DUHL_HELD_PARTITIONS * needed / max(partitions, 1), plan.dense_bytes / max(partitions, 1)
+        held = duhl_working_set(partitions, room, dense)
+        passes = duhl_passes(plan.iterations.iterations, partitions, held)
+        if dense > room:
+            fits, limit = False, "the memory budget (DuHL's working set: one partition dense)"
     steps, again = [], 0.0
     for step in plan.steps:
         if step.name == "reading the data":
@@ -461,8 +527,36 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
     else:
         what = f"{partitions:,} partitions from DuckDB"
         again += partitions * PARTITION_QUERY_SECONDS
+    if held:
+        what += f", {held:,} held dense by DuHL"
     steps.append(Step("reading the partitions again", "stream", what, passes - 1, (passes - 1) * again, True))
-    return replace(plan, steps=tuple(steps), placement="streamed", fits=True, limit="")
+    return replace(plan, steps=tuple(steps), placement="streamed", fits=fits, limit=limit)
+
+
+def _at_iterations(plan: PhysicalPlan, estimate: IterationEstimate) -> PhysicalPlan:
+    """``plan`` with its iterative steps scaled to ``estimate``'s count."""
+    ratio = estimate.iterations / max(plan.iterations.iterations, 1e-12)
+    steps = tuple(
+        replace(s, count=s.count * ratio if s.count != 1 else 1, seconds=s.seconds * ratio) if s.iterative else s
+        for s in plan.steps
+    )
+    return replace(plan, steps=steps, iterations=estimate, streamed_iterations=None)
+
+
+def cheapest_streamed(streamed: list[PhysicalPlan]) -> tuple[PhysicalPlan, str]:
+    """The cheapest of the plans priced streamed (those that fit first), and why: each solver's seconds and
+    passes over the partitions, or what it would exceed ("" with one plan)."""
+    ranked = sorted(streamed, key=lambda p: (not p.fits, p.seconds))
+    if len(ranked) == 1:
+        return ranked[0], ""
+
+    def said(p: PhysicalPlan) -> str:
+        if not p.fits:
+            return f"{p.solver} would exceed {p.limit}"
+        step = next((s for s in p.steps if s.name == "reading the partitions again"), None)
+        return f"{p.solver} {p.seconds:.3g} s ({1 + (step.count if step else 0):.3g} passes over the partitions)"
+
+    return ranked[0], f"streamed, {ranked[0].solver} chosen: " + "; ".join(said(p) for p in ranked)
 
 
 def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:

@@ -117,6 +117,12 @@ class PartitionedMatrix(ProductOperators):
         self._offsets = np.cumsum([0, *sizes])
 
     @property
+    def row_offsets(self) -> np.ndarray:
+        """Where each partition's rows start, and the row count last: partition ``k`` holds rows
+        ``row_offsets[k]`` to ``row_offsets[k + 1]``."""
+        return self._offsets
+
+    @property
     def streamed(self) -> bool:
         """Whether the partitions are not held here: read on every pass, or held by a cluster's workers."""
         return not self.partitions.resident

@@ -95,6 +95,7 @@ class PartitionSource(Sequence):
         self.make, self.n = make, int(n)
         self.prefetch = PREFETCH if prefetch is None else prefetch
         self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
+        self.bytes_read = 0  # their bytes (NormalizedMatrix.nbytes each): what the passes moved
 
     def __len__(self) -> int:
         return self.n
@@ -103,7 +104,9 @@ class PartitionSource(Sequence):
         if not 0 <= k < self.n:
             raise IndexError(k)
         self.reads += 1
-        return self.make(k)
+        part = self.make(k)
+        self.bytes_read += part.nbytes
+        return part
 
     def __iter__(self) -> Generator[NormalizedMatrix, None, None]:
         if not self.prefetch or self.n < 2:

@@ -17,6 +17,7 @@ _LAZY = {
     "GradientBoostingRegressor": "_boosting",
     "KMeans": "_kmeans",
     "LinearRegression": "_linear",
+    "LinearSVC": "_svm",
     "LogisticRegression": "_linear",
     "NORMAL_MAX_COLUMNS": "_linear",
 }
@@ -31,6 +32,7 @@ __all__ = [
     "GradientBoostingRegressor",
     "KMeans",
     "LinearRegression",
+    "LinearSVC",
     "LogisticRegression",
 ]
 

@@ -88,3 +88,14 @@ def warn_if_not_converged(estimator: Any, stacklevel: int = 2) -> None:
     message = getattr(estimator, "convergence_warning_", None)
     if message:
         warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel + 1)
+
+
+def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:
+    """Refuse a dense d x d matrix above the stated memory bound, before any work."""
+    needed = 8 * d * d
+    if needed > max_gram_bytes:
+        raise ValueError(
+            f"{what} forms a dense {d:,} x {d:,} matrix ({needed / 2**20:,.0f} MiB), above "
+            f"{spell('max_gram_bytes', max_gram_bytes)} bytes: use the default {spell('solver', 'auto')} (an "
+            f"iterative solver that never forms it), or raise {spell('max_gram_bytes')}."
+        )

@@ -14,16 +14,26 @@ from sklearn.utils.multiclass import check_classification_targets, type_of_targe
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
-from ilargi_db.errors import IlargiError, spell
+from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import solve_normal_equations
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
     check_finite,
+    check_gram_size,
     check_input,
     record_not_converged,
     to_host,
     warn_if_not_converged,
+)
+from ilargi_db.models._duhl_solver import fit_duhl, host_rows
+from ilargi_db.models._row_sums import (
+    _centered_target,
+    _logistic,
+    _logistic_curvature,
+    _normal_product,
+    _normal_statistics,
+    _squared_error,
 )
 from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES, SolverName
 
@@ -38,69 +48,7 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
         return M @ M.backend.asarray(self.coef_) + self.intercept_
 
 
-# Sums over the rows, one pass each (``reduce_rows``): on a partitioned matrix they run on every partition
-# where it is (streamed, or on a cluster's workers) and only these sums travel, never an n-length vector.
-
-
-def _squared_error(X: Any, rows: tuple, args: tuple) -> tuple:
-    """r = X w + c - y over these rows: X^T r, sum(r) and r . r."""
-    (y,), (w, c) = rows, args
-    r = X @ w + (c - y)
-    return X.T @ r, float(r.sum()), float(r @ r)
-
-
-def _normal_statistics(X: Any, rows: tuple, args: tuple) -> tuple:
-    """Over these rows: X^T X, X^T y, the column sums and sum(y): what the normal equations need, one pass."""
-    (y,) = rows
-    return X.crossprod(), X.T @ y, X.colsums(), float(y.sum())
-
-
-def _centered_target(X: Any, rows: tuple, args: tuple) -> tuple:
-    """b = y - mean over these rows (centered before any sum, so no digits cancel): X^T b, sum(b), b . b."""
-    (y,), (mean,) = rows, args
-    b = y - mean
-    return X.T @ b, float(b.sum()), float(b @ b)
-
-
-def _normal_product(X: Any, rows: tuple, args: tuple) -> tuple:
-    """q = X p - shift over these rows: X^T q, sum(q), q . q, and q . (y - mean) for the target y when given."""
-    p, shift, mean = args
-    q = X @ p - shift
-    found = (X.T @ q, float(q.sum()), float(q @ q))
-    return found + (float(q @ (rows[0] - mean)),) if rows else found
-
-
-def _logistic(X: Any, rows: tuple, args: tuple) -> tuple:
-    """z = X w + c over these rows: the summed log-loss, X^T (sigmoid(z) - y) and sum(sigmoid(z) - y)."""
-    (y01,), (w, c) = rows, args
-    z = X @ w
-    if c:
-        z += c
-    loss, residual = X.backend.kernels.logistic_loss_residual(z, y01)  # the residual overwrites z
-    return float(loss), X.T @ residual, float(residual.sum())
-
-
-def _logistic_curvature(X: Any, rows: tuple, args: tuple) -> tuple:
-    """With p = sigmoid(X w + c) and D = diag(p (1 - p)) over these rows: X^T D X, X^T D 1 and sum(D)."""
-    (y01,), (w, c) = rows, args
-    _, residual = X.backend.kernels.logistic_loss_residual(X @ w + c, y01)
-    p = residual + y01
-    weights = p * (1 - p)
-    return X.crossprod(weights), X.T @ weights, float(weights.sum())
-
-
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
-
-
-def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:
-    """Refuse a dense d x d matrix above the stated memory bound, before any work."""
-    needed = 8 * d * d
-    if needed > max_gram_bytes:
-        raise ValueError(
-            f"{what} forms a dense {d:,} x {d:,} matrix ({needed / 2**20:,.0f} MiB), above "
-            f"{spell('max_gram_bytes', max_gram_bytes)} bytes: use the default {spell('solver', 'auto')} (an "
-            f"iterative solver that never forms it), or raise {spell('max_gram_bytes')}."
-        )
 
 
 class LinearRegression(RegressorMixin, _LinearModel):
@@ -112,19 +60,22 @@ class LinearRegression(RegressorMixin, _LinearModel):
         Fit an intercept; no column of ones is ever built.
     alpha : float, default=0.0
         L2 penalty on ``coef_`` (ridge); the intercept is not penalized.
-    solver : {"auto", "normal", "cg", "gd"}, default="auto"
+    solver : {"auto", "normal", "cg", "gd", "duhl"}, default="auto"
         ``"normal"``: normal equations through the factorized ``X^T X`` (Cholesky, falling back to least
         squares when ill-conditioned); it forms a dense d x d matrix. ``"cg"``: conjugate gradients on the
         normal equations with a Jacobi preconditioner, through ``X @ w``, ``X.T @ r`` and the factorized
         column norms only: memory linear in d, for wide (one-hot) data. ``"gd"``: accelerated gradient
-        descent through the same products. ``"auto"``: ``"normal"`` up to ``NORMAL_MAX_COLUMNS`` (1,024)
-        columns when the d x d matrix fits ``max_gram_bytes``, else ``"cg"``.
+        descent through the same products. ``"duhl"`` (ridge, alpha > 0): dual coordinate descent over row
+        partitions, those of largest duality gap held (``ilargi_db.models.duhl``), the intercept exact by
+        centering. ``"auto"``: ``"normal"`` up to ``NORMAL_MAX_COLUMNS`` (1,024) columns when the d x d
+        matrix fits ``max_gram_bytes``, else ``"cg"`` (``train`` lets its cost model choose).
     max_iter : int, default=1000
         Iterations of ``"cg"`` and ``"gd"``; reaching it warns (``ConvergenceWarning``).
     tol : float, default=1e-6
         ``"cg"`` stops when the normal equations' residual falls below ``tol`` times
         ``||X^T y||`` (scikit-learn's LSQR uses the same default); ``"gd"`` when the
-        relative decrease of the loss falls below it.
+        relative decrease of the loss falls below it; ``"duhl"`` when the duality gap falls below
+        ``tol`` times its value at the start (``duality_gap_``).
     max_gram_bytes : int, default=256 MiB
         The largest dense d x d matrix a solver may form (``"normal"`` refuses above it).
 
@@ -209,7 +160,12 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self._y_mean = float(y.sum()) / max(len(y), 1)  # here, before the rows are kept where they are
         y = M.keep_rows(y)  # sliced once, where the rows are
         self.solver_, self.solver_reason_ = self.choose_solver(M.shape[1])
-        solvers = {SolverName.NORMAL: self._fit_normal, SolverName.CG: self._fit_cg, SolverName.GD: self._fit_gd}
+        solvers = {
+            SolverName.NORMAL: self._fit_normal,
+            SolverName.CG: self._fit_cg,
+            SolverName.GD: self._fit_gd,
+            SolverName.DUHL: self._fit_duhl,
+        }
         with M.backend.hot_loop():
             solvers[self.solver_](M, y)
         if warn:
@@ -237,6 +193,12 @@ class LinearRegression(RegressorMixin, _LinearModel):
         self.intercept_ = float(y_mean - means @ coef) if self.fit_intercept else 0.0
         self.n_iter_ = 1
         self.loss_curve_ = self._final_loss(M, y, coef)
+
+    def _fit_duhl(self, M: Any, y: Any) -> None:
+        """Ridge in the dual (lambda = alpha / n), centered: the intercept exact and unpenalized."""
+        fit = fit_duhl(self, "linear_regression", M, y, "squared", center=self.fit_intercept)
+        self.coef_, self.intercept_ = fit.coef_, fit.intercept_
+        self.loss_curve_ = self._final_loss(M, y, fit.coef_)
 
     def _fit_cg(self, M: Any, y: Any) -> None:
         """Preconditioned conjugate gradients on (A^T A + alpha I) w = A^T b, A = X centered, b = y centered.
@@ -373,12 +335,18 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         Inverse regularization strength.
     penalty : {"l2", None}, default="l2"
     fit_intercept : bool, default=True
-    solver : {"lbfgs", "newton"}, default="lbfgs"
+    solver : {"lbfgs", "newton", "duhl"}, default="lbfgs"
         ``"lbfgs"``: scipy's L-BFGS over factorized gradients ``X.T @ r``.
-        ``"newton"``: Newton steps with the factorized Hessian ``X^T D X``.
+        ``"newton"``: Newton steps with the factorized Hessian ``X^T D X``. ``"duhl"``: dual coordinate
+        descent over row partitions (``ilargi_db.models.duhl``), stopping at ``tol`` times the starting
+        duality gap (``duality_gap_``); its intercept is liblinear's (below), so the model is scikit-learn's
+        ``LogisticRegression(solver="liblinear")``, not the lbfgs one's.
         ``"newton"`` forms a dense d x d matrix and refuses above ``max_gram_bytes``.
     max_iter : int, default=100
         Reaching it warns (``ConvergenceWarning``).
+    intercept_scaling : float, default=1.0
+        ``"duhl"`` only: the intercept is the weight of a constant column of this value, penalized like the
+        others (scikit-learn's liblinear); a larger one penalizes it less.
     tol : float, default=1e-4
         Stop when the largest entry of the projected gradient of scikit-learn's objective (mean
         log-loss + ||w||^2 / 2Cn) falls below it: scikit-learn's own criterion and default.
@@ -410,6 +378,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "max_gram_bytes": [Interval(Integral, 0, None, closed="left")],
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
     }
 
     def __init__(
@@ -421,8 +390,10 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         max_iter: int = 100,
         tol: float = 1e-4,
         max_gram_bytes: int = MAX_GRAM_BYTES,
+        intercept_scaling: float = 1.0,
     ):
         self.C = C
+        self.intercept_scaling = intercept_scaling
         self.penalty = penalty
         self.fit_intercept = fit_intercept
         self.solver = solver
@@ -459,8 +430,13 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
             )
         M = as_matrix(X)
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
+        solvers = {
+            SolverName.LBFGS: self._fit_lbfgs,
+            SolverName.NEWTON: self._fit_newton,
+            SolverName.DUHL: self._fit_duhl,
+        }
         with M.backend.hot_loop():
-            (self._fit_lbfgs if self.solver == SolverName.LBFGS else self._fit_newton)(M, y01)
+            solvers[self.solver](M, y01)
         if warn:
             warn_if_not_converged(self)
         return self
@@ -519,6 +495,20 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self._set(result.x, d, int(result.nit), losses or [self.objective(M, y01, result.x)[2]])
         if result.status == 1:  # scipy: the iteration limit was reached
             record_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
+
+    def _fit_duhl(self, M: Any, y01: Any) -> None:
+        """In the dual (lambda = 1 / (C n)), labels -1 and 1, the intercept a penalized constant column."""
+        signs = 2.0 * host_rows(y01) - 1.0
+        fit = fit_duhl(
+            self,
+            "logistic_regression",
+            M,
+            signs,
+            "logistic",
+            intercept_scaling=self.fit_intercept * self.intercept_scaling,
+        )
+        params = np.append(fit.coef_, fit.intercept_) if self.fit_intercept else fit.coef_
+        self._set(params, M.shape[1], self.n_iter_, [self.objective(M, y01, params)[2]])
 
     def _fit_newton(self, M: Any, y01: Any) -> None:
         n, d = M.shape

@@ -61,9 +61,10 @@ def train(
         A single SELECT (DuckDB SQL) whose columns are the features (and the target).
     target : str or None
         The label column for ``linear_regression`` / ``logistic_regression``.
-    algorithm : {"linear_regression", "logistic_regression", "kmeans", "gnmf", "gradient_boosting"}
+    algorithm : {"linear_regression", "logistic_regression", "linear_svc", "kmeans", "gnmf", "gradient_boosting"}
         ``gradient_boosting``: histogram-boosted trees (regression or binary classification, ``objective``)
         on each feature's bins, categories split natively and NULL sent where each split learned.
+        ``linear_svc``: a linear SVM (hinge loss) fitted in the dual by DuHL.
     strategy : {"auto", "factorized", "materialized"}
         Train on the normalized matrix, on the DuckDB join, or let ilargi_db choose.
     backend : {"auto", "numpy", "cupy"}

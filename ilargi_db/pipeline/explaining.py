@@ -12,8 +12,8 @@ from ilargi_db.backend import get_backend
 from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.models.catalog import Placement, make_estimator
-from ilargi_db.pipeline.placement import placed_plan, stream_plan
+from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts, make_estimator
+from ilargi_db.pipeline.placement import placed_choice, stream_plan
 from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
@@ -70,10 +70,13 @@ def explain(
                 explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
             streams = None
         if streams is not None:
-            streamed = placed_plan(explanation, explanation.plan, streams, 1)
+            parameter = algorithm_facts(algorithm).solver_parameter
+            choose = parameter is not None and params.get(parameter, AUTO) == AUTO
+            streamed, chose = placed_choice(explanation, explanation.plan, streams, 1, choose)
             predicted = ""
             if streamed is not None and streamed.placement == Placement.STREAMED:
                 explanation = replace(explanation, placed=streamed)
                 predicted = f"; {streamed.seconds:.3g} s predicted streamed ({streamed.label})"
+                predicted += f"; {chose}" if chose else ""
             explanation.reasons.append(f"would stream: {streams.why}; {streams.spill_why}{predicted}")
         return explanation

@@ -10,8 +10,8 @@ from typing import Any
 
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
-from ilargi_db.linalg import ScaledMatrix
-from ilargi_db.models.catalog import AUTO, SolverName, algorithm_facts
+from ilargi_db.linalg import PartitionSource, ScaledMatrix
+from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
@@ -37,7 +37,8 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     if model.solver_chosen:
         give_back_the_solver_choice(model)
     if hasattr(estimator, "n_iter_"):
-        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_), scaled=scaled)
+        placed = job.placement == Placement.STREAMED
+        record_iterations(spec.algorithm, solver, spec.params, float(estimator.n_iter_), scaled=scaled, streamed=placed)
     graph = job.graph
     result = TrainedModel(
         estimator,
@@ -81,10 +82,15 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
 
 
 def streamed(job: JobPlan, data: TrainingData) -> dict | None:
-    """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted."""
+    """How the job streamed (``streamed_``): its plan, with the partitions the open stream counted, and what the
+    fit read from it (``partitions_read``, ``bytes_read``: the partitions' bytes as built, every pass)."""
     if job.stream is None:
         return None
-    return replace(job.stream, partitions=data.stream.partitions).to_dict()  # the rows in use, known once open
+    found = replace(job.stream, partitions=data.stream.partitions).to_dict()  # the rows in use, known once open
+    source = getattr(data.X, "partitions", None)
+    if isinstance(source, PartitionSource):
+        found.update(partitions_read=source.reads, bytes_read=source.bytes_read)
+    return found
 
 
 def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any) -> str:
@@ -149,6 +155,8 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
     does not converge is fitted again cold. k-means and NMF are not convex: a start would change their
     result, so they never take one.
     """
+    if getattr(estimator, "solver", None) == SolverName.DUHL:  # the dual starts at alpha = 0: no primal start
+        return {}, ""
     if algorithm not in ("logistic_regression", "linear_regression") or stops_early(estimator):
         # a start only for the convex linear models; an early stop lands where the path from the start first meets it
         return {}, ""

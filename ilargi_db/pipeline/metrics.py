@@ -27,6 +27,13 @@ def _classification_sums(X: Any, rows: tuple, args: tuple) -> tuple:
     return right, float((xp.logaddexp(0, z) - xp.where(truth > 0.5, z, 0.0)).sum())  # -log p of the true class
 
 
+def _margin_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows, z = X w + b against labels -1/1: the rows classified right, and the summed hinge loss."""
+    (signs,), (w, b) = rows, args
+    z = X @ w + b
+    return float((z * signs > 0).sum()), float(X.backend.xp.maximum(1.0 - signs * z, 0.0).sum())
+
+
 def metrics_kind(model: Any) -> str:
     """What metrics describe ``model``: its algorithm's, or for boosting its fitted objective's."""
     kind = algorithm_facts(model.algorithm_).metrics
@@ -61,6 +68,10 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
             "rmse": float(np.sqrt(squares / n)),
             "mae": absolute / n,
         }
+    if kind == "margin":  # an SVM: no probability, its hinge loss instead
+        signs = M.keep_rows(M.backend.asarray(np.where(y == model.classes_[1], 1.0, -1.0)))
+        right, hinge = M.reduce_rows(_margin_sums, (signs,), (w, b))
+        return {"accuracy": right / n, "hinge_loss": hinge / n}
     truth = M.keep_rows(M.backend.asarray((y == model.classes_[1]).astype(float)))
     right, log_loss = M.reduce_rows(_classification_sums, (truth,), (w, b))
     return {"accuracy": right / n, "log_loss": log_loss / n}
@@ -79,6 +90,18 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
             "r2": float(metrics.r2_score(y, p)) if len(y) > 1 else float("nan"),
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
             "mae": float(metrics.mean_absolute_error(y, p)),
+        }
+    if kind == "margin":  # an SVM's class and score: no probability, so no log-loss
+        score = model.decision_function(X)
+        truth, guess = y == model.classes_[1], score > 0
+        both = len(np.unique(truth)) == 2
+        return {
+            "accuracy": float(metrics.accuracy_score(truth, guess)),
+            "precision": float(metrics.precision_score(truth, guess, zero_division=0)),
+            "recall": float(metrics.recall_score(truth, guess, zero_division=0)),
+            "f1": float(metrics.f1_score(truth, guess, zero_division=0)),
+            "hinge_loss": float(np.maximum(0.0, 1.0 - np.where(truth, 1.0, -1.0) * score).mean()),
+            "roc_auc": float(metrics.roc_auc_score(truth, score)) if both else float("nan"),
         }
     if kind == "classification":
         proba = model.predict_proba(X)[:, 1]

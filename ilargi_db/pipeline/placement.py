@@ -1,7 +1,7 @@
 """Where the training rows live while the model fits: in memory, streamed from DuckDB, or on a cluster.
 
 Part of the plan phase: after the cost model has chosen a strategy, :func:`stream_plan` says whether the
-data exceed the memory budget (and how to partition the fact then), and :func:`placed_plan` prices the
+data exceed the memory budget (and how to partition the fact then), and :func:`placed_choice` prices the
 chosen plan where it will run.
 """
 
@@ -21,7 +21,7 @@ import duckdb
 from ilargi_db.byte_sizes import format_bytes, size_in_bytes
 from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes, partition_row_bytes, resident_bytes
-from ilargi_db.cost_model.plan import PhysicalPlan, distributed_plan, streamed_plan
+from ilargi_db.cost_model.plan import PhysicalPlan, cheapest_streamed, distributed_plan, streamed_plan
 from ilargi_db.errors import IlargiError, NotStreamable
 from ilargi_db.metadata.stream import read_once
 from ilargi_db.models.catalog import Placement, Strategy
@@ -187,23 +187,31 @@ def duckdb_memory_held(con: duckdb.DuckDBPyConnection, limit: int | None) -> Ite
             pass
 
 
-def placed_plan(explanation: Any, plan: PhysicalPlan | None, streams: StreamPlan | None, workers: int) -> Any:
+def placed_choice(
+    explanation: Any, plan: PhysicalPlan | None, streams: StreamPlan | None, workers: int, choose: bool = False
+) -> tuple[Any, str]:
     """The factorized plan of ``plan``'s solver as it runs streamed (``streams``) or on ``workers`` workers,
-    priced; ``plan`` itself when the cost model has no such plan."""
+    priced (``plan`` itself when the cost model has no such plan), and why where it chose the solver.
+
+    ``choose`` (the caller left the solver to the plan): streamed, the cheapest solver as it runs there
+    (DuHL reads the partitions otherwise than the others), and why, against the next one (else "")."""
     if explanation is None or plan is None:
-        return plan
-    factorized = next(
-        (p for p in explanation.plans if p.strategy == Strategy.FACTORIZED and p.solver == plan.solver), None
-    )
-    if factorized is None:
-        return plan
+        return plan, ""
+    factorized = [
+        p
+        for p in explanation.plans
+        if p.strategy == Strategy.FACTORIZED and (p.solver == plan.solver or choose and streams is not None)
+    ]
+    if not factorized:
+        return plan, ""
     if streams is not None:
         try:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (AttributeError, ValueError, OSError):  # no sysconf (Windows): priced as read back from disk
             memory = 0
-        return streamed_plan(factorized, streams.needed, streams.partitions, streams.spill, memory)
-    return distributed_plan(factorized, workers)
+        priced = [streamed_plan(p, streams.needed, streams.partitions, streams.spill, memory) for p in factorized]
+        return cheapest_streamed(priced)
+    return distributed_plan(factorized[0], workers), ""
 
 
 def spill_fits(where: str, needed: int) -> tuple[bool, str]:

@@ -21,7 +21,13 @@ from ilargi_db.cost_model.plan import PhysicalPlan
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import AUTO, Placement, Strategy, algorithm_facts
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions
-from ilargi_db.pipeline.placement import StreamPlan, check_streamable, duckdb_memory_held, placed_plan, stream_plan
+from ilargi_db.pipeline.placement import (
+    StreamPlan,
+    check_streamable,
+    duckdb_memory_held,
+    placed_choice,
+    stream_plan,
+)
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.job import JobReuse
@@ -219,9 +225,16 @@ def place(
         check_job_memory(con, graph, job.strategy, job.models[0].explanation, stats)  # before any column is read
         return job
     workers = len(client.scheduler_info().get("workers", {})) if client is not None else 1
-    models = [replace(m, plan=placed_plan(m.explanation, m.plan, stream, workers)) for m in job.models]
+    models, chose = [], ""
+    for m in job.models:
+        plan, why = placed_choice(m.explanation, m.plan, stream, workers, m.solver_chosen)
+        if why and plan.solver != m.plan.solver:  # streamed, another solver reads less: DuHL
+            m.estimator.set_params(**{algorithm_facts(m.spec.algorithm).solver_parameter: plan.solver})
+        chose = chose or why
+        models.append(replace(m, plan=plan))
     first = models[0].plan
     predicted = f", {first.seconds:.3g} s predicted" if first is not None else ""
+    predicted += f" ({chose})" if chose else ""
     if placement == Placement.DISTRIBUTED:
         why = f"{job.why} Distributed: the fact's Parquet files over the cluster's {workers} worker(s){predicted}."
     else:

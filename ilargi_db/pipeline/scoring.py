@@ -80,7 +80,8 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
 
     Regression (gradient boosting with squared error too): r2, rmse, mae. Logistic (and boosting with log
     loss): accuracy, precision, recall, f1, log_loss,
-    roc_auc. k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
+    roc_auc. The linear SVM: accuracy, precision, recall, f1, hinge_loss, roc_auc (of its decision
+    function). k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
     also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
     whose target is NULL: they cannot be scored against a label).
     """

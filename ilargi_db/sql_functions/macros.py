@@ -118,9 +118,8 @@ def balanced_sum(terms: list[str]) -> str:
     return f"({balanced_sum(terms[:half])} + {balanced_sum(terms[half:])})"
 
 
-def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
-    """A binary classifier's macro bodies from its log-odds ``score``: ``N_predict`` the probability of
-    ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
+def class_labels(model: Any) -> str:
+    """A binary classifier's two classes as a SQL list, typed like the target column."""
     low, high = (double(c) for c in np.asarray(model.classes_, dtype=float))
     # The score written once per macro (twice, DuckDB would bind and compute it twice); a NULL score (a missing
     # numeric without imputation) gives a NULL index, so NULL, not the first class.
@@ -128,6 +127,13 @@ def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
     target_type = model.target_type_
     if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
         labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
+    return labels
+
+
+def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
+    """A binary classifier's macro bodies from its log-odds ``score``: ``N_predict`` the probability of
+    ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
+    labels = class_labels(model)
     return {
         f"{name}_predict": f"0.5 * (1.0 + tanh(0.5 * ({score})))",  # P(classes_[1]), overflow-free
         f"{name}_predict_class": f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]",
@@ -267,6 +273,10 @@ class MacroWriter:
             bodies[f"{self.name}_predict"] = self.linear_score()
         elif kind == "logistic":
             bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
+        elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)
+            score = self.linear_score()
+            bodies[f"{self.name}_predict"] = f"{class_labels(self.model)}[CAST(({score}) > 0 AS INTEGER) + 1]"
+            bodies[f"{self.name}_decision"] = score
         elif kind == "nearest_centroid":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
         return {
