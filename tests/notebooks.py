@@ -1,6 +1,6 @@
 """The example notebooks, executed as Jupyter runs them and kept with their outputs.
 
-``python -m tests.notebooks [NAME.ipynb ...]`` (from the repository root, with the ``dev`` or ``notebook``
+``python -m tests.notebooks [NAME.ipynb ...]`` (from the repository root, with the ``dev``
 extra) executes the notebooks under ``examples/`` in a scratch directory and writes each back with its outputs,
 as a reader browsing the repository sees them. ``tests/test_examples.py`` executes them again and checks the
 outputs committed against the fresh ones by what each cell shows (text, a table, a plot), never by values
@@ -90,15 +90,17 @@ def tidy(notebook):
 
 
 def shown(notebook) -> dict[str, list[str]]:
-    """What each code cell shows, by the cell's id: its outputs' kinds (a stream's name, the MIME types of a
-    result or display), without their values or their order (a kernel flushes stdout and stderr apart)."""
+    """What each code cell shows, by the cell's id: its outputs' kinds (printed text, the MIME types of a result
+    or display), without their values or their order. Not stderr: warnings there come and go with the versions
+    of the libraries installed (and progress bars clear themselves)."""
     kinds = {}
     for cell in notebook.cells:
         if cell.cell_type == "code":
             kinds[cell.id] = sorted(
                 {
-                    f"stream:{o.name}" if o.output_type == "stream" else f"{o.output_type}:{','.join(sorted(o.data))}"
+                    "stream:stdout" if o.output_type == "stream" else f"{o.output_type}:{','.join(sorted(o.data))}"
                     for o in cell.outputs
+                    if not (o.output_type == "stream" and o.name == "stderr")
                 }
             )
     return kinds
