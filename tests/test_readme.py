@@ -185,6 +185,7 @@ def code_facts() -> dict[str, object]:
     """What the code has, for each count and default the README states."""
     from ilargi_db.cost_model.explain import NEAR_TIE
     from ilargi_db.cost_model.features import SAMPLE_JOIN_ROWS
+    from ilargi_db.datasets.hamlet import HAMLET_SHAPES
     from ilargi_db.models import MAX_GRAM_BYTES, NORMAL_MAX_COLUMNS
     from ilargi_db.models.catalog import CATALOG
     from ilargi_db.reuse.store import DEFAULT_MEMORY_BUDGET, DEFAULT_STORAGE_BUDGET
@@ -205,6 +206,7 @@ def code_facts() -> dict[str, object]:
         "SQL function names": list(FUNCTIONS),
         "algorithms": len(CATALOG),
         "algorithms train_flights.py trains": sum(f'"{name}"' in flights_script for name in CATALOG),
+        "Hamlet shapes": list(HAMLET_SHAPES),
         "categories inlined in a macro": INLINE_CATEGORIES,
         "columns of the normal equations": NORMAL_MAX_COLUMNS,
         "MiB of max_gram_bytes": MAX_GRAM_BYTES >> 20,
@@ -227,6 +229,7 @@ CLAIMS = {
     "SQL function names": (r"adds \w+ SQL functions \(([^)]*)\)", names),
     "algorithms": (r"the estimators of the (\w+) algorithms", number),
     "algorithms train_flights.py trains": (r"`python examples/train_flights.py` trains all (\w+)", number),
+    "Hamlet shapes": (r"the Hamlet benchmark datasets \(([^)]*)\)", lambda said: said.lower().split(", ")),
     "categories inlined in a macro": (r"a CASE \(up to (\d+) categories\)", number),
     "columns of the normal equations": (
         r"the normal equations through the factorized X\^T X up to ([\d,]+) columns",
