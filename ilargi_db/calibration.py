@@ -356,7 +356,7 @@ def calibrate(
     cache_dir : path or None
         Where to store it: default ``$ILARGI_CACHE_DIR`` or the platform's cache (``~/.cache/ilargi_db``).
     progress : bool or None
-        Show a progress bar; None shows one when stderr is a terminal.
+        Show a progress bar; None shows one in a terminal (stderr) or a Jupyter notebook.
     """
     if budget_seconds is not None and not (budget_seconds > 0):
         raise IlargiError(

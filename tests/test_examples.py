@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import duckdb
 import pytest
 
 from ilargi_db import cli
+from tests import notebooks
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -20,6 +22,7 @@ def run_script(name: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr  # connections with UDFs are closed before exit
+    assert "%|" not in done.stderr  # no progress bar where stderr is not a terminal
     return done.stdout
 
 
@@ -49,33 +52,75 @@ def test_sql_session_example(tmp_path, capsys):
     assert "units_model" in out and "predicted" in out
 
 
-def execute_notebook(name: str, directory: Path) -> list:
-    """Run the notebook ``name`` in ``directory`` (its working directory); its outputs, with no error among them."""
-    notebook = executed_notebook(name, directory)
-    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-
-
-def executed_notebook(name: str, directory: Path):
-    """The notebook ``name`` run in ``directory`` (its working directory), with no error among its outputs."""
+def executed_notebook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The notebook ``name`` run in ``tmp_path`` (its working directory) as Jupyter runs it: each cell shows what
+    the notebook committed shows (text, a table, a plot; not the same values), and nothing is left in the
+    temporary directory."""
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    notebook = nbformat.read(EXAMPLES / name, as_version=4)
-    nbclient.NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": directory}}
-    ).execute()
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
+    pytest.importorskip("nbclient")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the kernel's temporary directory
+    notebook = notebooks.execute(name, tmp_path)
+    committed = nbformat.read(EXAMPLES / name, as_version=4)
+    assert notebooks.shown(notebook) == notebooks.shown(committed), f"run `python -m tests.notebooks {name}`"
+    assert sorted(p.name for p in temporary.iterdir()) == []
     return notebook
 
 
-def test_notebook_executes(tmp_path):
-    outputs = execute_notebook("flights_sql.ipynb", tmp_path)
+def execute_notebook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The outputs of :func:`executed_notebook`."""
+    notebook = executed_notebook(name, tmp_path, monkeypatch)
+    return [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+
+
+@pytest.mark.parametrize("name", notebooks.NOTEBOOKS)
+def test_notebook_is_committed_with_its_outputs(name):
+    """Browsing the repository shows what each cell printed and drew: every code cell ran, in order, and the
+    outputs hold no error, nothing of the machine that ran them (paths, memory addresses), no bulk."""
+    nbformat = pytest.importorskip("nbformat")
+    path = EXAMPLES / name
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    outputs = [o for cell in code for o in cell.outputs]
+    assert outputs and not [o for o in outputs if o.output_type == "error"]
+    text = nbformat.writes(notebook)
+    machine = re.compile(r"0x[0-9a-f]{6,}|/tmp/|/home/|/Users/|" + re.escape(str(EXAMPLES.parent)))
+    assert not machine.findall(text)
+    assert path.stat().st_size < 400_000  # a few small plots and tables
+    assert notebook == notebooks.tidy(nbformat.read(path, as_version=4))  # as `python -m tests.notebooks` writes
+
+
+def test_notebook_shows_progress(tmp_path, monkeypatch):
+    """In Jupyter, a training shows its progress bar in the cell (tqdm's text bar without ipywidgets); the bar
+    clears itself, so the cell keeps no trace of it."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    monkeypatch.setenv("TQDM_DELAY", "0")  # bars of short steps too (in a notebook, only steps of 1 s show one)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "import ilargi_db\n"
+            "con = ilargi_db.connect()\n"
+            "con.execute('CREATE TABLE t AS SELECT range AS x, range % 7 AS y FROM range(100)')\n"
+            "model = ilargi_db.train(con, 'SELECT x, y FROM t', target='y')"
+        )
+    ]
+    (cell,) = notebooks.run(notebook, tmp_path).cells
+    stderr = "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr")
+    assert "planning: " in stderr and "%|" in stderr  # the bar over the training's stages
+    assert notebooks.tidy(notebook).cells[0].outputs == []
+
+
+def test_notebook_executes(tmp_path, monkeypatch):
+    outputs = execute_notebook("flights_sql.ipynb", tmp_path, monkeypatch)
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
 
 
-def test_retail_files_notebook_executes(tmp_path):
+def test_retail_files_notebook_executes(tmp_path, monkeypatch):
     """From the package's retail files to a plot and a Parquet file of scores, one per unlabelled sale."""
-    outputs = execute_notebook("retail_files.ipynb", tmp_path)
+    outputs = execute_notebook("retail_files.ipynb", tmp_path, monkeypatch)
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plot
     data = tmp_path / "retail_data"
     assert (data / "scores.parquet").exists() and (data / "retail.duckdb").exists()
@@ -95,9 +140,9 @@ def test_retail_files_notebook_executes(tmp_path):
 
 
 def test_iterating_with_reuse_notebook_executes(tmp_path, monkeypatch):
-    """An iterating session on a database file: the job after the alpha change reuses, the chart is a PNG."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's temporary directory, inside tmp_path
-    notebook = executed_notebook("iterating_with_reuse.ipynb", tmp_path)
+    """An iterating session on a database file: the job after the alpha change reuses, the chart is a PNG, and
+    the temporary directory of the database goes at the end."""
+    notebook = executed_notebook("iterating_with_reuse.ipynb", tmp_path, monkeypatch)
     text = {  # each code cell's printed text, by the cell's id
         cell.id: "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
         for cell in notebook.cells
@@ -108,7 +153,6 @@ def test_iterating_with_reuse_notebook_executes(tmp_path, monkeypatch):
     assert "from database" in text["next-day"]  # a new process's job loads the artifacts the file stores
     assert "seats reused: False" in text["table-change"]  # never stale
     assert "same coefficients as a cold run: True True" in text["table-change"]
-    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
-    assert any("image/png" in o.get("data", {}) for o in outputs)  # the chart, inline
-    (chart,) = tmp_path.glob("ilargi_reuse_*/reuse_seconds.png")
-    assert chart.read_bytes().startswith(b"\x89PNG")
+    assert "the temporary directory is gone: True" in text["clear"]
+    (chart,) = [cell for cell in notebook.cells if cell.id == "chart"]
+    assert any("image/png" in o.get("data", {}) for o in chart.outputs)  # the chart, inline

@@ -11,9 +11,35 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
-def test_train_example_runs():
+def test_quick_start_runs(tmp_path, monkeypatch, capsys):
+    """The first screen's example, on the files the sentence after it says ``write_retail_files`` writes."""
+    from ilargi_db.datasets import write_retail_files
+
+    (block,) = [b for b in BLOCKS if "read_parquet('sales.parquet')" in b]
+    assert README.read_text().index(block) < 3_000  # in the first screen
+    written = {path.name for path in write_retail_files(tmp_path, rows=20_000).values()}
+    assert set(re.findall(r"'(\w+\.parquet)'", block)) <= written
+    monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(BLOCKS[0], "README.md", "exec"), namespace)
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert "predicted" in capsys.readouterr().out
+    unlabelled, scored = (
+        namespace["con"]
+        .sql(
+            "SELECT count(*) FILTER (WHERE units IS NULL), "
+            "count(units_predict(s.promo, p.category, p.price, st.region, st.floor_m2)) FILTER (WHERE units IS NULL) "
+            "FROM 'sales.parquet' s JOIN 'products.parquet' p USING (product_id) JOIN stores st USING (store_id)"
+        )
+        .fetchall()[0]
+    )
+    assert unlabelled == scored > 0  # every sale without units is scored by the stored macro
+    namespace["con"].close()
+
+
+def test_train_example_runs():
+    (block,) = [b for b in BLOCKS if "model.strategy_, model.decision_" in b]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["model"].strategy_ in ("factorized", "materialized")
 
 
@@ -126,3 +152,134 @@ def test_shown_cli_session_gives_the_output_shown(tmp_path, monkeypatch, capsys)
                 assert any(pattern.match(a) for a in actual), f"README shows\n{line}\nbut `{command}` printed\n" + (
                     "\n".join(actual)
                 )
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_contents_lists_every_section_in_order():
+    """The table of contents links each ``##`` and ``###`` heading, in the README's order, and nothing else."""
+    text = re.sub(r"```.*?```", "", README.read_text(), flags=re.S)  # no headings inside code blocks
+    contents = text.split("**Contents**", 1)[1].split("\n## ", 1)[0]
+    headings = re.findall(r"^#{2,3} (.+)$", text, re.M)
+    assert re.findall(r"\]\(#([^)]+)\)", contents) == [github_anchor(h) for h in headings]
+
+
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+TEXT = " ".join(README.read_text().split())  # the README wraps lines anywhere: claims are read on one line
+
+
+def number(said: str) -> int:
+    """A count as the README writes it: a word up to twelve, else digits (with thousands separators)."""
+    return WORDS.index(said.lower()) if said.lower() in WORDS else int(said.replace(",", ""))
+
+
+def names(said: str) -> list[str]:
+    """The names a README list gives in backquotes: ``(`a`, `b`)`` or ``a|b``."""
+    return re.findall(r"`(\w+)`", said) or said.split("|")
+
+
+def code_facts() -> dict[str, object]:
+    """What the code has, for each count and default the README states."""
+    from ilargi_db.cost_model.explain import NEAR_TIE
+    from ilargi_db.cost_model.features import SAMPLE_JOIN_ROWS
+    from ilargi_db.datasets.hamlet import HAMLET_SHAPES
+    from ilargi_db.models import MAX_GRAM_BYTES, NORMAL_MAX_COLUMNS
+    from ilargi_db.models.catalog import CATALOG
+    from ilargi_db.reuse.store import DEFAULT_MEMORY_BUDGET, DEFAULT_STORAGE_BUDGET
+    from ilargi_db.shell import DEFAULT_MAXROWS
+    from ilargi_db.shell.render import MODES
+    from ilargi_db.sql_functions.functions import FUNCTIONS
+    from ilargi_db.sql_functions.install import MIN_DUCKDB
+    from ilargi_db.sql_functions.macros import INLINE_CATEGORIES
+    from ilargi_db.sql_functions.tree_macros import MAX_MACRO_NODES
+
+    root = README.parent
+    (duckdb_requirement,) = re.findall(r'^\s*"duckdb>=([\d.]+)"', (root / "pyproject.toml").read_text(), re.M)
+    flights_script = (root / "examples" / "train_flights.py").read_text()
+    setup = re.search(r"## Set-up.*?```bash\n(.*?)```", README.read_text(), re.S).group(1)
+    return {
+        "set-up commands": len(setup.strip().splitlines()),
+        "SQL functions": len(FUNCTIONS),
+        "SQL function names": list(FUNCTIONS),
+        "algorithms": len(CATALOG),
+        "algorithms train_flights.py trains": sum(f'"{name}"' in flights_script for name in CATALOG),
+        "Hamlet shapes": list(HAMLET_SHAPES),
+        "categories inlined in a macro": INLINE_CATEGORIES,
+        "columns of the normal equations": NORMAL_MAX_COLUMNS,
+        "MiB of max_gram_bytes": MAX_GRAM_BYTES >> 20,
+        "rows .maxrows shows": DEFAULT_MAXROWS,
+        "output modes": list(MODES),
+        "GiB of the memory tier": DEFAULT_MEMORY_BUDGET >> 30,
+        "GiB of the database tier": DEFAULT_STORAGE_BUDGET >> 30,
+        "nodes of a macro": MAX_MACRO_NODES,
+        "fact rows the statistics sample above": SAMPLE_JOIN_ROWS,
+        "percent of a near tie": round(NEAR_TIE * 100),
+        "oldest DuckDB": ".".join(map(str, MIN_DUCKDB)),
+        "oldest DuckDB pyproject.toml admits": duckdb_requirement,
+    }
+
+
+# What the README says, where (a pattern of its text), and how to read it, for each fact of code_facts().
+CLAIMS = {
+    "set-up commands": (r"Set-up: (\w+) commands", number),
+    "SQL functions": (r"adds (\w+) SQL functions", number),
+    "SQL function names": (r"adds \w+ SQL functions \(([^)]*)\)", names),
+    "algorithms": (r"the estimators of the (\w+) algorithms", number),
+    "algorithms train_flights.py trains": (r"`python examples/train_flights.py` trains all (\w+)", number),
+    "Hamlet shapes": (r"the Hamlet benchmark datasets \(([^)]*)\)", lambda said: said.lower().split(", ")),
+    "categories inlined in a macro": (r"a CASE \(up to (\d+) categories\)", number),
+    "columns of the normal equations": (
+        r"the normal equations through the factorized X\^T X up to ([\d,]+) columns",
+        number,
+    ),
+    "MiB of max_gram_bytes": (r"above `max_gram_bytes` \((\d+) MiB\)", number),
+    "rows .maxrows shows": (r"longer than `\.maxrows` \((\d+)\)", number),
+    "output modes": (r"`\.mode ((?:\w+\|)+\w+)`", names),
+    "GiB of the memory tier": (r"in the process \((\d+) GiB by default\)", number),
+    "GiB of the database tier": (r"`ilargi\.artifacts_store` \((\d+) GiB by default", number),
+    "nodes of a macro": (r"An ensemble of more than ([\d,]+) nodes", number),
+    "fact rows the statistics sample above": (r"a fact of more than ([\d,]+) rows is sampled", number),
+    "percent of a near tie": (r"plans within (\d+)% of each other are a tie", number),
+    "oldest DuckDB": (r"ilargi_db needs DuckDB ([\d.]+) or newer", str),
+    "oldest DuckDB pyproject.toml admits": (r"DuckDB clients older than ([\d.]+) cannot", str),
+}
+
+
+def test_every_count_the_readme_states_is_the_codes():
+    """Counts (functions, algorithms, commands) and documented defaults match the code, so they cannot drift."""
+    facts = code_facts()
+    assert set(facts) == set(CLAIMS)
+    wrong = []
+    for fact, (pattern, read) in CLAIMS.items():
+        said = re.findall(pattern, TEXT)
+        assert said, f"the README no longer says {pattern!r}: update CLAIMS in this test"
+        wrong += [
+            f"{fact}: the README says {read(s)!r}, the code has {facts[fact]!r}" for s in said if read(s) != facts[fact]
+        ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_dot_command_the_readme_names_exists():
+    from ilargi_db.shell import DOT_COMMANDS
+
+    shell = TEXT.split("### The `ilargi` command and shell", 1)[1].split("```", 1)[0]
+    named = set(re.findall(r"`(\.\w+)", shell))
+    assert named and named <= {usage.split()[0] for usage in DOT_COMMANDS}
+
+
+COUNTED = re.compile(
+    r"\b(?:"
+    + "|".join(WORDS)
+    + r") (?:SQL |ilargi )?(?:functions|algorithms|estimators|models|modes|commands|metrics)\b",
+    re.I,
+)
+
+
+def test_no_count_goes_unchecked():
+    """A count of functions, algorithms, estimators (...) written in words is one of CLAIMS."""
+    spans = [m.span() for pattern, _ in CLAIMS.values() for m in re.finditer(pattern, TEXT)]
+    unchecked = [m.group(0) for m in COUNTED.finditer(TEXT) if not any(a <= m.start() < b for a, b in spans)]
+    assert not unchecked, f"add these to CLAIMS and code_facts(): {unchecked}"

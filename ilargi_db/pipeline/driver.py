@@ -213,7 +213,7 @@ def run_training(
     (the SQL functions check there that the features can be a macro's parameters: the query planned once).
     """
     start = time.perf_counter()
-    stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal only
+    stages = progress(2 + len(specs), "planning")  # a bar over the stages, in a terminal or a notebook only
     snapshot = ReadSnapshot(con)  # every read sees one committed state of the database
     with contextlib.ExitStack() as cleanup:  # on any error too: the stream, the client, the snapshot, the bar
         cleanup.callback(stages.close)

@@ -35,8 +35,8 @@ def _close_installed() -> None:
 def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """Register ilargi_db's SQL functions on ``con``, create the registry if missing, and return ``con``.
 
-    Adds ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate`` and
-    ``ilargi_drop_model`` (see ``ilargi_db.sql_functions.functions``) and schema
+    Adds the SQL functions of ``ilargi_db.sql_functions.functions.FUNCTIONS``
+    (``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ...) and schema
     ``ilargi`` (``sql/registry.sql``; skipped on a read-only database).
     Idempotent. Refuses (``ForeignRegistryError``) a table or view of a
     registry name in schema ``ilargi`` that ilargi_db did not create: it never
