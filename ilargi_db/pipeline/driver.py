@@ -47,7 +47,7 @@ def train(
     *,
     standardize: bool = False,
     impute: bool = True,
-    reuse: bool = True,
+    reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
     **params: Any,
@@ -73,10 +73,12 @@ def train(
     impute : bool
         Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
         are one-hot encoded, NULL as its own category).
-    reuse : bool
+    reuse : bool or "memory"
         Use and keep artifacts of earlier jobs (statistics, the key-only join, each feature's values,
-        the encoded matrix, X^T X) while the tables they came from are unchanged; ``False`` runs cold
-        and keeps nothing (see :mod:`ilargi_db.reuse`).
+        the encoded matrix, X^T X) while the tables they came from are unchanged: in this process and, for
+        a database file opened for writing, in files beside it (``<file>.ilargi/``) for later processes;
+        ``"memory"`` keeps them in this process only; ``False`` runs cold and keeps nothing (see
+        :mod:`ilargi_db.reuse`).
     memory_budget : int, str or None
         Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
         streamed from DuckDB in row partitions, the next read while the current one computes (see
@@ -134,7 +136,7 @@ def train_batch(
     *,
     standardize: bool = False,
     impute: bool = True,
-    reuse: bool = True,
+    reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
 ) -> list[TrainedModel]:
@@ -243,14 +245,17 @@ def run_training(
             models.append(fit_model(job, model, data, shared))
             stages.update()
         give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
-        record_job(job, data, snapshot)
+        stored = record_job(job, data, snapshot)
+        for model in models:
+            model.stored_ = [stored] if stored else []
     return models
 
 
-def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> None:
-    """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction."""
+def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> str | None:
+    """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction;
+    what was stored beside the database, in words (None when nothing was)."""
     if job.placement == Placement.MEMORY and not job.reads_bins:  # a resident normalized matrix: its sums memoized
         job.artifacts.keep_sums(data.X)
     data.close()
     snapshot.close()  # the store writes after the read, never inside its snapshot
-    job.artifacts.finish()
+    return job.artifacts.finish()

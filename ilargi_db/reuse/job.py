@@ -31,6 +31,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata
+from ilargi_db.models.catalog import REUSE_IN_MEMORY
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.read_snapshot import in_transaction
 from ilargi_db.reuse import rowid_reads, warm_starts
@@ -69,7 +70,8 @@ class JobReuse:
 
     con: duckdb.DuckDBPyConnection
     fingerprint: JobFingerprint = NOT_REUSABLE
-    persist: bool = False  # the job may write ilargi.artifacts_store (train does; explain and predict do not)
+    persist: bool = False  # the job may write the database tier (train does; explain and predict do not)
+    on_disk: bool = False  # the database tier is on: a file database opened for writing, reuse not "memory"
     used: list[Use] = field(default_factory=list)
     made: list[tuple[Artifact, Any]] = field(default_factory=list)  # (artifact, payload function or None)
     stored_index: dict[str, tuple[int, float]] | None = None
@@ -85,14 +87,19 @@ class JobReuse:
         con: duckdb.DuckDBPyConnection,
         graph: JoinGraph,
         categorical: list[bool],
-        enabled: bool = True,
+        enabled: bool | str = True,
         persist: bool = False,
     ) -> JobReuse:
-        """Fingerprint ``graph``'s sources (inside the job's read snapshot) and look at the stored index."""
+        """Fingerprint ``graph``'s sources (inside the job's read snapshot) and look at the stored index.
+
+        ``enabled``: True (both tiers), False (none), or ``"memory"`` (this process's tier alone).
+        A database opened read-only has no database tier: nothing is loaded from or written beside it.
+        """
         if not enabled:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)
-        job = cls(con, fingerprint, persist=persist and database_file(con) is not None, database=database_scope(con))
+        on_disk = enabled != REUSE_IN_MEMORY and database_file(con) is not None
+        job = cls(con, fingerprint, persist=persist and on_disk, on_disk=on_disk, database=database_scope(con))
         if job.persist and job.enabled:
             job.warnings = store_warnings(con)
         return job
@@ -105,7 +112,7 @@ class JobReuse:
 
     def _index(self) -> dict[str, tuple[int, float]]:
         if self.stored_index is None:
-            self.stored_index = DatabaseTier.index(self.con)  # a read-only database still serves what it stores
+            self.stored_index = DatabaseTier.index(self.con) if self.on_disk else {}
         return self.stored_index
 
     def find(self, kind: str, key: str, what: str) -> Any:
@@ -178,8 +185,9 @@ class JobReuse:
         MEMORY.put(artifact, self.database)
         self.made.append((artifact, persistable))
 
-    def finish(self) -> int:
-        """Write this job's new artifacts (and the hits counted since the last write) to the database.
+    def finish(self) -> str | None:
+        """Write this job's new artifacts (and the hits counted since the last write) to the database tier;
+        what was written, in words (None when nothing was).
 
         Runs after the job's read snapshot closed, never inside a caller's transaction. Only what a later
         job would load rather than recompute is written: the read's artifacts (the key-only join and its
@@ -187,7 +195,7 @@ class JobReuse:
         nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
         """
         if not (self.enabled and self.persist):
-            return 0
+            return None
         path = database_file(self.con)
         with _HITS_LOCK:
             _PENDING_HITS.setdefault(path, Counter()).update(self.hit_keys)
@@ -201,10 +209,11 @@ class JobReuse:
         ]
         new += read if read and worth else []
         if not new or in_transaction(self.con):
-            return 0
+            return None
         with _HITS_LOCK:
             hits = _PENDING_HITS.pop(path, Counter())
-        return DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
+        stored = DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
+        return stored_line(stored, DatabaseTier.location(self.con)) if stored else None
 
     def confirm_read(self) -> None:
         """After the job read its data: refuse the job if a source outside the read's snapshot (a Parquet or
@@ -375,9 +384,20 @@ class JobReuse:
         self.keep("gram", self.sums_key, "X^T X and column sums", value, X.memoized_seconds)
 
 
+def stored_line(stored: list[tuple[Artifact, int]], where: str | None) -> str:
+    """What a job stored beside its database, in words: how many artifacts, of what, how many bytes, where."""
+    kinds = Counter(artifact.kind for artifact, _ in stored)
+    what = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    total = sum(size for _, size in stored)
+    return (
+        f"stored {len(stored)} artifact{'s' if len(stored) != 1 else ''} ({what}; {total / 1e6:,.1f} MB) in {where} "
+        '(listed by ilargi_artifacts(); reuse="memory" keeps them in this process only)'
+    )
+
+
 # Per database file, the hits of its stored artifacts this process counted and has not written yet.
 _PENDING_HITS: dict[str | None, Counter] = {}
 _HITS_LOCK = threading.Lock()
 
 
-__all__ = ["JobReuse", "Use"]
+__all__ = ["JobReuse", "Use", "stored_line"]
