@@ -119,12 +119,20 @@ class JobReuse:
         """The value stored under ``key`` (memory, then the database when worth loading), or None."""
         return self.find_many(kind, {key: what}).get(key)
 
-    def find_many(self, kind: str, wanted: dict[str, str]) -> dict[str, Any]:
-        """``{key: value}`` of the ``wanted`` keys (``{key: what}``) stored: memory first, then one query."""
+    def find_many(self, kind: str, wanted: dict[str, str], together: bool = False) -> dict[str, Any]:
+        """``{key: value}`` of the ``wanted`` keys (``{key: what}``) stored: memory first, then one query.
+
+        ``together``: the stored ones are loaded if loading them all is worth it (a read's columns: one
+        missing is read again by rowid, a scan of its table, which costs more than its share of the cold read
+        that made it), else each one if loading it is.
+        """
         if not self.enabled:
             return {}
         found: dict[str, Any] = {}
         load = []
+        if together:
+            stored = [self._index()[key] for key in wanted if key and key in self._index()]
+            together = DatabaseTier.worth_loading(sum(n for n, _ in stored), sum(s for _, s in stored))
         for key, what in wanted.items():
             if not key:
                 continue
@@ -134,7 +142,7 @@ class JobReuse:
                 if key in self._index():
                     self.hit_keys.append(key)  # the database counts the hits of what it stores
                 found[key] = artifact.value
-            elif key in self._index() and DatabaseTier.worth_loading(*self._index()[key]):
+            elif key in self._index() and (together or DatabaseTier.worth_loading(*self._index()[key])):
                 load.append(key)
         for key, payload in DatabaseTier.load(self.con, dict.fromkeys(load, kind)).items():
             seconds = self._index()[key][1]
@@ -283,7 +291,7 @@ class JobReuse:
         rows = self.find("rows", fp.rows_key, "the key-only join")
         if rows is not None:
             wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in plain_features(graph)}
-            stored = self.find_many("column", wanted)
+            stored = self.find_many("column", wanted, together=True)
             columns = {j: stored.get(fp.column_keys[j]) for j in plain_features(graph)}
             try:
                 self._read_unaligned(graph, categorical, rows, columns)
