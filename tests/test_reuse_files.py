@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -47,7 +49,7 @@ def test_the_payloads_live_in_files_beside_the_database_and_the_summary_says_so(
     path, con, model = stored
     directory = Path(path + ".ilargi")
     (line,) = model.stored_
-    assert line.startswith("stored ") and str(directory) in line and "MB" in line
+    assert line.startswith("stored ") and str(directory) in line and "B)" in line
     listed = [a for a in artifacts(con) if a["tier"] == "database"]
     assert {a["kind"] for a in listed} >= {"rows", "column", "stats", "gram"}
     for a in listed:  # each listed with its file and the bytes it takes
@@ -165,3 +167,75 @@ def test_clearing_deletes_the_files_and_a_budget_evicts_them(stored):
     assert DatabaseTier.exists(con)
     ilargi_db.clear_artifacts(con)
     assert not any(directory.iterdir())
+
+
+# -- a job repeated in a later process -------------------------------------------------------------
+
+
+def test_a_later_process_repeating_a_job_gets_its_models_back_without_reading(stored):
+    path, con, first = stored
+    clear_artifacts()  # as a new process finds it
+    again = ilargi_db.train(con, STAR, "y", **RUN)
+    assert any(line.startswith("the trained model (fit, from database") for line in again.reused_)
+    assert again.timings_["data"] == 0.0
+    np.testing.assert_array_equal(again.coef_, first.coef_)
+    assert again.intercept_ == first.intercept_ and again.training_metrics_ == first.training_metrics_
+    np.testing.assert_array_equal(ilargi_db.predict(con, again, STAR), ilargi_db.predict(con, first, STAR))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE f SET x = x + 1 WHERE k = 3",  # the data
+        "UPDATE d SET kind = 'z' WHERE k = 2",  # a dimension's category
+        "alpha",  # another hyperparameter
+        "standardize",  # another setting
+    ],
+)
+def test_a_job_that_differs_in_anything_trains_again(stored, change):
+    path, con, first = stored
+    kwargs = dict(RUN)
+    if change == "alpha":
+        kwargs["alpha"] = 3.0
+    elif change == "standardize":
+        kwargs["standardize"] = True
+    else:
+        con.execute(change)
+    clear_artifacts()
+    again = ilargi_db.train(con, STAR, "y", **kwargs)
+    assert not any("(fit, from database" in line for line in again.reused_)
+    assert again.timings_["data"] > 0.0
+
+
+def test_an_unseeded_random_fit_is_drawn_again(tmp_path):
+    clear_artifacts()
+    con = ilargi_db.connect(str(tmp_path / "kmeans.duckdb"))
+    make_star(con, 2_000)
+    query = "SELECT f.x, d.z FROM f JOIN d ON f.k = d.k"
+    ilargi_db.train(con, query, None, "kmeans", n_clusters=3)
+    clear_artifacts()
+    again = ilargi_db.train(con, query, None, "kmeans", n_clusters=3)
+    assert not any("(fit, from database" in line for line in again.reused_)
+    ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)
+    clear_artifacts()
+    seeded = ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)
+    assert any("(fit, from database" in line for line in seeded.reused_)
+
+
+def test_a_new_process_repeats_a_job_from_the_files(stored):
+    path, con, first = stored
+    con.close()
+    code = (
+        "import json, sys, duckdb, ilargi_db\n"
+        "con = duckdb.connect(sys.argv[1])\n"
+        f"m = ilargi_db.train(con, {STAR!r}, 'y', backend='numpy', strategy='factorized', solver='normal')\n"
+        "print(json.dumps({'reused': m.reused_, 'coef': m.coef_.tolist(), 'data': m.timings_['data']}))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, env=env, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert any(line.startswith("the trained model (fit, from database") for line in found["reused"])
+    assert found["data"] == 0.0 and found["coef"] == first.coef_.tolist()

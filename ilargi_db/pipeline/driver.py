@@ -31,6 +31,7 @@ from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, ma
 from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
+from ilargi_db.pipeline.repeat import keep_models, stored_models
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
@@ -225,6 +226,11 @@ def run_training(
         snapshot.open()
         job = plan_job(con, query, target, specs, estimators, options, backend, cleanup, check_graph)
         planned = time.perf_counter()
+        again = stored_models(job, query, planned - start)  # an earlier process ran this very job
+        if again is not None:
+            snapshot.close()
+            job.artifacts.finish()  # the hits counted
+            return again
         stages.update()
         stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
@@ -245,6 +251,7 @@ def run_training(
             models.append(fit_model(job, model, data, shared))
             stages.update()
         give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
+        keep_models(job, models, time.perf_counter() - planned)
         stored = record_job(job, data, snapshot)
         for model in models:
             model.stored_ = [stored] if stored else []

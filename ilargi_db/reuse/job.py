@@ -185,13 +185,34 @@ class JobReuse:
         """The artifact :meth:`find` returned last could not be read back: it was not used after all."""
         self.used.pop()
 
-    def keep(self, kind: str, key: str, what: str, value: Any, seconds: float, persistable: bool = True) -> None:
-        """Keep ``value`` in memory and, if the job persists and it is ``persistable``, in the database later."""
+    def keep(
+        self,
+        kind: str,
+        key: str,
+        what: str,
+        value: Any,
+        seconds: float,
+        persistable: bool = True,
+        in_memory: bool = True,
+    ) -> None:
+        """Keep ``value`` in memory (if ``in_memory``) and, if the job persists and it is ``persistable``, in the
+        database later."""
         if not self.enabled or not key:
             return
         artifact = Artifact(key, kind, what, value, nbytes_of(value), seconds)
-        MEMORY.put(artifact, self.database)
+        if in_memory:
+            MEMORY.put(artifact, self.database)
         self.made.append((artifact, persistable))
+
+    def find_stored(self, kind: str, key: str, what: str) -> Any:
+        """The value the database tier stores under ``key`` (never this process's tier), or None."""
+        if not (self.enabled and key and key in self._index()):
+            return None
+        found = DatabaseTier.load(self.con, {key: kind}).get(key)
+        if found is not None:
+            self.used.append(Use(kind, what, "database", self._index()[key][1]))
+            self.hit_keys.append(key)
+        return found
 
     def finish(self) -> str | None:
         """Write this job's new artifacts (and the hits counted since the last write) to the database tier;
@@ -397,8 +418,9 @@ def stored_line(stored: list[tuple[Artifact, int]], where: str | None) -> str:
     kinds = Counter(artifact.kind for artifact, _ in stored)
     what = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
     total = sum(size for _, size in stored)
+    size = f"{total / 1e6:,.1f} MB" if total >= 1e5 else f"{total / 1e3:,.1f} kB"
     return (
-        f"stored {len(stored)} artifact{'s' if len(stored) != 1 else ''} ({what}; {total / 1e6:,.1f} MB) in {where} "
+        f"stored {len(stored)} artifact{'s' if len(stored) != 1 else ''} ({what}; {size}) in {where} "
         '(listed by ilargi_artifacts(); reuse="memory" keeps them in this process only)'
     )
 

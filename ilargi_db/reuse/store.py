@@ -38,6 +38,7 @@ import pyarrow as pa
 from ilargi_db.errors import IlargiError
 from ilargi_db.read_snapshot import in_transaction
 from ilargi_db.reuse import payload_files
+from ilargi_db.reuse.remembered import remembered
 from ilargi_db.reuse.seal import artifact_secret, secret_path
 from ilargi_db.schema_objects import described, ilargi_objects
 
@@ -199,8 +200,9 @@ def _store_objects(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]
 
 @functools.cache
 def _expected_objects() -> dict[str, tuple[str, str]]:
-    """The store's objects as :data:`STORE_DDL` creates them."""
-    return described(STORE_DDL.values())
+    """The store's objects as :data:`STORE_DDL` creates them (described once per DuckDB release)."""
+    found = remembered(f"described: {sorted(STORE_DDL.values())}", lambda: described(STORE_DDL.values()))
+    return {name: (kind, sql) for name, (kind, sql) in found.items()}
 
 
 def foreign_objects(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
