@@ -360,14 +360,14 @@ def test_payloads_never_unpickle():
     np.testing.assert_array_equal(back["a"], np.arange(3))
     with pytest.raises(TypeError, match="not plain data"):
         pack({"evil": np.array([object()], dtype=object)})
-    header = json.dumps({"arrays": [["evil", "|O", [1], 0]], "arrow": [], "plain": {}}).encode()
+    header = json.dumps({"arrays": [["evil", "|O", [1], 0, "C"]], "arrow": [], "plain": {}}).encode()
     forged = MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * 64
     with pytest.raises(ValueError, match="dtype object"):
         unpack(forged)
 
 
 def test_a_payload_member_outside_the_payload_is_refused():
-    header = json.dumps({"arrays": [["big", "<f8", [10**9], 0]], "arrow": [], "plain": {}}).encode()
+    header = json.dumps({"arrays": [["big", "<f8", [10**9], 0, "C"]], "arrow": [], "plain": {}}).encode()
     forged = MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * 64
     with pytest.raises(ValueError, match="outside the payload"):
         unpack(forged)
@@ -752,3 +752,20 @@ def test_the_store_never_imports_the_cost_model():
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             assert not any(name.startswith("ilargi_db.cost_model") for name in names), path.name
+
+
+def test_a_read_assembled_from_its_artifacts_is_laid_out_as_a_cold_read(star):
+    """Column-major blocks, as the kernels read them (a row-major block is copied on every pass)."""
+    from ilargi_db.metadata import extract_metadata
+    from ilargi_db.reuse.read_artifacts import assemble, split
+
+    graph = build_join_graph(star, "SELECT f.x, d.z, d.w, f.y FROM f JOIN d ON f.k = d.k", "y")
+    categorical = frozenset(j for j, c in enumerate(categorical_flags(graph)) if c)
+    cold = extract_metadata(star, graph, categorical=categorical)
+    rows, columns = split(graph, categorical, cold)
+    stored = {j: unpack(pack(c)) for j, c in columns.items()}  # through the codec, as from a file
+    back = assemble(graph, categorical, unpack(pack(rows)), stored)
+    assert len(back.blocks) == len(cold.blocks)
+    for got, want in zip(back.blocks, cold.blocks):
+        np.testing.assert_array_equal(got.data, want.data)
+        assert got.data.flags.f_contiguous == want.data.flags.f_contiguous

@@ -113,6 +113,7 @@ def test_arrays_read_back_as_they_were_as_aligned_views_of_the_buffer_read():
         "large": np.array([0, 2**40], dtype=np.int64),
         "small": np.arange(3, dtype=np.int32),
         "matrix": np.arange(12.0).reshape(3, 4),
+        "columns": np.asfortranarray(np.arange(12.0).reshape(4, 3)),  # a block as the kernels read it
         "flags": np.array([True, False]),
     }
     buffer = np.frombuffer(bytearray(pack(arrays)), dtype=np.uint8)
@@ -122,6 +123,7 @@ def test_arrays_read_back_as_they_were_as_aligned_views_of_the_buffer_read():
         np.testing.assert_array_equal(back[name], array)
         assert np.shares_memory(back[name], buffer) and (back[name].ctypes.data - buffer.ctypes.data) % ALIGN == 0
         assert back[name].flags.writeable  # training may clear values in place
+        assert back[name].flags.f_contiguous == array.flags.f_contiguous  # column-major stays column-major
 
 
 def test_a_damaged_arrow_array_in_a_payload_is_refused_not_used():

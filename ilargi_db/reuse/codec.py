@@ -46,8 +46,11 @@ def pack_parts(value: dict[str, Any]) -> list[memoryview]:
 
     for name, item in value.items():
         if isinstance(item, np.ndarray) and item.dtype.kind in PLAIN_KINDS:
-            contiguous = np.ascontiguousarray(item)
-            arrays.append([name, contiguous.dtype.str, list(contiguous.shape), place(memoryview(contiguous).cast("B"))])
+            # A column-major matrix (a block the kernels read column by column) is kept column-major.
+            fortran = item.ndim > 1 and item.flags.f_contiguous and not item.flags.c_contiguous
+            contiguous = np.ascontiguousarray(item.T if fortran else item)
+            at = place(memoryview(contiguous).cast("B"))
+            arrays.append([name, contiguous.dtype.str, list(item.shape), at, "F" if fortran else "C"])
         elif isinstance(item, (pa.Array, pa.ChunkedArray)):
             chunked = item if isinstance(item, pa.ChunkedArray) else pa.chunked_array([item])
             table = pa.table({"v": chunked})
@@ -83,12 +86,14 @@ def unpack(buffer: bytes | bytearray | memoryview | np.ndarray) -> dict[str, Any
     header = json.loads(raw[len(MAGIC) + 8 : start].tobytes().decode())
     body = raw[start + (-start % ALIGN) :]
     value: dict[str, Any] = dict(header["plain"])
-    for name, dtype_text, shape, offset in header["arrays"]:
+    for name, dtype_text, shape, offset, order in header["arrays"]:
         dtype = np.dtype(dtype_text)
         if dtype.kind not in PLAIN_KINDS or dtype.hasobject:
             raise ValueError(f"not a payload ilargi_db writes (member {name!r} of dtype {dtype})")
-        value[name] = _member(body, offset, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype)
-        value[name] = value[name].reshape(shape)
+        if not all(isinstance(n, int) and n >= 0 for n in shape) or order not in ("C", "F"):
+            raise ValueError(f"not a payload ilargi_db writes (member {name!r} of shape {shape}, order {order})")
+        flat = _member(body, offset, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype)
+        value[name] = flat.reshape(shape) if order == "C" else flat.reshape(shape[::-1]).T
     for name, offset, nbytes in header["arrow"]:
         with pa.ipc.open_stream(pa.py_buffer(_member(body, offset, nbytes))) as reader:
             table = reader.read_all()
