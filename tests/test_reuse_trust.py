@@ -259,3 +259,27 @@ def test_two_in_memory_databases_see_and_clear_only_their_own_artifacts():
     assert "secret_bonus" not in listed(first) and "secret_bonus" in listed(second)
     first.sql("SELECT ilargi_clear_artifacts()").fetchall()
     assert "'x'" not in listed(first) and "secret_bonus" in listed(second)
+
+
+def test_what_a_duckdb_release_answers_is_remembered_sealed(tmp_path, monkeypatch):
+    from ilargi_db.reuse.remembered import remembered
+
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
+    asked = []
+
+    def answer() -> dict:
+        asked.append(1)
+        return {"names": ["abs", "sum"]}
+
+    assert remembered("a question", answer) == remembered("a question", answer) == {"names": ["abs", "sum"]}
+    assert len(asked) == 1  # asked once, then read back
+    (kept,) = tmp_path.glob("duckdb-*.json")
+    edited = bytearray(kept.read_bytes())
+    edited[-3] ^= 0x01
+    kept.write_bytes(bytes(edited))
+    assert remembered("a question", answer) == {"names": ["abs", "sum"]} and len(asked) == 2  # not believed
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_bytes(kept.read_bytes())
+    kept.unlink()
+    kept.symlink_to(elsewhere)
+    assert remembered("a question", answer) == {"names": ["abs", "sum"]} and len(asked) == 3  # not followed
