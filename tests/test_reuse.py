@@ -667,6 +667,8 @@ def test_what_someone_plants_beside_the_database_is_never_followed(tmp_path, pla
         clear_artifacts()
         model = ilargi_db.train(con, STAR, "y", alpha=2.0, **FILE_RUN)  # never blocks on a FIFO, never fails
     assert "from database" not in reused(model)
+    if planted in ("directory symlink", "others may write"):  # and says why nothing is kept beside it
+        assert any("it is not a directory of this user's" in w for w in model.warnings_)
     if planted != "fifo":
         assert not any(f.name.startswith(".writing-") for f in directory.iterdir())
 

@@ -79,6 +79,14 @@ def opened_directory(database: str, create: bool = False) -> Iterator[int | None
         os.close(fd)
 
 
+def usable_directory(database: str) -> bool:
+    """Whether ``database``'s payload directory is absent (made when first needed) or one the store uses."""
+    if not os.path.lexists(directory_of(database)):
+        return True
+    with opened_directory(database) as directory:
+        return directory is not None
+
+
 def write(directory: int, secret: bytes, key: str, kind: str, value: dict[str, Any]) -> bytes:
     """Write ``value`` as a new payload file in ``directory``; the index row's payload: :func:`stub`."""
     name = f"{secrets.token_hex(16)}.npa"
@@ -177,5 +185,6 @@ __all__ = [
     "remove",
     "size_on_disk",
     "stub",
+    "usable_directory",
     "write",
 ]

@@ -241,6 +241,14 @@ def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
             "a private file of this user's (mode 600), so nothing stored could be told from a forgery. Remove it, "
             "or set ILARGI_CACHE_DIR to a directory of your own."
         )
+    database = database_file(con)
+    if database is not None and not payload_files.usable_directory(database):
+        where = payload_files.directory_of(database)
+        found.append(
+            f"no artifact is stored in or loaded from {where}: it is not a directory of this user's that only this "
+            "user may write (a symlink, a file, another user's, or writable by others). Remove it: ilargi_db makes "
+            "it again, private."
+        )
     return found + ([why] if why else [])
 
 
