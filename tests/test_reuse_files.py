@@ -212,14 +212,14 @@ def test_an_unseeded_random_fit_is_drawn_again(tmp_path):
     con = ilargi_db.connect(str(tmp_path / "kmeans.duckdb"))
     make_star(con, 2_000)
     query = "SELECT f.x, d.z FROM f JOIN d ON f.k = d.k"
+    ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)  # stores the read and its model
+    clear_artifacts()
+    seeded = ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)
+    assert any("(fit, from database" in line for line in seeded.reused_)
     ilargi_db.train(con, query, None, "kmeans", n_clusters=3)
     clear_artifacts()
     again = ilargi_db.train(con, query, None, "kmeans", n_clusters=3)
     assert not any("(fit, from database" in line for line in again.reused_)
-    ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)
-    clear_artifacts()
-    seeded = ilargi_db.train(con, query, None, "kmeans", n_clusters=3, random_state=0)
-    assert any("(fit, from database" in line for line in seeded.reused_)
 
 
 def test_a_new_process_repeats_a_job_from_the_files(stored):
@@ -239,3 +239,21 @@ def test_a_new_process_repeats_a_job_from_the_files(stored):
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert any(line.startswith("the trained model (fit, from database") for line in found["reused"])
     assert found["data"] == 0.0 and found["coef"] == first.coef_.tolist()
+
+
+def test_a_cheap_models_record_waits_for_the_next_write(stored):
+    """A commit costs an fsync: a job whose only new artifact is a quick model's record writes nothing, and the
+    record goes with the next write."""
+    path, con, _ = stored
+
+    def fits() -> int:
+        return sum(1 for a in artifacts(con) if a["tier"] == "database" and a["kind"] == "fit")
+
+    assert fits() == 1
+    quick = ilargi_db.train(con, STAR, "y", alpha=5.0, **RUN)  # the encoded matrix in memory: milliseconds
+    assert quick.stored_ == [] and fits() == 1
+    wider = ilargi_db.train(con, STAR.replace("d.kind, ", "d.kind, d.z * 2 AS z2, "), "y", **RUN)
+    assert wider.stored_ and fits() == 3  # the new job's record, and the one that waited
+    clear_artifacts()
+    again = ilargi_db.train(con, STAR, "y", alpha=5.0, **RUN)
+    assert any(line.startswith("the trained model (fit, from database") for line in again.reused_)

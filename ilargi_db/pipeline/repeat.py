@@ -82,7 +82,9 @@ def keep_models(job: JobPlan, models: list[TrainedModel], seconds: float) -> Non
         return
     for key, model in zip(keys, models):
         record = model.to_record()
-        job.artifacts.keep(FIT, key, FIT_WHAT, {"record": record}, seconds / len(models), in_memory=False)
+        job.artifacts.keep(
+            FIT, key, FIT_WHAT, {"record": record}, seconds / len(models), in_memory=False, deferrable=True
+        )
 
 
 __all__ = ["keep_models", "stored_models"]

@@ -74,6 +74,7 @@ class JobReuse:
     on_disk: bool = False  # the database tier is on: a file database opened for writing, reuse not "memory"
     used: list[Use] = field(default_factory=list)
     made: list[tuple[Artifact, Any]] = field(default_factory=list)  # (artifact, payload function or None)
+    deferred: list[Artifact] = field(default_factory=list)  # written with the next write unless worth one alone
     stored_index: dict[str, tuple[int, float]] | None = None
     hit_keys: list[str] = field(default_factory=list)  # keys found that the database stores
     sums_key: str = ""
@@ -194,15 +195,20 @@ class JobReuse:
         seconds: float,
         persistable: bool = True,
         in_memory: bool = True,
+        deferrable: bool = False,
     ) -> None:
         """Keep ``value`` in memory (if ``in_memory``) and, if the job persists and it is ``persistable``, in the
-        database later."""
+        database later: ``deferrable``, with the next write when this job would write nothing else and it
+        saves less than :data:`WRITE_ALONE_SECONDS`."""
         if not self.enabled or not key:
             return
         artifact = Artifact(key, kind, what, value, nbytes_of(value), seconds)
         if in_memory:
             MEMORY.put(artifact, self.database)
-        self.made.append((artifact, persistable))
+        if deferrable:
+            self.deferred.append(artifact)
+        else:
+            self.made.append((artifact, persistable))
 
     def find_stored(self, kind: str, key: str, what: str) -> Any:
         """The value the database tier stores under ``key`` (never this process's tier), or None."""
@@ -221,7 +227,8 @@ class JobReuse:
         Runs after the job's read snapshot closed, never inside a caller's transaction. Only what a later
         job would load rather than recompute is written: the read's artifacts (the key-only join and its
         columns) together or not at all, since one without the others serves nothing. A job that adds
-        nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
+        nothing writes nothing: its hits, and its deferrable artifacts saving less than
+        :data:`WRITE_ALONE_SECONDS`, wait for the next write (a commit to a file costs an fsync).
         """
         if not (self.enabled and self.persist):
             return None
@@ -237,9 +244,15 @@ class JobReuse:
             if a.kind not in ("rows", "column") and DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)
         ]
         new += read if read and worth else []
-        if not new or in_transaction(self.con):
-            return None
+        deferred = [a for a in self.deferred if DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)]
+        alone = sum(a.compute_seconds for a in deferred) >= WRITE_ALONE_SECONDS
         with _HITS_LOCK:
+            waiting = _PENDING_WRITES.setdefault(path, [])
+            if in_transaction(self.con) or not (new or alone):
+                waiting[:] = (waiting + deferred)[-MAX_WAITING:]
+                return None
+            mine = {a.key for a in deferred}
+            new += deferred + [a for a in _PENDING_WRITES.pop(path) if a.key not in mine]
             hits = _PENDING_HITS.pop(path, Counter())
         stored = DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
         return stored_line(stored, DatabaseTier.location(self.con)) if stored else None
@@ -407,8 +420,8 @@ class JobReuse:
     def keep_sums(self, X: NormalizedMatrix) -> None:
         """After the fits: keep the sums they computed on this matrix (a new process then skips them)."""
         memoized = X.memoized_sums()
-        if self.sums_found or not self.sums_key or not memoized:
-            return
+        if self.sums_found or not self.sums_key or not memoized or self.sums_key in self._index():
+            return  # found, none, or stored already (a matrix from memory whose sums a job before kept)
         value = {name: np.asarray(to_host(sums)) for name, sums in memoized.items()}
         self.keep("gram", self.sums_key, "X^T X and column sums", value, X.memoized_seconds)
 
@@ -425,8 +438,14 @@ def stored_line(stored: list[tuple[Artifact, int]], where: str | None) -> str:
     )
 
 
-# Per database file, the hits of its stored artifacts this process counted and has not written yet.
+# Per database file, the hits of its stored artifacts this process counted and has not written yet, and the
+# deferrable artifacts (each model's record) waiting for the next write.
 _PENDING_HITS: dict[str | None, Counter] = {}
+_PENDING_WRITES: dict[str | None, list[Artifact]] = {}
+# A commit to a database file costs 10-30 ms (an fsync; measured on the 400k star's sweeps): a deferrable
+# artifact is worth a write of its own only when it saves a later process ten times that.
+WRITE_ALONE_SECONDS = 0.2
+MAX_WAITING = 64  # deferrable artifacts kept waiting per database file (the oldest leave first)
 _HITS_LOCK = threading.Lock()
 
 
