@@ -60,6 +60,8 @@ class TrainedModel:
         because their target was NULL.
     reused_ : list of str
         The artifacts of earlier jobs this training used (see :mod:`ilargi_db.reuse`), in words.
+    stored_ : list of str
+        What this training stored beside its database for later processes (how many artifacts, bytes, where).
     streamed_ : dict or None
         How the training data was streamed (memory budget, bytes needed, partitions), None when it was held.
     name_, version_, macros_
@@ -84,6 +86,7 @@ class TrainedModel:
     unlabelled_rows_: int = 0
     warnings_: list[str] = field(default_factory=list)  # what the training warned of (convergence, the store)
     reused_: list[str] = field(default_factory=list)  # artifacts of earlier jobs this training used
+    stored_: list[str] = field(default_factory=list)  # what it stored beside its database file, in words
     streamed_: dict | None = None  # how the data was streamed (budget, partitions), None when held in memory
     name_: str | None = None
     version_: int | None = None
@@ -356,5 +359,6 @@ _IN_MODEL: tuple[tuple[str, str, Callable[[Any], Any], Any], ...] = (
     ("unlabelled_rows_", "unlabelled_rows", _count, 0),
     ("warnings_", "warnings", _strings, []),
     ("reused_", "reused", _strings, []),
+    ("stored_", "artifacts_stored", _strings, []),
     ("streamed_", "streamed", _optional(_object), None),
 )

@@ -708,7 +708,7 @@ def test_train_options_have_one_field_per_setting_with_its_default():
     [
         ({"strategy": "fastest"}, "strategy must be one of auto, factorized, materialized"),
         ({"memory_budget": "lots"}, "memory_budget"),
-        ({"reuse": "yes"}, "reuse must be True or False"),
+        ({"reuse": "yes"}, "reuse must be True, False or 'memory'"),
     ],
 )
 def test_a_bad_setting_is_refused_before_the_query_is_read(con, setting, message):

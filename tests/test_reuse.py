@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -13,9 +15,9 @@ import pytest
 import ilargi_db
 from ilargi_db.errors import IlargiError
 from ilargi_db.plan import build_join_graph, categorical_flags
-from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, set_artifact_budget
-from ilargi_db.reuse.codec import pack, unpack
-from ilargi_db.reuse.seal import artifact_secret, seal, unseal
+from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job, payload_files, set_artifact_budget
+from ilargi_db.reuse.codec import MAGIC, pack, unpack
+from ilargi_db.reuse.seal import artifact_secret
 from ilargi_db.reuse.store import MEMORY, DatabaseTier
 from tests.conftest import loading_artifacts_costs_nothing
 
@@ -302,7 +304,7 @@ def test_reuse_false_keeps_nothing():
     clear_artifacts()
     ilargi_db.train(con, STAR, "y", backend="numpy", reuse=False)
     assert artifacts(con) == []
-    with pytest.raises(IlargiError, match="reuse must be True or False"):
+    with pytest.raises(IlargiError, match="reuse must be True, False or .memory."):
         ilargi_db.train(con, STAR, "y", reuse="yes")
 
 
@@ -356,13 +358,19 @@ def test_payloads_never_unpickle():
     back = unpack(pack(value))
     assert back["n"] == 3 and back["fill"] is None and back["text"].to_pylist() == ["x", None]
     np.testing.assert_array_equal(back["a"], np.arange(3))
-    objects = np.array([object()], dtype=object)
-    import io
+    with pytest.raises(TypeError, match="not plain data"):
+        pack({"evil": np.array([object()], dtype=object)})
+    header = json.dumps({"arrays": [["evil", "|O", [1], 0, "C"]], "arrow": [], "plain": {}}).encode()
+    forged = MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * 64
+    with pytest.raises(ValueError, match="dtype object"):
+        unpack(forged)
 
-    buffer = io.BytesIO()
-    np.savez(buffer, **{"n:evil": objects})
-    with pytest.raises(ValueError, match="pickle"):
-        unpack(buffer.getvalue())
+
+def test_a_payload_member_outside_the_payload_is_refused():
+    header = json.dumps({"arrays": [["big", "<f8", [10**9], 0, "C"]], "arrow": [], "plain": {}}).encode()
+    forged = MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * 64
+    with pytest.raises(ValueError, match="outside the payload"):
+        unpack(forged)
 
 
 # -- the database tier ---------------------------------------------------------------------------
@@ -600,23 +608,95 @@ def test_two_queries_naming_the_same_columns_differently_keep_their_names(star):
     assert len(ilargi_db.predict(star, renamed, "SELECT f.x AS p, d.z AS q FROM f JOIN d ON f.k = d.k")) == 300
 
 
-@pytest.mark.parametrize("damage", ["crc", "truncate", "garbage"])
-def test_a_payload_with_a_bad_checksum_cut_short_or_no_archive_is_a_miss(tmp_path, damage, monkeypatch):
+def stored_files(con) -> list[Path]:
+    """The payload files of ``con``'s database tier, as ilargi_artifacts() lists them."""
+    return [Path(a["location"]) for a in artifacts(con) if a["tier"] == "database"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "grow", "garbage", "swap", "missing"])
+def test_a_payload_file_damaged_cut_short_swapped_or_gone_is_a_miss(tmp_path, damage, monkeypatch):
     with monkeypatch.context() as patched:  # stored and loaded, however fast this machine recomputes it
         con = store_everything(str(tmp_path / f"{damage}.duckdb"), 20_000, patched)
-        for key, payload in con.execute("SELECT key, payload FROM ilargi.artifacts_store").fetchall():
-            blob = bytearray(payload)
-            if damage == "crc":
+        files = stored_files(con)
+        assert len(files) >= 4 and all(f.is_file() for f in files)
+        contents = [f.read_bytes() for f in files]
+        for i, path in enumerate(files):
+            blob = bytearray(contents[i])
+            if damage == "flip":
                 blob[len(blob) // 2] ^= 0xFF
             elif damage == "truncate":
                 blob = blob[: len(blob) // 2]
-            else:
+            elif damage == "grow":
+                blob += b"\0" * 64
+            elif damage == "garbage":
                 blob = bytearray(b"garbage")
-            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [bytes(blob), key])
+            elif damage == "swap":  # another artifact's whole, sealed file under this one's name
+                blob = bytearray(contents[(i + 1) % len(files)])
+            if damage == "missing":
+                path.unlink()
+            else:
+                path.write_bytes(bytes(blob))
         clear_artifacts()
         model = ilargi_db.train(con, STAR, "y", alpha=2.0, **FILE_RUN)
     assert "from database" not in reused(model)  # unreadable: recomputed, no error
     cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **FILE_RUN)
+    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
+
+
+@pytest.mark.parametrize("planted", ["file symlink", "directory symlink", "others may write", "fifo"])
+def test_what_someone_plants_beside_the_database_is_never_followed(tmp_path, planted, monkeypatch):
+    path = str(tmp_path / "planted.duckdb")
+    with monkeypatch.context() as patched:
+        con = store_everything(path, 5_000, patched)
+        directory = Path(DatabaseTier.location(con))
+        files = stored_files(con)
+        if planted == "file symlink":  # each file moved away, a symlink to it in its place
+            for f in files:
+                moved = tmp_path / f"moved-{f.name}"
+                f.rename(moved)
+                f.symlink_to(moved)
+        elif planted == "directory symlink":
+            directory.rename(tmp_path / "moved")
+            directory.symlink_to(tmp_path / "moved")
+        elif planted == "others may write":
+            directory.chmod(0o777)
+        else:
+            for f in files:
+                f.unlink()
+                os.mkfifo(f)
+        clear_artifacts()
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **FILE_RUN)  # never blocks on a FIFO, never fails
+    assert "from database" not in reused(model)
+    if planted in ("directory symlink", "others may write"):  # and says why nothing is kept beside it
+        assert any("it is not a directory of this user's" in w for w in model.warnings_)
+    if planted != "fifo":
+        assert not any(f.name.startswith(".writing-") for f in directory.iterdir())
+
+
+@pytest.mark.parametrize("bad", [10**6, -5, 2**40])
+def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
+    clear_artifacts()  # the process's tier may hold this job already: then nothing would be stored
+    con = ilargi_db.connect(str(tmp_path / "indicator.duckdb"))
+    make_star(con, n=2_000)
+    run = dict(backend="numpy", strategy="factorized", solver="normal")
+    with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
+        loading_artifacts_costs_nothing(patched)
+        ilargi_db.train(con, STAR, "y", **run)
+        rows = con.execute("SELECT key, payload, nbytes FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
+        assert rows
+        secret = artifact_secret()
+        with payload_files.opened_directory(str(tmp_path / "indicator.duckdb")) as directory:
+            for key, payload, nbytes in rows:  # sealed as ours, yet one indicator points nowhere: decoding checks
+                value = payload_files.read(directory, secret, key, "rows", payload, nbytes)
+                value["indicator/d"] = np.full_like(value["indicator/d"], bad)
+                sealed = payload_files.write(directory, secret, key, "rows", value)
+                size = (Path(DatabaseTier.location(con)) / payload_files.file_name(sealed)).stat().st_size
+                con.execute(
+                    "UPDATE ilargi.artifacts_store SET payload = ?, nbytes = ? WHERE key = ?", [sealed, size, key]
+                )
+        clear_artifacts()
+        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
+    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
     np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
 
 
@@ -662,29 +742,6 @@ def test_a_warm_start_never_changes_a_fit_stopped_by_max_iter():
     assert not any("warm start" in line for line in unpenalized.reused_)  # no single optimum to share
 
 
-@pytest.mark.parametrize("bad", [10**6, -5, 2**40])
-def test_a_stored_indicator_out_of_range_is_a_miss(tmp_path, bad, monkeypatch):
-    clear_artifacts()  # the process's tier may hold this job already: then nothing would be stored
-    con = ilargi_db.connect(str(tmp_path / "indicator.duckdb"))
-    make_star(con, n=2_000)
-    run = dict(backend="numpy", strategy="factorized", solver="normal")
-    with monkeypatch.context() as patched:  # store everything, however fast this machine recomputes it
-        loading_artifacts_costs_nothing(patched)
-        ilargi_db.train(con, STAR, "y", **run)
-        rows = con.execute("SELECT key, payload FROM ilargi.artifacts_store WHERE kind = 'rows'").fetchall()
-        assert rows
-        secret = artifact_secret()
-        for key, payload in rows:  # sealed as ours, yet one indicator points nowhere: decoding still checks
-            value = unpack(unseal(secret, key, "rows", bytes(payload)))
-            value["indicator/d"] = np.full_like(value["indicator/d"], bad)
-            sealed = seal(secret, key, "rows", pack(value))
-            con.execute("UPDATE ilargi.artifacts_store SET payload = ? WHERE key = ?", [sealed, key])
-        clear_artifacts()
-        model = ilargi_db.train(con, STAR, "y", alpha=2.0, **run)
-    cold = ilargi_db.train(con, STAR, "y", alpha=2.0, reuse=False, **run)
-    np.testing.assert_allclose(model.coef_, cold.coef_, rtol=1e-10)
-
-
 def test_the_store_never_imports_the_cost_model():
     """The store reports what it holds (reuse/holdings.py); pricing it is the cost model's, which imports reuse."""
     import ast
@@ -697,3 +754,20 @@ def test_the_store_never_imports_the_cost_model():
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             assert not any(name.startswith("ilargi_db.cost_model") for name in names), path.name
+
+
+def test_a_read_assembled_from_its_artifacts_is_laid_out_as_a_cold_read(star):
+    """Column-major blocks, as the kernels read them (a row-major block is copied on every pass)."""
+    from ilargi_db.metadata import extract_metadata
+    from ilargi_db.reuse.read_artifacts import assemble, split
+
+    graph = build_join_graph(star, "SELECT f.x, d.z, d.w, f.y FROM f JOIN d ON f.k = d.k", "y")
+    categorical = frozenset(j for j, c in enumerate(categorical_flags(graph)) if c)
+    cold = extract_metadata(star, graph, categorical=categorical)
+    rows, columns = split(graph, categorical, cold)
+    stored = {j: unpack(pack(c)) for j, c in columns.items()}  # through the codec, as from a file
+    back = assemble(graph, categorical, unpack(pack(rows)), stored)
+    assert len(back.blocks) == len(cold.blocks)
+    for got, want in zip(back.blocks, cold.blocks):
+        np.testing.assert_array_equal(got.data, want.data)
+        assert got.data.flags.f_contiguous == want.data.flags.f_contiguous

@@ -3,8 +3,8 @@ processes, bounded when decoded, and each database sees only its own artifacts."
 
 from __future__ import annotations
 
-import io
-import zipfile
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import ilargi_db
 from ilargi_db.plan import build_join_graph, categorical_flags
 from ilargi_db.reuse import artifacts, clear_artifacts, fingerprint_job
-from ilargi_db.reuse.codec import pack, unpack
+from ilargi_db.reuse.codec import ALIGN, MAGIC, pack, unpack
 from ilargi_db.reuse.fingerprint import still_the_same
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.reuse.seal import artifact_secret, seal, unseal
@@ -57,12 +57,16 @@ def test_a_store_written_by_another_database_file_never_changes_a_model(
     ilargi_db.train(theirs, QUERY, "y", **RUN)
     stolen = theirs.execute("SELECT key, kind, payload FROM ilargi.artifacts_store ORDER BY key").fetchall()
     assert {kind for _, kind, _ in stolen} >= {"rows", "column", "stats", "gram"}
+    their_files = {a["location"] for a in artifacts(theirs) if a["tier"] == "database"}
     theirs.close()
     monkeypatch.undo()
     loading_artifacts_costs_nothing(monkeypatch)
     ours = ilargi_db.connect(str(where / "ours.duckdb"))
     make_star(ours, seed, n, scale)
     ilargi_db.train(ours, QUERY, "y", **RUN)
+    ours_directory = Path(DatabaseTier.location(ours))
+    for found in their_files:  # their payload files copied beside our database, under their names
+        shutil.copy(found, ours_directory / Path(found).name)
     # Same keys, other payloads: each of our artifacts' payload replaced by one of theirs of the same kind;
     # their own rows copied in as well.
     for key, kind, _ in ours.execute("SELECT key, kind, payload FROM ilargi.artifacts_store").fetchall():
@@ -95,40 +99,42 @@ def test_a_sealed_payload_opens_only_for_its_own_key_kind_and_secret():
     assert artifact_secret() == artifact_secret() and len(artifact_secret()) == 32
 
 
-def test_an_archive_that_would_expand_is_refused_before_it_is_read():
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("n:x.npy", b"\0" * 50_000_000)  # 50 MB of zeros in about 50 KB
-    payload = buffer.getvalue()
-    assert len(payload) < 200_000
-    with pytest.raises(ValueError, match="compressed, or larger than its payload"):
+def test_a_header_claiming_more_than_the_payload_is_refused_before_it_is_read():
+    payload = bytearray(pack({"a": np.arange(4)}))
+    payload[len(MAGIC) : len(MAGIC) + 8] = (10**12).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="a header longer than the payload"):
         unpack(payload)
     assert unpack(pack({"a": np.arange(4)}))["a"].tolist() == [0, 1, 2, 3]  # what ilargi_db writes still reads
 
 
-def test_row_positions_are_stored_in_half_the_bytes_and_read_back_as_they_were():
-    positions = np.arange(-1, 100_000, dtype=np.int64)  # an indicator: -1 for an empty row, then rows
-    large = np.array([0, 2**40], dtype=np.int64)  # past int32: kept as it is
-    back = unpack(pack({"positions": positions, "large": large, "small": np.arange(3, dtype=np.int32)}))
-    for name, array in {"positions": positions, "large": large, "small": np.arange(3, dtype=np.int32)}.items():
-        assert back[name].dtype == array.dtype
+def test_arrays_read_back_as_they_were_as_aligned_views_of_the_buffer_read():
+    arrays = {
+        "positions": np.arange(-1, 100_000, dtype=np.int64),
+        "large": np.array([0, 2**40], dtype=np.int64),
+        "small": np.arange(3, dtype=np.int32),
+        "matrix": np.arange(12.0).reshape(3, 4),
+        "columns": np.asfortranarray(np.arange(12.0).reshape(4, 3)),  # a block as the kernels read it
+        "flags": np.array([True, False]),
+    }
+    buffer = np.frombuffer(bytearray(pack(arrays)), dtype=np.uint8)
+    back = unpack(buffer)
+    for name, array in arrays.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
         np.testing.assert_array_equal(back[name], array)
-    assert len(pack({"positions": positions})) < 0.6 * positions.nbytes
+        assert np.shares_memory(back[name], buffer) and (back[name].ctypes.data - buffer.ctypes.data) % ALIGN == 0
+        assert back[name].flags.writeable  # training may clear values in place
+        assert back[name].flags.f_contiguous == array.flags.f_contiguous  # column-major stays column-major
 
 
 def test_a_damaged_arrow_array_in_a_payload_is_refused_not_used():
     import pyarrow as pa
 
-    good = pack({"text": pa.array(["ab", "cd", None])})
-    archive = np.load(io.BytesIO(good), allow_pickle=False)
-    stream = bytearray(archive["a:text"].tobytes())
+    stream = bytearray(pack({"text": pa.array(["ab", "cd", None])}))
     offsets = stream.find(np.array([0, 2, 4], dtype=np.int32).tobytes())
     assert offsets > 0
     stream[offsets + 4 : offsets + 8] = np.int32(1 << 30).tobytes()  # an offset far past the data
-    out = io.BytesIO()
-    np.savez(out, **{"a:text": np.frombuffer(bytes(stream), dtype=np.uint8), "j:": archive["j:"]})
     with pytest.raises((ValueError, pa.ArrowInvalid)):
-        unpack(out.getvalue())
+        unpack(stream)
 
 
 def test_each_database_sees_and_clears_only_its_own_artifacts(tmp_path):
@@ -253,3 +259,27 @@ def test_two_in_memory_databases_see_and_clear_only_their_own_artifacts():
     assert "secret_bonus" not in listed(first) and "secret_bonus" in listed(second)
     first.sql("SELECT ilargi_clear_artifacts()").fetchall()
     assert "'x'" not in listed(first) and "secret_bonus" in listed(second)
+
+
+def test_what_a_duckdb_release_answers_is_remembered_sealed(tmp_path, monkeypatch):
+    from ilargi_db.reuse.remembered import remembered
+
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
+    asked = []
+
+    def answer() -> dict:
+        asked.append(1)
+        return {"names": ["abs", "sum"]}
+
+    assert remembered("a question", answer) == remembered("a question", answer) == {"names": ["abs", "sum"]}
+    assert len(asked) == 1  # asked once, then read back
+    (kept,) = tmp_path.glob("duckdb-*.json")
+    edited = bytearray(kept.read_bytes())
+    edited[-3] ^= 0x01
+    kept.write_bytes(bytes(edited))
+    assert remembered("a question", answer) == {"names": ["abs", "sum"]} and len(asked) == 2  # not believed
+    elsewhere = tmp_path / "planted.json"
+    elsewhere.write_bytes(kept.read_bytes())
+    kept.unlink()
+    kept.symlink_to(elsewhere)
+    assert remembered("a question", answer) == {"names": ["abs", "sum"]} and len(asked) == 3  # not followed

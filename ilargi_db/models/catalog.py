@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -244,14 +245,25 @@ class TrainSetting:
     doc: str
     choices: tuple[str, ...] = ()
 
+    def json_accepts(self, value: Any) -> bool:
+        """Whether the options JSON may hold ``value`` for this setting (a string of a true-or-false setting
+        only as one of its choices)."""
+        if not isinstance(value, self.json_types):
+            return False
+        return not (bool in self.json_types and isinstance(value, str) and value not in self.choices)
+
     def json_expected(self) -> str:
         """What the options JSON must hold for this setting, in words."""
         if self.json_types == (bool,):
             return "true or false"
+        if self.json_types == (bool, str):
+            return "true, false or " + " or ".join(json.dumps(c) for c in self.choices)
         if self.json_types == (str,):
             return "a string"
         return 'a size: a number of bytes or a string such as "2GB"'
 
+
+REUSE_IN_MEMORY = "memory"  # reuse="memory": artifacts kept in this process only, nothing beside a database file
 
 # What train() takes besides the estimator's parameters, in its signature's order.
 TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
@@ -273,7 +285,14 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
     ),
     TrainSetting("standardize", (bool,), (bool,), False, "train linear models on standardized columns"),
     TrainSetting("impute", (bool,), (bool,), True, "replace numeric NULLs by the training mean"),
-    TrainSetting("reuse", (bool,), (bool,), True, "use and keep the artifacts of earlier jobs"),
+    TrainSetting(
+        "reuse",
+        (bool, str),
+        (bool, str),
+        True,
+        'use and keep the artifacts of earlier jobs ("memory": in this process only, nothing beside the database)',
+        choices=(REUSE_IN_MEMORY,),
+    ),
     TrainSetting(
         "memory_budget",
         (str, int),

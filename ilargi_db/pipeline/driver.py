@@ -31,6 +31,7 @@ from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, ma
 from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
+from ilargi_db.pipeline.repeat import keep_models, stored_models
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
@@ -47,7 +48,7 @@ def train(
     *,
     standardize: bool = False,
     impute: bool = True,
-    reuse: bool = True,
+    reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
     **params: Any,
@@ -74,10 +75,12 @@ def train(
     impute : bool
         Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
         are one-hot encoded, NULL as its own category).
-    reuse : bool
+    reuse : bool or "memory"
         Use and keep artifacts of earlier jobs (statistics, the key-only join, each feature's values,
-        the encoded matrix, X^T X) while the tables they came from are unchanged; ``False`` runs cold
-        and keeps nothing (see :mod:`ilargi_db.reuse`).
+        the encoded matrix, X^T X) while the tables they came from are unchanged: in this process and, for
+        a database file opened for writing, in files beside it (``<file>.ilargi/``) for later processes;
+        ``"memory"`` keeps them in this process only; ``False`` runs cold and keeps nothing (see
+        :mod:`ilargi_db.reuse`).
     memory_budget : int, str or None
         Bytes (or a size such as ``"2GB"``) the training data may take in memory; above it the fact is
         streamed from DuckDB in row partitions, the next read while the current one computes (see
@@ -135,7 +138,7 @@ def train_batch(
     *,
     standardize: bool = False,
     impute: bool = True,
-    reuse: bool = True,
+    reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
 ) -> list[TrainedModel]:
@@ -224,6 +227,11 @@ def run_training(
         snapshot.open()
         job = plan_job(con, query, target, specs, estimators, options, backend, cleanup, check_graph)
         planned = time.perf_counter()
+        again = stored_models(job, query, planned - start)  # an earlier process ran this very job
+        if again is not None:
+            snapshot.close()
+            job.artifacts.finish()  # the hits counted
+            return again
         stages.update()
         stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
@@ -244,14 +252,18 @@ def run_training(
             models.append(fit_model(job, model, data, shared))
             stages.update()
         give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
-        record_job(job, data, snapshot)
+        keep_models(job, models, time.perf_counter() - planned)
+        stored = record_job(job, data, snapshot)
+        for model in models:
+            model.stored_ = [stored] if stored else []
     return models
 
 
-def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> None:
-    """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction."""
+def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> str | None:
+    """The record phase: the sums the fits memoized kept, then new artifacts stored in their own transaction;
+    what was stored beside the database, in words (None when nothing was)."""
     if job.placement == Placement.MEMORY and not job.reads_bins:  # a resident normalized matrix: its sums memoized
         job.artifacts.keep_sums(data.X)
     data.close()
     snapshot.close()  # the store writes after the read, never inside its snapshot
-    job.artifacts.finish()
+    return job.artifacts.finish()

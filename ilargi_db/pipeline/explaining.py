@@ -27,7 +27,7 @@ def explain(
     algorithm: str = "linear_regression",
     backend: str = "auto",
     *,
-    reuse: bool = True,
+    reuse: bool | str = True,
     memory_budget: int | str | None = None,
     standardize: bool = False,
     **params: Any,

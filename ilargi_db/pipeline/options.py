@@ -49,7 +49,7 @@ class TrainOptions:
     backend: str = AUTO
     standardize: bool = False
     impute: bool = True
-    reuse: bool = True
+    reuse: bool | str = True  # or REUSE_IN_MEMORY
     memory_budget: int | str | None = None
     cluster: Any = None  # a dask.distributed.Client or a scheduler address (SQL: a registered cluster's name)
 
@@ -60,6 +60,11 @@ class TrainOptions:
             value = getattr(self, setting.name)
             if setting.python_types == (bool,) and not isinstance(value, (bool, np.bool_)):
                 raise IlargiError(f"{setting.name} must be True or False, got {value!r}.")
+            if setting.python_types == (bool, str) and not (
+                isinstance(value, (bool, np.bool_)) or (isinstance(value, str) and value in setting.choices)
+            ):
+                named = " or ".join(map(repr, setting.choices))
+                raise IlargiError(f"{setting.name} must be True, False or {named}, got {value!r}.")
         if self.strategy not in STRATEGY_CHOICES:
             raise IlargiError(f"strategy must be one of {', '.join(STRATEGY_CHOICES)}, got {self.strategy!r}.")
         if self.memory_budget is not None:

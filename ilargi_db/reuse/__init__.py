@@ -4,7 +4,8 @@ A training job's steps leave artifacts (:mod:`~ilargi_db.reuse.job` lists them),
 SQL of its step and a content fingerprint of every column it read
 (:mod:`~ilargi_db.reuse.fingerprint`), so an artifact serves a later job only while everything it was
 made from is unchanged. Two tiers (:mod:`~ilargi_db.reuse.store`): live objects in this process, and
-``ilargi.artifacts_store`` in a database file for later processes, each under a byte budget.
+files beside a database file (``<file>.ilargi/``, indexed in ``ilargi.artifacts_store``) for later
+processes, each under a byte budget.
 
 >>> import ilargi_db
 >>> con = ilargi_db.connect()
@@ -19,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,6 +30,7 @@ from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse
+from ilargi_db.reuse.payload_files import file_name
 from ilargi_db.reuse.store import (
     ARTIFACTS_TABLE,
     MEMORY,
@@ -42,7 +45,7 @@ def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, An
     """Every stored artifact: this process's (tier ``"memory"``) and, given ``con``, its database's.
 
     Each is a dict: tier, kind, what, nbytes, compute_seconds (what making it took), hits, created,
-    last_used (timestamps), key.
+    last_used (timestamps), key, location (``"this process"``, or the payload's file beside the database).
     """
     found = [
         {
@@ -55,13 +58,18 @@ def artifacts(con: duckdb.DuckDBPyConnection | None = None) -> list[dict[str, An
             "created": datetime.fromtimestamp(a.created, timezone.utc).replace(tzinfo=None),
             "last_used": datetime.fromtimestamp(a.last_used, timezone.utc).replace(tzinfo=None),
             "key": a.key,
+            "location": "this process",
         }
         for a in MEMORY.of(database_scope(con) if con is not None else None)
     ]
-    if con is not None and DatabaseTier.exists(con):
+    where = DatabaseTier.location(con) if con is not None else None
+    if where is not None and DatabaseTier.exists(con):
         columns = "kind, what, nbytes, compute_seconds, hits, created, last_used, key"
-        for row in con.execute(f"SELECT {columns} FROM {ARTIFACTS_TABLE} ORDER BY last_used DESC").fetchall():
-            found.append({"tier": "database", **dict(zip(columns.split(", "), row))})
+        rows = con.execute(f"SELECT {columns}, payload FROM {ARTIFACTS_TABLE} ORDER BY last_used DESC").fetchall()
+        for *row, payload in rows:
+            name = file_name(payload)
+            location = os.path.join(where, name) if name else "not readable (stored by another release)"
+            found.append({"tier": "database", **dict(zip(columns.split(", "), row)), "location": location})
     return found
 
 
@@ -74,9 +82,8 @@ def clear_artifacts(con: duckdb.DuckDBPyConnection | None = None) -> dict[str, i
     if con is not None and database_file(con) is not None:
         refuse_foreign(con, "artifacts_store", "clear the artifacts")
     cleared = {"memory": MEMORY.clear(database_scope(con) if con is not None else None), "database": 0}
-    if con is not None and database_file(con) is not None and DatabaseTier.exists(con):
-        cleared["database"] = int(con.execute(f"SELECT count(*) FROM {ARTIFACTS_TABLE}").fetchall()[0][0])
-        con.execute(f"DELETE FROM {ARTIFACTS_TABLE}")
+    if con is not None and database_file(con) is not None:
+        cleared["database"] = DatabaseTier.clear(con)
     return cleared
 
 

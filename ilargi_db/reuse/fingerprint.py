@@ -42,6 +42,7 @@ from ilargi_db.metadata.scans import quote, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.sources import scalar_values, with_prefix
 from ilargi_db.read_snapshot import renew_snapshot
+from ilargi_db.reuse.remembered import remembered
 
 ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
 # Part of every key: a release that changes what an artifact holds (or how a read computes it) bumps it,
@@ -148,17 +149,22 @@ def _private_cursor() -> duckdb.DuckDBPyConnection:
 @functools.lru_cache(maxsize=1)
 def _built_ins() -> tuple[frozenset[str], frozenset[str]]:
     """(the names of DuckDB's built-in functions, those of them :func:`consistent_functions` passes), lower case,
-    from one query of the private database."""
+    from one query of the private database (once per DuckDB release: :func:`~ilargi_db.reuse.remembered.remembered`)."""
+    found = remembered("built-in functions, consistent", _ask_built_ins)
+    names = frozenset(name.lower() for name, _ in found)
+    return names, frozenset(name.lower() for name, consistent in found if consistent)
+
+
+def _ask_built_ins() -> list[list]:
     with _private_cursor() as fresh:
         found = fresh.execute(
             "SELECT function_name, bool_and(stability = 'CONSISTENT' OR (stability = 'CONSISTENT_WITHIN_QUERY' AND "
             "(list_has_any(parameter_types, ?::VARCHAR[]) OR (len(parameter_types) > 0 AND return_type IN "
             "(SELECT unnest(?::VARCHAR[])))))) FROM system.main.duckdb_functions() WHERE internal "
-            "GROUP BY function_name",
+            "GROUP BY function_name ORDER BY function_name",
             [list(ZONED_TYPES), list(ZONED_TYPES)],
         ).fetchall()
-    names = frozenset(name.lower() for name, _ in found)
-    return names, frozenset(name.lower() for name, consistent in found if consistent)
+    return [[str(name), bool(consistent)] for name, consistent in found]
 
 
 def consistent_functions() -> frozenset[str]:

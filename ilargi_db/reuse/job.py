@@ -31,6 +31,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata
+from ilargi_db.models.catalog import REUSE_IN_MEMORY
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.read_snapshot import in_transaction
 from ilargi_db.reuse import rowid_reads, warm_starts
@@ -69,9 +70,11 @@ class JobReuse:
 
     con: duckdb.DuckDBPyConnection
     fingerprint: JobFingerprint = NOT_REUSABLE
-    persist: bool = False  # the job may write ilargi.artifacts_store (train does; explain and predict do not)
+    persist: bool = False  # the job may write the database tier (train does; explain and predict do not)
+    on_disk: bool = False  # the database tier is on: a file database opened for writing, reuse not "memory"
     used: list[Use] = field(default_factory=list)
     made: list[tuple[Artifact, Any]] = field(default_factory=list)  # (artifact, payload function or None)
+    deferred: list[Artifact] = field(default_factory=list)  # written with the next write unless worth one alone
     stored_index: dict[str, tuple[int, float]] | None = None
     hit_keys: list[str] = field(default_factory=list)  # keys found that the database stores
     sums_key: str = ""
@@ -85,14 +88,19 @@ class JobReuse:
         con: duckdb.DuckDBPyConnection,
         graph: JoinGraph,
         categorical: list[bool],
-        enabled: bool = True,
+        enabled: bool | str = True,
         persist: bool = False,
     ) -> JobReuse:
-        """Fingerprint ``graph``'s sources (inside the job's read snapshot) and look at the stored index."""
+        """Fingerprint ``graph``'s sources (inside the job's read snapshot) and look at the stored index.
+
+        ``enabled``: True (both tiers), False (none), or ``"memory"`` (this process's tier alone).
+        A database opened read-only has no database tier: nothing is loaded from or written beside it.
+        """
         if not enabled:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)
-        job = cls(con, fingerprint, persist=persist and database_file(con) is not None, database=database_scope(con))
+        on_disk = enabled != REUSE_IN_MEMORY and database_file(con) is not None
+        job = cls(con, fingerprint, persist=persist and on_disk, on_disk=on_disk, database=database_scope(con))
         if job.persist and job.enabled:
             job.warnings = store_warnings(con)
         return job
@@ -105,19 +113,27 @@ class JobReuse:
 
     def _index(self) -> dict[str, tuple[int, float]]:
         if self.stored_index is None:
-            self.stored_index = DatabaseTier.index(self.con)  # a read-only database still serves what it stores
+            self.stored_index = DatabaseTier.index(self.con) if self.on_disk else {}
         return self.stored_index
 
     def find(self, kind: str, key: str, what: str) -> Any:
         """The value stored under ``key`` (memory, then the database when worth loading), or None."""
         return self.find_many(kind, {key: what}).get(key)
 
-    def find_many(self, kind: str, wanted: dict[str, str]) -> dict[str, Any]:
-        """``{key: value}`` of the ``wanted`` keys (``{key: what}``) stored: memory first, then one query."""
+    def find_many(self, kind: str, wanted: dict[str, str], together: bool = False) -> dict[str, Any]:
+        """``{key: value}`` of the ``wanted`` keys (``{key: what}``) stored: memory first, then one query.
+
+        ``together``: the stored ones are loaded if loading them all is worth it (a read's columns: one
+        missing is read again by rowid, a scan of its table, which costs more than its share of the cold read
+        that made it), else each one if loading it is.
+        """
         if not self.enabled:
             return {}
         found: dict[str, Any] = {}
         load = []
+        if together:
+            stored = [self._index()[key] for key in wanted if key and key in self._index()]
+            together = DatabaseTier.worth_loading(sum(n for n, _ in stored), sum(s for _, s in stored))
         for key, what in wanted.items():
             if not key:
                 continue
@@ -127,7 +143,7 @@ class JobReuse:
                 if key in self._index():
                     self.hit_keys.append(key)  # the database counts the hits of what it stores
                 found[key] = artifact.value
-            elif key in self._index() and DatabaseTier.worth_loading(*self._index()[key]):
+            elif key in self._index() and (together or DatabaseTier.worth_loading(*self._index()[key])):
                 load.append(key)
         for key, payload in DatabaseTier.load(self.con, dict.fromkeys(load, kind)).items():
             seconds = self._index()[key][1]
@@ -170,24 +186,52 @@ class JobReuse:
         """The artifact :meth:`find` returned last could not be read back: it was not used after all."""
         self.used.pop()
 
-    def keep(self, kind: str, key: str, what: str, value: Any, seconds: float, persistable: bool = True) -> None:
-        """Keep ``value`` in memory and, if the job persists and it is ``persistable``, in the database later."""
+    def keep(
+        self,
+        kind: str,
+        key: str,
+        what: str,
+        value: Any,
+        seconds: float,
+        persistable: bool = True,
+        in_memory: bool = True,
+        deferrable: bool = False,
+    ) -> None:
+        """Keep ``value`` in memory (if ``in_memory``) and, if the job persists and it is ``persistable``, in the
+        database later: ``deferrable``, with the next write when this job would write nothing else and it
+        saves less than :data:`WRITE_ALONE_SECONDS`."""
         if not self.enabled or not key:
             return
         artifact = Artifact(key, kind, what, value, nbytes_of(value), seconds)
-        MEMORY.put(artifact, self.database)
-        self.made.append((artifact, persistable))
+        if in_memory:
+            MEMORY.put(artifact, self.database)
+        if deferrable:
+            self.deferred.append(artifact)
+        else:
+            self.made.append((artifact, persistable))
 
-    def finish(self) -> int:
-        """Write this job's new artifacts (and the hits counted since the last write) to the database.
+    def find_stored(self, kind: str, key: str, what: str) -> Any:
+        """The value the database tier stores under ``key`` (never this process's tier), or None."""
+        if not (self.enabled and key and key in self._index()):
+            return None
+        found = DatabaseTier.load(self.con, {key: kind}).get(key)
+        if found is not None:
+            self.used.append(Use(kind, what, "database", self._index()[key][1]))
+            self.hit_keys.append(key)
+        return found
+
+    def finish(self) -> str | None:
+        """Write this job's new artifacts (and the hits counted since the last write) to the database tier;
+        what was written, in words (None when nothing was).
 
         Runs after the job's read snapshot closed, never inside a caller's transaction. Only what a later
         job would load rather than recompute is written: the read's artifacts (the key-only join and its
         columns) together or not at all, since one without the others serves nothing. A job that adds
-        nothing writes nothing: its hits wait for the next write (a commit to a file costs an fsync).
+        nothing writes nothing: its hits, and its deferrable artifacts saving less than
+        :data:`WRITE_ALONE_SECONDS`, wait for the next write (a commit to a file costs an fsync).
         """
         if not (self.enabled and self.persist):
-            return 0
+            return None
         path = database_file(self.con)
         with _HITS_LOCK:
             _PENDING_HITS.setdefault(path, Counter()).update(self.hit_keys)
@@ -200,11 +244,18 @@ class JobReuse:
             if a.kind not in ("rows", "column") and DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)
         ]
         new += read if read and worth else []
-        if not new or in_transaction(self.con):
-            return 0
+        deferred = [a for a in self.deferred if DatabaseTier.worth_loading(a.nbytes, a.compute_seconds)]
+        alone = sum(a.compute_seconds for a in deferred) >= WRITE_ALONE_SECONDS
         with _HITS_LOCK:
+            waiting = _PENDING_WRITES.setdefault(path, [])
+            if in_transaction(self.con) or not (new or alone):
+                waiting[:] = (waiting + deferred)[-MAX_WAITING:]
+                return None
+            mine = {a.key for a in deferred}
+            new += deferred + [a for a in _PENDING_WRITES.pop(path) if a.key not in mine]
             hits = _PENDING_HITS.pop(path, Counter())
-        return DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
+        stored = DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
+        return stored_line(stored, DatabaseTier.location(self.con)) if stored else None
 
     def confirm_read(self) -> None:
         """After the job read its data: refuse the job if a source outside the read's snapshot (a Parquet or
@@ -274,7 +325,7 @@ class JobReuse:
         rows = self.find("rows", fp.rows_key, "the key-only join")
         if rows is not None:
             wanted = {fp.column_keys[j]: f"feature {graph.features[j].name!r}" for j in plain_features(graph)}
-            stored = self.find_many("column", wanted)
+            stored = self.find_many("column", wanted, together=True)
             columns = {j: stored.get(fp.column_keys[j]) for j in plain_features(graph)}
             try:
                 self._read_unaligned(graph, categorical, rows, columns)
@@ -369,15 +420,33 @@ class JobReuse:
     def keep_sums(self, X: NormalizedMatrix) -> None:
         """After the fits: keep the sums they computed on this matrix (a new process then skips them)."""
         memoized = X.memoized_sums()
-        if self.sums_found or not self.sums_key or not memoized:
-            return
+        if self.sums_found or not self.sums_key or not memoized or self.sums_key in self._index():
+            return  # found, none, or stored already (a matrix from memory whose sums a job before kept)
         value = {name: np.asarray(to_host(sums)) for name, sums in memoized.items()}
         self.keep("gram", self.sums_key, "X^T X and column sums", value, X.memoized_seconds)
 
 
-# Per database file, the hits of its stored artifacts this process counted and has not written yet.
+def stored_line(stored: list[tuple[Artifact, int]], where: str | None) -> str:
+    """What a job stored beside its database, in words: how many artifacts, of what, how many bytes, where."""
+    kinds = Counter(artifact.kind for artifact, _ in stored)
+    what = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    total = sum(size for _, size in stored)
+    size = f"{total / 1e6:,.1f} MB" if total >= 1e5 else f"{total / 1e3:,.1f} kB"
+    return (
+        f"stored {len(stored)} artifact{'s' if len(stored) != 1 else ''} ({what}; {size}) in {where} "
+        '(listed by ilargi_artifacts(); reuse="memory" keeps them in this process only)'
+    )
+
+
+# Per database file, the hits of its stored artifacts this process counted and has not written yet, and the
+# deferrable artifacts (each model's record) waiting for the next write.
 _PENDING_HITS: dict[str | None, Counter] = {}
+_PENDING_WRITES: dict[str | None, list[Artifact]] = {}
+# A commit to a database file costs 10-30 ms (an fsync; measured on the 400k star's sweeps): a deferrable
+# artifact is worth a write of its own only when it saves a later process ten times that.
+WRITE_ALONE_SECONDS = 0.2
+MAX_WAITING = 64  # deferrable artifacts kept waiting per database file (the oldest leave first)
 _HITS_LOCK = threading.Lock()
 
 
-__all__ = ["JobReuse", "Use"]
+__all__ = ["JobReuse", "Use", "stored_line"]

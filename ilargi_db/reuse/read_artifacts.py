@@ -46,7 +46,7 @@ def split(graph: JoinGraph, categorical: frozenset[int], meta: DIMetadata) -> tu
     for block in meta.blocks:
         if graph.features[int(block.columns[0])].kind == "coalesce":
             prefix = f"coalesce/{coalesced}"
-            rows.update({f"{prefix}/data": block.data.copy(), f"{prefix}/indicator": block.indicator})
+            rows.update({f"{prefix}/data": block.data.copy(order="K"), f"{prefix}/indicator": block.indicator})
             rows.update({f"{prefix}/column": block.columns, f"{prefix}/fill": block.fill})
             rows.setdefault("coalesce_sources", []).append(block.source)
             coalesced += 1
@@ -98,7 +98,9 @@ def assemble(graph: JoinGraph, categorical: frozenset[int], rows: dict, columns:
     for source in graph.sources:
         numeric = [j for j in plain if graph.features[j].parts[0].source == source.alias and j not in categorical]
         if numeric:
-            data = np.column_stack([columns[j]["data"] for j in numeric])
+            data = np.empty((len(columns[numeric[0]]["data"]), len(numeric)), order="F")  # as a cold read gives it
+            for i, j in enumerate(numeric):
+                data[:, i] = columns[j]["data"]
             fill = np.array([columns[j]["fill"] for j in numeric], dtype=np.float64)
             blocks.append(BlockMetadata(source.alias, data, indicators[source.alias], np.array(numeric), fill))
     for j in sorted(categorical):

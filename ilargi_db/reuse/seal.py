@@ -89,12 +89,28 @@ def unseal(secret: bytes, key: str, kind: str, sealed: bytes) -> bytes | None:
     return payload
 
 
-def _mac(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
+def sealer(secret: bytes, key: str, kind: str) -> Any:
+    """An HMAC-SHA256 over ``key`` and ``kind`` to which the payload's bytes are fed as they are written or
+    read (one pass over them: a file is hashed while it is read, never read twice)."""
     message = hmac.new(secret, digestmod=hashlib.sha256)
     for part in (key.encode(), kind.encode()):
         message.update(len(part).to_bytes(8, "little") + part)
+    return message
+
+
+def _mac(secret: bytes, key: str, kind: str, payload: bytes) -> bytes:
+    message = sealer(secret, key, kind)
     message.update(payload)
     return message.digest()
 
 
-__all__ = ["SEAL_PREFIX", "SECRET_BYTES", "SECRET_FILE", "artifact_secret", "secret_path", "seal", "unseal"]
+__all__ = [
+    "SEAL_PREFIX",
+    "SECRET_BYTES",
+    "SECRET_FILE",
+    "artifact_secret",
+    "seal",
+    "sealer",
+    "secret_path",
+    "unseal",
+]

@@ -60,7 +60,7 @@ def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, 
         raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
     check_known_settings(algorithm, parsed, tuple(allowed_extra))
     for key, setting in allowed_extra.items():
-        if key in parsed and not isinstance(parsed[key], setting.json_types):
+        if key in parsed and not setting.json_accepts(parsed[key]):
             raise IlargiError(
                 f"option {key!r} must be {setting.json_expected()} in JSON, got {json.dumps(parsed[key])}."
             )
@@ -220,6 +220,7 @@ def _summary(model: Any, seconds: float) -> dict:
         "macros": model.macros_,
         "unlabelled_rows_left_out": model.unlabelled_rows_,
         "warnings": model.warnings_,
+        "artifacts_stored": model.stored_,  # what the store wrote beside the database file, and where
     }
     return _finite(summary)
 
