@@ -56,8 +56,7 @@ def main() -> None:
         )
         steps = ", ".join(f"{k} {v:.2f} s" for k, v in model.timings_.items() if k != "total")
         print(
-            f"\n{algorithm}: {model.strategy_} in {model.timings_['total']:.2f} s ({steps}), "
-            f"{model.n_iter_} iterations"
+            f"\n{algorithm}: {model.strategy_} in {model.timings_['total']:.2f} s ({steps}), {model.n_iter_} iterations"
         )
         print(f"  {len(model.feature_names_in_)} model columns; last loss {model.loss_curve_[-1]:.6g}")
         # Held-out rows: December, which the model saw too here; pass any query with the same columns.
