@@ -239,7 +239,7 @@ CLAIMS = {
     "rows .maxrows shows": (r"longer than `\.maxrows` \((\d+)\)", number),
     "output modes": (r"`\.mode ((?:\w+\|)+\w+)`", names),
     "GiB of the memory tier": (r"in the process \((\d+) GiB by default\)", number),
-    "GiB of the database tier": (r"`ilargi\.artifacts_store` \((\d+) GiB by default", number),
+    "GiB of the database tier": (r"in files\s+beside it \((\d+) GiB by default", number),
     "nodes of a macro": (r"An ensemble of more than ([\d,]+) nodes", number),
     "fact rows the statistics sample above": (r"a fact of more than ([\d,]+) rows is sampled", number),
     "percent of a near tie": (r"plans within (\d+)% of each other are a tie", number),

@@ -4,9 +4,10 @@ A training job whose data (every column it reads, by content: :mod:`~ilargi_db.r
 query, models, parameters and settings are those of an earlier job has that job's models as its
 result: the earlier job keeps each model's record (what the registry stores, :meth:`TrainedModel.to_record`)
 in the database tier, and the repeat reads it back through the registry's checks instead of reading
-the data and fitting. Only the database tier holds them (a later process is what they serve; in this
-process a repeat still trains, and its explanation and timings are its own), only for jobs held in
-memory, and never for a model whose fit draws random numbers with no seed (each run is another draw).
+the data and fitting (``reused_`` says "the trained model (fit, from database ...)"). Only the database
+tier holds them (a later process is what they serve; a repeat in this process finds them there too once
+written), only for jobs held in memory, never with ``reuse=False``, and never for a model whose fit draws
+random numbers with no seed (each run is another draw). Benchmarks that time a fit pass ``reuse=False``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,13 @@ def keep_models(job: JobPlan, models: list[TrainedModel], seconds: float) -> Non
     if keys is None:
         return
     for key, model in zip(keys, models):
-        record = model.to_record()
+        # What the store warned of then (its settings, a damaged artifact) is that run's; a repeat says its own.
+        said = model.warnings_
+        model.warnings_ = [w for w in said if w not in job.artifacts.warnings]
+        try:
+            record = model.to_record()
+        finally:
+            model.warnings_ = said
         job.artifacts.keep(
             FIT, key, FIT_WHAT, {"record": record}, seconds / len(models), in_memory=False, deferrable=True
         )
