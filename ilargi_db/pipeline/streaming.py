@@ -22,7 +22,7 @@ from ilargi_db.metadata.stream import FactPartition, FactStream, open_stream
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.pipeline.placement import StreamPlan
 from ilargi_db.pipeline.readers import ReadSettings, TrainingData
-from ilargi_db.pipeline.spill import read_spill, write_spill
+from ilargi_db.pipeline.spill import SpillBuffers, read_spill, write_spill
 from ilargi_db.plan import JoinGraph
 from ilargi_db.preprocess import PartitionBuilder
 
@@ -45,6 +45,7 @@ def read_streamed(
         encoder.fit_query(con, graph)
         builder = PartitionBuilder.of(graph, stream.fact, encoder, *stream.dimension_blocks(categorical))
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
+        buffers = SpillBuffers()  # what later passes read the spill into: the one computing, prefetched, one spare
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
 
         def load(k: int, part: FactPartition | None = None) -> dict[str, np.ndarray]:
@@ -56,7 +57,7 @@ def read_streamed(
             path = os.path.join(stream.spill_dir, f"{k}.part")
             if k in spilled:
                 try:
-                    return read_spill(path, spilled[k])
+                    return read_spill(path, spilled[k], buffers)
                 except (OSError, SpillLost):
                     del spilled[k]
                     if not stream.rereadable:
