@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{{ran}}. L2 logistic regression (C = {args.C:g}, the intercept a penalized constant column), a star of "
         f"{rows:,} fact rows ({fact}), memory_budget = the data's size / {args.budget_ratio:g} ({budget / 2**20:.1f} "
         f"MiB, {found[0][6]} partitions). Reads: what train() counted from the stream, the first read included; "
-        "excess: (objective - optimum) / optimum. Seconds from one run on a shared machine (smoke only).",
+        "excess: (objective - optimum) / optimum. Seconds from one run.",
         "",
         "| solver | setting | partitions read | MiB read | excess | seconds |",
         "|---|---|---:|---:|---:|---:|",

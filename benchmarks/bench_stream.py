@@ -86,6 +86,10 @@ print(json.dumps(out))
 """
 
 
+HEADINGS = {
+    "table": "## Streaming over a memory budget (`benchmarks/bench_stream.py`)",
+    "parquet": "## Streaming over a memory budget, the fact in Parquet (`benchmarks/bench_stream.py --fact parquet`)",
+}
 FACT_PLACES = {"table": "a DuckDB table", "parquet": "a Parquet file read with read_parquet"}
 
 
@@ -133,7 +137,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: float, path:
         )
     base = in_memory["later_passes"]
     lines = [
-        "## Streaming over a memory budget (`benchmarks/bench_stream.py`)",
+        HEADINGS[args.fact],
         "",
         ran(command(__file__, argv), time.perf_counter() - started, f"{CORES} cores", "NumPy backend") + ". "
         f"Star schema: {args.rows:,} fact rows x 8 features ({FACT_PLACES[args.fact]}), two dimensions of "
