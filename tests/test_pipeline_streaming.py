@@ -16,6 +16,7 @@ import ilargi_db
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, PartitionedMatrix, PartitionSource
 from ilargi_db.metadata.stream import FactStream
+from tests.temp_cleaner import clean_spills_on_the_second_pass
 
 FACT_ROWS = 100_000
 
@@ -329,15 +330,7 @@ SPILLED = dict(tol=0, max_iter=3, standardize=True, memory_budget="2MB", **RUN)
 def test_spill_files_deleted_mid_training_are_read_from_duckdb_again(con, monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # spill here, where the test may delete
     expected = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
-    real = PartitionSource.__getitem__
-
-    def read_with_a_temp_cleaner(self, k):
-        if self.reads == self.n:  # the second pass begins: a temp cleaner empties the spill directory
-            for path in glob.glob(str(tmp_path / "ilargi-stream-*" / "*")):
-                os.remove(path)
-        return real(self, k)
-
-    monkeypatch.setattr(PartitionSource, "__getitem__", read_with_a_temp_cleaner)
+    clean_spills_on_the_second_pass(monkeypatch, tmp_path)
     model = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
     assert model.streamed_["spill"]
     np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-9)

@@ -17,7 +17,7 @@ import pytest
 
 import ilargi_db
 from ilargi_db.errors import NotStreamable, SpillLost
-from ilargi_db.linalg import PartitionSource
+from tests.temp_cleaner import clean_spills_on_the_second_pass
 
 FACT_ROWS = 30_000
 RUN = dict(strategy="factorized", backend="numpy", reuse=False)
@@ -126,15 +126,7 @@ def test_a_fact_read_once_needs_room_on_disk_and_says_so(con, files, monkeypatch
 
 def test_a_lost_spill_file_of_a_fact_read_once_stops_training_with_what_to_do(con, files, monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    real = PartitionSource.__getitem__
-
-    def read_with_a_temp_cleaner(self, k):
-        if self.reads == self.n:  # the second pass begins: a temp cleaner empties the spill directory
-            for path in glob.glob(str(tmp_path / "ilargi-stream-*" / "*")):
-                os.remove(path)
-        return real(self, k)
-
-    monkeypatch.setattr(PartitionSource, "__getitem__", read_with_a_temp_cleaner)
+    clean_spills_on_the_second_pass(monkeypatch, tmp_path)
     query = star(f"read_csv('{files}/fact.csv')").replace("f.y FROM", "f.y > 0.5 AS late FROM")
     with pytest.raises(SpillLost, match="removed or cut short .* train again"):
         ilargi_db.train(con, query, "late", "logistic_regression", tol=0, max_iter=3, memory_budget=BUDGET, **RUN)
@@ -192,15 +184,7 @@ def test_a_lost_spill_file_of_parquet_is_read_from_the_file_again(con, files, mo
     query = star(f"read_parquet('{files}/fact.parquet')").replace("f.y FROM", "f.y > 0.5 AS late FROM")
     params = dict(tol=0, max_iter=3, memory_budget=BUDGET, **RUN)
     expected = ilargi_db.train(con, query, "late", "logistic_regression", **params)
-    real = PartitionSource.__getitem__
-
-    def read_with_a_temp_cleaner(self, k):
-        if self.reads == self.n:
-            for path in glob.glob(str(tmp_path / "ilargi-stream-*" / "*")):
-                os.remove(path)
-        return real(self, k)
-
-    monkeypatch.setattr(PartitionSource, "__getitem__", read_with_a_temp_cleaner)
+    clean_spills_on_the_second_pass(monkeypatch, tmp_path)
     model = ilargi_db.train(con, query, "late", "logistic_regression", **params)
     np.testing.assert_array_equal(model.coef_, expected.coef_)
 

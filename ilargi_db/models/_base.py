@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import validate_data
 
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
@@ -58,6 +59,29 @@ def check_input(estimator: Any, X: Any, y: Any = _NO_Y, *, reset: bool, y_numeri
         if not np.isfinite(y).all():
             raise ValueError("y contains NaN or inf: filter those rows in the query (WHERE y IS NOT NULL).")
     return X, y
+
+
+def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "") -> np.ndarray:
+    """The two classes of a classifier's target, sorted; a clear error for a continuous or multi-class one.
+
+    ``what`` names the model ("logistic regression"); ``multiclass_fix`` adds another way out to the
+    multi-class error. scikit-learn's own words come first in each message: its estimator checks look for them.
+    """
+    if type_of_target(y_host) == "continuous":
+        raise IlargiError(
+            f"{what} needs two classes, but the target is continuous ({len(np.unique(y_host))} distinct values; "
+            "Unknown label type: continuous): turn it into a label in the query (e.g. y > 15 AS late), or use "
+            "linear_regression."
+        )
+    check_classification_targets(y_host)
+    classes = np.unique(y_host)
+    if len(classes) != 2:
+        raise IlargiError(
+            f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
+            f"y has {len(classes)} classes ({classes[:5].tolist()}). Encode it as two classes in the query (e.g. "
+            f"y = 2 AS is_two){multiclass_fix}."
+        )
+    return classes
 
 
 def check_finite(value: Any, what: str) -> None:

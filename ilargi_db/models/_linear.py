@@ -10,15 +10,14 @@ import scipy.linalg
 import scipy.optimize
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
-from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import solve_normal_equations
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
+    binary_classes,
     check_finite,
     check_gram_size,
     check_input,
@@ -414,20 +413,7 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self._start = (coef_init, intercept_init)
         self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
-        if type_of_target(y_host) == "continuous":
-            raise IlargiError(
-                f"logistic regression needs two classes, but the target is continuous ({len(np.unique(y_host))} "
-                "distinct values; Unknown label type: continuous): turn it into a label in the query (e.g. "
-                "y > 15 AS late), or use linear_regression."
-            )
-        check_classification_targets(y_host)
-        self.classes_ = np.unique(y_host)
-        if len(self.classes_) != 2:  # scikit-learn's words first: its estimator checks look for them
-            raise IlargiError(
-                f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
-                f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes "
-                "in the query (e.g. y = 2 AS is_two), or use kmeans to group rows without a label."
-            )
+        self.classes_ = binary_classes(y_host, "logistic regression", ", or use kmeans to group rows without a label")
         M = as_matrix(X)
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
         solvers = {

@@ -8,10 +8,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from ilargi_db.errors import IlargiError
-from ilargi_db.models._base import as_matrix, check_input, to_host, warn_if_not_converged
+from ilargi_db.models._base import as_matrix, binary_classes, check_input, to_host, warn_if_not_converged
 from ilargi_db.models._duhl_solver import fit_duhl
 from ilargi_db.models._linear import _LinearModel
 from ilargi_db.models._row_sums import _hinge
@@ -88,19 +86,7 @@ class LinearSVC(ClassifierMixin, _LinearModel):
         self._validate_params()
         self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
-        if type_of_target(y_host) == "continuous":
-            raise IlargiError(
-                "a linear SVM needs two classes, but the target is continuous: turn it into a label in the query "
-                "(e.g. y > 15 AS late), or use linear_regression."
-            )
-        check_classification_targets(y_host)
-        self.classes_ = np.unique(y_host)
-        if len(self.classes_) != 2:  # scikit-learn's words first: its estimator checks look for them
-            raise IlargiError(
-                f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
-                f"y has {len(self.classes_)} classes ({self.classes_[:5].tolist()}). Encode it as two classes "
-                "in the query (e.g. y = 2 AS is_two)."
-            )
+        self.classes_ = binary_classes(y_host, "a linear SVM")
         M = as_matrix(X)
         signs = np.where(np.asarray(y_host) == self.classes_[1], 1.0, -1.0)
         scaling = self.intercept_scaling if self.fit_intercept else 0.0

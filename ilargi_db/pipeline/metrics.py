@@ -91,30 +91,23 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
             "mae": float(metrics.mean_absolute_error(y, p)),
         }
-    if kind == "margin":  # an SVM's class and score: no probability, so no log-loss
-        score = model.decision_function(X)
-        truth, guess = y == model.classes_[1], score > 0
-        both = len(np.unique(truth)) == 2
-        return {
-            "accuracy": float(metrics.accuracy_score(truth, guess)),
-            "precision": float(metrics.precision_score(truth, guess, zero_division=0)),
-            "recall": float(metrics.recall_score(truth, guess, zero_division=0)),
-            "f1": float(metrics.f1_score(truth, guess, zero_division=0)),
-            "hinge_loss": float(np.maximum(0.0, 1.0 - np.where(truth, 1.0, -1.0) * score).mean()),
-            "roc_auc": float(metrics.roc_auc_score(truth, score)) if both else float("nan"),
-        }
-    if kind == "classification":
-        proba = model.predict_proba(X)[:, 1]
+    if kind in ("margin", "classification"):
         truth = y == model.classes_[1]
-        guess = proba > 0.5
+        if kind == "margin":  # an SVM's class and score: no probability, so its hinge loss for the log-loss
+            score = model.decision_function(X)
+            hinge = np.maximum(0.0, 1.0 - np.where(truth, 1.0, -1.0) * score).mean()
+            guess, loss = score > 0, {"hinge_loss": float(hinge)}
+        else:
+            score = model.predict_proba(X)[:, 1]
+            guess, loss = score > 0.5, {"log_loss": float(metrics.log_loss(truth, score, labels=[False, True]))}
         both = len(np.unique(truth)) == 2
         return {
             "accuracy": float(metrics.accuracy_score(truth, guess)),
             "precision": float(metrics.precision_score(truth, guess, zero_division=0)),
             "recall": float(metrics.recall_score(truth, guess, zero_division=0)),
             "f1": float(metrics.f1_score(truth, guess, zero_division=0)),
-            "log_loss": float(metrics.log_loss(truth, proba, labels=[False, True])),
-            "roc_auc": float(metrics.roc_auc_score(truth, proba)) if both else float("nan"),
+            **loss,
+            "roc_auc": float(metrics.roc_auc_score(truth, score)) if both else float("nan"),
         }
     if kind == "clustering":
         return {"inertia": -float(model.score(X))}
