@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -156,10 +155,10 @@ def test_prefetching_changes_nothing_but_the_wait():
                 raise RuntimeError("stop")
 
 
-def test_spilled_partitions_are_removed_after_training(con):
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "ilargi-stream-*")))
-    ilargi_db.train(con, STAR, "y", memory_budget="500KB", **RUN)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "ilargi-stream-*"))) == before
+def test_spilled_partitions_are_removed_after_training(con, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its own temp directory: other runs use /tmp too
+    model = ilargi_db.train(con, STAR, "y", memory_budget="500KB", **RUN)
+    assert model.streamed_["spill"] and not os.listdir(tmp_path)
 
 
 def test_without_room_to_spill_every_pass_reads_duckdb_again_and_gives_the_same_model(con, monkeypatch):
