@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import duckdb
@@ -9,6 +11,7 @@ import pytest
 # The cost model's calibration and iteration history live in the user's cache: the tests use their own,
 # so that neither the machine's calibration changes their plans nor they change the user's.
 os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi_test_cache_")
+atexit.register(shutil.rmtree, os.environ["ILARGI_CACHE_DIR"], ignore_errors=True)  # nothing left in /tmp
 
 
 def gpu_usable() -> bool:
