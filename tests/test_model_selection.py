@@ -1,0 +1,114 @@
+"""scikit-learn's model selection runs on a normalized matrix with ilargi_db's estimators: the splitters select
+rows (``X[rows]``, kept factorized), and every score equals the same search on the materialized join."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, cross_val_score, train_test_split
+from sklearn.pipeline import Pipeline
+
+import ilargi_db
+from ilargi_db.linalg import NormalizedMatrix
+from ilargi_db.models import LinearRegression, LogisticRegression
+
+QUERY = """
+    SELECT s.amount, s.discount, c.age, c.segment, r.income, s.y
+    FROM sales s JOIN customers c ON s.customer = c.id LEFT JOIN regions r ON c.region = r.id
+"""
+ALPHAS = [0.01, 1.0, 30.0, 1000.0]
+
+
+@pytest.fixture(scope="module")
+def join():
+    """A snowflake (sales -> customers -> regions) with a text feature (one-hot) and customers of no region."""
+    rng = np.random.default_rng(7)
+    n, customers, regions = 400, 37, 5
+    region = rng.integers(0, regions + 1, customers)  # region `regions` does not exist: LEFT JOIN leaves it empty
+    age = rng.integers(18, 70, customers).astype(float)
+    segment = np.array(["retail", "corporate", "home"])[rng.integers(0, 3, customers)]
+    customer = rng.integers(0, customers, n)
+    amount, discount = rng.normal(100, 20, n).round(2), rng.random(n).round(3)
+    y = 0.3 * amount - 10 * discount + 0.2 * age[customer] + 5 * (segment[customer] == "home") + rng.normal(0, 4, n)
+    con = duckdb.connect()
+    for name, table in {
+        "regions": pa.table({"id": np.arange(regions), "income": np.arange(regions) * 1.5 + 2}),
+        "customers": pa.table({"id": np.arange(customers), "age": age, "segment": segment, "region": region}),
+        "sales": pa.table({"customer": customer, "amount": amount, "discount": discount, "y": y}),
+    }.items():
+        con.register(f"{name}_arrow", table)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
+    X, y = ilargi_db.normalize(con, QUERY, target="y", backend="numpy")
+    return X, np.asarray(y), X.materialize()
+
+
+def test_a_split_of_a_normalized_matrix_is_a_normalized_matrix_of_those_rows(join):
+    X, y, T = join
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.25, random_state=0)
+    T_train, T_test, _, _ = train_test_split(T, y, test_size=0.25, random_state=0)
+    assert isinstance(X_train, NormalizedMatrix) and isinstance(X_test, NormalizedMatrix)
+    np.testing.assert_array_equal(X_train.materialize(), T_train)
+    np.testing.assert_array_equal(X_test.materialize(), T_test)
+    for train, test in KFold(5, shuffle=True, random_state=1).split(X):
+        np.testing.assert_array_equal(X[train].materialize(), T[train])
+        np.testing.assert_array_equal(X[test].materialize(), T[test])
+
+
+def test_cross_val_score_of_ridge_equals_it_on_the_materialized_join(join):
+    X, y, T = join
+    cv = KFold(5, shuffle=True, random_state=0)
+    factorized = cross_val_score(LinearRegression(alpha=1.0), X, y, cv=cv)
+    dense = cross_val_score(LinearRegression(alpha=1.0), T, y, cv=cv)
+    np.testing.assert_allclose(factorized, dense, rtol=0, atol=1e-8)
+    assert factorized.mean() > 0.5  # a model worth selecting: the scores are not noise
+
+
+def test_grid_search_over_alpha_picks_what_it_picks_on_the_materialized_join(join):
+    X, y, T = join
+    cv = KFold(5, shuffle=True, random_state=0)
+    grid = {"alpha": ALPHAS}
+    factorized = GridSearchCV(LinearRegression(), grid, cv=cv).fit(X, y)
+    dense = GridSearchCV(LinearRegression(), grid, cv=cv).fit(T, y)
+    assert factorized.best_params_ == dense.best_params_
+    for key in ("mean_test_score", *(f"split{k}_test_score" for k in range(5))):
+        np.testing.assert_allclose(factorized.cv_results_[key], dense.cv_results_[key], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(factorized.best_estimator_.coef_, dense.best_estimator_.coef_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(factorized.predict(X[:10]), dense.predict(T[:10]), rtol=1e-10)
+
+
+def test_grid_search_of_logistic_regression_by_roc_auc_equals_it_on_the_materialized_join(join):
+    X, y, T = join
+    label = (y > np.median(y)).astype(int)
+    cv = StratifiedKFold(4, shuffle=True, random_state=0)
+    grid = {"C": [0.01, 1.0, 100.0]}
+    model = LogisticRegression(solver="newton", max_iter=50)
+    factorized = GridSearchCV(model, grid, cv=cv, scoring="roc_auc").fit(X, label)
+    dense = GridSearchCV(model, grid, cv=cv, scoring="roc_auc").fit(T, label)
+    assert factorized.best_params_ == dense.best_params_
+    np.testing.assert_allclose(
+        factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
+    )
+
+
+def test_a_pipeline_ending_in_an_ilargi_estimator_is_searched_without_densifying(join):
+    X, y, T = join
+    seen = []
+
+    class Recorder(LinearRegression):
+        """The pipeline's last step, noting what the search hands it."""
+
+        def fit(self, X, y, **kwargs):
+            seen.append(type(X))
+            return super().fit(X, y, **kwargs)
+
+    pipe = Pipeline([("model", Recorder())])
+    cv = KFold(3, shuffle=True, random_state=2)
+    factorized = GridSearchCV(pipe, {"model__alpha": ALPHAS}, cv=cv).fit(X, y)
+    dense = GridSearchCV(Pipeline([("model", LinearRegression())]), {"model__alpha": ALPHAS}, cv=cv).fit(T, y)
+    assert factorized.best_params_ == dense.best_params_
+    np.testing.assert_allclose(
+        factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
+    )
+    assert set(seen) == {NormalizedMatrix}  # every fold and the refit got the factorized rows
