@@ -9,10 +9,12 @@ import pyarrow as pa
 import pytest
 from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, cross_val_score, train_test_split
 from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler as DenseScaler
 
 import ilargi_db
-from ilargi_db.linalg import NormalizedMatrix
-from ilargi_db.models import LinearRegression, LogisticRegression
+from ilargi_db.errors import IlargiError
+from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
+from ilargi_db.models import LinearRegression, LogisticRegression, StandardScaler
 
 QUERY = """
     SELECT s.amount, s.discount, c.age, c.segment, r.income, s.y
@@ -112,3 +114,38 @@ def test_a_pipeline_ending_in_an_ilargi_estimator_is_searched_without_densifying
         factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
     )
     assert set(seen) == {NormalizedMatrix}  # every fold and the refit got the factorized rows
+
+
+def test_a_pipeline_that_standardizes_hands_the_estimator_a_standardized_view_not_a_dense_matrix(join):
+    X, y, T = join
+    label = (y > np.median(y)).astype(int)
+    seen = []
+
+    class Recorder(LogisticRegression):
+        def fit(self, X, y, **kwargs):
+            seen.append(type(X))
+            return super().fit(X, y, **kwargs)
+
+    cv = StratifiedKFold(4, shuffle=True, random_state=3)
+    grid = {"model__C": [0.001, 0.1, 10.0]}
+    factorized = GridSearchCV(Pipeline([("scale", StandardScaler()), ("model", Recorder())]), grid, cv=cv)
+    dense = GridSearchCV(Pipeline([("scale", DenseScaler()), ("model", LogisticRegression())]), grid, cv=cv)
+    factorized.fit(X, label)
+    dense.fit(T, label)
+    assert set(seen) == {ScaledMatrix}
+    assert factorized.best_params_ == dense.best_params_
+    np.testing.assert_allclose(
+        factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
+    )
+    np.testing.assert_allclose(factorized.predict_proba(X), dense.predict_proba(T), atol=1e-6)
+
+
+def test_the_scaler_learns_scikit_learns_mean_and_scale_on_the_join(join):
+    X, _, T = join
+    ours, theirs = StandardScaler().fit(X), DenseScaler().fit(T)
+    np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-12)
+    np.testing.assert_allclose(ours.scale_, theirs.scale_, rtol=1e-9)
+    np.testing.assert_allclose(ours.transform(X).materialize(), theirs.transform(T), atol=1e-9)
+    np.testing.assert_allclose(StandardScaler(with_mean=False).fit(X).mean_, 0.0)
+    with pytest.raises(IlargiError, match="standardized already"):
+        StandardScaler().fit(ours.transform(X))
