@@ -1,5 +1,6 @@
-"""scikit-learn's model selection runs on a normalized matrix with ilargi_db's estimators: the splitters select
-rows (``X[rows]``, kept factorized), and every score equals the same search on the materialized join."""
+"""Model selection over a join: scikit-learn's splitters, searches and pipelines run on a normalized matrix with
+ilargi_db's estimators (``X[rows]`` kept factorized), and ``ilargi_db.cross_validate`` reads once; every score
+equals the same search on the materialized join."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold, cross_val_score, train_test_split
+from sklearn.model_selection import (
+    GridSearchCV,
+    KFold,
+    ShuffleSplit,
+    StratifiedKFold,
+    cross_val_score,
+    train_test_split,
+)
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler as DenseScaler
 
@@ -24,7 +32,7 @@ ALPHAS = [0.01, 1.0, 30.0, 1000.0]
 
 
 @pytest.fixture(scope="module")
-def join():
+def database():
     """A snowflake (sales -> customers -> regions) with a text feature (one-hot) and customers of no region."""
     rng = np.random.default_rng(7)
     n, customers, regions = 400, 37, 5
@@ -42,7 +50,14 @@ def join():
     }.items():
         con.register(f"{name}_arrow", table)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
-    X, y = ilargi_db.normalize(con, QUERY, target="y", backend="numpy")
+        con.unregister(f"{name}_arrow")
+    return con
+
+
+@pytest.fixture(scope="module")
+def join(database):
+    """The query's normalized matrix, its target, and the join materialized (the oracle)."""
+    X, y = ilargi_db.normalize(database, QUERY, target="y", backend="numpy")
     return X, np.asarray(y), X.materialize()
 
 
@@ -149,3 +164,77 @@ def test_the_scaler_learns_scikit_learns_mean_and_scale_on_the_join(join):
     np.testing.assert_allclose(StandardScaler(with_mean=False).fit(X).mean_, 0.0)
     with pytest.raises(IlargiError, match="standardized already"):
         StandardScaler().fit(ours.transform(X))
+
+
+def test_cross_validate_reads_once_and_scores_as_grid_search_on_the_materialized_join(database, join):
+    _, y, T = join
+    cv = KFold(5, shuffle=True, random_state=4)
+    rows = ilargi_db.cross_validate(
+        database, QUERY, "y", "linear_regression", cv=cv, param_grid={"alpha": ALPHAS}, backend="numpy"
+    )
+    dense = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv).fit(T, y).cv_results_
+    assert [r["params"] for r in rows] == dense["params"]
+    assert [r["rank"] for r in rows] == dense["rank_test_score"].tolist()
+    np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
+    np.testing.assert_allclose([r["std_score"] for r in rows], dense["std_test_score"], rtol=0, atol=1e-8)
+    for k in range(5):
+        np.testing.assert_allclose([r["fold_scores"][k] for r in rows], dense[f"split{k}_test_score"], atol=1e-8)
+    assert all(r["fit_seconds"] > 0 for r in rows)
+    assert pa.Table.from_pylist(rows).num_rows == len(ALPHAS)  # a table DuckDB can query
+
+
+def test_cross_validate_with_held_out_rows_that_overlap_sums_each_fold_itself(database, join):
+    _, y, T = join
+    cv = ShuffleSplit(3, test_size=0.3, random_state=5)  # held-out rows repeat across splits
+    rows = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=cv, param_grid={"alpha": ALPHAS})
+    dense = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv).fit(T, y).cv_results_
+    np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
+
+
+def test_cross_validate_of_a_classifier_takes_a_scorer_and_stratified_folds(database, join):
+    _, y, T = join
+    con = database
+    con.execute(
+        "CREATE OR REPLACE VIEW labelled AS "
+        "SELECT * REPLACE (CAST(y > (SELECT median(y) FROM sales) AS INTEGER) AS y) FROM sales"
+    )
+    query = QUERY.replace("FROM sales s", "FROM labelled s")
+    label = (y > np.median(y)).astype(int)
+    grid = [{"C": [0.01, 1.0]}, {"C": [10.0], "fit_intercept": [False]}]
+    rows = ilargi_db.cross_validate(
+        con,
+        query,
+        "y",
+        "logistic_regression",
+        cv=4,
+        param_grid=grid,
+        scoring="roc_auc",
+        solver="newton",
+        backend="numpy",
+    )
+    search = GridSearchCV(
+        LogisticRegression(solver="newton"),
+        grid,
+        cv=StratifiedKFold(4, shuffle=True, random_state=0),
+        scoring="roc_auc",
+    )
+    dense = search.fit(T, label).cv_results_
+    assert [r["params"] for r in rows] == dense["params"]
+    np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "settings", "message"),
+    [
+        ("kmeans", {}, "supervised models fitted on a normalized matrix, one of linear_regression"),
+        ("gradient_boosting", {}, "supervised models fitted on a normalized matrix"),
+        ("linear_regression", {"param_grid": {"alfa": [1.0]}}, "unknown parameter"),
+        ("linear_regression", {"param_grid": {"alpha": [-1.0]}}, "'alpha' parameter of LinearRegression"),
+        ("linear_regression", {"alpha": 1.0, "param_grid": {"alpha": [2.0]}}, "both as a parameter and in param_grid"),
+        ("linear_regression", {"cv": 1}, "the number of folds"),
+    ],
+)
+def test_cross_validate_refuses_bad_settings_before_reading(algorithm, settings, message):
+    con = duckdb.connect()  # no tables: any read would fail with another error
+    with pytest.raises(ValueError, match=message):  # IlargiError, or scikit-learn's for a parameter's value
+        ilargi_db.cross_validate(con, "SELECT f.x, f.y FROM missing f", "y", algorithm, **settings)
