@@ -3,8 +3,8 @@
 The query is read once into a normalized matrix; each fold's training and held-out rows are row selections
 of it (``X[rows]``: the dimension blocks shared, never copied), built once and fitted with every parameter
 set, so a parameter set after the first reuses the fold's memoized X^T X and column sums. When the
-held-out rows of the folds partition the rows (k-fold), a fold's X^T X is the whole one less its held-out
-rows': the data is summed once in all, not once per fold.
+held-out rows of the folds partition the rows (k-fold), a fold's X^T X is the sum of the other folds'
+held-out rows' ones: the data is summed once in all, not once per fold.
 """
 
 from __future__ import annotations
@@ -60,16 +60,19 @@ def _reads_the_gram(estimator: Any, n_features: int) -> bool:
 
 
 def _share_fold_sums(X: Any, folds: Sequence[tuple[np.ndarray, np.ndarray]], train_rows: list[Any]) -> None:
-    """Give each fold's training rows X^T X and the column sums as the whole's less the held-out rows', when
-    the held-out rows partition the rows; otherwise each fold sums its own (once, for every parameter set)."""
+    """Give each fold's training rows X^T X and the column sums as the sums of the other folds' held-out rows,
+    when the held-out rows partition the rows (every row summed once in all; sums of sums, no subtraction
+    that would cancel digits); otherwise each fold sums its own (once, for every parameter set)."""
     held_out = np.concatenate([test for _, test in folds])
     if len(held_out) != X.shape[0] or not np.array_equal(np.sort(held_out), np.arange(X.shape[0])):
         return
     pieces = [X[test] for _, test in folds]
     grams, colsums = [p.crossprod() for p in pieces], [p.colsums() for p in pieces]
-    gram, total = sum(grams), sum(colsums)
-    for train, g, c in zip(train_rows, grams, colsums):
-        train.restore_memoized_sums({CROSSPROD: gram - g, COLSUMS: total - c})
+    for k, train in enumerate(train_rows):
+        others = [j for j in range(len(folds)) if j != k]
+        train.restore_memoized_sums(
+            {CROSSPROD: sum(grams[j] for j in others), COLSUMS: sum(colsums[j] for j in others)}
+        )
 
 
 def _rank(means: np.ndarray) -> list[int]:
