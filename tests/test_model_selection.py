@@ -238,3 +238,13 @@ def test_cross_validate_refuses_bad_settings_before_reading(algorithm, settings,
     con = duckdb.connect()  # no tables: any read would fail with another error
     with pytest.raises(ValueError, match=message):  # IlargiError, or scikit-learn's for a parameter's value
         ilargi_db.cross_validate(con, "SELECT f.x, f.y FROM missing f", "y", algorithm, **settings)
+
+
+def test_a_search_with_worker_processes_sends_them_the_normalized_matrix(join):
+    X, y, T = join
+    cv = KFold(3, shuffle=True, random_state=6)
+    factorized = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv, n_jobs=2).fit(X, y)
+    dense = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv).fit(T, y)
+    np.testing.assert_allclose(
+        factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
+    )
