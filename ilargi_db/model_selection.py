@@ -154,7 +154,7 @@ def cross_validate(
     train_rows, test_rows = [X[train] for train, _ in folds], [X[test] for _, test in folds]
     if any(_reads_the_gram(make_estimator(algorithm, {**params, **c}), X.shape[1]) for c in candidates):
         _share_fold_sums(X, folds, train_rows)
-    rows = []
+    found = []
     for candidate in candidates:
         scores, seconds = [], 0.0
         for (train, test), X_train, X_test in zip(folds, train_rows, test_rows):
@@ -162,18 +162,19 @@ def cross_validate(
             fitted = make_estimator(algorithm, {**params, **candidate}).fit(X_train, y[train])
             seconds += time.perf_counter() - began
             scores.append(float(scorer(fitted, X_test, y[test])))
-        rows.append(
-            {
-                "params": candidate,
-                "mean_score": float(np.mean(scores)),
-                "std_score": float(np.std(scores)),
-                "fold_scores": scores,
-                "fit_seconds": seconds,
-            }
-        )
-    for row, rank in zip(rows, _rank(np.array([r["mean_score"] for r in rows]))):
-        row["rank"] = rank
-    return rows
+        found.append((candidate, scores, seconds))
+    ranks = _rank(np.array([np.mean(scores) for _, scores, _ in found]))
+    return [
+        {
+            "params": {name: value.item() if isinstance(value, np.generic) else value for name, value in c.items()},
+            "rank": rank,
+            "mean_score": float(np.mean(scores)),
+            "std_score": float(np.std(scores)),
+            "fold_scores": scores,
+            "fit_seconds": seconds,
+        }
+        for (c, scores, seconds), rank in zip(found, ranks)
+    ]
 
 
 __all__ = ["cross_validate"]

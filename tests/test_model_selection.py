@@ -186,8 +186,11 @@ def test_cross_validate_reads_once_and_scores_as_grid_search_on_the_materialized
 def test_cross_validate_with_held_out_rows_that_overlap_sums_each_fold_itself(database, join):
     _, y, T = join
     cv = ShuffleSplit(3, test_size=0.3, random_state=5)  # held-out rows repeat across splits
-    rows = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=cv, param_grid={"alpha": ALPHAS})
+    grid = {"alpha": np.array(ALPHAS)}  # as np.logspace gives them
+    rows = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=cv, param_grid=grid)
     dense = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv).fit(T, y).cv_results_
+    assert [r["params"] for r in rows] == dense["params"]
+    assert all(type(r["params"]["alpha"]) is float for r in rows)  # plain numbers: JSON and Arrow take them
     np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
 
 
