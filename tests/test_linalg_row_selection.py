@@ -164,3 +164,11 @@ def test_rows_of_a_transpose_are_refused_with_the_order_that_works():
         X.T[[0, 1]]
     with pytest.raises(IlargiError, match=r"X\[rows\]\.T"):
         ScaledMatrix.standardize(X).T[[0, 1]]
+
+
+def test_a_normalized_matrix_never_turns_into_a_dense_array_implicitly():
+    X, T = _star()
+    for matrix in (X, X[[0, 1]], ScaledMatrix.standardize(X)):
+        with pytest.raises(IlargiError, match=r"does not turn into one implicitly .* X\.materialize\(\)"):
+            np.asarray(matrix)
+    assert_close(X.materialize(), T)  # building it is a deliberate call

@@ -251,3 +251,9 @@ def test_a_search_with_worker_processes_sends_them_the_normalized_matrix(join):
     np.testing.assert_allclose(
         factorized.cv_results_["mean_test_score"], dense.cv_results_["mean_test_score"], rtol=0, atol=1e-8
     )
+
+
+def test_a_scikit_learn_step_that_needs_a_dense_array_says_how_to_keep_the_join_factorized(join):
+    X, y, _ = join
+    with pytest.raises(IlargiError, match="ilargi_db.models.StandardScaler"):
+        Pipeline([("scale", DenseScaler()), ("model", LinearRegression())]).fit(X, y)

@@ -26,6 +26,7 @@ from ilargi_db.linalg.blocks import (
     merge_blocks_sharing_an_index,
     one_pass_products,
 )
+from ilargi_db.linalg.products import refuse_array
 from ilargi_db.linalg.row_selection import ROWS_OF_A_TRANSPOSE, row_positions, select_parts
 
 CROSSPROD = "crossprod"  # X^T X
@@ -60,6 +61,7 @@ class NormalizedMatrix:
 
     # NumPy defers to our __rmatmul__ and __radd__... instead of treating us as an object.
     __array_ufunc__ = None
+    __array__ = refuse_array
 
     def __init__(
         self,
@@ -426,10 +428,8 @@ class NormalizedMatrix:
 
     def __getitem__(self, rows: Any) -> Any:
         """``X[rows]`` (integers, a mask or a slice, as scikit-learn indexes) factorized; ``X[i]``: a dense row."""
-        if self._transposed:
-            raise IlargiError(ROWS_OF_A_TRANSPOSE)
-        position = row_positions(rows, self._n_rows)
-        return self.rows([position])[0] if isinstance(position, int) else self.take_rows(position)
+        position = row_positions(rows, self._n_rows)  # take_rows refuses the rows of a transpose
+        return self.take_rows([position]).materialize()[0] if isinstance(position, int) else self.take_rows(position)
 
     def row_norms_squared(self) -> Any:
         """||t_i||^2 for every row (rowSums(T * T)), factorized."""
