@@ -59,15 +59,19 @@ def _reads_the_gram(estimator: Any, n_features: int) -> bool:
     return choose is not None and choose(n_features)[0] == SolverName.NORMAL
 
 
-def _share_fold_sums(X: Any, folds: Sequence[tuple[np.ndarray, np.ndarray]], train_rows: list[Any]) -> None:
+def _share_fold_sums(
+    n_rows: int, folds: Sequence[tuple[np.ndarray, np.ndarray]], train_rows: list, test_rows: list
+) -> None:
     """Give each fold's training rows X^T X and the column sums as the sums of the other folds' held-out rows,
-    when the held-out rows partition the rows (every row summed once in all; sums of sums, no subtraction
-    that would cancel digits); otherwise each fold sums its own (once, for every parameter set)."""
+    when the held-out rows partition the rows and each fold trains on all the others (k-fold): every row
+    summed once in all, sums of sums (no subtraction to cancel digits). Otherwise each fold sums its own
+    (once, for every parameter set)."""
     held_out = np.concatenate([test for _, test in folds])
-    if len(held_out) != X.shape[0] or not np.array_equal(np.sort(held_out), np.arange(X.shape[0])):
+    if len(held_out) != n_rows or not np.array_equal(np.sort(held_out), np.arange(n_rows)):
         return
-    pieces = [X[test] for _, test in folds]
-    grams, colsums = [p.crossprod() for p in pieces], [p.colsums() for p in pieces]
+    if any(len(np.union1d(train, test)) != n_rows or len(train) + len(test) != n_rows for train, test in folds):
+        return  # a fold trains on fewer rows than the others' held-out ones (or repeats some)
+    grams, colsums = [p.crossprod() for p in test_rows], [p.colsums() for p in test_rows]
     for k, train in enumerate(train_rows):
         others = [j for j in range(len(folds)) if j != k]
         train.restore_memoized_sums(
@@ -153,7 +157,7 @@ def cross_validate(
     folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(np.zeros((len(y), 1)), y)]
     train_rows, test_rows = [X[train] for train, _ in folds], [X[test] for _, test in folds]
     if any(_reads_the_gram(make_estimator(algorithm, {**params, **c}), X.shape[1]) for c in candidates):
-        _share_fold_sums(X, folds, train_rows)
+        _share_fold_sums(X.shape[0], folds, train_rows, test_rows)
     found = []
     for candidate in candidates:
         scores, seconds = [], 0.0

@@ -194,6 +194,23 @@ def test_cross_validate_with_held_out_rows_that_overlap_sums_each_fold_itself(da
     np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
 
 
+class HalfTrainingKFold(KFold):
+    """k-fold held-out rows, each fold training on every other row of the rest: the held-out rows partition
+    the rows, but a fold's training rows are not all the others."""
+
+    def split(self, X, y=None, groups=None):
+        for train, test in super().split(X, y, groups):
+            yield train[::2], test
+
+
+def test_cross_validate_with_training_rows_short_of_the_rest_sums_each_fold_itself(database, join):
+    _, y, T = join
+    cv = HalfTrainingKFold(4, shuffle=True, random_state=8)
+    rows = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=cv, param_grid={"alpha": ALPHAS})
+    dense = GridSearchCV(LinearRegression(), {"alpha": ALPHAS}, cv=cv).fit(T, y).cv_results_
+    np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
+
+
 def test_cross_validate_of_a_classifier_takes_a_scorer_and_stratified_folds(database, join):
     _, y, T = join
     con = database
