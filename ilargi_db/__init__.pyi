@@ -30,6 +30,7 @@ from ilargi_db.models import (
     LinearRegression as LinearRegression,
     LogisticRegression as LogisticRegression,
 )
+from ilargi_db.model_selection import cross_validate as cross_validate
 from ilargi_db.normalization import normalize as normalize
 from ilargi_db.pipeline import (
     evaluate as evaluate,

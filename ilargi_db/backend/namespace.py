@@ -29,6 +29,11 @@ class Backend:
     xp: ModuleType
     sparse: ModuleType
 
+    def __reduce__(self) -> tuple:
+        # Pickled by name (modules do not pickle): a matrix sent to another process (joblib's workers in a
+        # scikit-learn search with n_jobs) finds the same backend there.
+        return (get_backend, (self.name,))
+
     def asarray(self, a: Any, dtype: Any = None) -> Any:
         """``a`` as a dense array of this backend (copies to the device once on GPU)."""
         if self.is_sparse(a):

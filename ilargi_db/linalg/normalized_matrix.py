@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_db.backend import Backend, get_backend
+from ilargi_db.errors import IlargiError
 from ilargi_db.linalg.blocks import (
     Block,
     GatherLayout,
@@ -25,6 +26,8 @@ from ilargi_db.linalg.blocks import (
     merge_blocks_sharing_an_index,
     one_pass_products,
 )
+from ilargi_db.linalg.products import refuse_array
+from ilargi_db.linalg.row_selection import ROWS_OF_A_TRANSPOSE, row_positions, select_parts
 
 CROSSPROD = "crossprod"  # X^T X
 COLSUMS = "colsums"  # the column sums
@@ -58,6 +61,7 @@ class NormalizedMatrix:
 
     # NumPy defers to our __rmatmul__ and __radd__... instead of treating us as an object.
     __array_ufunc__ = None
+    __array__ = refuse_array
 
     def __init__(
         self,
@@ -391,11 +395,8 @@ class NormalizedMatrix:
         return out
 
     def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
-        """For every row i, ``argmin_j`` and ``min_j`` of ``(T W)[i, j] + offsets[j]``, without the n x k product.
-
-        k-means' assignment step: with W = -2 C^T and offsets = ||c_j||^2, the nearest center and the
-        squared distance less ||t_i||^2.
-        """
+        """Row-wise ``argmin_j``/``min_j`` of ``(T W)[i, j] + offsets[j]`` without the n x k product: k-means'
+        assignment (W = -2 C^T, offsets = ||c_j||^2 give the nearest center, squared distance less ||t_i||^2)."""
         if self._transposed:
             raise ValueError("nearest() is defined for the untransposed matrix.")
         W = self._vector(W, self._n_cols, "nearest")
@@ -416,17 +417,19 @@ class NormalizedMatrix:
         )
 
     def take_rows(self, indices: Any) -> NormalizedMatrix:
-        """The normalized matrix of the selected output rows (only the indicators are sliced)."""
+        """The selected output rows, factorized: dimension blocks shared (:mod:`~ilargi_db.linalg.row_selection`)."""
         if self._transposed:
-            raise ValueError("take_rows() is defined for the untransposed matrix.")
-        xp = self.backend.xp
-        indices = xp.asarray(indices)
-        parts = [
-            Part(p.data, p.columns, indices if p.index is None else p.index[indices], self.backend) for p in self._parts
-        ]
-        new = self._from_parts(parts, self)
-        new._n_rows = len(indices)
+            raise IlargiError(ROWS_OF_A_TRANSPOSE)
+        positions = np.atleast_1d(row_positions(indices, self._n_rows))
+        self._layout()  # the shared blocks in the layout's column order once, not once per selection
+        new = self._from_parts(select_parts(self._parts, positions, self.backend), self)
+        new._n_rows = len(positions)
         return new
+
+    def __getitem__(self, rows: Any) -> Any:
+        """``X[rows]`` (integers, a mask or a slice, as scikit-learn indexes) factorized; ``X[i]``: a dense row."""
+        position = row_positions(rows, self._n_rows)  # take_rows refuses the rows of a transpose
+        return self.take_rows([position]).materialize()[0] if isinstance(position, int) else self.take_rows(position)
 
     def row_norms_squared(self) -> Any:
         """||t_i||^2 for every row (rowSums(T * T)), factorized."""

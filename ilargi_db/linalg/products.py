@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ilargi_db.errors import IlargiError
+
+IMPLICIT_DENSE = (
+    "this step needs a dense array, and a normalized matrix does not turn into one implicitly (that would build "
+    "the join): give the matrix to an ilargi_db estimator or ilargi_db.models.StandardScaler, or build the "
+    "dense join deliberately with X.materialize()."
+)
+
+
+def refuse_array(matrix: Any, dtype: Any = None, copy: Any = None) -> Any:
+    """``np.asarray(X)`` of a normalized matrix: refused with the way out (NumPy would make a 0-d object array,
+    and scikit-learn's checks would then speak of a "scalar array")."""
+    raise IlargiError(IMPLICIT_DENSE)
+
 
 class ProductOperators:
     """``@`` in both directions from ``_lmm`` (X W), ``_tmm`` (X^T V) and a ``_transposed`` flag.
@@ -13,6 +27,7 @@ class ProductOperators:
     """
 
     __array_ufunc__ = None  # NumPy defers to these operators
+    __array__ = refuse_array
 
     def __matmul__(self, w: Any) -> Any:
         """``X @ W``, or ``X.T @ V`` on a transposed view."""
@@ -26,4 +41,4 @@ class ProductOperators:
         return self._tmm(w) if w.ndim == 1 else self._tmm(w.T).T
 
 
-__all__ = ["ProductOperators"]
+__all__ = ["IMPLICIT_DENSE", "ProductOperators", "refuse_array"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ilargi_db.errors import IlargiError
 from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
 from ilargi_db.linalg.products import ProductOperators
+from ilargi_db.linalg.row_selection import ROWS_OF_A_TRANSPOSE, row_positions
 
 
 def _on_scaled(X: Any, rows: tuple, packed: tuple) -> tuple:
@@ -117,6 +119,19 @@ class ScaledMatrix(ProductOperators):
 
     def rows(self, indices: Any) -> Any:
         return (self.base.rows(indices) - self.mean) / self.scale
+
+    def take_rows(self, indices: Any) -> ScaledMatrix:
+        """The selected rows, standardized as the whole matrix is (the same mean and scale)."""
+        if self._transposed:
+            raise IlargiError(ROWS_OF_A_TRANSPOSE)
+        return ScaledMatrix(self.base.take_rows(indices), self.mean, self.scale)
+
+    def __getitem__(self, rows: Any) -> Any:
+        """``X[rows]`` as on the base (see :meth:`NormalizedMatrix.__getitem__`), standardized the same way."""
+        if self._transposed:
+            raise IlargiError(ROWS_OF_A_TRANSPOSE)
+        position = row_positions(rows, self.shape[0])
+        return self.rows([position])[0] if isinstance(position, int) else self.take_rows(position)
 
     def column_norms_squared(self) -> Any:
         """||z_j||^2 = (sum_i x_ij^2 - 2 mu_j sum_i x_ij + n mu_j^2) / sigma_j^2: the diagonal of Z^T Z."""

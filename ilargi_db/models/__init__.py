@@ -20,6 +20,7 @@ _LAZY = {
     "LinearSVC": "_svm",
     "LogisticRegression": "_linear",
     "NORMAL_MAX_COLUMNS": "_linear",
+    "StandardScaler": "_scaler",
 }
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "LinearRegression",
     "LinearSVC",
     "LogisticRegression",
+    "StandardScaler",
 ]
 
 from ilargi_db.models.catalog import MAX_GRAM_BYTES  # noqa: E402
