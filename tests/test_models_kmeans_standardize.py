@@ -79,6 +79,22 @@ def test_standardized_or_similar_scales_train_without_a_warning(con):
         ilargi_db.train(con, similar, None, "kmeans", n_clusters=3, random_state=0, backend="numpy")
 
 
+def test_one_hot_columns_count_at_an_indicators_scale(con):
+    # A category of 1 row in 2,000 has a standard deviation of 0.02: no reason to scale x (std 2.9) up to it.
+    con.execute(
+        "CREATE TABLE rare AS SELECT range % 10 * 1.0 AS x, range * 1000.0 AS wide, "
+        "CASE WHEN range = 0 THEN 'once' ELSE 'usual' END AS kind FROM range(2000)"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ilargi_db.train(con, "SELECT x, kind FROM rare", None, "kmeans", n_clusters=2, random_state=0, backend="numpy")
+    # A column in thousands drowns the one-hot columns: said so.
+    with pytest.warns(UserWarning, match=r"deviation .* for 'wide', 0 to 1 for one-hot columns\), so the widest"):
+        ilargi_db.train(
+            con, "SELECT wide, kind FROM rare", None, "kmeans", n_clusters=2, random_state=0, backend="numpy"
+        )
+
+
 def test_sql_training_summarizes_the_warning(con):
     ilargi_db.install(con)
     summary = con.execute(

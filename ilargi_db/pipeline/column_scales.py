@@ -11,6 +11,9 @@ from ilargi_db.errors import spell
 
 # Standard deviations this many times apart: the widest columns decide every distance.
 SCALE_RATIO_WARNING = 1e3
+# The scale a one-hot column is compared at: an indicator's largest standard deviation. Its own would flag a
+# rare category (p = 1e-6 has 1e-3) as a column to scale up, where standardizing it would make its rows outliers.
+INDICATOR_SPREAD = 0.5
 
 
 def column_spreads(X: Any) -> np.ndarray:
@@ -21,10 +24,11 @@ def column_spreads(X: Any) -> np.ndarray:
     return np.sqrt(np.maximum(second - mean**2, 0.0))
 
 
-def scale_warning(X: Any, what: str) -> str | None:
+def scale_warning(X: Any, numeric: np.ndarray, what: str) -> str | None:
     """A warning naming the widest and narrowest columns when their spreads differ by more than
-    :data:`SCALE_RATIO_WARNING` (constant columns left out), None otherwise. ``what`` names the model."""
-    spreads = column_spreads(X)
+    :data:`SCALE_RATIO_WARNING`, None otherwise. ``numeric`` marks the numeric columns (the others are one-hot:
+    compared at :data:`INDICATOR_SPREAD`); constant columns are left out. ``what`` names the model."""
+    spreads = np.where(numeric, column_spreads(X), INDICATOR_SPREAD)
     varying = np.flatnonzero(spreads > 0)
     if len(varying) < 2:
         return None
@@ -33,8 +37,18 @@ def scale_warning(X: Any, what: str) -> str | None:
     if ratio <= SCALE_RATIO_WARNING:
         return None
     names = X.feature_names
+    narrowest = f"{spreads[narrow]:.3g} for {names[narrow]!r}" if numeric[narrow] else "0 to 1 for one-hot columns"
     return (
         f"{what}: the columns' scales differ {ratio:.3g}-fold (standard deviation {spreads[wide]:.3g} for "
-        f"{names[wide]!r}, {spreads[narrow]:.3g} for {names[narrow]!r}), so the widest columns decide the "
-        f"distances: train with {spell('standardize', True)}, or scale the columns in the query."
+        f"{names[wide]!r}, {narrowest}), so the widest columns decide the distances: train with "
+        f"{spell('standardize', True)}, or scale the columns in the query."
     )
+
+
+def numeric_columns(encoder: Any, n_columns: int) -> np.ndarray:
+    """Which of the encoded columns hold a numeric feature (the rest are one-hot indicators)."""
+    numeric = np.zeros(n_columns, dtype=bool)
+    for j, spec in enumerate(encoder.specs_):
+        if spec.kind == "numeric":
+            numeric[int(encoder.offsets_[j])] = True
+    return numeric

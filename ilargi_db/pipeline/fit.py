@@ -12,7 +12,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
 from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
-from ilargi_db.pipeline.column_scales import scale_warning
+from ilargi_db.pipeline.column_scales import numeric_columns, scale_warning
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
@@ -28,7 +28,9 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     scaled = job.options.standardize and facts.standardizes  # trees need no scaling, NMF no negative values
     X, y = data.X, data.y
     # k-means' distances hang on the columns' scales (a linear model's predictions do not, only its convergence)
-    unscaled = scale_warning(X, spec.algorithm) if facts.standardizes and not spec.supervised and not scaled else None
+    unscaled = None
+    if facts.standardizes and not spec.supervised and not scaled:
+        unscaled = scale_warning(X, numeric_columns(data.encoder, X.shape[1]), spec.algorithm)
     M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
     warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
     unconverged = getattr(estimator, "convergence_warning_", None)
