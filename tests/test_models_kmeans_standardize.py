@@ -89,7 +89,7 @@ def test_one_hot_columns_count_at_an_indicators_scale(con):
         warnings.simplefilter("error")
         ilargi_db.train(con, "SELECT x, kind FROM rare", None, "kmeans", n_clusters=2, random_state=0, backend="numpy")
     # A column in thousands drowns the one-hot columns: said so.
-    with pytest.warns(UserWarning, match=r"deviation .* for 'wide', 0 to 1 for one-hot columns\), so the widest"):
+    with pytest.warns(UserWarning, match=r"deviation .* for 'wide', at most 0.5 for one-hot columns\), so the widest"):
         ilargi_db.train(
             con, "SELECT wide, kind FROM rare", None, "kmeans", n_clusters=2, random_state=0, backend="numpy"
         )

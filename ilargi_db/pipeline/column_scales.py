@@ -37,7 +37,11 @@ def scale_warning(X: Any, numeric: np.ndarray, what: str) -> str | None:
     if ratio <= SCALE_RATIO_WARNING:
         return None
     names = X.feature_names
-    narrowest = f"{spreads[narrow]:.3g} for {names[narrow]!r}" if numeric[narrow] else "0 to 1 for one-hot columns"
+    narrowest = (
+        f"{spreads[narrow]:.3g} for {names[narrow]!r}"
+        if numeric[narrow]
+        else f"at most {INDICATOR_SPREAD} for one-hot columns"
+    )
     return (
         f"{what}: the columns' scales differ {ratio:.3g}-fold (standard deviation {spreads[wide]:.3g} for "
         f"{names[wide]!r}, {narrowest}), so the widest columns decide the distances: train with "
