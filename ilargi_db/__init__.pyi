@@ -36,6 +36,7 @@ from ilargi_db.pipeline import (
     evaluate as evaluate,
     explain as explain,
     predict as predict,
+    predict_proba as predict_proba,
     train as train,
     train_batch as train_batch,
 )

@@ -171,7 +171,10 @@ class TrainedModel:
             _restore_trees(estimator, fitted, encoder, len(names))
         else:
             encoder = FeatureEncoder.from_state(preprocessing)
-            for attr in algorithm_facts(algorithm).fitted:
+            facts = algorithm_facts(algorithm)
+            for attr in facts.fitted:
+                if attr in facts.optional_fitted and attr not in fitted:
+                    continue  # a fit that did not learn it (k-means trained on the columns as they are)
                 value = fitted[attr]
                 setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
         if list(encoder.feature_names_out_) != names:

@@ -211,18 +211,18 @@ def test_errors_speak_the_callers_language(db, capsys):
     with pytest.raises(ilargi_db.IlargiError, match=r"pass target='<label column>'"):
         ilargi_db.train(con, query, algorithm="linear_regression", backend="numpy")
     with pytest.raises(ilargi_db.IlargiError, match=r"\(standardize=True, or|standardize=True is for"):
-        ilargi_db.train(con, query, algorithm="kmeans", standardize=True, backend="numpy")
+        ilargi_db.train(con, query, algorithm="gnmf", standardize=True, backend="numpy")
     ilargi_db.install(con)
     with pytest.raises(duckdb.Error, match=r"pass the target argument \('<label column>'\)"):
         con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', NULL)")
     with pytest.raises(duckdb.Error, match=r"""options := '\{"standardize": true\}' is for"""):
-        con.execute("""SELECT ilargi_train('m', 'kmeans', 'SELECT x, y FROM t', NULL, '{"standardize": true}')""")
+        con.execute("""SELECT ilargi_train('m', 'gnmf', 'SELECT x, y FROM t', NULL, '{"standardize": true}')""")
     con.close()
 
     assert cli.main(["train", "m", "linear_regression", query, "--db", db]) == 1
     assert "pass --target <label column>." in capsys.readouterr().err
     options = '{"standardize": true}'
-    assert cli.main(["train", "m", "kmeans", query, "--options", options, "--db", db]) == 1
+    assert cli.main(["train", "m", "gnmf", query, "--options", options, "--db", db]) == 1
     assert """--options '{"standardize": true}' is for linear""" in capsys.readouterr().err
     assert cli.main(["train", "m", "kmeans", query, "--target", "y", "--db", db]) == 1
     assert "pass no --target, and leave 'y' out" in capsys.readouterr().err

@@ -218,7 +218,7 @@ def test_rows_with_a_null_target_are_left_out(con):
         ({"target": None}, IlargiError, "needs a target"),
         ({"strategy": "fast"}, IlargiError, "strategy must be one of"),
         ({"target": "origin_name"}, PlanError, "must be numeric or BOOLEAN"),
-        ({"algorithm": "kmeans", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
+        ({"algorithm": "gnmf", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
         ({"alpha": True}, IlargiError, "parameter 'alpha' of linear_regression takes a number, got True"),
         ({"algorithm": "kmeans", "target": None, "n_clusters": True}, IlargiError, "takes an integer, got True"),
         ({"standardize": "no"}, IlargiError, "standardize must be True or False, got 'no'"),

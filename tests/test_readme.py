@@ -191,6 +191,7 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.reuse.store import DEFAULT_MEMORY_BUDGET, DEFAULT_STORAGE_BUDGET
     from ilargi_db.shell import DEFAULT_MAXROWS
     from ilargi_db.shell.render import MODES
+    from ilargi_db.sql_functions.coefficients import TABLE_MACROS
     from ilargi_db.sql_functions.functions import FUNCTIONS
     from ilargi_db.sql_functions.install import MIN_DUCKDB
     from ilargi_db.sql_functions.macros import INLINE_CATEGORIES
@@ -202,8 +203,8 @@ def code_facts() -> dict[str, object]:
     setup = re.search(r"## Set-up.*?```bash\n(.*?)```", README.read_text(), re.S).group(1)
     return {
         "set-up commands": len(setup.strip().splitlines()),
-        "SQL functions": len(FUNCTIONS),
-        "SQL function names": list(FUNCTIONS),
+        "SQL functions": len(FUNCTIONS) + len(TABLE_MACROS),
+        "SQL function names": list(FUNCTIONS) + list(TABLE_MACROS),
         "algorithms": len(CATALOG),
         "algorithms train_flights.py trains": sum(f'"{name}"' in flights_script for name in CATALOG),
         "Hamlet shapes": list(HAMLET_SHAPES),

@@ -113,9 +113,8 @@ class Explanation:
 
 def scales_columns(algorithm: str, standardize: bool) -> bool:
     """Whether ``train(..., standardize=standardize)`` trains ``algorithm`` on standardized columns (linear
-    models do; trees split on bins, and the unsupervised models take the columns as they are)."""
-    facts = algorithm_facts(algorithm)
-    return standardize and facts.supervised and facts.reads != "bins"
+    models and k-means do; trees split on bins, and NMF needs its columns non-negative)."""
+    return standardize and algorithm_facts(algorithm).standardizes
 
 
 def _check(algorithm: str, params: dict) -> None:

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
+from ilargi_db.linalg import ScaledMatrix
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
 
 
@@ -69,6 +70,10 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
     n_iter_ : int
     loss_curve_ : list of float
         Inertia after each iteration of the kept run.
+    feature_scale_ : ndarray of shape (n_features,)
+        Only for a model trained by ``ilargi_db.train(..., standardize=True)``: each column's standard deviation
+        in training. ``cluster_centers_`` stay in the columns' own units; distances (``predict``,
+        ``transform``, ``score``, ``inertia_``) are measured on the columns divided by it, as trained.
 
     Examples
     --------
@@ -188,19 +193,25 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
         inertia = float(to_host(xp.maximum(row_norms + closest, 0).sum()))
         return centers, to_host(labels), inertia, len(losses), losses
 
+    def _distances(self, X: Any) -> Any:
+        """Squared distances of every row to every center, on the columns as trained (scaled, if they were)."""
+        check_is_fitted(self)
+        (X,) = check_input(self, X, reset=False)
+        M, centers = as_matrix(X), np.asarray(self.cluster_centers_, dtype=float)
+        scale = getattr(self, "feature_scale_", None)
+        if scale is not None:  # centering cancels in a difference: dividing by the scale is the whole change
+            scale = np.asarray(scale, dtype=float)
+            M, centers = ScaledMatrix(M, np.zeros_like(scale), scale), centers / scale
+        return _squared_distances(M, M.row_norms_squared(), centers)
+
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest center for every row."""
-        check_is_fitted(self)
-        (X,) = check_input(self, X, reset=False)
-        M = as_matrix(X)
-        return to_host(M.backend.xp.argmin(_squared_distances(M, M.row_norms_squared(), self.cluster_centers_), 1))
+        distances = self._distances(X)
+        return to_host(distances.argmin(axis=1))
 
     def transform(self, X: Any) -> np.ndarray:
-        """Euclidean distances of every row to every center."""
-        check_is_fitted(self)
-        (X,) = check_input(self, X, reset=False)
-        M = as_matrix(X)
-        return np.sqrt(to_host(_squared_distances(M, M.row_norms_squared(), self.cluster_centers_)))
+        """Euclidean distances of every row to every center (on the standardized columns if trained so)."""
+        return np.sqrt(to_host(self._distances(X)))
 
     def score(self, X: Any, y: Any = None) -> float:
         """Opposite of the inertia of ``X`` against the centers (higher is better)."""

@@ -103,6 +103,8 @@ class Algorithm:
     reads: str = "matrix"  # its training rows: "matrix" (one-hot, imputed, a normalized matrix) or "bins" (trees)
     iterations_parameter: str = "max_iter"  # the parameter bounding its iterations
     penalty: str | None = None  # how its L2 penalty is set: "alpha" (ridge's strength) or "C" (its inverse)
+    standardizes: bool = False  # train(..., standardize=True) fits it on standardized columns
+    optional_fitted: tuple[str, ...] = ()  # of ``fitted``, what only some fits learn (a record may lack it)
 
     def solver(self, name: str) -> Solver:
         """The named solver's facts (any solver the estimator accepts, not only the plan's candidates)."""
@@ -158,6 +160,7 @@ CATALOG: dict[str, Algorithm] = {
             macro="linear",
             metrics="regression",
             penalty="alpha",
+            standardizes=True,
         ),
         Algorithm(
             "logistic_regression",
@@ -168,6 +171,7 @@ CATALOG: dict[str, Algorithm] = {
             macro="logistic",
             metrics="classification",
             penalty="C",
+            standardizes=True,
         ),
         Algorithm(
             "linear_svc",
@@ -178,6 +182,7 @@ CATALOG: dict[str, Algorithm] = {
             macro="margin",
             metrics="margin",
             penalty="C",
+            standardizes=True,
         ),
         Algorithm(
             "kmeans",
@@ -186,9 +191,11 @@ CATALOG: dict[str, Algorithm] = {
             solvers=(Solver(SolverName.LLOYD, 300, 1e-4, 30.0),),
             width_parameter="n_clusters",
             default_width=8,
-            fitted=("cluster_centers_", "inertia_", "n_iter_"),
+            fitted=("cluster_centers_", "inertia_", "n_iter_", "feature_scale_"),
             macro="nearest_centroid",
             metrics="clustering",
+            standardizes=True,
+            optional_fitted=("feature_scale_",),  # learned only when trained standardized
         ),
         Algorithm(
             "gnmf",
@@ -283,7 +290,7 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
         "the array library: NumPy, CuPy on a GPU, or CuPy where one is usable",
         choices=BACKENDS,
     ),
-    TrainSetting("standardize", (bool,), (bool,), False, "train linear models on standardized columns"),
+    TrainSetting("standardize", (bool,), (bool,), False, "train linear models and k-means on standardized columns"),
     TrainSetting("impute", (bool,), (bool,), True, "replace numeric NULLs by the training mean"),
     TrainSetting(
         "reuse",

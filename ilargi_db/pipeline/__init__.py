@@ -21,7 +21,7 @@ from ilargi_db.pipeline.metrics import metrics_of, training_metrics
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions, model_specs
 from ilargi_db.pipeline.planning import JobPlan
 from ilargi_db.pipeline.readers import ReadSettings, TrainingData, read_training_data
-from ilargi_db.pipeline.scoring import encoded_rows, evaluate, predict
+from ilargi_db.pipeline.scoring import encoded_rows, evaluate, predict, predict_proba
 
 __all__ = [
     "JobPlan",
@@ -35,6 +35,7 @@ __all__ = [
     "metrics_of",
     "model_specs",
     "predict",
+    "predict_proba",
     "read_training_data",
     "run_training",
     "train",

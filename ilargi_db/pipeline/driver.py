@@ -70,7 +70,8 @@ def train(
         Train on the normalized matrix, on the DuckDB join, or let ilargi_db choose.
     backend : {"auto", "numpy", "cupy"}
     standardize : bool
-        Train linear models on standardized columns (computed factorized); the
+        Train linear models and k-means on standardized columns (computed factorized; k-means keeps its
+        centers in the columns' units and measures distances on the scaled columns); the
         coefficients are returned in the original units.
     impute : bool
         Replace numeric NULLs by the training mean (VARCHAR/ENUM/BOOLEAN columns
@@ -159,7 +160,7 @@ def train_batch(
         models learn from the same rows: those whose target is not NULL (``unlabelled_rows_`` counts
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
-        Standardize the columns of the supervised (linear) models.
+        Standardize the columns of the linear models and k-means (as for :func:`train`).
     query, strategy, backend, impute, reuse, memory_budget, cluster
         As for :func:`train`.
 
@@ -197,6 +198,8 @@ def _warn_of_convergence(models: list[TrainedModel]) -> None:
     for model in models:
         if getattr(model.estimator_, "convergence_warning_", None):
             warnings.warn(model.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
+        if getattr(model.estimator_, "scale_warning_", None):  # k-means on columns of scales far apart
+            warnings.warn(model.estimator_.scale_warning_, UserWarning, stacklevel=4)
 
 
 @interruptible_job

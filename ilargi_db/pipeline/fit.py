@@ -12,6 +12,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
 from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
+from ilargi_db.pipeline.column_scales import numeric_columns, scale_warning
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
@@ -23,15 +24,20 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     """Fit ``model`` on ``data`` and describe it; ``shared`` holds the seconds of planning and reading."""
     began = time.perf_counter()
     spec, estimator = model.spec, model.estimator
-    scaled = job.options.standardize and spec.supervised and not job.reads_bins  # trees need no scaling
+    facts = algorithm_facts(spec.algorithm)
+    scaled = job.options.standardize and facts.standardizes  # trees need no scaling, NMF no negative values
     X, y = data.X, data.y
+    # k-means' distances hang on the columns' scales (a linear model's predictions do not, only its convergence)
+    unscaled = None
+    if facts.standardizes and not spec.supervised and not scaled:
+        unscaled = scale_warning(X, numeric_columns(data.encoder, X.shape[1]), spec.algorithm)
     M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
     warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
     unconverged = getattr(estimator, "convergence_warning_", None)
-    if scaled:  # the coefficients in the columns' own units
-        scale, mean = to_host(M.scale), to_host(M.mean)
-        estimator.coef_ = estimator.coef_ / scale
-        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
+    if unscaled:  # kept on the estimator, as convergence_warning_ is: train warns of it, SQL summarizes it
+        estimator.scale_warning_ = unscaled
+    if scaled:
+        in_columns_units(estimator, to_host(M.scale), to_host(M.mean))
     trained = time.perf_counter()
     solver = solver_that_ran(estimator, spec.algorithm)
     if model.solver_chosen:
@@ -66,7 +72,7 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         streamed_=streamed(job, data),
         reused_=job.artifacts.describe() + ([warm] if warm else []),
         unlabelled_rows_=data.unlabelled,
-        warnings_=([unconverged] if unconverged else []) + job.artifacts.warnings,
+        warnings_=[w for w in (unconverged, unscaled) if w] + job.artifacts.warnings,
     )
     result.training_metrics_ = training_metrics(result, X, y)
     done = time.perf_counter()
@@ -79,6 +85,17 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         **({"shared_by": len(job.models)} if len(job.models) > 1 else {}),  # planning and data served the batch
     }
     return result
+
+
+def in_columns_units(estimator: Any, scale: Any, mean: Any) -> None:
+    """A model fitted on standardized columns, given back in the columns' own units: a linear model's
+    coefficients and intercept (the same predictions); k-means' centers, with the scale its distances keep."""
+    if hasattr(estimator, "coef_"):
+        estimator.coef_ = estimator.coef_ / scale
+        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
+    else:
+        estimator.cluster_centers_ = estimator.cluster_centers_ * scale + mean
+        estimator.feature_scale_ = scale
 
 
 def streamed(job: JobPlan, data: TrainingData) -> dict | None:

@@ -18,6 +18,7 @@ from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.models.catalog import (
     AUTO,
+    CATALOG,
     STRATEGY_CHOICES,
     SUPERVISED,
     TRAIN_SETTINGS,
@@ -69,9 +70,10 @@ class TrainOptions:
             raise IlargiError(f"strategy must be one of {', '.join(STRATEGY_CHOICES)}, got {self.strategy!r}.")
         if self.memory_budget is not None:
             size_in_bytes(self.memory_budget, "memory_budget")
-        if self.standardize and not any(s.supervised for s in specs):
+        if self.standardize and not any(CATALOG[check_algorithm(s.algorithm)].standardizes for s in specs):
             raise IlargiError(
-                f"{spell('standardize', True)} is for linear and logistic regression; scale columns in the query."
+                f"{spell('standardize', True)} is for linear and logistic regression, the linear SVM and k-means "
+                "(NMF needs its columns non-negative, trees split on bins); scale columns in the query."
             )
 
 

@@ -75,6 +75,23 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
 
 
 @interruptible_job
+def predict_proba(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
+    """The class probabilities of a classifier for the rows of another query, as scikit-learn's ``predict_proba``.
+
+    One row per row of ``query`` (in its order, as :func:`predict`), one column per class in ``model.classes_``
+    order: column 1 is what the model's SQL macro ``N_predict`` returns. Logistic regression and gradient boosting
+    with log loss give probabilities; other models are refused (``predict`` gives their predictions).
+    """
+    if isinstance(model, TrainedModel) and not hasattr(model.estimator_, "predict_proba"):
+        raise IlargiError(
+            f"a {model.algorithm_} model gives no class probabilities: use ilargi_db.predict(con, model, query) for "
+            "its predictions, or train logistic_regression (or gradient_boosting with a two-class target)."
+        )
+    X = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on").X
+    return np.asarray(model.predict_proba(X))
+
+
+@interruptible_job
 def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 

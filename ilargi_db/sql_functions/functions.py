@@ -34,6 +34,7 @@ from ilargi_db.pipeline.options import check_target
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
+from ilargi_db.sql_functions.coefficients import register_table_macros
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -385,3 +386,4 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
         arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
         con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {udf}({arguments})")
+    register_table_macros(con)  # plain SQL over the registry: nothing of this process

@@ -224,8 +224,11 @@ class MacroWriter:
         return balanced_sum(terms)
 
     def nearest_centroid(self) -> str:
-        """Index (from 0) of the nearest centroid, by squared Euclidean distance."""
-        centers = np.asarray(self.model.cluster_centers_, dtype=float)
+        """Index (from 0) of the nearest centroid, by squared Euclidean distance (on the columns divided by
+        ``feature_scale_`` when k-means trained standardized: its centers and each value scaled alike)."""
+        scale = getattr(self.model, "feature_scale_", None)
+        scale = np.ones(self.model.n_features_in_) if scale is None else np.asarray(scale, dtype=float)
+        centers = np.asarray(self.model.cluster_centers_, dtype=float) / scale
         n_clusters = len(centers)
         numeric_part = "[" + ", ".join(["0.0"] * n_clusters) + "]"
         if numeric := [j for j, spec in enumerate(self.specs) if spec.kind == "numeric"]:
@@ -233,7 +236,9 @@ class MacroWriter:
             # than scalar terms, and no feature written once per centroid (DuckDB's common-subexpression pass
             # takes time quadratic in repeated expressions). Without imputation a missing numeric makes the
             # distances NULL (list_distance would refuse the NULL element).
-            values = ", ".join(self._numeric_value(self.specs[j]) for j in numeric)
+            values = ", ".join(
+                self._scaled(self._numeric_value(self.specs[j]), scale[self.offsets[j]]) for j in numeric
+            )
             squared = ", ".join(
                 f"power(list_distance(__ilargi_x, {double_list(c[self.offsets[numeric]])}), 2)" for c in centers
             )
@@ -244,8 +249,9 @@ class MacroWriter:
         categorical: list[list[str]] = [[] for _ in centers]
         for j, spec in enumerate(self.specs):
             if spec.kind == "categorical" and spec.width:
-                # (one_hot - c)^2 summed = sum(c^2) + (1 - 2 c_v) for the row's category v, if known.
-                weights = (1.0 - 2.0 * centers[:, self._columns(spec, j)]).T
+                # (one_hot/s - c)^2 summed = sum(c^2) + (1/s_v^2 - 2 c_v/s_v) for the row's category v, if known.
+                s = scale[self._columns(spec, j)]
+                weights = (1.0 / s**2 - 2.0 * centers[:, self._columns(spec, j)] / s).T
                 self._add_weights(spec, weights)
                 for k, center in enumerate(centers):
                     c = center[self._columns(spec, j)]
@@ -261,6 +267,11 @@ class MacroWriter:
             f"FOR __ilargi_d IN [[{distances}]]][1]"
         )
         return f"[{nearest} FOR __ilargi_p IN [[{numeric_part}, {categorical_part}]]][1]"
+
+    @staticmethod
+    def _scaled(value: str, scale: float) -> str:
+        """``value`` divided by its training scale (left as it is when the scale is 1)."""
+        return value if scale == 1.0 else f"({value}) / {double(scale)}"
 
     # -- whole macros -------------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""A stored model's learned numbers as named rows: ``ilargi_coefficients`` and ``ilargi_importances``.
+
+Each is a TEMP table macro over the registry (plain SQL, no Python UDF), taking ``(name[, model_version])``:
+the current version unless ``model_version`` names another. The registry stores ``coef_`` and
+``feature_importances_`` as unnamed JSON arrays beside ``feature_names_out``; these pair them.
+``ilargi_coefficients``: (feature, coefficient), the intercept first, for linear and logistic regression and the
+linear SVM; ``ilargi_importances``: (feature, importance), each feature's share of the gain, for gradient boosting.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ilargi_db.models.catalog import CATALOG
+
+# The name the intercept's row carries (R's spelling: no one-hot column "kind=..." or SQL identifier reads so).
+INTERCEPT = "(intercept)"
+# The algorithms whose stored models have coefficients (coef_ and intercept_), and importances.
+WITH_COEFFICIENTS = tuple(name for name, facts in CATALOG.items() if "coef_" in facts.fitted)
+WITH_IMPORTANCES = tuple(name for name, facts in CATALOG.items() if "feature_importances_" in facts.fitted)
+
+# What each macro selects from the chosen version's ``model`` JSON (unnest pairs the lists element by element).
+_COEFFICIENTS = f"""unnest(['{INTERCEPT}'] || CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+       unnest([CAST(model->>'$.intercept_' AS DOUBLE)] || CAST(model->'$.coef_' AS DOUBLE[])) AS coefficient"""
+_IMPORTANCES = """unnest(CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+       unnest(CAST(model->'$.feature_importances_' AS DOUBLE[])) AS importance"""
+
+
+def _in_words(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def model_table_macro(sql_name: str, select: str, algorithms: tuple[str, ...], what: str) -> str:
+    """The ``CREATE OR REPLACE TEMP MACRO`` statement of ``sql_name``: ``select`` over the chosen version's
+    ``model`` JSON, for models of ``algorithms`` (which have ``what``).
+
+    Its parameters are named so that no registry column shadows them. A name or version not stored, or a
+    model of another algorithm, is an error naming what to do, not an empty table.
+    """
+    listed = ", ".join(f"'{a}'" for a in algorithms)
+    return f"""CREATE OR REPLACE TEMP MACRO {sql_name}(model_name, model_version := NULL) AS TABLE
+WITH versions AS (
+    SELECT m.version, m.algorithm, m.model FROM ilargi.models m WHERE m.name = lower(model_name)
+),
+span AS (SELECT count(*) AS stored, max(version) AS newest FROM versions),
+chosen AS (
+    SELECT span.stored, span.newest, v.algorithm, v.model
+    FROM span LEFT JOIN versions v ON v.version = coalesce(model_version, span.newest)
+)
+SELECT {select}
+FROM chosen
+WHERE CASE
+    WHEN stored = 0 THEN error('no model named ''' || model_name || ''' is stored: '
+        || 'SELECT name FROM ilargi.current_models lists those that are.')
+    WHEN model IS NULL THEN error('model ''' || model_name || ''' has no version ' || model_version
+        || ': its versions run from 1 to ' || newest || '.')
+    WHEN algorithm NOT IN ({listed}) THEN error('model ''' || model_name || ''' is a ' || algorithm
+        || ' model, which has no {what}: {sql_name} reads {_in_words(algorithms)} models '
+        || '(ilargi.models.model holds every model''s fitted values as JSON).')
+    ELSE true
+END"""
+
+
+# SQL name -> its CREATE statement: the table macros ``install`` adds beside the scalar functions.
+TABLE_MACROS: dict[str, str] = {
+    "ilargi_coefficients": model_table_macro("ilargi_coefficients", _COEFFICIENTS, WITH_COEFFICIENTS, "coefficients"),
+    "ilargi_importances": model_table_macro("ilargi_importances", _IMPORTANCES, WITH_IMPORTANCES, "importances"),
+}
+
+
+def _no_registry(sql_name: str) -> str:
+    """What a macro is where no registry can be read (a read-only database without one): an error saying why."""
+    return f"""CREATE OR REPLACE TEMP MACRO {sql_name}(model_name, model_version := NULL) AS TABLE
+SELECT NULL::VARCHAR AS feature
+WHERE error('this database has no model registry (schema ilargi), so no model is stored in it: train one with '
+    || 'ilargi_train on a database opened for writing.')"""
+
+
+def register_table_macros(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the table macros on ``con`` (TEMP: per connection, as the scalar functions' names are)."""
+    for sql_name, statement in TABLE_MACROS.items():
+        try:
+            con.execute(statement)
+        except duckdb.CatalogException:  # bound when created: ilargi.models is missing (read-only, never installed)
+            con.execute(_no_registry(sql_name))
