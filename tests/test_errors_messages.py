@@ -31,9 +31,10 @@ def test_a_query_to_score_is_named_as_such_not_as_the_training_query(con):
         ilargi_db.train(con, "SELECT 1.0 AS x, 2.0 AS y", "y")
 
 
-def test_logistic_regression_refuses_a_target_of_three_classes_as_an_ilargi_error(con):
+def test_a_binary_only_logistic_solver_refuses_a_target_of_three_classes_as_an_ilargi_error(con):
+    # lbfgs fits the multinomial model (tests/test_models_multinomial.py); newton is binary only
     with pytest.raises(IlargiError, match="Only binary classification is supported.*3 classes.*in the query"):
-        ilargi_db.train(con, "SELECT x, y FROM t", "y", "logistic_regression")
+        ilargi_db.train(con, "SELECT x, y FROM t", "y", "logistic_regression", solver="newton")
     with pytest.raises(IlargiError, match="target is continuous"):
         ilargi_db.train(con, "SELECT y, x + 0.5 AS z FROM t", "z", "logistic_regression")
 

@@ -17,7 +17,6 @@ from ilargi_db.linalg import solve_normal_equations
 from ilargi_db.models._base import (
     SparseInputMixin,
     as_matrix,
-    binary_classes,
     check_finite,
     check_gram_size,
     check_input,
@@ -26,6 +25,7 @@ from ilargi_db.models._base import (
     warn_if_not_converged,
 )
 from ilargi_db.models._duhl_solver import fit_duhl, host_rows
+from ilargi_db.models._multinomial import MULTINOMIAL_SOLVERS, fit_multinomial, logistic_classes, softmax
 from ilargi_db.models._row_sums import (
     _centered_target,
     _logistic,
@@ -44,7 +44,8 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
         check_is_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M = as_matrix(X)
-        return M @ M.backend.asarray(self.coef_) + self.intercept_
+        coef = np.asarray(self.coef_)
+        return M @ M.backend.asarray(coef.T if coef.ndim == 2 else coef) + self.intercept_
 
 
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
@@ -354,9 +355,11 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    coef_ : ndarray of shape (n_features,)
-    intercept_ : float
+    classes_ : ndarray of shape (2,) or (n_classes,)
+        More than two classes fit scikit-learn's multinomial model (softmax cross-entropy, ``solver="lbfgs"``
+        only; ``ilargi_db.models._multinomial``).
+    coef_ : ndarray of shape (n_features,), or (n_classes, n_features) for more than two classes
+    intercept_ : float, or ndarray of shape (n_classes,) for more than two classes
     n_iter_ : int
     loss_curve_ : list of float
         Mean log-loss after each iteration.
@@ -413,8 +416,14 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         self._start = (coef_init, intercept_init)
         self.convergence_warning_ = None
         X, y_host = check_input(self, X, y, reset=True)
-        self.classes_ = binary_classes(y_host, "logistic regression", ", or use kmeans to group rows without a label")
+        self.classes_ = logistic_classes(y_host, self.solver)
         M = as_matrix(X)
+        if len(self.classes_) > 2:
+            with M.backend.hot_loop():
+                fit_multinomial(self, M, y_host, self._start)
+            if warn:
+                warn_if_not_converged(self)
+            return self
         y01 = M.keep_rows(M.backend.asarray((y_host == self.classes_[1]).astype(float), dtype=M.dtype))
         solvers = {
             SolverName.LBFGS: self._fit_lbfgs,
@@ -554,15 +563,20 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return to_host(self._decision(X))
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Probabilities of ``classes_[0]`` and ``classes_[1]``."""
-        p = 0.5 * (1.0 + np.tanh(0.5 * to_host(self._decision(X))))
+        """Probabilities of each of ``classes_`` (the softmax of the k scores when there are k > 2)."""
+        z = to_host(self._decision(X))
+        if z.ndim == 2:  # k > 2 classes: k scores a row
+            return softmax(z)
+        p = 0.5 * (1.0 + np.tanh(0.5 * z))
         return np.stack([1 - p, p], axis=1)
 
     def predict(self, X: Any) -> np.ndarray:
         z = to_host(self._decision(X))
+        if z.ndim == 2:
+            return self.classes_[np.argmax(z, axis=1)]
         return self.classes_[(z > 0).astype(int)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = self.solver in MULTINOMIAL_SOLVERS
         return tags

@@ -8,6 +8,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
@@ -116,13 +118,14 @@ def fit_estimator(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M
     if y is None:
         estimator.fit(M)
     else:
-        init, warm = warm_start(job, algorithm, estimator, scaled, M)
+        init, warm = warm_start(job, algorithm, estimator, scaled, M, y)
         # warn=False: the entry point tells of convergence (train warns, SQL summarizes), once the model is whole
         estimator.fit(M, y, warn=False, **init)
         if init and unconverged_after(estimator):  # stopped by max_iter: the result hangs on the start
             estimator.fit(M, y, warn=False)  # so the cold start's, as without reuse
             warm = ""
-    if hasattr(estimator, "coef_") and not unconverged_after(estimator):  # a start only from a converged fit
+    # a start only from a converged fit with one coefficient per column (not a multinomial one's k rows)
+    if hasattr(estimator, "coef_") and np.ndim(estimator.coef_) == 1 and not unconverged_after(estimator):
         loss = float(estimator.loss_curve_[-1]) if getattr(estimator, "loss_curve_", None) else 0.0
         job.record_fit(algorithm, scaled, M.feature_names, estimator.coef_, estimator.intercept_, loss)
     return warm if y is not None else ""
@@ -160,7 +163,9 @@ def unconverged_after(estimator: Any) -> bool:
     return getattr(estimator, "convergence_warning_", None) is not None
 
 
-def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any) -> tuple[dict[str, Any], str]:
+def warm_start(
+    job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: Any, y: Any
+) -> tuple[dict[str, Any], str]:
     """The ``fit`` arguments that start an iterative convex solver from an earlier model, and what it is.
 
     Only where the objective has one optimum and the solver runs to a tight tolerance: L2-regularized
@@ -179,7 +184,8 @@ def warm_start(job: JobReuse, algorithm: str, estimator: Any, scaled: bool, M: A
         return {}, ""
     if algorithm == "logistic_regression" and estimator.penalty == "l2" and estimator.tol > 0:
         found = job.warm_start(algorithm, scaled, M.feature_names)
-        if found is not None:
+        # an earlier (binary) model's coefficients cannot start a multinomial fit on more than two classes
+        if found is not None and len(np.unique(to_host(y))) <= 2:
             return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
     if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
         solver = estimator.solver if estimator.solver != AUTO else estimator.choose_solver(M.shape[1])[0]

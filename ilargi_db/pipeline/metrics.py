@@ -27,6 +27,17 @@ def _classification_sums(X: Any, rows: tuple, args: tuple) -> tuple:
     return right, float((xp.logaddexp(0, z) - xp.where(truth > 0.5, z, 0.0)).sum())  # -log p of the true class
 
 
+def _multinomial_sums(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows, scores Z = X W + b (k columns) against class indices: rows classified right, summed log-loss."""
+    (index,), (W, b) = rows, args
+    Z = X @ W + b
+    xp = X.backend.xp
+    top = Z.max(axis=1)
+    log_norm = top + xp.log(xp.exp(Z - top[:, None]).sum(axis=1))
+    true_score = xp.take_along_axis(Z, index[:, None], axis=1)[:, 0]
+    return float((Z.argmax(axis=1) == index).sum()), float((log_norm - true_score).sum())
+
+
 def _margin_sums(X: Any, rows: tuple, args: tuple) -> tuple:
     """Over these rows, z = X w + b against labels -1/1: the rows classified right, and the summed hinge loss."""
     (signs,), (w, b) = rows, args
@@ -59,6 +70,11 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     M = as_matrix(X)  # what training holds (a normalized matrix, or row partitions of one), or a plain array
     y = np.asarray(to_host(y), dtype=float)
     n = len(y)
+    if kind == "classification" and len(model.classes_) > 2:  # multinomial: coef_ is (k, d)
+        index = M.keep_rows(M.backend.asarray(np.searchsorted(model.classes_, y)))
+        W, b = M.backend.asarray(np.asarray(model.coef_, dtype=float).T), M.backend.asarray(model.intercept_)
+        right, log_loss = M.reduce_rows(_multinomial_sums, (index,), (W, b))
+        return {"accuracy": right / n, "log_loss": log_loss / n}
     w, b = M.backend.asarray(np.asarray(model.coef_, dtype=float)), float(model.intercept_)
     if kind == "regression":
         y_mean = float(y.mean())
