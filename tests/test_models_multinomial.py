@@ -6,7 +6,7 @@ import duckdb
 import numpy as np
 import pytest
 import sklearn.linear_model
-from sklearn.metrics import log_loss
+from sklearn.metrics import f1_score, log_loss, roc_auc_score
 
 import ilargi_db
 from ilargi_db import IlargiError
@@ -104,3 +104,19 @@ def test_sql_training_refuses_a_multiclass_target_and_stores_nothing():
     with pytest.raises(duckdb.Error, match="multinomial logistic regression .* train it from Python"):
         con.execute(f"SELECT ilargi_train('m', 'logistic_regression', '{QUERY}', 'klass')").fetchall()
     assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(0,)]
+
+
+def test_evaluate_reports_macro_averages_and_a_saved_model_loads_the_same(tmp_path):
+    con = shops_and_sales(3)
+    model = ilargi_db.train(con, QUERY, "klass", "logistic_regression", backend="numpy")
+    T, y = oracle_matrix(con, QUERY, "klass")
+    proba = model.predict_proba(T)
+    guess = model.predict(T)
+    found = ilargi_db.evaluate(con, model, QUERY)
+    assert found["accuracy"] == pytest.approx(model.training_metrics_["accuracy"])
+    assert found["log_loss"] == pytest.approx(log_loss(y, proba))
+    assert found["f1"] == pytest.approx(f1_score(y, guess, average="macro"))
+    assert found["roc_auc"] == pytest.approx(roc_auc_score(y, proba, multi_class="ovr"))
+    model.save(tmp_path / "model.json")
+    loaded = ilargi_db.TrainedModel.load(tmp_path / "model.json")
+    np.testing.assert_array_equal(loaded.predict_proba(T), proba)

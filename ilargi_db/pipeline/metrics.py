@@ -93,6 +93,26 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     return {"accuracy": right / n, "log_loss": log_loss / n}
 
 
+def _multiclass_metrics(classes: np.ndarray, y: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    """A multinomial model's metrics: precision, recall, f1 and ROC AUC averaged over the classes (macro, one
+    class against the rest), as scikit-learn's ``average="macro"`` gives them."""
+    from sklearn import metrics
+
+    guess = classes[np.argmax(proba, axis=1)]
+    present = np.isin(classes, y)
+    return {
+        "accuracy": float(metrics.accuracy_score(y, guess)),
+        "precision": float(metrics.precision_score(y, guess, average="macro", zero_division=0)),
+        "recall": float(metrics.recall_score(y, guess, average="macro", zero_division=0)),
+        "f1": float(metrics.f1_score(y, guess, average="macro", zero_division=0)),
+        "log_loss": float(metrics.log_loss(y, proba, labels=classes)),
+        # every class seen among the rows, or ROC AUC is undefined
+        "roc_auc": float(metrics.roc_auc_score(y, proba, multi_class="ovr", labels=classes))
+        if present.all()
+        else float("nan"),
+    }
+
+
 def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
     """The metrics ``evaluate`` reports, of a fitted ``model`` on encoded rows ``X`` (and labels ``y``)."""
     from sklearn import metrics
@@ -107,6 +127,8 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
             "rmse": float(np.sqrt(metrics.mean_squared_error(y, p))),
             "mae": float(metrics.mean_absolute_error(y, p)),
         }
+    if kind == "classification" and len(model.classes_) > 2:
+        return _multiclass_metrics(model.classes_, y, model.predict_proba(X))
     if kind in ("margin", "classification"):
         truth = y == model.classes_[1]
         if kind == "margin":  # an SVM's class and score: no probability, so its hinge loss for the log-loss

@@ -97,7 +97,8 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
 
     Regression (gradient boosting with squared error too): r2, rmse, mae. Logistic (and boosting with log
     loss): accuracy, precision, recall, f1, log_loss,
-    roc_auc. The linear SVM: accuracy, precision, recall, f1, hinge_loss, roc_auc (of its decision
+    roc_auc (on more than two classes: precision, recall, f1 and roc_auc averaged over the classes, one
+    against the rest). The linear SVM: accuracy, precision, recall, f1, hinge_loss, roc_auc (of its decision
     function). k-means: inertia. Gaussian NMF: reconstruction_error. Supervised models
     also report ``rows`` (the rows scored) and ``unlabelled_rows_left_out`` (rows
     whose target is NULL: they cannot be scored against a label).
