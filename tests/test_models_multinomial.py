@@ -11,6 +11,7 @@ from sklearn.metrics import f1_score, log_loss, roc_auc_score
 import ilargi_db
 from ilargi_db import IlargiError
 from ilargi_db.models import LogisticRegression
+from ilargi_db.sql_functions import macros
 from tests.test_pipeline import oracle_matrix
 
 TIGHT = {"tol": 1e-10, "max_iter": 1000}
@@ -99,11 +100,23 @@ def test_a_warm_start_is_refused_for_more_than_two_classes():
         LogisticRegression().fit(X, y, coef_init=np.zeros(6))
 
 
-def test_sql_training_refuses_a_multiclass_target_and_stores_nothing():
-    con = ilargi_db.install(shops_and_sales(3))
-    with pytest.raises(duckdb.Error, match="multinomial logistic regression .* train it from Python"):
-        con.execute(f"SELECT ilargi_train('m', 'logistic_regression', '{QUERY}', 'klass')").fetchall()
-    assert con.sql("SELECT count(*) FROM ilargi.models").fetchall() == [(0,)]
+@pytest.mark.parametrize("inline_categories", [64, 0], ids=["CASE", "lookup"])
+def test_sql_macros_give_the_class_and_the_probabilities_predict_gives(inline_categories, monkeypatch):
+    monkeypatch.setattr(macros, "INLINE_CATEGORIES", inline_categories)
+    con = ilargi_db.install(shops_and_sales(4))
+    con.execute(f"SELECT ilargi_train('m', 'logistic_regression', '{QUERY}', 'klass')").fetchall()
+    model = ilargi_db.load_model(con, "m")
+    assert model.macros_ == ["m_predict", "m_predict_class"]
+    scored = con.sql(
+        "SELECT m_predict(s.price, h.region, h.size), m_predict_class(s.price, h.region, h.size) "
+        "FROM sales s JOIN shops h ON s.shop_id = h.shop_id"
+    ).fetchall()
+    T, _ = oracle_matrix(con, QUERY, "klass")
+    np.testing.assert_allclose(np.array([p for p, _ in scored]), model.predict_proba(T), atol=1e-12)
+    np.testing.assert_array_equal(np.array([c for _, c in scored]), model.predict(T))
+    assert con.sql("SELECT typeof(m_predict_class(1.0, 'north', 0.5))").fetchall() == [("BIGINT",)]
+    with pytest.raises(duckdb.Error, match="multinomial logistic regression .* ilargi.models.model"):
+        con.sql("SELECT * FROM ilargi_coefficients('m')").fetchall()
 
 
 def test_evaluate_reports_macro_averages_and_a_saved_model_loads_the_same(tmp_path):

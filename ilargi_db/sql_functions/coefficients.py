@@ -57,6 +57,9 @@ WHERE CASE
     WHEN algorithm NOT IN ({listed}) THEN error('model ''' || model_name || ''' is a ' || algorithm
         || ' model, which has no {what}: {sql_name} reads {_in_words(algorithms)} models '
         || '(ilargi.models.model holds every model''s fitted values as JSON).')
+    WHEN json_type(model->'$.intercept_') = 'ARRAY' THEN error('model ''' || model_name || ''' is a multinomial '
+        || 'logistic regression (a row of coefficients per class), which {sql_name} does not list: read coef_, '
+        || 'intercept_ and classes_ in ilargi.models.model (JSON), or model.coef_ in Python.')
     ELSE true
 END"""
 

@@ -119,15 +119,33 @@ def balanced_sum(terms: list[str]) -> str:
 
 
 def class_labels(model: Any) -> str:
-    """A binary classifier's two classes as a SQL list, typed like the target column."""
-    low, high = (double(c) for c in np.asarray(model.classes_, dtype=float))
+    """A classifier's classes as a SQL list, typed like the target column."""
     # The score written once per macro (twice, DuckDB would bind and compute it twice); a NULL score (a missing
     # numeric without imputation) gives a NULL index, so NULL, not the first class.
-    labels = f"[{low}, {high}]"
+    labels = [double(c) for c in np.asarray(model.classes_, dtype=float)]
     target_type = model.target_type_
     if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
-        labels = f"[CAST({low} AS {target_type}), CAST({high} AS {target_type})]"
-    return labels
+        labels = [f"CAST({c} AS {target_type})" for c in labels]
+    return f"[{', '.join(labels)}]"
+
+
+def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, str]:
+    """A multinomial classifier's macro bodies from its k class ``scores``: ``N_predict`` the list of the k
+    probabilities (softmax, in ``classes_`` order), ``N_predict_class`` the class of the largest score."""
+    k = len(scores)
+    listed = f"[{', '.join(scores)}]"  # bound once by the comprehension, not computed again per use
+    return {
+        f"{name}_predict": (
+            "[[__ilargi_e / list_sum(__ilargi_es) FOR __ilargi_e IN __ilargi_es] FOR __ilargi_es IN "
+            "[[exp(__ilargi_v - list_max(__ilargi_s)) FOR __ilargi_v IN __ilargi_s] "
+            f"FOR __ilargi_s IN [{listed}]]][1]"
+        ),
+        # a NULL score (a missing numeric without imputation) gives NULL, not the class of the others' largest
+        f"{name}_predict_class": (
+            f"[CASE WHEN list_count(__ilargi_s) = {k} THEN {class_labels(model)}"
+            f"[list_position(__ilargi_s, list_max(__ilargi_s))] END FOR __ilargi_s IN [{listed}]][1]"
+        ),
+    }
 
 
 def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
@@ -212,16 +230,23 @@ class MacroWriter:
 
     def linear_score(self) -> str:
         """intercept + sum of coef * feature, in the model's original units."""
-        coef = np.asarray(self.model.coef_, dtype=float).ravel()
-        terms = [double(self.model.intercept_)]
+        return self.linear_scores()[0]
+
+    def linear_scores(self) -> list[str]:
+        """One linear score per row of a 2-D ``coef_`` (a multinomial model's k classes), or the one score."""
+        coef = np.atleast_2d(np.asarray(self.model.coef_, dtype=float))
+        intercept = np.atleast_1d(np.asarray(self.model.intercept_, dtype=float))
+        terms: list[list[str]] = [[double(b)] for b in intercept]
         for j, spec in enumerate(self.specs):
             if spec.kind == "numeric":
-                terms.append(f"{double(coef[self.offsets[j]])} * {self._numeric_value(spec)}")
+                for out, row in enumerate(coef):
+                    terms[out].append(f"{double(row[self.offsets[j]])} * {self._numeric_value(spec)}")
             elif spec.width:
-                weights = coef[self._columns(spec, j)].reshape(-1, 1)
+                weights = coef[:, self._columns(spec, j)].T  # a row per category, a column per score
                 self._add_weights(spec, weights)
-                terms.append(self._category_weight(spec, weights, 1))
-        return balanced_sum(terms)
+                for out in range(len(coef)):
+                    terms[out].append(self._category_weight(spec, weights, out + 1))
+        return [balanced_sum(t) for t in terms]
 
     def nearest_centroid(self) -> str:
         """Index (from 0) of the nearest centroid, by squared Euclidean distance (on the columns divided by
@@ -282,6 +307,8 @@ class MacroWriter:
         bodies: dict[str, str] = {}
         if kind == "linear":
             bodies[f"{self.name}_predict"] = self.linear_score()
+        elif kind == "logistic" and np.ndim(self.model.coef_) == 2:  # more than two classes
+            bodies.update(multinomial_bodies(self.name, self.model, self.linear_scores()))
         elif kind == "logistic":
             bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
         elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)

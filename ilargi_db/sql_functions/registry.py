@@ -173,15 +173,8 @@ def save_models(
     for _, model in named:
         if not isinstance(model, TrainedModel):
             raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
-    for n, model in named:
+    for _, model in named:
         check_macro_parameters([s.name for s in model.encoder_.specs_])
-        if model.algorithm_ == "logistic_regression" and len(model.classes_) > 2:
-            raise IlargiError(
-                f"model {n!r} is a multinomial logistic regression ({len(model.classes_)} classes), which is "
-                "neither stored in the registry nor turned into SQL macros yet, so nothing was saved: train "
-                "it from Python (ilargi_db.train) and predict there, or encode two classes in the query "
-                "(e.g. y = 2 AS is_two)."
-            )
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)
