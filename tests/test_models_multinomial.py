@@ -10,6 +10,7 @@ from sklearn.metrics import f1_score, log_loss, roc_auc_score
 
 import ilargi_db
 from ilargi_db import IlargiError
+from ilargi_db.linalg import Block, PartitionedMatrix
 from ilargi_db.models import LogisticRegression
 from ilargi_db.sql_functions import macros
 from tests.test_pipeline import oracle_matrix
@@ -49,6 +50,20 @@ def test_arrays_fit_scikit_learns_multinomial_model():
     np.testing.assert_allclose(ours.predict_proba(X), reference.predict_proba(X), atol=1e-6)
     np.testing.assert_array_equal(ours.predict(X), reference.predict(X))
     assert ours.loss_curve_[-1] == pytest.approx(log_loss(y, reference.predict_proba(X)), rel=1e-6)
+
+
+def test_row_partitions_give_the_model_of_the_whole_join():
+    rng = np.random.default_rng(3)
+    n = 500
+    fact = Block(rng.normal(size=(n, 2)), columns=[0, 1])
+    dim = Block(rng.normal(size=(7, 2)), columns=[2, 3], index=rng.integers(0, 7, n))
+    X = PartitionedMatrix.from_blocks([fact, dim], n_rows=n, rows_per_partition=120, backend="numpy")
+    T = X.materialize()
+    y = np.argmax(T[:, :3] + rng.normal(size=(n, 3)), axis=1)
+    partitioned = LogisticRegression(**TIGHT).fit(X, y)
+    whole = LogisticRegression(**TIGHT).fit(T, y)
+    np.testing.assert_allclose(partitioned.coef_, whole.coef_, atol=1e-8)
+    np.testing.assert_allclose(partitioned.intercept_, whole.intercept_, atol=1e-8)
 
 
 def test_without_penalty_or_intercept_it_still_matches():

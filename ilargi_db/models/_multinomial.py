@@ -2,7 +2,8 @@
 
 scikit-learn's objective for ``LogisticRegression(solver="lbfgs")`` on k > 2 classes: the mean softmax
 cross-entropy plus ``||W||^2 / 2Cn`` (the intercepts unpenalized), minimized by L-BFGS over factorized
-products: the scores are ``X @ W.T`` (one product for the k columns) and the gradient ``X.T @ (P - Y)``.
+products: the scores are ``X @ W.T`` (one product for the k columns) and the gradient ``X.T @ (P - Y)``,
+both in one pass over the rows (``reduce_rows``: a streamed or distributed matrix is read once per step).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import scipy.optimize
-from scipy.special import logsumexp
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 from ilargi_db._terminal import progress
@@ -40,32 +40,50 @@ def logistic_classes(y_host: np.ndarray, solver: str) -> np.ndarray:
 
 def softmax(scores: np.ndarray) -> np.ndarray:
     """Row-wise softmax of an (n, k) array, stable for large scores."""
-    return np.exp(scores - logsumexp(scores, axis=1, keepdims=True))
+    E = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def _softmax_rows(X: Any, rows: tuple, args: tuple) -> tuple:
+    """Over these rows (``reduce_rows``), Z = X W^T + b against the one-hot labels Y: the summed
+    cross-entropy, X^T (P - Y) and the column sums of P - Y, with P the row-wise softmax of Z."""
+    (onehot,), (Wt, b) = rows, args
+    xp = X.backend.xp
+    Z = X @ Wt + b
+    Z -= Z.max(axis=1, keepdims=True)  # the softmax and the loss are unchanged by a shift per row
+    E = xp.exp(Z)
+    norm = E.sum(axis=1, keepdims=True)
+    loss = float((xp.log(norm[:, 0]) - (Z * onehot).sum(axis=1)).sum())
+    residual = E / norm - onehot  # P - Y
+    return loss, X.T @ residual, residual.sum(axis=0)
 
 
 def multinomial_objective(
-    M: Any, onehot: np.ndarray, params: np.ndarray, C: float | None, fit_intercept: bool
+    M: Any, onehot: Any, params: np.ndarray, C: float | None, fit_intercept: bool
 ) -> tuple[float, np.ndarray, float]:
     """scikit-learn's multinomial objective at ``params`` ((k, d + fit_intercept), flattened), its gradient, the loss.
 
-    ``onehot`` is the (n, k) indicator of each row's class; ``C=None`` means no penalty.
-    One product ``M @ W.T`` for the scores and one ``M.T @ (P - Y)`` for the gradient: two passes over X.
+    ``onehot`` is the (n, k) indicator of each row's class as ``M.keep_rows`` keeps it; ``C=None`` means no
+    penalty. One pass over the rows per call (:func:`_softmax_rows`): the scores ``X @ W^T`` and the
+    gradient ``X^T (P - Y)`` of a partition are computed together, so a streamed matrix is read once.
     """
     n, d = M.shape
-    k = onehot.shape[1]
+    k = len(params) // (d + fit_intercept)
     P = params.reshape(k, d + fit_intercept)
     W = P[:, :d]
-    scores = to_host(M @ M.backend.asarray(np.ascontiguousarray(W.T)))
-    if fit_intercept:
-        scores = scores + P[:, d]
-    log_norm = logsumexp(scores, axis=1)
-    mean_loss = float(np.sum(log_norm) - np.sum(scores * onehot)) / n
-    residual = np.exp(scores - log_norm[:, None]) - onehot  # P - Y
+    b = P[:, d] if fit_intercept else np.zeros(k)
+    backend = M.backend
+    loss, xtr, residual_sum = M.reduce_rows(
+        _softmax_rows,
+        (onehot,),
+        (backend.asarray(np.ascontiguousarray(W.T), dtype=M.dtype), backend.asarray(b, dtype=M.dtype)),
+    )
     strength = 1.0 / (C * n) if C is not None else 0.0
     grad = np.empty_like(P)
-    grad[:, :d] = to_host(M.T @ M.backend.asarray(residual, dtype=M.dtype)).T / n + strength * W
+    grad[:, :d] = to_host(xtr).T / n + strength * W
     if fit_intercept:
-        grad[:, d] = residual.sum(axis=0) / n
+        grad[:, d] = to_host(residual_sum) / n
+    mean_loss = loss / n
     value = mean_loss + 0.5 * strength * float(np.sum(W * W))
     return value, grad.ravel(), mean_loss
 
@@ -84,7 +102,7 @@ def fit_multinomial(estimator: Any, M: Any, y_host: np.ndarray, warm_start: tupl
         )
     n, d = M.shape
     classes = estimator.classes_
-    onehot = (y_host[:, None] == classes[None, :]).astype(float)
+    onehot = M.keep_rows(M.backend.asarray((y_host[:, None] == classes[None, :]).astype(float), dtype=M.dtype))
     C = estimator.C if estimator.penalty == "l2" else None
     fit = estimator.fit_intercept
     width = d + fit
