@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import scipy.optimize
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import validate_data
 
+from ilargi_db._terminal import progress
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
 from ilargi_db.errors import DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
 from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
@@ -82,6 +85,46 @@ def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "") -> n
             f"y = 2 AS is_two){multiclass_fix}."
         )
     return classes
+
+
+def minimize_lbfgs(
+    objective: Callable[[np.ndarray], tuple[float, np.ndarray, float]],
+    x0: np.ndarray,
+    estimator: Any,
+    what: str,
+) -> tuple[Any, list[float]]:
+    """scipy's L-BFGS-B on ``objective`` (params -> value, gradient, mean loss) with scikit-learn's settings, so
+    both stop at the same point; the result and the loss curve (a mean loss per iteration). A stop at
+    ``estimator.max_iter`` is recorded as not converged (``what`` names the fit in the warning)."""
+    losses: list[float] = []
+    last: dict[bytes, float] = {}  # mean loss of the parameters fun() saw, for the loss curve
+    bar = progress(estimator.max_iter, what)
+
+    def fun(params):
+        value, grad, mean_loss = objective(params)
+        check_finite(value, "the log-loss")
+        last.clear()
+        last[params.tobytes()] = mean_loss
+        return value, grad
+
+    def callback(params):
+        # L-BFGS accepts the point its last line search evaluated: no extra pass over X.
+        known = last.get(params.tobytes())
+        losses.append(known if known is not None else objective(params)[2])
+        bar.update()
+
+    result = scipy.optimize.minimize(
+        fun,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        callback=callback,
+        options={"maxiter": estimator.max_iter, "maxls": 50, "gtol": estimator.tol, "ftol": 64 * np.finfo(float).eps},
+    )
+    bar.close()
+    if result.status == 1:  # scipy: the iteration limit was reached
+        record_not_converged(estimator, what, estimator.max_iter)
+    return result, losses or [objective(result.x)[2]]
 
 
 def check_finite(value: Any, what: str) -> None:

@@ -20,6 +20,7 @@ from ilargi_db.models._base import (
     check_finite,
     check_gram_size,
     check_input,
+    minimize_lbfgs,
     record_not_converged,
     to_host,
     warn_if_not_converged,
@@ -458,38 +459,10 @@ class LogisticRegression(ClassifierMixin, _LinearModel):
         return value, grad, loss / n
 
     def _fit_lbfgs(self, M: Any, y01: Any) -> None:
-        n, d = M.shape
-        losses: list[float] = []
-        last: dict[bytes, float] = {}  # mean log-loss of the parameters fun() saw, for the loss curve
-        bar = progress(self.max_iter, "logistic regression (lbfgs)")
-
-        def fun(params):
-            value, grad, mean_loss = self.objective(M, y01, params)
-            check_finite(value, "the log-loss")
-            last.clear()
-            last[params.tobytes()] = mean_loss
-            return value, grad
-
-        def callback(params):
-            # L-BFGS accepts the point its last line search evaluated: no extra pass over X.
-            known = last.get(params.tobytes())
-            losses.append(known if known is not None else self.objective(M, y01, params)[2])
-            bar.update()
-
-        x0 = self._initial_params(d)
-        result = scipy.optimize.minimize(
-            fun,
-            x0,
-            jac=True,
-            method="L-BFGS-B",
-            callback=callback,
-            # scikit-learn's settings, so both stop at the same point.
-            options={"maxiter": self.max_iter, "maxls": 50, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps},
-        )
-        bar.close()
-        self._set(result.x, d, int(result.nit), losses or [self.objective(M, y01, result.x)[2]])
-        if result.status == 1:  # scipy: the iteration limit was reached
-            record_not_converged(self, "logistic regression (lbfgs)", self.max_iter)
+        d = M.shape[1]
+        objective = lambda params: self.objective(M, y01, params)  # noqa: E731
+        result, losses = minimize_lbfgs(objective, self._initial_params(d), self, "logistic regression (lbfgs)")
+        self._set(result.x, d, int(result.nit), losses)
 
     def _fit_duhl(self, M: Any, y01: Any) -> None:
         """In the dual (lambda = 1 / (C n)), labels -1 and 1, the intercept a penalized constant column."""

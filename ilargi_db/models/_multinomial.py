@@ -11,12 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
-from ilargi_db._terminal import progress
 from ilargi_db.errors import IlargiError
-from ilargi_db.models._base import binary_classes, check_finite, record_not_converged, to_host
+from ilargi_db.models._base import binary_classes, minimize_lbfgs, to_host
 
 MULTINOMIAL_SOLVERS = ("lbfgs",)  # the solvers that fit more than two classes
 
@@ -106,35 +104,11 @@ def fit_multinomial(estimator: Any, M: Any, y_host: np.ndarray, warm_start: tupl
     C = estimator.C if estimator.penalty == "l2" else None
     fit = estimator.fit_intercept
     width = d + fit
-    losses: list[float] = []
-    last: dict[bytes, float] = {}
-    bar = progress(estimator.max_iter, "logistic regression (multinomial, lbfgs)")
-
-    def fun(params):
-        value, grad, mean_loss = multinomial_objective(M, onehot, params, C, fit)
-        check_finite(value, "the log-loss")
-        last.clear()
-        last[params.tobytes()] = mean_loss
-        return value, grad
-
-    def callback(params):
-        known = last.get(params.tobytes())
-        losses.append(known if known is not None else multinomial_objective(M, onehot, params, C, fit)[2])
-        bar.update()
-
-    result = scipy.optimize.minimize(
-        fun,
-        np.zeros(len(classes) * width),
-        jac=True,
-        method="L-BFGS-B",
-        callback=callback,
-        options={"maxiter": estimator.max_iter, "maxls": 50, "gtol": estimator.tol, "ftol": 64 * np.finfo(float).eps},
-    )
-    bar.close()
+    what = "logistic regression (multinomial, lbfgs)"
+    objective = lambda params: multinomial_objective(M, onehot, params, C, fit)  # noqa: E731
+    result, losses = minimize_lbfgs(objective, np.zeros(len(classes) * width), estimator, what)
     params = result.x.reshape(len(classes), width)
     estimator.coef_ = params[:, :d].copy()
     estimator.intercept_ = params[:, d].copy() if fit else np.zeros(len(classes))
     estimator.n_iter_ = int(result.nit)
-    estimator.loss_curve_ = losses or [multinomial_objective(M, onehot, result.x, C, fit)[2]]
-    if result.status == 1:  # scipy: the iteration limit was reached
-        record_not_converged(estimator, "logistic regression (multinomial, lbfgs)", estimator.max_iter)
+    estimator.loss_curve_ = losses
