@@ -206,3 +206,25 @@ def test_a_file_named_in_from_is_called_what_duckdb_calls_it(con, files, monkeyp
     streamed = ilargi_db.train(con, query, "y", memory_budget="100KB", **RUN)
     assert whole.feature_names_in_.tolist() == ["x1", "x2"] and streamed.streamed_["partitions"] > 1
     np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("source", ["parquet", "view"])
+def test_wide_one_hot_data_streams_from_any_fact_to_the_in_memory_model(con, tmp_path, source):
+    # 1,500 categories of the fact and 300 of a dimension: about 1,800 one-hot columns.
+    con.execute(
+        "CREATE TABLE wide AS SELECT range AS id, range % 300 AS k, 'c' || (range * 7919 % 1500) AS code, "
+        "sin(range) AS x, cos(range) + (range * 7919 % 1500) * 0.001 AS y FROM range(20000)"
+    )
+    con.execute("CREATE TABLE kinds AS SELECT range AS k, 'g' || range AS grp FROM range(300)")
+    if source == "parquet":
+        con.execute(f"COPY wide TO '{tmp_path}/wide.parquet' (FORMAT parquet)")
+        fact = f"read_parquet('{tmp_path}/wide.parquet')"
+    else:
+        con.execute("CREATE VIEW wide_view AS SELECT * FROM wide")
+        fact = "wide_view"
+    query = f"SELECT f.x, f.code, g.grp, f.y FROM {fact} f JOIN kinds g ON f.k = g.k"
+    params = dict(alpha=1.0, solver="normal", **RUN)
+    whole = ilargi_db.train(con, query, "y", **params)
+    streamed = ilargi_db.train(con, query, "y", memory_budget="200KB", **params)
+    assert len(whole.coef_) > 1_700 and streamed.streamed_["partitions"] >= 5
+    np.testing.assert_allclose(streamed.coef_, whole.coef_, rtol=1e-9, atol=1e-10)
