@@ -64,8 +64,9 @@ def check_input(estimator: Any, X: Any, y: Any = _NO_Y, *, reset: bool, y_numeri
     return X, y
 
 
-def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "") -> np.ndarray:
-    """The two classes of a classifier's target, sorted; a clear error for a continuous or multi-class one.
+def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "", multiclass: bool = False) -> np.ndarray:
+    """The two classes of a classifier's target, sorted (two or more with ``multiclass``); a clear error for a
+    continuous target, or a multi-class one the model cannot fit.
 
     ``what`` names the model ("logistic regression"); ``multiclass_fix`` adds another way out to the
     multi-class error. scikit-learn's own words come first in each message: its estimator checks look for them.
@@ -78,7 +79,7 @@ def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "") -> n
         )
     check_classification_targets(y_host)
     classes = np.unique(y_host)
-    if len(classes) != 2:
+    if len(classes) != 2 and not (multiclass and len(classes) > 2):
         raise IlargiError(
             f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
             f"y has {len(classes)} classes ({classes[:5].tolist()}). Encode it as two classes in the query (e.g. "

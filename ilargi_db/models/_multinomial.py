@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.models._base import binary_classes, minimize_lbfgs, to_host
@@ -21,19 +20,16 @@ MULTINOMIAL_SOLVERS = ("lbfgs",)  # the solvers that fit more than two classes
 
 def logistic_classes(y_host: np.ndarray, solver: str) -> np.ndarray:
     """The target's classes, sorted: two for the binary model, more for the multinomial one (lbfgs only)."""
-    if type_of_target(y_host) != "continuous":
-        check_classification_targets(y_host)
-        classes = np.unique(y_host)
-        if len(classes) > 2:
-            if solver not in MULTINOMIAL_SOLVERS:
-                # scikit-learn's words first: its estimator checks look for them
-                raise IlargiError(
-                    f'Only binary classification is supported by solver="{solver}": the multinomial model of '
-                    f'the target\'s {len(classes)} classes is fitted by solver="lbfgs" only. Use solver="lbfgs", '
-                    "or encode two classes in the query (e.g. y = 2 AS is_two)."
-                )
-            return classes
-    return binary_classes(y_host, "logistic regression", ", or use kmeans to group rows without a label")
+    fix = ", or use kmeans to group rows without a label"
+    classes = binary_classes(y_host, "logistic regression", fix, multiclass=True)
+    if len(classes) > 2 and solver not in MULTINOMIAL_SOLVERS:
+        # scikit-learn's words first: its estimator checks look for them
+        raise IlargiError(
+            f'Only binary classification is supported by solver="{solver}": the multinomial model of '
+            f'the target\'s {len(classes)} classes is fitted by solver="lbfgs" only. Use solver="lbfgs", '
+            "or encode two classes in the query (e.g. y = 2 AS is_two)."
+        )
+    return classes
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
