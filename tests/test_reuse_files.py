@@ -257,3 +257,23 @@ def test_a_cheap_models_record_waits_for_the_next_write(stored):
     clear_artifacts()
     again = ilargi_db.train(con, STAR, "y", alpha=5.0, **RUN)
     assert any(line.startswith("the trained model (fit, from database") for line in again.reused_)
+
+
+def test_a_quick_job_repeated_before_its_record_is_written_leaves_one_record_and_the_next_write_whole(stored):
+    """Its record waits for the next write each time the job runs: the write keeps one per key (two would break
+    the index's key and lose the whole write)."""
+    path, con, _ = stored
+    for _ in range(3):  # not written yet, so not found: each run trains and its record waits again
+        assert ilargi_db.train(con, STAR, "y", alpha=7.0, **RUN).stored_ == []
+    wider = ilargi_db.train(con, STAR.replace("d.kind, ", "d.kind, d.z * 3 AS z3, "), "y", **RUN)
+    assert wider.stored_
+    fits = [a for a in artifacts(con) if a["tier"] == "database" and a["kind"] == "fit"]
+    assert len(fits) == 3  # the fixture's job, the quick one once, the wider one
+
+
+def test_a_repeat_whose_models_are_not_all_stored_trains_and_says_nothing_was_reused(stored):
+    path, con, _ = stored
+    models = [("linear_regression", {"solver": "normal"}), ("linear_regression", {"alpha": 3.0})]
+    clear_artifacts()  # the process's tier: only the database's records could serve a repeat
+    batch = ilargi_db.train_batch(con, STAR, "y", models, backend="numpy", strategy="factorized")
+    assert all(not any("the trained model" in line for line in m.reused_) for m in batch)

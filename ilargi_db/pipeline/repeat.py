@@ -15,6 +15,11 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
+import scipy
+import sklearn
+
+import ilargi_db
 from ilargi_db.errors import DamagedModelError
 from ilargi_db.models.catalog import Placement
 from ilargi_db.pipeline.planning import JobPlan
@@ -36,7 +41,9 @@ def fit_keys(job: JobPlan) -> list[str] | None:
         return None  # a new draw each run
     graph = job.graph
     options = job.options
-    settings = [job.target, graph.feature_names, job.flags, job.strategy.value, job.backend.name]
+    # The code that fitted it too: another release's fit may give another model.
+    settings = [ilargi_db.__version__, sklearn.__version__, np.__version__, scipy.__version__]
+    settings += [job.target, graph.feature_names, job.flags, job.strategy.value, job.backend.name]
     settings += [bool(options.standardize), bool(options.impute), len(job.models)]
     data = [fp.rows_key, [fp.column_keys[j] for j in sorted(fp.column_keys)]]
     return [
@@ -51,16 +58,9 @@ def stored_models(job: JobPlan, query: str, planning_seconds: float) -> list[Tra
     if keys is None:
         return None
     began = time.perf_counter()
-    models = []
-    for key in keys:
-        found = job.artifacts.find_stored(FIT, key, FIT_WHAT)
-        try:
-            model = TrainedModel.from_record(found["record"]) if isinstance(found, dict) else None
-        except (DamagedModelError, KeyError, TypeError):
-            model = None
-        if model is None:
-            return None
-        models.append(model)
+    models = job.artifacts.find_all_stored(FIT, keys, FIT_WHAT, _model_of)
+    if models is None:
+        return None
     seconds = time.perf_counter() - began
     for model in models:
         model.query_ = query
@@ -74,6 +74,13 @@ def stored_models(job: JobPlan, query: str, planning_seconds: float) -> list[Tra
             "total": planning_seconds + seconds,
         }
     return models
+
+
+def _model_of(found: object) -> TrainedModel | None:
+    try:
+        return TrainedModel.from_record(found["record"]) if isinstance(found, dict) else None
+    except (DamagedModelError, KeyError, TypeError):
+        return None
 
 
 def keep_models(job: JobPlan, models: list[TrainedModel], seconds: float) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,15 +211,20 @@ class JobReuse:
         else:
             self.made.append((artifact, persistable))
 
-    def find_stored(self, kind: str, key: str, what: str) -> Any:
-        """The value the database tier stores under ``key`` (never this process's tier), or None."""
-        if not (self.enabled and key and key in self._index()):
+    def find_all_stored(self, kind: str, keys: list[str], what: str, decode: Callable[[Any], Any]) -> list | None:
+        """The values the database tier stores under every one of ``keys`` (never this process's tier), each
+        through ``decode``, read in one load; None, and no use or hit counted, unless every one is there and
+        decodes (``decode`` returns None for one it refuses)."""
+        if not (self.enabled and keys and all(key in self._index() for key in keys)):
             return None
-        found = DatabaseTier.load(self.con, {key: kind}).get(key)
-        if found is not None:
+        found = DatabaseTier.load(self.con, dict.fromkeys(keys, kind))
+        values = [decode(found[key]) if key in found else None for key in keys]
+        if any(v is None for v in values):
+            return None
+        for key in keys:
             self.used.append(Use(kind, what, "database", self._index()[key][1]))
             self.hit_keys.append(key)
-        return found
+        return values
 
     def finish(self) -> str | None:
         """Write this job's new artifacts (and the hits counted since the last write) to the database tier;
@@ -248,11 +254,11 @@ class JobReuse:
         alone = sum(a.compute_seconds for a in deferred) >= WRITE_ALONE_SECONDS
         with _HITS_LOCK:
             waiting = _PENDING_WRITES.setdefault(path, [])
+            # One artifact per key (the latest): a key twice in one save breaks the index's primary key.
             if in_transaction(self.con) or not (new or alone):
-                waiting[:] = (waiting + deferred)[-MAX_WAITING:]
+                waiting[:] = list({a.key: a for a in waiting + deferred}.values())[-MAX_WAITING:]
                 return None
-            mine = {a.key for a in deferred}
-            new += deferred + [a for a in _PENDING_WRITES.pop(path) if a.key not in mine]
+            new = list({a.key: a for a in _PENDING_WRITES.pop(path) + deferred + new}.values())
             hits = _PENDING_HITS.pop(path, Counter())
         stored = DatabaseTier.save(self.con, [(a, (lambda a=a: a.value)) for a in new], dict(hits))
         return stored_line(stored, DatabaseTier.location(self.con)) if stored else None
