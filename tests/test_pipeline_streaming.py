@@ -349,3 +349,17 @@ def test_a_spill_that_cannot_be_written_reads_from_duckdb_again(con, monkeypatch
     monkeypatch.setattr(FactStream, "read", read_on_a_broken_disk)
     model = ilargi_db.train(con, LATE, "late", "logistic_regression", **SPILLED)
     np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-9)
+
+
+def test_spill_buffers_are_reused_once_free_and_a_larger_partition_replaces_a_small_kept_one():
+    from ilargi_db.pipeline.spill import SpillBuffers
+
+    buffers = SpillBuffers(keep=1)
+    small = buffers.get(10)
+    view = small[:5]
+    assert buffers.get(10) is not small  # a view of it is alive: not free
+    del view, small
+    large = buffers.get(100)  # the kept one is free but too small: the larger one takes its place
+    assert large.nbytes == 100
+    del large
+    assert buffers.get(50).nbytes == 100  # reused, not a new 50-byte buffer

@@ -162,7 +162,13 @@ class FactStream:
         schema = self._batches.schema
         self._next += 1
         if self._next == len(self.sizes):
+            more = bool(self._pending) or _next_batch(self._batches) is not None
             self._batches = None  # every row given: the connection is free again
+            self._pending.clear()
+            if more:
+                raise IlargiError(
+                    "the fact gave more rows than it counted: did it change while training read it? Train again."
+                )
         return pa.Table.from_batches(held, schema=schema)
 
     def dimension_blocks(self, categorical: frozenset[int]) -> tuple[list[BlockMetadata], list[CategoricalMetadata]]:

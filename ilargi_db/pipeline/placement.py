@@ -8,6 +8,7 @@ chosen plan where it will run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -144,11 +145,10 @@ def stream_plan(
 def duckdb_memory_for(con: duckdb.DuckDBPyConnection, budget: int) -> int | None:
     """DuckDB's memory_limit for a job streamed under ``budget`` (None: the caller's own limit stays)."""
     wanted = max(int(DUCKDB_SHARE_OF_BUDGET * budget), DUCKDB_LEAST)
-    shown = _memory_limit_shown(con)
-    if shown is None or shown != _memory_limit_shown(duckdb.connect()):  # the caller's own setting: kept
-        return None
     current = memory_limit_bytes(con)
-    if current is not None and current <= wanted:
+    if current is None or current != _default_memory_limit():  # the caller's own setting: kept
+        return None
+    if current <= wanted:
         return None
     try:  # an in-memory database's tables live in that memory: a lower limit would push them out to disk
         path, used = con.sql(
@@ -160,11 +160,11 @@ def duckdb_memory_for(con: duckdb.DuckDBPyConnection, budget: int) -> int | None
     return wanted if path or (used or 0) <= wanted // 2 else None
 
 
-def _memory_limit_shown(con: duckdb.DuckDBPyConnection) -> str | None:
-    try:
-        return str(con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0])
-    except duckdb.Error:
-        return None
+@functools.cache
+def _default_memory_limit() -> int | None:
+    """DuckDB's default memory_limit on this machine (the same for every database the process opens)."""
+    with duckdb.connect() as fresh:
+        return memory_limit_bytes(fresh)
 
 
 @contextlib.contextmanager

@@ -64,13 +64,16 @@ class SpillBuffers:
 
     def get(self, size: int) -> np.ndarray:
         with self._lock:
-            for k in range(len(self._buffers)):
-                # References: the list, the argument of getrefcount: no array of the buffer is alive.
-                if sys.getrefcount(self._buffers[k]) <= 2 and self._buffers[k].nbytes >= size:
+            # References: the list, the argument of getrefcount: no array of the buffer is alive.
+            free = [k for k in range(len(self._buffers)) if sys.getrefcount(self._buffers[k]) <= 2]
+            for k in free:
+                if self._buffers[k].nbytes >= size:
                     return self._buffers[k]
             buffer = np.empty(max(size, 1), dtype=np.uint8)
             if len(self._buffers) < self.keep:
                 self._buffers.append(buffer)
+            elif free:  # every free one too small (kept from short partitions): the smallest makes way
+                self._buffers[min(free, key=lambda k: self._buffers[k].nbytes)] = buffer
             return buffer
 
 
