@@ -274,3 +274,14 @@ def test_a_scikit_learn_step_that_needs_a_dense_array_says_how_to_keep_the_join_
     X, y, _ = join
     with pytest.raises(IlargiError, match="ilargi_db.models.StandardScaler"):
         Pipeline([("scale", DenseScaler()), ("model", LinearRegression())]).fit(X, y)
+
+
+def test_scaling_sparse_one_hot_rows_without_centering_keeps_them_sparse():
+    import scipy.sparse
+
+    rows = np.arange(6)
+    X = scipy.sparse.csr_matrix((rows + 1.0, (rows, rows % 3)), shape=(6, 3))
+    scaled = StandardScaler(with_mean=False).fit(X).transform(X)
+    assert scipy.sparse.issparse(scaled)
+    expected = DenseScaler(with_mean=False).fit(X.toarray()).transform(X.toarray())
+    np.testing.assert_allclose(scaled.toarray(), expected, rtol=1e-12)

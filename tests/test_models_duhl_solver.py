@@ -186,3 +186,13 @@ def test_a_linear_svm_scores_in_sql_as_in_python(con):
     assert ((table["score"] > 0) == table["cls"]).all()
     evaluated = ilargi_db.evaluate(con, model, LABELLED)
     assert {"accuracy", "f1", "roc_auc", "hinge_loss"} <= set(evaluated) and "log_loss" not in evaluated
+
+
+def test_a_working_set_too_wide_to_hold_dense_is_refused_before_anything_is_built():
+    import scipy.sparse
+
+    n = d = 1_000_000  # one-hot rows: 8 TB as the dense rows DuHL holds
+    rows = np.arange(n)
+    X = scipy.sparse.csr_matrix((np.ones(n), (rows, rows % d)), shape=(n, d))
+    with pytest.raises(IlargiError, match="holds its working set as dense rows: .* Give a memory_budget"):
+        LinearSVC().fit(X, rows % 2)

@@ -11,6 +11,7 @@ the start (w = 0: the mean loss there, log 2 for logistic regression, 1 for the 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,26 @@ def working_set(M: Any, intercept_column: bool) -> int:
     return duhl_working_set(base.n_partitions, DUHL_HELD_PARTITIONS * base.nbytes, dense)
 
 
+DENSE_SHARE_OF_MEMORY = 0.5  # DuHL's dense rows may take at most this share of the machine's memory
+
+
+def check_dense_rows(M: Any, held: int, partitions: int, intercept_column: bool) -> None:
+    """Refuse, before anything is built, a working set whose rows, dense, would not fit in memory (a wide
+    one-hot matrix held whole: n x d doubles where the rest of the library keeps it factorized)."""
+    n, d = M.shape
+    dense = 8.0 * n * (d + intercept_column) * held / max(partitions, 1)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
+        return
+    if dense > DENSE_SHARE_OF_MEMORY * memory:
+        raise IlargiError(
+            f"{spell('solver', 'duhl')} holds its working set as dense rows: {dense / 2**30:,.1f} GiB here "
+            f"({n:,} rows x {d + intercept_column:,} columns), over half this machine's memory. Give a "
+            "memory_budget (it then holds what fits and streams the rest), or choose another solver."
+        )
+
+
 def fit_duhl(
     estimator: Any, algorithm: str, M: Any, y: Any, loss: str, *, center: bool = False, intercept_scaling: float = 0.0
 ) -> DuHLFit:
@@ -69,6 +90,7 @@ def fit_duhl(
         )
     held = working_set(M, intercept_scaling > 0)
     partitions = RowPartitions(M).n_partitions
+    check_dense_rows(M, held, partitions, intercept_scaling > 0)
     # An iteration: an epoch's worth of coordinate steps on the working set, then the certificate's pass.
     rounds = estimator.max_iter * max(partitions // held, 1)
     centered = y - y.mean() if center and n else y

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -72,6 +73,8 @@ class StandardScaler(OneToOneFeatureMixin, TransformerMixin, SparseInputMixin, B
         (X,) = check_input(self, X, reset=False)
         _refuse_a_standardized(X)
         if not is_normalized(X):
+            if scipy.sparse.issparse(X) and not self.with_mean:  # wide one-hot rows stay sparse: scaled only
+                return scipy.sparse.csr_matrix(X @ scipy.sparse.diags(1.0 / self.scale_))
             dense = X.toarray() if hasattr(X, "toarray") else X
             return (dense - self.mean_) / self.scale_
         M = as_matrix(X)
