@@ -13,7 +13,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ class TrainedModel:
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A name of the estimator's (model.coef_ = ...) is set on the estimator, which predicts and is stored.
-        if name in _FIELDS or "estimator_" not in self.__dict__:
+        if name in type(self).__dataclass_fields__ or "estimator_" not in self.__dict__:
             object.__setattr__(self, name, value)
         else:
             setattr(self.estimator_, name, value)
@@ -162,6 +162,8 @@ class TrainedModel:
         parameters = _json_object(record["parameters"], "parameters")
         estimator.set_params(**{k: v for k, v in parameters.items() if k in known})  # for display: not refitted
         fitted = _json_object(record["model"], "model")
+        if "groups" in fitted:  # one model per group (train(..., group_by=...))
+            return GroupedModel._grouped_from_record(record, fitted)
         names = _strings(fitted["feature_names_out"])
         estimator.n_features_in_ = len(names)
         estimator.feature_names_in_ = np.asarray(names, dtype=object)
@@ -230,9 +232,6 @@ class TrainedModel:
             f"<TrainedModel{stored} {self.algorithm_}, {self.strategy_}, {self.n_rows_:,} rows, "
             f"{len(self.encoder_.feature_names_out_):,} columns{': ' + metrics if metrics else ''}>"
         )
-
-
-_FIELDS = frozenset(f.name for f in fields(TrainedModel))
 
 
 def _json(value: Any) -> str:
@@ -365,3 +364,140 @@ _IN_MODEL: tuple[tuple[str, str, Callable[[Any], Any], Any], ...] = (
     ("stored_", "artifacts_stored", _strings, []),
     ("streamed_", "streamed", _optional(_object), None),
 )
+
+
+@dataclass(repr=False, eq=False)
+class GroupedModel(TrainedModel):
+    """One model per value of a ``group_by`` column, trained from one read (``train(..., group_by=...)``).
+
+    ``models_`` maps each group (its value as DuckDB casts it to VARCHAR) to that group's
+    :class:`TrainedModel`; all share the encoder. The SQL macro ``N_predict`` takes the features and then
+    the group column, and dispatches on the group; a row of a group no model was trained for (unseen, or
+    NULL) is scored NULL, as :meth:`predict` gives it NaN. ``estimator_`` is the estimator as configured
+    (unfitted): each group's fitted one is ``models_[group].estimator_``.
+
+    Attributes
+    ----------
+    group_by_ : str
+        The group column's name in the training query.
+    group_type_ : str or None
+        Its DuckDB type.
+    models_ : dict of str to TrainedModel
+        Each group's model, in sorted order of the groups.
+    training_metrics_ : dict
+        Each training metric's mean over the groups, weighted by their rows (each group's own is in
+        ``models_[group].training_metrics_``).
+    ungrouped_rows_ : int
+        Rows left out of every group's training because their group is NULL.
+    """
+
+    group_by_: str = ""
+    group_type_: str | None = None
+    models_: dict[str, TrainedModel] = field(default_factory=dict)
+    ungrouped_rows_: int = 0
+
+    @property
+    def groups_(self) -> list[str]:
+        return list(self.models_)
+
+    def group_codes(self, groups: Any) -> np.ndarray:
+        """Per row, the index of its group in ``groups_`` (-1: no model for it): from labels (any values,
+        compared as text; None for NULL) or from a reader's ``GroupCodes``."""
+        labels = getattr(groups, "labels", None)
+        position = {label: i for i, label in enumerate(self.models_)}
+        if labels is not None:  # GroupCodes: each code's label looked up once
+            lookup = np.array([position.get(label, -1) for label in labels] + [-1], dtype=np.int64)
+            return lookup[groups.codes]
+        return np.array([-1 if g is None else position.get(str(g), -1) for g in groups], dtype=np.int64)
+
+    def _by_group(self, X: Any, groups: Any, score: Callable[[TrainedModel, Any], np.ndarray]) -> np.ndarray:
+        from ilargi_db.backend import to_host
+
+        codes = self.group_codes(groups)
+        if len(codes) != X.shape[0]:
+            raise IlargiError(f"groups has {len(codes)} values for {X.shape[0]} rows: give one group per row.")
+        out = None
+        for g, model in enumerate(self.models_.values()):
+            rows = np.flatnonzero(codes == g)
+            if not len(rows):
+                continue
+            found = np.asarray(to_host(score(model, X[rows])), dtype=float)
+            if out is None:
+                out = np.full((len(codes), *found.shape[1:]), np.nan)
+            elif out.shape[1:] != found.shape[1:]:
+                raise IlargiError(
+                    "the groups' models give results of different widths (their classes differ): score each "
+                    "group with its own model, models_[group]."
+                )
+            out[rows] = found
+        return np.full(len(codes), np.nan) if out is None else out
+
+    def predict(self, X: Any, groups: Any) -> np.ndarray:
+        """Each row predicted by its group's model; NaN for a row whose group has no model."""
+        return self._by_group(X, groups, lambda model, rows: model.predict(rows))
+
+    def predict_proba(self, X: Any, groups: Any) -> np.ndarray:
+        """Each row's class probabilities from its group's model (the groups must share their classes)."""
+        return self._by_group(X, groups, lambda model, rows: model.predict_proba(rows))
+
+    def to_record(self) -> dict[str, Any]:
+        """The record of :meth:`TrainedModel.to_record`, its ``model`` object holding each group's."""
+        first = next(iter(self.models_.values()))
+        record = first.to_record()
+        kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
+        groups = {
+            label: {
+                **json.loads(model.to_record()["model"]),
+                "n_rows": model.n_rows_,
+                "metrics": model.training_metrics_,
+            }
+            for label, model in self.models_.items()
+        }
+        grouping = {"group_by": self.group_by_, "group_type": self.group_type_, "ungrouped_rows": self.ungrouped_rows_}
+        record.update(
+            {
+                column: _json(getattr(self, attr)) if column in JSON_COLUMNS else getattr(self, attr)
+                for attr, column, _ in _COLUMNS
+            },
+            parameters=_json(self.estimator_.get_params()),
+            model=_json({**kept, **grouping, "groups": groups}),
+        )
+        return record
+
+    @classmethod
+    def _grouped_from_record(cls, record: Mapping[str, Any], fitted: dict) -> GroupedModel:
+        groups = _object(fitted["groups"])
+        if not groups:
+            raise ValueError("a grouped model without groups")
+        models = {}
+        for label, state in groups.items():
+            state = _object(state)
+            if "groups" in state:
+                raise ValueError("a group's model holds groups of its own")
+            one = {**record, "model": json.dumps(state), "n_rows": _count(state["n_rows"])}
+            one["metrics"] = json.dumps(_object(state["metrics"]))
+            models[_text(label)] = TrainedModel._from_record(one)
+        first = next(iter(models.values()))
+        estimator = estimator_class(first.algorithm_)()
+        known = estimator.get_params()
+        estimator.set_params(**{k: v for k, v in first.estimator_.get_params().items() if k in known})
+        return cls(
+            estimator,
+            first.encoder_,
+            target_type_=first.target_type_,
+            feature_types_=first.feature_types_,
+            standardize_=first.standardize_,
+            **{attr: check(record[column]) for attr, column, check in _COLUMNS},
+            **{attr: check(fitted.get(key, absent)) for attr, key, check, absent in _IN_MODEL},
+            group_by_=_text(fitted["group_by"]),
+            group_type_=_optional(_text)(fitted.get("group_type")),
+            models_=dict(sorted(models.items())),
+            ungrouped_rows_=_count(fitted.get("ungrouped_rows", 0)),
+        )
+
+    def __repr__(self) -> str:
+        stored = f" {self.name_} v{self.version_}," if self.name_ else ""
+        return (
+            f"<GroupedModel{stored} {self.algorithm_} per {self.group_by_}, {len(self.models_):,} groups, "
+            f"{self.n_rows_:,} rows, {len(self.encoder_.feature_names_out_):,} columns>"
+        )

@@ -29,3 +29,31 @@ def assert_close(actual, expected, rtol: float = 1e-9) -> None:
     finite = np.isfinite(expected)
     scale = np.max(np.abs(expected[finite])) if finite.any() else 1.0
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0), equal_nan=True)
+
+
+def oracle_matrix(con, query: str, target: str | None):
+    """The join as scikit-learn users build it: materialize, impute means, one-hot text (sorted, NULL last)."""
+    return encoded_table(con.sql(query).to_arrow_table(), target)
+
+
+def encoded_table(table, target: str | None):
+    """An Arrow table's rows with a label (when ``target``), numbers imputed by their mean, text one-hot."""
+    if target is not None:  # rows without a label are dropped before anything is learned
+        labels = pc.cast(table.column(target), "float64").to_numpy(zero_copy_only=False)
+        table = table.filter(~np.isnan(labels))
+    columns, y = [], None
+    for name, column in zip(table.column_names, table.columns):
+        if name == target:
+            y = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
+            continue
+        if column.type in ("string", "large_string", "bool") or str(column.type).startswith("dictionary"):
+            values = pc.cast(column, "string").to_pylist()
+            labels = sorted({v for v in values if v is not None})
+            columns += [[float(v == label) for v in values] for label in labels]
+            if None in values:
+                columns.append([float(v is None) for v in values])
+        else:
+            values = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
+            mean = np.nanmean(values) if (~np.isnan(values)).any() else 0.0
+            columns.append(np.where(np.isnan(values), mean, values))
+    return (np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))), y

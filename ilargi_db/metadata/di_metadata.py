@@ -35,6 +35,42 @@ class BlockMetadata:
 
 
 @dataclass(frozen=True)
+class GroupCodes:
+    """Each output row's group (``group_by``): an index into ``labels``, -1 where the group is NULL.
+
+    ``labels`` are the groups' values as DuckDB casts them to VARCHAR (what a model's SQL macro compares), sorted.
+    """
+
+    codes: np.ndarray
+    labels: tuple[str, ...]
+
+    @classmethod
+    def from_arrow(cls, values: pa.Array | pa.ChunkedArray) -> GroupCodes:
+        """The codes of a VARCHAR column, one value per output row."""
+        import pyarrow.compute as pc
+
+        encoded = pc.dictionary_encode(values).combine_chunks() if len(values) else None
+        if encoded is None:
+            return cls(np.empty(0, dtype=np.int32), ())
+        labels = encoded.dictionary.to_pylist()
+        order = np.argsort(np.array(labels, dtype=object), kind="stable") if labels else np.empty(0, np.int64)
+        rank = np.empty(len(labels) + 1, dtype=np.int32)
+        rank[order] = np.arange(len(labels), dtype=np.int32)
+        rank[-1] = -1  # a NULL group: the last slot, reached by the filled index below
+        indices = encoded.indices.fill_null(len(labels)).to_numpy(zero_copy_only=False)
+        return cls(rank[indices], tuple(labels[i] for i in order))
+
+    def take(self, keep: np.ndarray) -> GroupCodes:
+        return GroupCodes(self.codes[keep], self.labels)
+
+    def rows_of_each(self) -> dict[str, np.ndarray]:
+        """Each group's rows, in row order (the NULL group's rows left out)."""
+        order = np.argsort(self.codes, kind="stable")
+        bounds = np.searchsorted(self.codes[order], np.arange(-1, len(self.labels) + 1))
+        return {label: order[bounds[g + 1] : bounds[g + 2]] for g, label in enumerate(self.labels)}
+
+
+@dataclass(frozen=True)
 class CategoricalMetadata:
     """A categorical feature read from one source, before encoding.
 
@@ -67,6 +103,7 @@ class DIMetadata:
     # Per source, the DuckDB rowid of each block row (a base table), or None: what a later job needs to
     # read one more column of the same rows (see ilargi_db.reuse).
     row_ids: dict[str, np.ndarray | None] = field(default_factory=dict)
+    groups: GroupCodes | None = None  # each row's group_by value, when the job trains one model per group
 
     @property
     def n_features(self) -> int:
@@ -83,6 +120,7 @@ class DIMetadata:
             target=None if self.target is None else self.target[keep],
             categoricals=[dataclasses.replace(c, indicator=c.indicator[keep]) for c in self.categoricals],
             row_ids=self.row_ids,
+            groups=None if self.groups is None else self.groups.take(keep),
         )
 
     def indicator_matrix(self, block: int) -> sp.csr_matrix:

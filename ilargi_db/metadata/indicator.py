@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, part_column, quote
+from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, group_item, part_column, quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
 
@@ -59,6 +59,8 @@ def indicator_sql(
         items.append(f"{value} AS {row_column(position)}")
     if graph.target is not None:
         items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {TARGET}")
+    if graph.group is not None:
+        items.append(group_item(graph))
     for j, feature in enumerate(graph.features):
         if feature.kind == "coalesce":
             cases = " ".join(

@@ -19,6 +19,7 @@ from ilargi_db.plan.sources import with_prefix
 ROW = "__ilargi_row"
 ROWID = "__ilargi_rowid"
 TARGET = "__ilargi_y"
+GROUP = "__ilargi_group"  # the group_by column, as VARCHAR, in the key-only and the materialized join
 
 
 def part_column(feature_index: int, part_index: int) -> str:
@@ -92,8 +93,9 @@ def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
         nodes += [c for c in conjuncts(where.this) if c.sql("duckdb") not in pushed]
     if select.args.get("order"):
         nodes.append(select.args["order"])
-    if graph.target is not None:
-        nodes.append(sqlglot.parse_one(graph.target.sql, read="duckdb"))
+    for labelled in (graph.target, graph.group):
+        if labelled is not None:
+            nodes.append(sqlglot.parse_one(labelled.sql, read="duckdb"))
     for node in nodes:
         # All columns, nested subqueries included: a correlated reference needs its column too.
         for column in node.find_all(exp.Column):
@@ -101,6 +103,11 @@ def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
             if alias and graph.source(alias).has_column(column.name):
                 needed[alias].setdefault(column.name.lower(), column.name)
     return {alias: list(cols.values()) for alias, cols in needed.items()}
+
+
+def group_item(graph: JoinGraph) -> str:
+    """The group_by column as the joins return it: its value as text, as a model's macro compares it."""
+    return f"CAST(({graph.group.sql}) AS VARCHAR) AS {quote(GROUP)}"
 
 
 def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str = "") -> bool:
@@ -130,6 +137,8 @@ def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
     items = [cast_part(part_column(j, 0), f.sql, names) for j, f in enumerate(graph.features)]
     if graph.target is not None:
         items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote(TARGET)}")
+    if graph.group is not None:
+        items.append(group_item(graph))
     select = graph.select.copy()
     select.set("expressions", [sqlglot.parse_one(item, read="duckdb") for item in items])
     return select.sql("duckdb")

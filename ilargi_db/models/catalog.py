@@ -309,6 +309,7 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
     ),
     # A Dask client or scheduler address in Python; in JSON a name the Python host registered.
     TrainSetting("cluster", (str,), (str, object), None, "train on a Dask cluster"),
+    TrainSetting("group_by", (str,), (str,), None, "train one model per value of this SELECT column, from one read"),
 )
 SETTINGS: dict[str, TrainSetting] = {s.name: s for s in TRAIN_SETTINGS}
 MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver forms (256 MiB: d up to about 5,800)

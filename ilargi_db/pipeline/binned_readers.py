@@ -16,7 +16,14 @@ import duckdb
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.metadata.scans import materialized_sql
 from ilargi_db.models.catalog import Strategy
-from ilargi_db.pipeline.readers import ReadSettings, TrainingData, labelled_join, labelled_metadata, source_metadata
+from ilargi_db.pipeline.readers import (
+    ReadSettings,
+    TrainingData,
+    joined_groups,
+    labelled_join,
+    labelled_metadata,
+    source_metadata,
+)
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse.job import JobReuse
 
@@ -58,7 +65,7 @@ def read_binned_factorized(
     binner = _binned(con, graph, read, job)
     meta, unlabelled = labelled_metadata(source_metadata(con, graph, binner.categorical, job), read.labelled_only)
     coalesced = frozenset(j for j, f in enumerate(graph.features) if f.kind == "coalesce")
-    data = TrainingData(binner.transform_metadata(meta, coalesced), meta.target, binner, unlabelled)
+    data = TrainingData(binner.transform_metadata(meta, coalesced), meta.target, binner, unlabelled, groups=meta.groups)
     if binned_key is not None:
         job.keep_binned(binned_key, data, time.perf_counter() - began)
     return data
@@ -71,7 +78,8 @@ def read_binned_materialized(
     binner = _binned(con, graph, read, job)
     table = fetch_arrow(con, materialized_sql(graph, binner.categorical), what="the materialized join")
     table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
-    return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled)
+    table, groups = joined_groups(table, graph)
+    return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
 
 
 BINNED_READERS = {Strategy.FACTORIZED: read_binned_factorized, Strategy.MATERIALIZED: read_binned_materialized}

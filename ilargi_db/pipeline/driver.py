@@ -27,6 +27,7 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement
 from ilargi_db.pipeline.fit import fit_model
+from ilargi_db.pipeline.groups import fit_groups
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, make_estimators, model_specs
 from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
@@ -51,6 +52,7 @@ def train(
     reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
+    group_by: str | None = None,
     **params: Any,
 ) -> Any:
     """Train a model on the rows of a SELECT over joined tables.
@@ -92,6 +94,12 @@ def train(
         within :data:`~ilargi_db.cluster.CONNECT_SECONDS`; its workers must run this build): the fact
         must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
         and keeps its partitions; the driver adds the partials (see :mod:`ilargi_db.cluster`).
+    group_by : str or None
+        A column of the SELECT list (not a feature): one model per value of it, every group's model fitted on
+        its rows of one read of the query (the encoding, categories and imputation means, learned from all
+        rows; ``standardize`` scales each group's rows by their own statistics). Returns a
+        :class:`~ilargi_db.grouped_model.GroupedModel`; rows whose group is NULL train no model. Held in
+        memory: not with a cluster or a stream (see :mod:`ilargi_db.pipeline.groups`).
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -122,6 +130,7 @@ def train(
         reuse=reuse,
         memory_budget=memory_budget,
         cluster=cluster,
+        group_by=group_by,
     )
     (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
     _warn_of_convergence([model])
@@ -142,6 +151,7 @@ def train_batch(
     reuse: bool | str = True,
     memory_budget: int | str | None = None,
     cluster: Any = None,
+    group_by: str | None = None,
 ) -> list[TrainedModel]:
     """Train several models on one training query in one call, reading the data once.
 
@@ -161,8 +171,8 @@ def train_batch(
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the linear models and k-means (as for :func:`train`).
-    query, strategy, backend, impute, reuse, memory_budget, cluster
-        As for :func:`train`.
+    query, strategy, backend, impute, reuse, memory_budget, cluster, group_by
+        As for :func:`train` (with ``group_by``, each model of the batch is one model per group).
 
     Returns
     -------
@@ -186,6 +196,7 @@ def train_batch(
         reuse=reuse,
         memory_budget=memory_budget,
         cluster=cluster,
+        group_by=group_by,
     )
     trained = run_training(con, query, target, model_specs(models), options)
     _warn_of_convergence(trained)
@@ -196,10 +207,12 @@ def _warn_of_convergence(models: list[TrainedModel]) -> None:
     """The Python API tells of a fit stopped at max_iter as scikit-learn does: a ConvergenceWarning, at the
     caller's line (the SQL functions return it in their summary; every model keeps it in ``warnings_``)."""
     for model in models:
-        if getattr(model.estimator_, "convergence_warning_", None):
-            warnings.warn(model.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
-        if getattr(model.estimator_, "scale_warning_", None):  # k-means on columns of scales far apart
-            warnings.warn(model.estimator_.scale_warning_, UserWarning, stacklevel=4)
+        for label, one in getattr(model, "models_", {"": model}).items():  # a grouped model: each group's
+            said = f"group {label!r}: " if label else ""
+            if getattr(one.estimator_, "convergence_warning_", None):
+                warnings.warn(said + one.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
+            if getattr(one.estimator_, "scale_warning_", None):  # k-means on columns of scales far apart
+                warnings.warn(said + one.estimator_.scale_warning_, UserWarning, stacklevel=4)
 
 
 @interruptible_job
@@ -252,7 +265,8 @@ def run_training(
         models = []
         for model in job.models:
             stages.set_description(f"training {model.spec.algorithm}")
-            models.append(fit_model(job, model, data, shared))
+            fit = fit_model if data.groups is None else fit_groups  # one model, or one per group_by value
+            models.append(fit(job, model, data, shared))
             stages.update()
         give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
         keep_models(job, models, time.perf_counter() - planned)

@@ -30,6 +30,7 @@ def explain(
     reuse: bool | str = True,
     memory_budget: int | str | None = None,
     standardize: bool = False,
+    group_by: str | None = None,
     **params: Any,
 ) -> Explanation:
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
@@ -52,7 +53,7 @@ def explain(
     """
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails before the query is planned
     with ReadSnapshot(con):  # every read sees one committed state of the database
-        graph, flags = plan_graph(con, query, target)  # as train plans it: the same checks, the same graph
+        graph, flags = plan_graph(con, query, target, group_by)  # as train plans it: the same checks, the same graph
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         began = time.perf_counter()
         stats = stored_stats(job)
@@ -63,11 +64,21 @@ def explain(
         explanation = explain_graph(
             con, graph, algorithm, backend, params, stats=stats, spent=spent, reuse=held, standardize=standardize
         )
+        if graph.group is not None:  # priced as one fit of all the rows: the groups' fits share them out
+            explanation.reasons.append(
+                f"one model per value of {graph.group.name}, each fitted on its rows of this one read (priced as "
+                "one fit of all the rows); held in memory, never streamed"
+            )
         try:
             streams = stream_plan(con, graph, explanation.strategy, stats, memory_budget)
         except IlargiError as err:
             if memory_budget is not None:
                 explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
+            streams = None
+        if streams is not None and graph.group is not None:
+            explanation.reasons.append(
+                f"over the memory budget ({streams.why}): group_by holds the rows in memory, so train would refuse it"
+            )
             streams = None
         if streams is not None:
             parameter = algorithm_facts(algorithm).solver_parameter

@@ -53,6 +53,7 @@ class TrainOptions:
     reuse: bool | str = True  # or REUSE_IN_MEMORY
     memory_budget: int | str | None = None
     cluster: Any = None  # a dask.distributed.Client or a scheduler address (SQL: a registered cluster's name)
+    group_by: str | None = None  # a SELECT column: one model per value (see pipeline/groups.py)
 
     def check(self, specs: Sequence[ModelSpec]) -> None:
         """Refuse values of the wrong kind (as the settings' table says), an unknown strategy, a memory budget

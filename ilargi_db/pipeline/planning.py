@@ -80,9 +80,11 @@ def reads_bins(specs: Sequence[ModelSpec]) -> bool:
     return kinds == {"bins"}
 
 
-def plan_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> tuple[JoinGraph, list[bool]]:
+def plan_graph(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None = None
+) -> tuple[JoinGraph, list[bool]]:
     """The training query's join graph (checked: features, the target's type) and its categorical flags."""
-    graph = build_join_graph(con, query, target)
+    graph = build_join_graph(con, query, target, group_by)
     if not graph.features:
         raise IlargiError("the training query selects no feature column: add the columns to learn from.")
     flags = categorical_flags(graph)
@@ -141,10 +143,12 @@ def plan_job(
     """
     if reads_bins(specs) and options.cluster is not None:  # (a batch mixing trees with others is refused there)
         raise IlargiError("gradient_boosting trains in this process: leave out cluster (trees do not run on Dask yet).")
-    graph, flags = plan_graph(con, query, target)
+    graph, flags = plan_graph(con, query, target, options.group_by)
     if check_graph is not None:
         check_graph(graph)
-    artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True)
+    # A grouped job's rows carry their groups, which no artifact holds yet: it reads cold and keeps nothing.
+    reuse = options.reuse if graph.group is None else False
+    artifacts = JobReuse.open(con, graph, flags, enabled=reuse, persist=True)
     stats = job_statistics(con, graph, artifacts)
     key = artifacts.matrix_key(graph, flags, options.impute, backend.name)
     held = artifacts.holdings(graph, key)
@@ -193,6 +197,12 @@ def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats |
     return job
 
 
+_GROUPS_IN_MEMORY = (
+    "group_by trains each group's model on rows held in memory, and this job would run {what}: {fix}, or train "
+    "the groups that do not fit one at a time (WHERE <group column> = ...)."
+)
+
+
 def place(
     con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats | None, cleanup: contextlib.ExitStack
 ) -> JobPlan:
@@ -204,6 +214,8 @@ def place(
     client = stream = None
     if job.reads_bins:
         return _place_trees(con, job, stats)
+    if graph.group is not None and options.cluster is not None:
+        raise IlargiError(_GROUPS_IN_MEMORY.format(what="on a cluster", fix="leave out cluster"))
     if options.cluster is not None:
         check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
         client = connect_cluster(options.cluster)
@@ -217,6 +229,8 @@ def place(
             if options.memory_budget is not None:
                 raise  # the caller's budget: say why it cannot be kept
             stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
+        if stream is not None and graph.group is not None:
+            raise IlargiError(_GROUPS_IN_MEMORY.format(what=f"streamed ({stream.why})", fix="raise memory_budget"))
         if stream is not None:
             check_streamable(graph, Placement.STREAMED)
             cleanup.enter_context(duckdb_memory_held(con, stream.duckdb_memory))

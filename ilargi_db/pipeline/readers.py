@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg import NormalizedMatrix
-from ilargi_db.metadata import DIMetadata, clear_unused_nonfinite, extract_metadata
+from ilargi_db.metadata import DIMetadata, GroupCodes, clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import TARGET, materialized_sql
+from ilargi_db.metadata.scans import GROUP, TARGET, materialized_sql
 from ilargi_db.metadata.stream import FactStream
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
 from ilargi_db.models.catalog import Strategy
@@ -36,6 +36,7 @@ class TrainingData:
     encoder: FeatureEncoder
     unlabelled: int = 0  # rows left out because their target is NULL
     stream: FactStream | None = None  # where a streamed X reads its partitions from, on every pass
+    groups: GroupCodes | None = None  # each row's group, when the query has a group_by column
 
     @property
     def nbytes(self) -> int:
@@ -108,6 +109,13 @@ def labelled_join(table: pa.Table, graph: JoinGraph, labelled_only: bool) -> tup
     return table.drop_columns([TARGET]), y, unlabelled
 
 
+def joined_groups(table: pa.Table, graph: JoinGraph) -> tuple[pa.Table, GroupCodes | None]:
+    """The materialized join without its group_by column, and each row's group (None without one)."""
+    if graph.group is None:
+        return table, None
+    return table.drop_columns([GROUP]), GroupCodes.from_arrow(table.column(GROUP))
+
+
 def _read_factorized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
@@ -124,7 +132,7 @@ def _read_factorized(
     X = NormalizedMatrix(blocks, n_rows=meta.n_rows, feature_names=encoder.feature_names_out_, backend=read.backend)
     if job is not None:
         job.restore_sums(X)
-    return TrainingData(X, meta.target, encoder, unlabelled)
+    return TrainingData(X, meta.target, encoder, unlabelled, groups=meta.groups)
 
 
 def read_materialized(
@@ -138,6 +146,7 @@ def read_materialized(
     # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
     table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
     table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
+    table, groups = joined_groups(table, graph)
     names = graph.feature_names
     if read.check:
         check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
@@ -145,7 +154,7 @@ def read_materialized(
         encoder.fit_table(table, names)
     blocks = encoder.transform_table(table, names)
     X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=read.backend)
-    return TrainingData(X, y, encoder, unlabelled)
+    return TrainingData(X, y, encoder, unlabelled, groups=groups)
 
 
 READERS = {Strategy.FACTORIZED: read_factorized, Strategy.MATERIALIZED: read_materialized}

@@ -16,7 +16,7 @@ from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
 from ilargi_db.read_snapshot import ReadSnapshot
-from ilargi_db.trained_model import TrainedModel
+from ilargi_db.trained_model import GroupedModel, TrainedModel
 
 
 def encoded_rows(
@@ -43,7 +43,8 @@ def encoded_rows(
     with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
         columns = [c.lower() for c in build_join_graph(con, query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
-        graph = build_join_graph(con, query, target)
+        group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
+        graph = build_join_graph(con, query, target, group_by)
         encoder.check_features(graph.feature_names)
         for feature, categorical in zip(graph.features, encoder.categorical):
             t = feature.duckdb_type
@@ -71,7 +72,8 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     Every row gets one: the query need not select the target, and a row whose
     target is NULL is scored like any other.
     """
-    return np.asarray(model.predict(encoded_rows(con, model, query, backend, labelled_only=False, role="predict on").X))
+    data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on")
+    return np.asarray(model.predict(data.X, data.groups) if data.groups is not None else model.predict(data.X))
 
 
 @interruptible_job
@@ -87,12 +89,14 @@ def predict_proba(con: duckdb.DuckDBPyConnection, model: Any, query: str, backen
             f"a {model.algorithm_} model gives no class probabilities: use ilargi_db.predict(con, model, query) for "
             "its predictions, or train logistic_regression (or gradient_boosting with a two-class target)."
         )
-    X = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on").X
-    return np.asarray(model.predict_proba(X))
+    data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on")
+    return np.asarray(
+        model.predict_proba(data.X, data.groups) if data.groups is not None else model.predict_proba(data.X)
+    )
 
 
 @interruptible_job
-def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, float]:
+def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> dict[str, Any]:
     """Metrics of ``model`` on the rows of ``query`` (which selects the features, and the target if supervised).
 
     Regression (gradient boosting with squared error too): r2, rmse, mae. Logistic (and boosting with log
@@ -108,7 +112,27 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
         raise IlargiError("the query to evaluate on returned no rows (with a non-NULL target): check its WHERE clause.")
     if model.algorithm_ in SUPERVISED and data.y is None:
         raise IlargiError(f"evaluating needs the target: select {model.target_!r} in the query.")
+    if data.groups is not None:
+        return grouped_metrics(model, data)
     metrics = metrics_of(model, data.X, data.y)
     if model.algorithm_ in SUPERVISED:
         metrics.update(rows=int(data.X.shape[0]), unlabelled_rows_left_out=int(data.unlabelled))
     return metrics
+
+
+def grouped_metrics(model: GroupedModel, data: TrainingData) -> dict[str, Any]:
+    """Each group's metrics on its rows of ``data`` by its own model; rows of other groups counted, not scored."""
+    codes = model.group_codes(data.groups)
+    found = {}
+    for g, (label, one) in enumerate(model.models_.items()):
+        rows = np.flatnonzero(codes == g)
+        if len(rows):
+            y = None if data.y is None else data.y[rows]
+            found[label] = {**metrics_of(one, data.X[rows], y), "rows": len(rows)}
+    scored = int(np.count_nonzero(codes >= 0))
+    return {
+        "groups": found,
+        "rows": scored,
+        "rows_without_model": int(len(codes) - scored),
+        **({"unlabelled_rows_left_out": int(data.unlabelled)} if model.algorithm_ in SUPERVISED else {}),
+    }

@@ -27,8 +27,11 @@ def output_schema(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str]
     return list(relation.columns), [str(t) for t in relation.dtypes]
 
 
-def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | None = None) -> JoinGraph:
-    """Plan a training query against the catalog of ``con``.
+def build_join_graph(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None = None, group_by: str | None = None
+) -> JoinGraph:
+    """Plan a training query against the catalog of ``con``; ``target`` and ``group_by`` name SELECT columns
+    that are not features (the label, and the column whose values each get a model of their own).
 
     >>> import duckdb
     >>> con = duckdb.connect()
@@ -47,7 +50,7 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
     if not isinstance(query, str):
         raise PlanError(f"{the_query()} must be a string holding one SELECT, got {type(query).__name__}.")
     try:
-        return _run_passes(con, query, target)
+        return _run_passes(con, query, target, group_by)
     except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end
         raise PlanError(
             f"{the_query()} nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
@@ -55,15 +58,17 @@ def build_join_graph(con: duckdb.DuckDBPyConnection, query: str, target: str | N
         ) from None
 
 
-def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None) -> JoinGraph:
+def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None) -> JoinGraph:
     check_reads_only(con, query)  # DuckDB's parser, before anything binds (binding runs a statement that writes)
     select = parse_training_query(query)
     refuse_hidden_writes(con, select)  # a nextval in a view or macro, which DuckDB expands when it binds
     with ReadSnapshot(con):  # binding reads the catalog; nothing may write
-        return _plan(con, query, target, select)
+        return _plan(con, query, target, group_by, select)
 
 
-def _plan(con: duckdb.DuckDBPyConnection, query: str, target: str | None, select: exp.Select) -> JoinGraph:
+def _plan(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None, select: exp.Select
+) -> JoinGraph:
     sources = collect_sources(select, con)
     sources, using = resolve_using(select, sources)
     expand_stars(select, sources, using)
@@ -81,6 +86,9 @@ def _plan(con: duckdb.DuckDBPyConnection, query: str, target: str | None, select
     refuse_reserved_names(select, sources, names)
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_target(items, target)
+    if group_by is not None and target_feature is not None and str(group_by).lower() == target_feature.name.lower():
+        raise PlanError(f"group_by {group_by!r} is the target: group by another column of the SELECT list.")
+    features, group = pick_target(features, group_by, role="group_by")
     order = select.args.get("order")
     order_by = tuple(o.sql("duckdb") for o in order.expressions) if order else ()
     return JoinGraph(
@@ -93,6 +101,8 @@ def _plan(con: duckdb.DuckDBPyConnection, query: str, target: str | None, select
         order_by=order_by,
         select=select,
         target_index=None if target_feature is None else items.index(target_feature),
+        group=group,
+        group_index=None if group is None else items.index(group),
     )
 
 

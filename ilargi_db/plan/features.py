@@ -74,24 +74,27 @@ def classify_item(item: exp.Expression, name: str, duckdb_type: str, sources: li
     return Feature(name, sql, "cross_source", tuple(used), (), duckdb_type)
 
 
-def pick_target(features: list[Feature], target: str | None) -> tuple[list[Feature], Feature | None]:
-    """Separate the target from the features; refuse a missing or duplicated target."""
+def pick_target(
+    features: list[Feature], target: str | None, role: str = "target"
+) -> tuple[list[Feature], Feature | None]:
+    """Separate the target (or the ``role`` column: ``group_by``) from the features; refuse a missing or
+    duplicated one."""
     if target is None:
         return features, None
     if not isinstance(target, str):
-        raise PlanError(f"target must be the name of a SELECT column (a string), got {target!r}.")
+        raise PlanError(f"{role} must be the name of a SELECT column (a string), got {target!r}.")
     matches = [f for f in features if f.name == target]
     if not matches:
         matches = [f for f in features if f.name.lower() == target.lower()]
     if not matches:
+        otherwise = f"for unsupervised work pass {spell('target', None)}" if role == "target" else "leave it out"
         raise PlanError(
-            f"target {target!r} is not a column of the query's SELECT list (columns: "
-            f"{', '.join(f.name for f in features)}). Add it to the SELECT list, or for unsupervised work pass "
-            f"{spell('target', None)}."
+            f"{role} {target!r} is not a column of the query's SELECT list (columns: "
+            f"{', '.join(f.name for f in features)}). Add it to the SELECT list, or {otherwise}."
         )
     if len(matches) > 1:
         raise PlanError(
-            f"target {target!r} appears {len(matches)} times in the SELECT list: give the target "
+            f"{role} {target!r} appears {len(matches)} times in the SELECT list: give the {role} "
             "column a unique alias (e.g. SELECT ..., f.y AS label) and pass that name."
         )
     chosen = matches[0]

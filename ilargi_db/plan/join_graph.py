@@ -98,6 +98,8 @@ class JoinGraph:
     # The qualified statement the metadata stage rewrites into the key-only join.
     select: exp.Select = field(repr=False, compare=False)
     target_index: int | None = None  # position of the target in the SELECT list
+    group: Feature | None = None  # the group_by column: one model per value (not a feature)
+    group_index: int | None = None  # its position in the SELECT list
 
     @property
     def feature_names(self) -> list[str]:
@@ -132,6 +134,8 @@ class JoinGraph:
             lines.append(f"feature {f.name} <- {f.kind} {','.join(f.sources)}: {f.sql}")
         if self.target is not None:
             lines.append(f"target {self.target.name} <- {','.join(self.target.sources)}: {self.target.sql}")
+        if self.group is not None:
+            lines.append(f"group {self.group.name} <- {','.join(self.group.sources)}: {self.group.sql}")
         for o in self.order_by:
             lines.append(f"order {o}")
         return "\n".join(lines)

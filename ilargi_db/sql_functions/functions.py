@@ -212,6 +212,7 @@ def _summary(model: Any, seconds: float) -> dict:
         **({"solver": model.solver_, "solver_why": model.solver_reason_} if hasattr(model, "solver_") else {}),
         **({"objective": model.objective_} if hasattr(model, "objective_") else {}),  # what "auto" ran (trees)
         "rows": model.n_rows_,
+        **({"group_by": model.group_by_, "groups": len(model.models_)} if hasattr(model, "models_") else {}),
         # Counts, not names: a model with a 20,000-category key has 20,000 columns (their names and
         # weights are in ilargi.models and ilargi.category_weights).
         "features": len(model.encoder_.specs_),

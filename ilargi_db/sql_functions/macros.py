@@ -302,7 +302,10 @@ class MacroWriter:
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}`` for this model (none for NMF: its transform iterates)."""
-        params = ", ".join(quote_identifier(s.name) for s in self.specs)
+        return macro_statements([s.name for s in self.specs], self.bodies())
+
+    def bodies(self) -> dict[str, str]:
+        """``{macro name: its body}``: the SQL expression each macro computes from the features."""
         kind = algorithm_facts(self.model.algorithm_).macro
         bodies: dict[str, str] = {}
         if kind == "linear":
@@ -317,10 +320,7 @@ class MacroWriter:
             bodies[f"{self.name}_decision"] = score
         elif kind == "nearest_centroid":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()
-        return {
-            macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"
-            for macro, body in bodies.items()
-        }
+        return bodies
 
     def weights_table(self) -> pa.Table:
         """One row per category of every looked-up or inlined feature (:data:`WEIGHTS_SCHEMA`), built as columns."""
@@ -345,6 +345,47 @@ class MacroWriter:
         return pa.Table.from_arrays(columns, schema=WEIGHTS_SCHEMA)
 
 
+def macro_statements(parameters: list[str], bodies: dict[str, str]) -> dict[str, str]:
+    """``{macro name: CREATE OR REPLACE MACRO name(parameters) AS (body)}``."""
+    params = ", ".join(quote_identifier(p) for p in parameters)
+    return {
+        macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"
+        for macro, body in bodies.items()
+    }
+
+
+class GroupedMacroWriter:
+    """The macros of a model per group: each group's model's body, chosen by the group column (the macros' last
+    parameter) in one CASE; a group no model was trained for, or NULL, gives NULL.
+
+    Each group's categories are written inline (its CASEs), so the lookup table is not used: its rows are keyed
+    by model and feature, not by group.
+    """
+
+    def __init__(self, name: str, version: int, model: Any, database: str, writer: type) -> None:
+        self.name, self.group_by = name, model.group_by_
+        self.specs = model.encoder_.specs_
+        unlimited = {} if writer is not MacroWriter else {"inline_categories": np.iinfo(np.int64).max}
+        self.writers = {
+            label: writer(name, version, one, database, **unlimited) for label, one in model.models_.items()
+        }
+
+    def statements(self) -> dict[str, str]:
+        group = category_text(quote_identifier(self.group_by))
+        bodies = {label: writer.bodies() for label, writer in self.writers.items()}
+        macros = next(iter(bodies.values()))
+        dispatched = {
+            macro: f"CASE {group} "
+            + " ".join(f"WHEN {quote_string(label)} THEN ({found[macro]})" for label, found in bodies.items())
+            + " END"
+            for macro in macros
+        }
+        return macro_statements([*(s.name for s in self.specs), self.group_by], dispatched)
+
+    def weights_table(self) -> pa.Table:
+        return WEIGHTS_SCHEMA.empty_table()  # every category inline
+
+
 def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, column: str = "prediction") -> str:
     """``query`` with one more column: ``model``'s macro applied to its feature columns.
 
@@ -355,13 +396,16 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     macros = model.macros_
     if not macros:
         raise IlargiError("this model has no SQL macro: save it with ilargi_db.save_model (NMF has none).")
+    group_by = getattr(model, "group_by_", None)  # a model per group: the group column is the macro's last argument
     with speaking_of("the query to predict on"):
         names = [c.lower() for c in build_join_graph(con, query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
-        graph = build_join_graph(con, query, target)
+        graph = build_join_graph(con, query, target, group_by)
     model.encoder_.check_features(graph.feature_names)
     select = graph.select.copy()
-    items = [item for i, item in enumerate(select.expressions) if i != graph.target_index]
+    items = [item for i, item in enumerate(select.expressions) if i not in (graph.target_index, graph.group_index)]
+    if graph.group_index is not None:
+        items.append(select.expressions[graph.group_index])
     call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
     select.set("expressions", [*select.expressions, exp.alias_(call, column, quoted=True)])
     return select.sql("duckdb", normalize_functions=False)  # the macro's name as created (sqlglot upper-cases)

@@ -26,9 +26,9 @@ from ilargi_db.errors import (
 )
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
-from ilargi_db.sql_functions.macros import MacroWriter, quote_identifier
+from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, quote_identifier
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter
-from ilargi_db.trained_model import TrainedModel
+from ilargi_db.trained_model import GroupedModel, TrainedModel
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -174,7 +174,8 @@ def save_models(
         if not isinstance(model, TrainedModel):
             raise IlargiError("save_model needs a model returned by ilargi_db.train() (or ilargi_db.load_model()).")
     for _, model in named:
-        check_macro_parameters([s.name for s in model.encoder_.specs_])
+        grouping = [model.group_by_] if isinstance(model, GroupedModel) else []  # its macros' last parameter
+        check_macro_parameters([s.name for s in model.encoder_.specs_] + grouping)
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)
@@ -207,7 +208,11 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     version = int(version[0][0])
     (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
     trees = algorithm_facts(model.algorithm_).macro == "trees"
-    writer = (TreeMacroWriter if trees else MacroWriter)(name, version, model, database)
+    kind = TreeMacroWriter if trees else MacroWriter
+    if isinstance(model, GroupedModel):  # one macro dispatching on the group column
+        writer = GroupedMacroWriter(name, version, model, database, kind)
+    else:
+        writer = kind(name, version, model, database)
     statements = writer.statements()
     foreign = _foreign_functions(con, name, list(statements))
     if foreign:

@@ -29,6 +29,7 @@ from ilargi_db.sql_functions.macros import (
     binary_bodies,
     category_text,
     double,
+    macro_statements,
     quote_identifier,
     quote_string,
 )
@@ -111,16 +112,14 @@ class TreeMacroWriter:
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
-        params = ", ".join(quote_identifier(b.name) for b in self.bins)
+        return macro_statements([b.name for b in self.bins], self.bodies())
+
+    def bodies(self) -> dict[str, str]:
+        """``{macro name: its body}``."""
         score = self.score()
         if self.model.objective_ == "log_loss":
-            bodies = binary_bodies(self.name, self.model, score)
-        else:
-            bodies = {f"{self.name}_predict": score}
-        return {
-            macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"
-            for macro, body in bodies.items()
-        }
+            return binary_bodies(self.name, self.model, score)
+        return {f"{self.name}_predict": score}
 
     def weights_table(self) -> pa.Table:
         """No category weights: a tree's categories are in its CASEs."""

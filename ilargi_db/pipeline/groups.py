@@ -1,0 +1,99 @@
+"""Per-group models: ``train(..., group_by="store")`` fits one model per value of a column, from one read.
+
+The group column rides along the key-only join (or the materialized join) as text, one value per output row
+(:class:`~ilargi_db.metadata.GroupCodes`), so the read is the job's one read. Each group's rows are then a row
+selection of the training matrix (``X[rows]``: the dimension blocks shared, never copied) and its model is
+fitted there by :func:`~ilargi_db.pipeline.fit.fit_model`, as a training of its own would fit it, so a group's
+model equals the model trained on ``WHERE group = value`` with the job's encoding: the categories and
+imputation means learned from all rows (one macro encodes every group alike). Rows whose group is NULL train
+no model (``ungrouped_rows_``); a group whose rows all have a NULL target has none either.
+
+Held in memory only: a streamed or distributed job is refused when planned (``planning._GROUPS_IN_MEMORY``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+from sklearn.base import clone
+
+from ilargi_db.errors import IlargiError
+from ilargi_db.pipeline.fit import fit_model
+from ilargi_db.pipeline.planning import JobPlan, ModelPlan
+from ilargi_db.pipeline.readers import TrainingData
+from ilargi_db.trained_model import GroupedModel, TrainedModel
+
+
+def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[str, float]) -> GroupedModel:
+    """One :class:`TrainedModel` per group of ``data``, each fitted on the group's rows; returned as one model."""
+    began = time.perf_counter()
+    groups = data.groups
+    models: dict[str, TrainedModel] = {}
+    for label, rows in groups.rows_of_each().items():
+        if not len(rows):
+            continue  # every row of it had a NULL target
+        part = TrainingData(data.X[rows], None if data.y is None else data.y[rows], data.encoder)
+        try:
+            models[label] = fit_model(job, replace(model, estimator=clone(model.estimator)), part, shared)
+        except (IlargiError, ValueError) as err:  # e.g. a group whose rows hold one class only
+            raise IlargiError(
+                f"the model of group {job.graph.group.name} = {label!r} ({len(rows)} rows): {err}"
+            ) from None
+    if not models:
+        raise IlargiError(
+            f"no row has a group: every value of group_by {job.graph.group.name!r} is NULL. Group by another column."
+        )
+    first = next(iter(models.values()))
+    n_rows = sum(m.n_rows_ for m in models.values())
+    grouped = GroupedModel(
+        clone(model.estimator),
+        data.encoder,
+        first.algorithm_,
+        job.query,
+        first.target_,
+        target_type_=first.target_type_,
+        feature_types_=first.feature_types_,
+        standardize_=first.standardize_,
+        strategy_=first.strategy_,
+        decision_=first.decision_,
+        plan_=first.plan_,
+        explanation_=first.explanation_,
+        n_rows_=n_rows,
+        unlabelled_rows_=data.unlabelled,
+        warnings_=sorted({f"group {label!r}: {w}" for label, m in models.items() for w in m.warnings_}),
+        reused_=first.reused_,
+        group_by_=job.graph.group.name,
+        group_type_=job.graph.group.duckdb_type,
+        models_=models,
+        ungrouped_rows_=int(np.count_nonzero(groups.codes < 0)),
+    )
+    grouped.training_metrics_ = weighted_metrics(models)
+    fitting = time.perf_counter() - began
+    grouped.timings_ = {
+        "planning": shared["planning"],
+        "data": shared["data"],
+        "training": sum(m.timings_["training"] for m in models.values()),
+        "metrics": sum(m.timings_["metrics"] for m in models.values()),
+        "total": fitting + shared["planning"] + shared["data"],
+    }
+    return grouped
+
+
+def weighted_metrics(models: dict[str, TrainedModel]) -> dict[str, float]:
+    """Each training metric's mean over the groups' models, weighted by their rows."""
+    rows = {label: m.n_rows_ for label, m in models.items()}
+    total = sum(rows.values())
+    names = [
+        name
+        for name in next(iter(models.values())).training_metrics_
+        if all(name in m.training_metrics_ for m in models.values())
+    ]
+    return {
+        name: float(sum(rows[label] * m.training_metrics_[name] for label, m in models.items()) / total)
+        for name in names
+    }
+
+
+__all__ = ["fit_groups", "weighted_metrics"]
