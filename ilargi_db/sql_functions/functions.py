@@ -1,4 +1,4 @@
-"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``.
+"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``, ...
 
 Each is a scalar Python UDF registered with ``side_effects=True`` (DuckDB would
 otherwise fold a call with constant arguments at plan time, so EXPLAIN would
@@ -7,7 +7,9 @@ not "return NULL"). A UDF may not query the connection running it, so the work
 runs on ``con.cursor()``, a second connection to the same database: it sees
 committed tables and views, not TEMP tables or registered DataFrames. The
 optional ``options`` argument comes from a TEMP macro with a default, since
-Python UDFs cannot be overloaded. Every function returns JSON.
+Python UDFs cannot be overloaded. Every function returns JSON; those of
+``TABLE_RESULTS`` (``ilargi_cross_validate``) a JSON array that their TEMP
+table macro unnests into rows (Python cannot register a table function).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
+from ilargi_db.model_selection import check_cross_validated, cross_validate
 from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
 from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
@@ -35,6 +38,12 @@ from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.coefficients import register_table_macros
+from ilargi_db.sql_functions.cross_validation import (
+    SEARCH_OPTIONS,
+    TRAIN_SETTINGS_TAKEN,
+    search_arguments,
+    table_select,
+)
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -127,6 +136,8 @@ def _finite(value: Any) -> Any:
     """JSON has no NaN: metrics that are undefined (e.g. ROC AUC with one class) become null."""
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -317,6 +328,31 @@ def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
     return json.dumps(_finite({"name": model.name_, "version": model.version_, "metrics": metrics}))
 
 
+def cross_validate_rows(
+    con: duckdb.DuckDBPyConnection, algorithm: str, query: str, target: str | None, options: str | None
+) -> list[dict]:
+    """``cross_validate``'s rows for the options JSON (checked before anything is read), as JSON holds them.
+
+    ``ilargi_cross_validate`` runs it on its own cursor; ``ilargi cross-validate`` calls it directly.
+    """
+    algorithm = _required(algorithm, "the algorithm")
+    query = _required(query, "the training query")
+    check_cross_validated(algorithm, target)
+    example = """'{"cv": 5, "param_grid": {"alpha": [0.1, 1, 10]}}'"""
+    given = load_json(options, "options", f"an object such as {example}") if options and options.strip() else {}
+    if not isinstance(given, dict):
+        raise IlargiError(f"options must be a JSON object such as {example}, got {options!r}.")
+    check_known_settings(algorithm, given, (*SEARCH_OPTIONS, *TRAIN_SETTINGS_TAKEN))
+    search = search_arguments(algorithm, {k: given.pop(k) for k in SEARCH_OPTIONS if k in given})
+    shared = parse_options(algorithm, json.dumps(given), {k: SETTINGS[k] for k in TRAIN_SETTINGS_TAKEN})
+    return [_finite(row) for row in cross_validate(con, query, target, algorithm, **search, **shared)]
+
+
+def sql_cross_validate(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+    """``ilargi_cross_validate``: the scores of every parameter set on every fold; stores nothing."""
+    return json.dumps(_on_cursor(con, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options)))
+
+
 def sql_drop_model(con: weakref.ref, name: str) -> str:
     """``ilargi_drop_model``: every version of ``name`` and its macros, gone."""
     versions = _on_cursor(con, lambda cursor: drop_model(cursor, name))  # drop_model checks writability
@@ -346,12 +382,15 @@ FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_train_batch": (sql_train_batch, ["training_query", "target", "models"]),
     "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
     "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
+    "ilargi_cross_validate": (sql_cross_validate, ["algorithm", "training_query", "target"]),
     "ilargi_drop_model": (sql_drop_model, ["name"]),
     "ilargi_artifacts": (sql_artifacts, []),
     "ilargi_clear_artifacts": (sql_clear_artifacts, []),
     "ilargi_artifact_budget": (sql_artifact_budget, ["memory", "storage"]),
 }
-WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain"}
+WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain", "ilargi_cross_validate"}
+# Those whose public name is a table macro: the SELECT that makes rows of the UDF's JSON array.
+TABLE_RESULTS: dict[str, Callable[[str], str]] = {"ilargi_cross_validate": table_select}
 
 
 def _in_sql_terms(impl: Callable[..., str]) -> Callable[..., str]:
@@ -385,5 +424,7 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         )
         signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
         arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {udf}({arguments})")
+        body = f"{udf}({arguments})"
+        body = f"TABLE {TABLE_RESULTS[sql_name](body)}" if sql_name in TABLE_RESULTS else body
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {body}")
     register_table_macros(con)  # plain SQL over the registry: nothing of this process
