@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import CALLER, IlargiError
 from ilargi_db.model_selection import MIN_FOLDS
 from ilargi_db.models.catalog import estimator_class
 from ilargi_db.parameters import check_json_types
@@ -32,7 +32,8 @@ SEARCH_OPTIONS = ("cv", "param_grid", "scoring", "random_state")
 # Of train's settings, those cross_validate takes (it fits the normalized matrix: no strategy, nothing stored).
 TRAIN_SETTINGS_TAKEN = ("backend", "impute")
 MAX_SEED = 2**32 - 1  # scikit-learn's splitters take a seed of NumPy's legacy generator, 0 to 2^32 - 1
-GRID_EXAMPLE = """'{"param_grid": {"alpha": [0.1, 1, 10]}}'"""
+# The command line's flags for the search options (``ilargi cross-validate --cv 5 --grid ...``).
+CLI_FLAGS = {"cv": "--cv", "param_grid": "--grid", "scoring": "--scoring"}
 
 
 def table_select(call: str) -> str:
@@ -40,6 +41,16 @@ def table_select(call: str) -> str:
     columns = ",\n       ".join(f"CAST(r->'$.{name}' AS {kind}) AS {name}" for name, kind in COLUMNS)
     # One row in, the array unnested there: the UDF (which has side effects) runs once per call.
     return f"SELECT {columns}\nFROM (SELECT unnest(CAST({call} AS JSON[])) AS r)"
+
+
+def _option(name: str) -> str:
+    """How the caller gave search option ``name``: a flag on the command line, an option of the JSON else."""
+    return CLI_FLAGS[name] if CALLER.get() == "cli" and name in CLI_FLAGS else f"option {name!r}"
+
+
+def _grid_example() -> str:
+    grid = """'{"alpha": [0.1, 1, 10]}'"""
+    return f"--grid {grid}" if CALLER.get() == "cli" else """'{"param_grid": {"alpha": [0.1, 1, 10]}}'"""
 
 
 def search_arguments(algorithm: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +62,7 @@ def search_arguments(algorithm: str, given: dict[str, Any]) -> dict[str, Any]:
         cv = given["cv"]
         if isinstance(cv, bool) or not isinstance(cv, int) or cv < MIN_FOLDS:
             raise IlargiError(
-                f"option 'cv' must be the number of folds, an integer of {MIN_FOLDS} or more, got {cv!r}."
+                f"{_option('cv')} must be the number of folds, an integer of {MIN_FOLDS} or more, got {cv!r}."
             )
         arguments["cv"] = cv
     if "param_grid" in given:
@@ -74,16 +85,16 @@ def _grid(algorithm: str, grid: Any) -> dict | list[dict]:
     grids = grid if isinstance(grid, list) else [grid]
     if not grids or not all(isinstance(g, dict) and g for g in grids):
         raise IlargiError(
-            "option 'param_grid' must be a JSON object of arrays, one per parameter to search, such as "
-            f"{GRID_EXAMPLE} (or an array of such objects), got {_short(grid)}."
+            f"{_option('param_grid')} must be a JSON object of arrays, one per parameter to search, such as "
+            f"{_grid_example()} (or an array of such objects), got {_short(grid)}."
         )
     estimator = estimator_class(algorithm)
     for one in grids:
         for name, values in one.items():
             if not isinstance(values, list) or not values:
                 raise IlargiError(
-                    f"param_grid's {name!r} must be a non-empty JSON array of the values to try, such as "
-                    f"{GRID_EXAMPLE}, got {_short(values)}."
+                    f"{name!r} of {_option('param_grid')} must be a non-empty JSON array of the values to try, such as "
+                    f"{_grid_example()}, got {_short(values)}."
                 )
             for value in values:
                 check_json_types(algorithm, estimator, {name: value})
@@ -98,7 +109,7 @@ def _scorer(scoring: Any) -> str:
     if not isinstance(scoring, str) or scoring not in names:
         common = "r2, neg_mean_squared_error, neg_mean_absolute_error, accuracy, roc_auc, f1, neg_log_loss"
         raise IlargiError(
-            f"option 'scoring' must name one of scikit-learn's scorers ({common}, ...: "
+            f"{_option('scoring')} must name one of scikit-learn's scorers ({common}, ...: "
             f"sklearn.metrics.get_scorer_names() lists the {len(names)}), got {_short(scoring)}."
         )
     return scoring
