@@ -244,8 +244,7 @@ def _search_options(args: argparse.Namespace) -> str:
 
 
 def cmd_cross_validate(args: argparse.Namespace) -> int:
-    from ilargi_db.sql_functions.cross_validation import COLUMNS
-    from ilargi_db.sql_functions.functions import cross_validate_rows
+    from ilargi_db.sql_functions.cross_validation import COLUMNS, cross_validate_rows
 
     options = _search_options(args)
     con = _read_only(_existing(args.db, "cross-validate"))  # cross-validation stores nothing
@@ -428,6 +427,26 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _cross_validate_parser(commands: Any) -> None:
+    """``ilargi cross-validate``: the arguments of ilargi_cross_validate, its search options as flags."""
+    about = "score every parameter set of a grid on k folds of a join read once (ilargi_cross_validate)"
+    p = commands.add_parser("cross-validate", help=about, description=about)
+    p.add_argument("algorithm", choices=list(ALGORITHM_NAMES), help="a supervised one fitted on the normalized matrix")
+    p.add_argument("query", help="the training query: one SELECT over joined tables")
+    p.add_argument("--target", help="the label column")
+    p.add_argument("--db", help=DB_HELP + " (read, never written)")
+    p.add_argument("--cv", type=int, metavar="K", help="the number of folds (default: cross_validate's)")
+    p.add_argument("--grid", metavar="JSON", help="""the parameter sets to compare, e.g. '{"alpha": [0.1, 1, 10]}'""")
+    p.add_argument("--scoring", metavar="NAME", help="a scikit-learn scorer (r2, roc_auc...; default the estimator's)")
+    p.add_argument(
+        "--options",
+        default="{}",
+        help="""JSON object of the parameters every set shares, random_state, backend and impute""",
+    )
+    _output_options(p)
+    p.set_defaults(run=cmd_cross_validate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ilargi",
@@ -495,22 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(p)
     p.set_defaults(run=cmd_drop)
 
-    about = "score every parameter set of a grid on k folds of a join read once (ilargi_cross_validate)"
-    p = commands.add_parser("cross-validate", help=about, description=about)
-    p.add_argument("algorithm", choices=list(ALGORITHM_NAMES), help="a supervised one fitted on the normalized matrix")
-    p.add_argument("query", help="the training query: one SELECT over joined tables")
-    p.add_argument("--target", help="the label column")
-    p.add_argument("--db", help=DB_HELP + " (read, never written)")
-    p.add_argument("--cv", type=int, metavar="K", help="the number of folds (default: cross_validate's)")
-    p.add_argument("--grid", metavar="JSON", help="""the parameter sets to compare, e.g. '{"alpha": [0.1, 1, 10]}'""")
-    p.add_argument("--scoring", metavar="NAME", help="a scikit-learn scorer (r2, roc_auc...; default the estimator's)")
-    p.add_argument(
-        "--options",
-        default="{}",
-        help="""JSON object of the parameters every set shares, random_state, backend and impute""",
-    )
-    _output_options(p)
-    p.set_defaults(run=cmd_cross_validate)
+    _cross_validate_parser(commands)
 
     p = commands.add_parser("models", help="list the models in a database's registry")
     p.add_argument("--db", help=DB_HELP)

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import duckdb
+
 from ilargi_db.errors import CALLER, IlargiError
-from ilargi_db.model_selection import MIN_FOLDS
-from ilargi_db.models.catalog import estimator_class
+from ilargi_db.model_selection import MIN_FOLDS, check_cross_validated, cross_validate
+from ilargi_db.models.catalog import SETTINGS, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
+from ilargi_db.sql_functions.options import load_json, parse_options, required
 
 # The result's columns and their DuckDB types, in order: the table macro's and the command line's table.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -34,6 +37,26 @@ TRAIN_SETTINGS_TAKEN = ("backend", "impute")
 MAX_SEED = 2**32 - 1  # scikit-learn's splitters take a seed of NumPy's legacy generator, 0 to 2^32 - 1
 # The command line's flags for the search options (``ilargi cross-validate --cv 5 --grid ...``).
 CLI_FLAGS = {"cv": "--cv", "param_grid": "--grid", "scoring": "--scoring"}
+
+
+def cross_validate_rows(
+    con: duckdb.DuckDBPyConnection, algorithm: str, query: str, target: str | None, options: str | None
+) -> list[dict]:
+    """``cross_validate``'s rows for the options JSON, every option checked before anything is read.
+
+    ``ilargi_cross_validate`` runs it on its own cursor; ``ilargi cross-validate`` calls it directly.
+    """
+    algorithm = required(algorithm, "the algorithm")
+    query = required(query, "the training query")
+    check_cross_validated(algorithm, target)
+    example = """'{"cv": 5, "param_grid": {"alpha": [0.1, 1, 10]}}'"""
+    given = load_json(options, "options", f"an object such as {example}") if options and options.strip() else {}
+    if not isinstance(given, dict):
+        raise IlargiError(f"options must be a JSON object such as {example}, got {options!r}.")
+    check_known_settings(algorithm, given, (*SEARCH_OPTIONS, *TRAIN_SETTINGS_TAKEN))
+    search = search_arguments(algorithm, {k: given.pop(k) for k in SEARCH_OPTIONS if k in given})
+    shared = parse_options(algorithm, json.dumps(given), {k: SETTINGS[k] for k in TRAIN_SETTINGS_TAKEN})
+    return cross_validate(con, query, target, algorithm, **search, **shared)
 
 
 def table_select(call: str) -> str:
@@ -120,4 +143,11 @@ def _short(value: Any) -> str:
     return written if len(written) <= 60 else written[:57] + "..."
 
 
-__all__ = ["COLUMNS", "SEARCH_OPTIONS", "TRAIN_SETTINGS_TAKEN", "search_arguments", "table_select"]
+__all__ = [
+    "COLUMNS",
+    "SEARCH_OPTIONS",
+    "TRAIN_SETTINGS_TAKEN",
+    "cross_validate_rows",
+    "search_arguments",
+    "table_select",
+]

@@ -29,21 +29,15 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.model_selection import check_cross_validated, cross_validate
-from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
-from ilargi_db.parameters import check_json_types
+from ilargi_db.models.catalog import SETTINGS
 from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
 from ilargi_db.pipeline.options import check_target
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.coefficients import register_table_macros
-from ilargi_db.sql_functions.cross_validation import (
-    SEARCH_OPTIONS,
-    TRAIN_SETTINGS_TAKEN,
-    search_arguments,
-    table_select,
-)
+from ilargi_db.sql_functions.cross_validation import cross_validate_rows, table_select
+from ilargi_db.sql_functions.options import load_json, parse_options, required
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -57,71 +51,6 @@ from ilargi_db.sql_functions.registry import (
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
 _UDF_IDS = itertools.count()
-
-
-def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, TrainSetting] = SETTINGS) -> dict:
-    """The options JSON object as a dict, refusing malformed JSON, keys the algorithm does not know, and
-    settings of ``train`` (``allowed_extra``, models/catalog.py's table) of another JSON type."""
-    check_algorithm(algorithm)
-    if options is None or not options.strip():
-        return {}
-    parsed = load_json(options, "options", """an object such as '{"alpha": 1.0, "strategy": "auto"}'""")
-    if not isinstance(parsed, dict):
-        raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
-    check_known_settings(algorithm, parsed, tuple(allowed_extra))
-    for key, setting in allowed_extra.items():
-        if key in parsed and not setting.json_accepts(parsed[key]):
-            raise IlargiError(
-                f"option {key!r} must be {setting.json_expected()} in JSON, got {json.dumps(parsed[key])}."
-            )
-    check_json_types(algorithm, estimator_class(algorithm), {k: v for k, v in parsed.items() if k not in allowed_extra})
-    return parsed
-
-
-def load_json(text: str, what: str, example: str) -> Any:
-    """``text`` parsed strictly (no NaN or Infinity, no duplicate keys, bounded numbers and depth), or an
-    error that names ``what`` and shows ``example``."""
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-            parse_int=_short_int,
-        )
-    except json.JSONDecodeError as err:
-        raise IlargiError(f"{what} are not valid JSON ({err.msg} at character {err.pos}): pass {example}.") from None
-    except RecursionError:
-        raise IlargiError(f"{what} are nested too deeply: pass {example}.") from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
-    seen: set[str] = set()
-    twice: set[str] = set()
-    for key, _ in pairs:
-        (twice if key in seen else seen).add(key)
-    if twice:
-        raise IlargiError(
-            f"option(s) {', '.join(map(repr, sorted(twice)))} given twice in the options JSON: keep one of each."
-        )
-    return dict(pairs)
-
-
-def _no_constant(name: str) -> float:
-    raise IlargiError(f"options are not valid JSON: {name} is not a JSON number. Pass a finite number.")
-
-
-def _short_int(text: str) -> int:
-    if len(text.lstrip("-")) > 18:  # no option takes more; Python refuses to read past 4,300 digits
-        raise IlargiError(f"option value {text[:20]}... has {len(text.lstrip('-'))} digits: no option takes that many.")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise IlargiError(f"option value {text} is beyond double precision: pass a finite number.")
-    return value
 
 
 def explain_options(algorithm: str, options: str | None) -> dict:
@@ -140,12 +69,6 @@ def _finite(value: Any) -> Any:
         return [_finite(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
-
-
-def _required(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise IlargiError(f"{what} is missing: pass it as a string.")
     return value
 
 
@@ -187,8 +110,8 @@ def train_and_store(
     """
     start = time.perf_counter()
     name = check_model_name(name)
-    kwargs = parse_options(_required(algorithm, "the algorithm"), options)
-    query = _required(query, "the training query")
+    kwargs = parse_options(required(algorithm, "the algorithm"), options)
+    query = required(query, "the training query")
     store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, kwargs)
     options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
@@ -246,8 +169,8 @@ def train_batch_and_store(
     shares (``strategy``, ``backend``, ``standardize``, ``impute``).
     """
     start = time.perf_counter()
-    query = _required(query, "the training query")
-    specs = parse_batch(_required(models, "the models"))
+    query = required(query, "the training query")
+    specs = parse_batch(required(models, "the models"))
     given = (
         load_json(options, "options", """an object such as '{"strategy": "auto"}'""")
         if options and options.strip()
@@ -309,8 +232,8 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
 
 def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
-    kwargs = explain_options(_required(algorithm, "the algorithm"), options)
-    query = _required(query, "the training query")
+    kwargs = explain_options(required(algorithm, "the algorithm"), options)
+    query = required(query, "the training query")
     explanation = _on_cursor(con, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs))
     return json.dumps(_finite(explanation.to_dict()))
 
@@ -318,7 +241,7 @@ def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None
 def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
     """``ilargi_evaluate``: the current version of ``name`` scored on the rows of ``query``."""
 
-    query = _required(query, "the query to evaluate on")
+    query = required(query, "the query to evaluate on")
 
     def work(cursor):
         model = load_model(cursor, name)
@@ -328,29 +251,10 @@ def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
     return json.dumps(_finite({"name": model.name_, "version": model.version_, "metrics": metrics}))
 
 
-def cross_validate_rows(
-    con: duckdb.DuckDBPyConnection, algorithm: str, query: str, target: str | None, options: str | None
-) -> list[dict]:
-    """``cross_validate``'s rows for the options JSON (checked before anything is read), as JSON holds them.
-
-    ``ilargi_cross_validate`` runs it on its own cursor; ``ilargi cross-validate`` calls it directly.
-    """
-    algorithm = _required(algorithm, "the algorithm")
-    query = _required(query, "the training query")
-    check_cross_validated(algorithm, target)
-    example = """'{"cv": 5, "param_grid": {"alpha": [0.1, 1, 10]}}'"""
-    given = load_json(options, "options", f"an object such as {example}") if options and options.strip() else {}
-    if not isinstance(given, dict):
-        raise IlargiError(f"options must be a JSON object such as {example}, got {options!r}.")
-    check_known_settings(algorithm, given, (*SEARCH_OPTIONS, *TRAIN_SETTINGS_TAKEN))
-    search = search_arguments(algorithm, {k: given.pop(k) for k in SEARCH_OPTIONS if k in given})
-    shared = parse_options(algorithm, json.dumps(given), {k: SETTINGS[k] for k in TRAIN_SETTINGS_TAKEN})
-    return [_finite(row) for row in cross_validate(con, query, target, algorithm, **search, **shared)]
-
-
 def sql_cross_validate(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
     """``ilargi_cross_validate``: the scores of every parameter set on every fold; stores nothing."""
-    return json.dumps(_on_cursor(con, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options)))
+    rows = _on_cursor(con, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options))
+    return json.dumps([_finite(row) for row in rows])
 
 
 def sql_drop_model(con: weakref.ref, name: str) -> str:
