@@ -8,12 +8,15 @@
     ilargi evaluate NAME QUERY --db FILE          the model's metrics on the rows of QUERY
     ilargi predict NAME QUERY --db FILE           QUERY's rows with the model's prediction (through its macro)
     ilargi drop NAME --db FILE                    every version of the model and its macros
+    ilargi cross-validate ALGORITHM QUERY --db FILE --target T [--cv K] [--grid JSON] [--scoring NAME]
+                                                  every parameter set's scores on K folds (ilargi_cross_validate)
     ilargi models --db FILE [--all]
     ilargi calibrate [--budget SECONDS] [--grid tiny|default] [--backend numpy|cupy]
     ilargi warmup                                 compile the kernels into numba's cache (once per machine)
 
 train, explain, evaluate and drop print the short tables the shell prints for ilargi_train(...) and the
-others (``--json``: the whole JSON; ``--mode``: another output mode). Errors are printed as one line (no
+others, cross-validate the table the shell prints for ilargi_cross_validate (``--json``: the whole JSON;
+``--mode``: another output mode). Errors are printed as one line (no
 traceback) and exit with status 1.
 """
 
@@ -35,8 +38,10 @@ from ilargi_db.errors import IlargiError, speaking_to
 from ilargi_db.interruption import is_interruption
 from ilargi_db.models.catalog import NAMES as ALGORITHM_NAMES
 from ilargi_db.shell import (
+    CROSS_VALIDATION,
     DEFAULT_MAXROWS,
     MODES,
+    Result,
     Session,
     box_width,
     clean_error,
@@ -44,6 +49,7 @@ from ilargi_db.shell import (
     models_result,
     render,
     result_of,
+    scores_table,
     summarize,
 )
 
@@ -214,6 +220,48 @@ def cmd_drop(args: argparse.Namespace) -> int:
     return 0
 
 
+# The flags of ilargi cross-validate that stand for an option of ilargi_cross_validate (its search's settings).
+SEARCH_FLAGS = {"cv": "cv", "grid": "param_grid", "scoring": "scoring"}
+
+
+def _search_options(args: argparse.Namespace) -> str:
+    """``--options`` with ``--cv``, ``--grid`` and ``--scoring`` added: the options JSON of ilargi_cross_validate."""
+    from ilargi_db.sql_functions.functions import load_json
+
+    example = """an object such as '{"alpha": 1.0}'"""
+    options = load_json(args.options or "{}", "--options", example)
+    if not isinstance(options, dict):
+        raise IlargiError(f"--options must be a JSON object, {example}, got {args.options!r}.")
+    for flag, option in SEARCH_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        if option in options:
+            raise IlargiError(f"{option} given twice, as --{flag} and in --options: give it once.")
+        grid = """a JSON object of arrays such as '{"alpha": [0.1, 1, 10]}'"""
+        options[option] = load_json(value, "--grid", grid) if flag == "grid" else value
+    return json.dumps(options)
+
+
+def cmd_cross_validate(args: argparse.Namespace) -> int:
+    from ilargi_db.sql_functions.cross_validation import COLUMNS, cross_validate_rows
+
+    options = _search_options(args)
+    con = _read_only(_existing(args.db, "cross-validate"))  # cross-validation stores nothing
+    try:  # what ilargi_cross_validate runs, on this thread, with errors in --flag terms
+        rows = cross_validate_rows(con, args.algorithm, args.query, args.target, options)
+    finally:
+        con.close()
+    types = dict(COLUMNS)
+    cells = [
+        tuple(json.dumps(row[c], separators=(",", ":")) if types[c] == "JSON" else row[c] for c in CROSS_VALIDATION)
+        for row in rows
+    ]  # as DuckDB returns the table's rows (its JSON compact)
+    table = Result(list(CROSS_VALIDATION), [types[c] for c in CROSS_VALIDATION], cells)
+    print(render(scores_table(table), args.mode, box_width(sys.stdout)))
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     con = _read_only(_existing(args.db, "models"))
     try:
@@ -379,6 +427,26 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _cross_validate_parser(commands: Any) -> None:
+    """``ilargi cross-validate``: the arguments of ilargi_cross_validate, its search options as flags."""
+    about = "score every parameter set of a grid on k folds of a join read once (ilargi_cross_validate)"
+    p = commands.add_parser("cross-validate", help=about, description=about)
+    p.add_argument("algorithm", choices=list(ALGORITHM_NAMES), help="a supervised one fitted on the normalized matrix")
+    p.add_argument("query", help="the training query: one SELECT over joined tables")
+    p.add_argument("--target", help="the label column")
+    p.add_argument("--db", help=DB_HELP + " (read, never written)")
+    p.add_argument("--cv", type=int, metavar="K", help="the number of folds (default: cross_validate's)")
+    p.add_argument("--grid", metavar="JSON", help="""the parameter sets to compare, e.g. '{"alpha": [0.1, 1, 10]}'""")
+    p.add_argument("--scoring", metavar="NAME", help="a scikit-learn scorer (r2, roc_auc...; default the estimator's)")
+    p.add_argument(
+        "--options",
+        default="{}",
+        help="""JSON object of the parameters every set shares, random_state, backend and impute""",
+    )
+    _output_options(p)
+    p.set_defaults(run=cmd_cross_validate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ilargi",
@@ -445,6 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help=DB_HELP)
     _output_options(p)
     p.set_defaults(run=cmd_drop)
+
+    _cross_validate_parser(commands)
 
     p = commands.add_parser("models", help="list the models in a database's registry")
     p.add_argument("--db", help=DB_HELP)

@@ -17,13 +17,28 @@ import duckdb
 import numpy as np
 
 from ilargi_db.backend import to_host
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, spell, worded
 from ilargi_db.linalg import COLSUMS, CROSSPROD
 from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, make_estimator
 from ilargi_db.normalization import normalize
 
 CLASSIFYING_METRICS = ("classification", "margin")  # catalog metrics whose folds keep the classes' shares
 DEFAULT_FOLDS = 5
+MIN_FOLDS = 2  # a fold holds rows out: one fold would hold out every row
+# The algorithms cross_validate scores: supervised, fitted on the normalized matrix (rows of it selected per fold).
+CROSS_VALIDATED = tuple(name for name in SUPERVISED if algorithm_facts(name).reads == "matrix")
+
+
+def check_cross_validated(algorithm: str, target: str | None) -> None:
+    """Refuse, before anything is read, an algorithm cross_validate does not score, or no target."""
+    if algorithm not in CROSS_VALIDATED:
+        scores = worded("cross_validate scores", "cross-validation scores")
+        raise IlargiError(
+            f"{scores} supervised models fitted on a normalized matrix, one of {', '.join(CROSS_VALIDATED)}; "
+            f"got {algorithm!r}."
+        )
+    if target is None:
+        raise IlargiError(f"{algorithm} needs a target to score: pass {spell('target', '<label column>')}.")
 
 
 def _candidates(algorithm: str, params: Mapping[str, Any], param_grid: Any) -> list[dict[str, Any]]:
@@ -34,7 +49,8 @@ def _candidates(algorithm: str, params: Mapping[str, Any], param_grid: Any) -> l
     searched = {name for c in candidates for name in c}
     both = sorted(searched & set(params))
     if both:
-        raise IlargiError(f"{', '.join(both)} given both as a parameter and in param_grid: give each in one place.")
+        given = worded("both as a parameter and in param_grid", "both as an option and in param_grid")
+        raise IlargiError(f"{', '.join(both)} given {given}: give each in one place.")
     for candidate in candidates:
         make_estimator(algorithm, {**params, **candidate})  # unknown names, wrong types and bad values fail here
     return candidates
@@ -47,8 +63,10 @@ def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
 
     if hasattr(cv, "split"):
         return cv
-    if isinstance(cv, bool) or not isinstance(cv, int) or cv < 2:
-        raise IlargiError(f"cv={cv!r}: give the number of folds (2 or more) or a scikit-learn splitter such as KFold.")
+    if isinstance(cv, bool) or not isinstance(cv, int) or cv < MIN_FOLDS:
+        raise IlargiError(
+            f"cv={cv!r}: give the number of folds ({MIN_FOLDS} or more) or a scikit-learn splitter such as KFold."
+        )
     stratified = algorithm_facts(algorithm).metrics in CLASSIFYING_METRICS
     return (StratifiedKFold if stratified else KFold)(cv, shuffle=True, random_state=random_state)
 
@@ -141,12 +159,7 @@ def cross_validate(
     >>> [(r["params"], r["rank"]) for r in rows]
     [({'alpha': 0.0}, 1), ({'alpha': 100.0}, 2)]
     """
-    if algorithm not in SUPERVISED or algorithm_facts(algorithm).reads != "matrix":
-        matrix = [a for a in SUPERVISED if algorithm_facts(a).reads == "matrix"]
-        raise IlargiError(
-            f"cross_validate scores supervised models fitted on a normalized matrix, one of {', '.join(matrix)}; "
-            f"got {algorithm!r}."
-        )
+    check_cross_validated(algorithm, target)
     candidates = _candidates(algorithm, params, param_grid)
     from sklearn.metrics import check_scoring
 
@@ -181,4 +194,4 @@ def cross_validate(
     ]
 
 
-__all__ = ["cross_validate"]
+__all__ = ["CROSS_VALIDATED", "MIN_FOLDS", "check_cross_validated", "cross_validate"]

@@ -26,7 +26,19 @@ def db(tmp_path):
 
 
 def test_help_everywhere(capsys):
-    commands = ("demo", "sql", "train", "explain", "evaluate", "predict", "drop", "models", "calibrate", "warmup")
+    commands = (
+        "demo",
+        "sql",
+        "train",
+        "explain",
+        "evaluate",
+        "predict",
+        "drop",
+        "models",
+        "calibrate",
+        "warmup",
+        "cross-validate",
+    )
     for argv in (["--help"], *[[c, "--help"] for c in commands]):
         with pytest.raises(SystemExit) as exit_:
             cli.main(argv)

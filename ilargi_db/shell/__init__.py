@@ -12,9 +12,10 @@ from ilargi_db.shell.render import (
     result_of,
 )
 from ilargi_db.shell.session import DOT_COMMANDS, Session, box_width, clean_error, models_result
-from ilargi_db.shell.summaries import summarize
+from ilargi_db.shell.summaries import CROSS_VALIDATION, scores_table, summarize
 
 __all__ = [
+    "CROSS_VALIDATION",
     "DEFAULT_MAXROWS",
     "DOT_COMMANDS",
     "MODES",
@@ -28,5 +29,6 @@ __all__ = [
     "readable",
     "render",
     "result_of",
+    "scores_table",
     "summarize",
 ]

@@ -22,7 +22,7 @@ import duckdb
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import is_interruption
 from ilargi_db.shell.render import DEFAULT_MAXROWS, MODES, Result, check_mode, render, result_of
-from ilargi_db.shell.summaries import metrics_line, summarize, summary_kind
+from ilargi_db.shell.summaries import metrics_line, scores_table, summarize, summary_kind
 
 UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
 PROMPT, CONTINUATION = "ilargi> ", "   ...> "
@@ -161,7 +161,7 @@ class Session:
             if self.once:
                 self.redirect(None)
             return
-        self.show(summary or result)
+        self.show(summary or scores_table(result))
 
     @staticmethod
     def summary(result: Result) -> Result | None:

@@ -4,16 +4,18 @@
 the shell and the ``ilargi`` command print the lines that matter (strategy, rows, metrics, seconds,
 warnings, the first reasons) as a two-column table, and the whole JSON in ``.mode json`` or with ``--json``.
 A result is a summary when it is one value of one column named after the call (``ilargi_train(...)``,
-DuckDB's default name), or aliased but with the summary's keys.
+DuckDB's default name), or aliased but with the summary's keys. ``ilargi_cross_validate`` returns a table:
+a result with its columns is shown as it is, its long cells (every fold's score) folded rather than cut.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from ilargi_db.shell.render import Result, readable
+from ilargi_db.shell.render import MAX_CELL, Result, readable
 
 WRAP = 80  # a longer value is folded onto more lines in box mode
 REASONS_SHOWN = 3  # of ilargi_explain's reasons; the rest are in its JSON
@@ -25,6 +27,8 @@ SIGNATURES = {
     "ilargi_drop_model": {"dropped", "versions"},
 }
 BATCH = "ilargi_train_batch"
+# The columns of ilargi_cross_validate's table, as it documents them (a result with all of them is its).
+CROSS_VALIDATION = ("params", "rank", "mean_score", "std_score", "fold_scores", "fit_seconds")
 
 
 def number(value: Any) -> str:
@@ -185,3 +189,11 @@ def _batch(summaries: list) -> Result:
     ]
     types = ["VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "INTEGER"]
     return Result(columns, types, rows, wrap=WRAP, show_types=False)
+
+
+def scores_table(result: Result) -> Result:
+    """``result`` as shown: ilargi_cross_validate's table (or a selection of it with its columns) with its long
+    cells folded onto more lines (ten folds' scores are longer than a cut cell), any other result as it is."""
+    if not set(CROSS_VALIDATION) <= set(result.columns) or result.wrap is not None:
+        return result
+    return replace(result, wrap=MAX_CELL)

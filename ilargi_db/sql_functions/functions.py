@@ -1,4 +1,4 @@
-"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``.
+"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``, ...
 
 Each is a scalar Python UDF registered with ``side_effects=True`` (DuckDB would
 otherwise fold a call with constant arguments at plan time, so EXPLAIN would
@@ -7,7 +7,9 @@ not "return NULL"). A UDF may not query the connection running it, so the work
 runs on ``con.cursor()``, a second connection to the same database: it sees
 committed tables and views, not TEMP tables or registered DataFrames. The
 optional ``options`` argument comes from a TEMP macro with a default, since
-Python UDFs cannot be overloaded. Every function returns JSON.
+Python UDFs cannot be overloaded. Every function returns JSON; those of
+``TABLE_RESULTS`` (``ilargi_cross_validate``) a JSON array that their TEMP
+table macro unnests into rows (Python cannot register a table function).
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
-from ilargi_db.parameters import check_json_types
+from ilargi_db.models.catalog import SETTINGS
 from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
 from ilargi_db.pipeline.options import check_target
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
 from ilargi_db.sql_functions.coefficients import register_table_macros
+from ilargi_db.sql_functions.cross_validation import cross_validate_rows, table_select
+from ilargi_db.sql_functions.options import load_json, parse_options, required
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
     check_model_name,
@@ -50,71 +53,6 @@ _RUNNING = threading.Lock()
 _UDF_IDS = itertools.count()
 
 
-def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, TrainSetting] = SETTINGS) -> dict:
-    """The options JSON object as a dict, refusing malformed JSON, keys the algorithm does not know, and
-    settings of ``train`` (``allowed_extra``, models/catalog.py's table) of another JSON type."""
-    check_algorithm(algorithm)
-    if options is None or not options.strip():
-        return {}
-    parsed = load_json(options, "options", """an object such as '{"alpha": 1.0, "strategy": "auto"}'""")
-    if not isinstance(parsed, dict):
-        raise IlargiError(f"""options must be a JSON object such as '{{"alpha": 1.0}}', got {options!r}.""")
-    check_known_settings(algorithm, parsed, tuple(allowed_extra))
-    for key, setting in allowed_extra.items():
-        if key in parsed and not setting.json_accepts(parsed[key]):
-            raise IlargiError(
-                f"option {key!r} must be {setting.json_expected()} in JSON, got {json.dumps(parsed[key])}."
-            )
-    check_json_types(algorithm, estimator_class(algorithm), {k: v for k, v in parsed.items() if k not in allowed_extra})
-    return parsed
-
-
-def load_json(text: str, what: str, example: str) -> Any:
-    """``text`` parsed strictly (no NaN or Infinity, no duplicate keys, bounded numbers and depth), or an
-    error that names ``what`` and shows ``example``."""
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-            parse_int=_short_int,
-        )
-    except json.JSONDecodeError as err:
-        raise IlargiError(f"{what} are not valid JSON ({err.msg} at character {err.pos}): pass {example}.") from None
-    except RecursionError:
-        raise IlargiError(f"{what} are nested too deeply: pass {example}.") from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
-    seen: set[str] = set()
-    twice: set[str] = set()
-    for key, _ in pairs:
-        (twice if key in seen else seen).add(key)
-    if twice:
-        raise IlargiError(
-            f"option(s) {', '.join(map(repr, sorted(twice)))} given twice in the options JSON: keep one of each."
-        )
-    return dict(pairs)
-
-
-def _no_constant(name: str) -> float:
-    raise IlargiError(f"options are not valid JSON: {name} is not a JSON number. Pass a finite number.")
-
-
-def _short_int(text: str) -> int:
-    if len(text.lstrip("-")) > 18:  # no option takes more; Python refuses to read past 4,300 digits
-        raise IlargiError(f"option value {text[:20]}... has {len(text.lstrip('-'))} digits: no option takes that many.")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise IlargiError(f"option value {text} is beyond double precision: pass a finite number.")
-    return value
-
-
 def explain_options(algorithm: str, options: str | None) -> dict:
     """The options of ``ilargi_explain``: those of ``ilargi_train`` less the ones that do not change the choice."""
     kwargs = parse_options(algorithm, options)
@@ -127,14 +65,10 @@ def _finite(value: Any) -> Any:
     """JSON has no NaN: metrics that are undefined (e.g. ROC AUC with one class) become null."""
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    return value
-
-
-def _required(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise IlargiError(f"{what} is missing: pass it as a string.")
     return value
 
 
@@ -176,8 +110,8 @@ def train_and_store(
     """
     start = time.perf_counter()
     name = check_model_name(name)
-    kwargs = parse_options(_required(algorithm, "the algorithm"), options)
-    query = _required(query, "the training query")
+    kwargs = parse_options(required(algorithm, "the algorithm"), options)
+    query = required(query, "the training query")
     store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, kwargs)
     options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
@@ -236,8 +170,8 @@ def train_batch_and_store(
     shares (``strategy``, ``backend``, ``standardize``, ``impute``).
     """
     start = time.perf_counter()
-    query = _required(query, "the training query")
-    specs = parse_batch(_required(models, "the models"))
+    query = required(query, "the training query")
+    specs = parse_batch(required(models, "the models"))
     given = (
         load_json(options, "options", """an object such as '{"strategy": "auto"}'""")
         if options and options.strip()
@@ -299,8 +233,8 @@ def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: s
 
 def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
-    kwargs = explain_options(_required(algorithm, "the algorithm"), options)
-    query = _required(query, "the training query")
+    kwargs = explain_options(required(algorithm, "the algorithm"), options)
+    query = required(query, "the training query")
     explanation = _on_cursor(con, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs))
     return json.dumps(_finite(explanation.to_dict()))
 
@@ -308,7 +242,7 @@ def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None
 def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
     """``ilargi_evaluate``: the current version of ``name`` scored on the rows of ``query``."""
 
-    query = _required(query, "the query to evaluate on")
+    query = required(query, "the query to evaluate on")
 
     def work(cursor):
         model = load_model(cursor, name)
@@ -316,6 +250,12 @@ def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
 
     model, metrics = _on_cursor(con, work)
     return json.dumps(_finite({"name": model.name_, "version": model.version_, "metrics": metrics}))
+
+
+def sql_cross_validate(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+    """``ilargi_cross_validate``: the scores of every parameter set on every fold; stores nothing."""
+    rows = _on_cursor(con, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options))
+    return json.dumps([_finite(row) for row in rows])
 
 
 def sql_drop_model(con: weakref.ref, name: str) -> str:
@@ -347,12 +287,15 @@ FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
     "ilargi_train_batch": (sql_train_batch, ["training_query", "target", "models"]),
     "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
     "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
+    "ilargi_cross_validate": (sql_cross_validate, ["algorithm", "training_query", "target"]),
     "ilargi_drop_model": (sql_drop_model, ["name"]),
     "ilargi_artifacts": (sql_artifacts, []),
     "ilargi_clear_artifacts": (sql_clear_artifacts, []),
     "ilargi_artifact_budget": (sql_artifact_budget, ["memory", "storage"]),
 }
-WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain"}
+WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain", "ilargi_cross_validate"}
+# Those whose public name is a table macro: the SELECT that makes rows of the UDF's JSON array.
+TABLE_RESULTS: dict[str, Callable[[str], str]] = {"ilargi_cross_validate": table_select}
 
 
 def _in_sql_terms(impl: Callable[..., str]) -> Callable[..., str]:
@@ -386,5 +329,7 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         )
         signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
         arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {udf}({arguments})")
+        body = f"{udf}({arguments})"
+        body = f"TABLE {TABLE_RESULTS[sql_name](body)}" if sql_name in TABLE_RESULTS else body
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {body}")
     register_table_macros(con)  # plain SQL over the registry: nothing of this process
