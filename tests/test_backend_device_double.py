@@ -7,15 +7,20 @@ from __future__ import annotations
 import json
 import re
 
+import duckdb
 import numpy as np
 import pytest
 import scipy.sparse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.utils import check_array
 
 import ilargi_db
 from ilargi_db.backend import Backend, backend_of, get_backend, register_backend
 from ilargi_db.backend.kernels import ReferenceKernels
 from tests.device_double import COPIES, DEVICE_DOUBLE, IMPLICIT, NAME, DeviceArray, sparse, xp
+from tests.oracle import assert_close
+from tests.strategies import schemas
 
 DEVICE = dict(backend=NAME, reuse=False)
 
@@ -90,6 +95,11 @@ def test_the_sparse_module_keeps_matrices_on_the_device():
     stacked = sparse.vstack([S, sparse.csr_matrix((xp.ones(2), (xp.asarray([0, 1]), xp.asarray([0, 3]))), (2, 4))])
     assert stacked.shape == (8, 4)
     np.testing.assert_array_equal(stacked.get().toarray()[6:], [[1, 0, 0, 0], [0, 0, 0, 1]])
+    doubled = S.copy()
+    doubled.data = doubled.data * 2  # a matrix takes new device arrays, as cupyx's do
+    np.testing.assert_allclose(doubled.get().toarray(), 2 * host.toarray())
+    with pytest.raises(TypeError, match="Unsupported type"):
+        doubled.data = host.data
     with pytest.raises(ValueError, match="Unsupported initializer"):
         sparse.csr_matrix(np.eye(3))  # a host dense array: cupyx refuses it too
     with pytest.raises(TypeError, match="Implicit conversion"):
@@ -140,6 +150,38 @@ def test_the_reference_kernels_run_on_the_device_and_give_numpys_results():
     loss, residual = on_device.logistic_loss_residual(d(v), d((v > 0).astype(float)))
     np.testing.assert_allclose(loss, on_host.logistic_loss_residual(v, (v > 0).astype(float))[0])
     assert isinstance(residual, DeviceArray)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas(), seed=st.integers(0, 2**16))
+def test_the_normalized_matrix_operators_on_the_device_equal_numpys(schema, seed):
+    con = duckdb.connect()
+    schema.load(con)
+    X, y = ilargi_db.normalize(con, schema.query, target=schema.target, backend=NAME, sparse=schema.sparse)
+    H, y_host = ilargi_db.normalize(con, schema.query, target=schema.target, backend="numpy", sparse=schema.sparse)
+    rng = np.random.default_rng(seed)
+    n, d = H.shape
+    w, V = rng.normal(size=d), rng.normal(size=(n, 2))
+    picked = rng.integers(0, max(n, 1), 3 if n else 0)
+    labels = rng.integers(0, 3, n)
+    pairs = [
+        (y, y_host),
+        (X.materialize(), H.materialize()),
+        (X @ xp.asarray(w), H @ w),
+        (X.T @ xp.asarray(V), H.T @ V),
+        (X.crossprod(), H.crossprod()),
+        (X.crossprod(xp.asarray(np.abs(V[:, 0]))), H.crossprod(np.abs(V[:, 0]))),
+        (X.colsums(), H.colsums()),
+        (X.rowsums(), H.rowsums()),
+        (X.group_sums(xp.asarray(labels), 3), H.group_sums(labels, 3)),
+        (X.rows(xp.asarray(picked)), H.rows(picked)),
+        (X.take_rows(xp.asarray(picked)) @ xp.asarray(w), H.take_rows(picked) @ w),
+        (X.row_norms_squared(), H.row_norms_squared()),
+        ((X * 2.0 + 1.0).exp().colsums(), (H * 2.0 + 1.0).exp().colsums()),
+    ]
+    for got, want in pairs:
+        assert isinstance(got, DeviceArray)
+        assert_close(got.get(), want)
 
 
 # -- the whole training path on the double -----------------------------------------------------------------

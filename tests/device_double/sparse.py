@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from tests.device_double.arrays import IMPLICIT, DeviceArray, unsupported
+from tests.device_double.arrays import IMPLICIT, DeviceArray, to_device, unsupported
 from tests.device_double.copies import COPIES
 
 
@@ -47,6 +47,16 @@ class spmatrix:  # noqa: N801 - cupyx's name
     def __len__(self) -> int:
         raise TypeError("sparse matrix length is ambiguous; use getnnz() or shape[0]")
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_host":
+            object.__setattr__(self, name, value)
+        elif name in _ARRAYS:  # cupyx's matrices take new device arrays (``m.data = f(m.data)``)
+            if not isinstance(value, DeviceArray):
+                raise unsupported(value)
+            setattr(self._host, name, value._host)
+        else:
+            raise AttributeError(f"the device double's sparse matrix takes no attribute {name!r}")
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -77,12 +87,15 @@ for _name in ("add", "sub", "mul", "truediv", "matmul", "pow", "lt", "le", "gt",
 spmatrix.__neg__ = lambda self: spmatrix(-self._host)  # type: ignore[attr-defined]
 
 
+_ARRAYS = ("data", "indices", "indptr", "row", "col")
+
+
 def _stored(host: Any) -> int:
-    return sum(getattr(host, a).size for a in ("data", "indices", "indptr", "row", "col") if hasattr(host, a))
+    return sum(getattr(host, a).size for a in _ARRAYS if hasattr(host, a))
 
 
 def _nbytes(host: Any) -> int:
-    return sum(getattr(host, a).nbytes for a in ("data", "indices", "indptr", "row", "col") if hasattr(host, a))
+    return sum(getattr(host, a).nbytes for a in _ARRAYS if hasattr(host, a))
 
 
 def _unwrap(value: Any) -> Any:
@@ -103,7 +116,7 @@ def _unwrap_index(key: Any) -> Any:
     if isinstance(key, DeviceArray):
         return key._host
     if isinstance(key, (np.ndarray, list)):
-        raise unsupported(key)  # cupyx indexes with device arrays, slices and integers
+        return to_device(key)._host  # cupyx copies a host index to the device, as CuPy does
     return key
 
 
