@@ -3,12 +3,13 @@
 What CuPy refuses, this refuses with CuPy's error (its ``cupy/_core/core.pyx``): ``__array__`` raises
 (so ``np.asarray``, ``np.array`` and every library that calls them refuse a device array), a NumPy array
 mixed into a device operation raises ``TypeError: Unsupported type <class 'numpy.ndarray'>`` (operators,
-ufuncs, functions, item assignment), iterating a 0-d array raises. What CuPy allows with a copy, this allows
-and counts in :data:`~tests.device_double.copies.COPIES`: ``.get()``, ``float()``/``int()``/``bool()`` of a
-one-element array, ``.item()``/``.tolist()``, ``repr``/``format``, and a host index (a list or NumPy array
-of positions), which CuPy copies to the device. Reductions give 0-d device arrays, never host scalars.
-NumPy's functions called on a device array dispatch to the device (CuPy's ``__array_function__`` and
-``__array_ufunc__``), so ``np.exp(a)`` stays on the device and ``np.asarray(a)`` does not.
+ufuncs, functions, item assignment), iterating a 0-d array raises. What CuPy allows with a copy, this
+allows and counts in :data:`~tests.device_double.copies.COPIES`: ``.get()``, ``float()``/``int()``/``bool()``
+of a one-element array, ``.item()``/``.tolist()``/``.tobytes()``, ``repr``/``format``, pickling, and a
+host index (a list or NumPy array of positions), which CuPy copies to the device. Reductions give 0-d
+device arrays, never host scalars. NumPy's functions called on a device array dispatch to the device
+(CuPy's ``__array_function__`` and ``__array_ufunc__``), so ``np.exp(a)`` stays on the device and
+``np.asarray(a)`` does not. No ``__index__``: ``range(a)`` needs ``int(a)``, a counted copy.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ class DeviceArray:
     def tolist(self) -> Any:
         return self.get().tolist()
 
+    def tobytes(self, order: str = "C") -> bytes:
+        return self.get().tobytes(order)
+
     # NumPy's protocols: stay on the device, refuse host arrays.
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         if method != "__call__":
@@ -144,7 +148,8 @@ class DeviceArray:
         return wrap(attr)
 
 
-_HOST_ATTRIBUTES = frozenset({"ctypes", "data", "tobytes", "tofile", "dump", "dumps", "__array_interface__"})
+# NumPy's views of host memory: a device array has none (CuPy's ``data`` is a device pointer).
+_HOST_ATTRIBUTES = frozenset({"ctypes", "data", "tofile", "dump", "dumps"})
 
 
 def _unpickle(host: np.ndarray) -> DeviceArray:
