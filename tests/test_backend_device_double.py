@@ -13,6 +13,7 @@ import pytest
 import scipy.sparse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 from sklearn.utils import check_array
 
 import ilargi_db
@@ -272,6 +273,29 @@ def test_the_sql_function_trains_on_the_device(star):
     assert summary["strategy"] == "factorized"
     (column,) = star.sql("SELECT on_device_predict(x1, x2) FROM fact ORDER BY id").fetchnumpy().values()
     np.testing.assert_allclose(column, ilargi_db.predict(star, reference, "SELECT x1, x2 FROM fact ORDER BY id"))
+
+
+@pytest.mark.parametrize(
+    "model, label",
+    [
+        (ilargi_db.models.LinearRegression(), "f.y"),
+        (ilargi_db.models.LogisticRegression(), "f.y > 0.5"),
+        (ilargi_db.models.LogisticRegression(), "f.k % 3"),  # multinomial: one intercept per class
+        (ilargi_db.models.LinearSVC(), "f.y > 0.5"),
+    ],
+    ids=["linear", "logistic", "multinomial", "svm"],
+)
+def test_an_estimator_fits_predicts_and_scores_device_data(star, model, label):
+    query = STAR.replace("f.y FROM", f"{label} AS label FROM")
+    X, y = ilargi_db.normalize(star, query, target="label", backend=NAME)
+    H, y_host = ilargi_db.normalize(star, query, target="label", backend="numpy")
+    on_device, on_host = clone(model).fit(X, y), clone(model).fit(H, y_host)
+    for method in ("predict", "decision_function"):
+        if hasattr(on_host, method):
+            got = getattr(on_device, method)(X)
+            assert type(got) is np.ndarray
+            np.testing.assert_allclose(got, getattr(on_host, method)(H), rtol=1e-6, atol=1e-9)
+    assert on_device.score(X, y) == pytest.approx(on_host.score(H, y_host))
 
 
 # -- only parameters cross between host and device per iteration -------------------------------------------
