@@ -40,7 +40,8 @@ def test_implicit_conversion_to_numpy_is_refused_with_cupys_error():
         with pytest.raises(TypeError, match=re.escape(IMPLICIT)):
             convert(a)
     with pytest.raises(TypeError, match="Implicit conversion"):
-        xp.asarray([a[0], a[1]])  # CuPy builds a list's array on the host first
+        xp.asarray([a[0], np.float64(1.0)])  # device and host values mixed: CuPy builds it on the host
+    assert isinstance(xp.asarray([a[0], a[1]]), DeviceArray) and COPIES.to_device == 1  # device arrays only
     with pytest.raises(ValueError, match="truth value of an array with more than one element"):
         bool(a > 1)
     with pytest.raises(TypeError):

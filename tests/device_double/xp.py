@@ -22,12 +22,14 @@ def asarray(a: Any, dtype: Any = None, order: Any = None) -> DeviceArray:
     """``a`` on the device: no copy for a device array, a counted copy for host data."""
     if isinstance(a, DeviceArray):
         return a if dtype is None or np.dtype(dtype) == a.dtype else a.astype(dtype)
+    if _all_device(a):
+        return call(np.asarray, a, dtype=dtype, order=order)
     _refuse_sparse(a)
     return to_device(a, dtype=dtype, order=order)
 
 
 def array(a: Any, dtype: Any = None, copy: bool = True, order: Any = None, ndmin: int = 0) -> DeviceArray:
-    if isinstance(a, DeviceArray):
+    if isinstance(a, DeviceArray) or _all_device(a):
         return call(np.array, a, dtype=dtype, copy=copy, order="K" if order is None else order, ndmin=ndmin)
     _refuse_sparse(a)
     out = to_device(a, dtype=dtype, order=order)
@@ -47,7 +49,12 @@ def _refuse_sparse(a: Any) -> None:
     if scipy.sparse.issparse(a):
         raise unsupported(a)
     if isinstance(a, (list, tuple)) and any(isinstance(v, DeviceArray) for v in a):
-        raise TypeError(IMPLICIT)  # CuPy builds a list's array on the host first
+        raise TypeError(IMPLICIT)  # device arrays mixed with host values: CuPy builds it on the host, and refuses
+
+
+def _all_device(a: Any) -> bool:
+    """A non-empty list of device arrays only (CuPy stacks those on the device)."""
+    return isinstance(a, (list, tuple)) and len(a) > 0 and all(isinstance(v, DeviceArray) for v in a)
 
 
 class _Namespace(types.ModuleType):
