@@ -17,6 +17,7 @@ from sklearn.base import clone
 from sklearn.utils import check_array
 
 import ilargi_db
+from ilargi_db import models
 from ilargi_db.backend import Backend, backend_of, get_backend, register_backend
 from ilargi_db.backend.kernels import ReferenceKernels
 from tests.device_double import COPIES, DEVICE_DOUBLE, IMPLICIT, NAME, DeviceArray, sparse, xp
@@ -308,30 +309,40 @@ def _copies_of_a_fit(estimator, X, y):
     return list(COPIES.log), estimator.n_iter_
 
 
+LATE = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+FEATURES = STAR.replace(", f.y FROM", " FROM")
+NONNEGATIVE = JOBS["gnmf"][0]
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # stopped at max_iter on purpose
 @pytest.mark.parametrize(
-    "make, target, n_sized",
+    "make, query, target, n_sized",
     [
+        # The target to the host (its classes checked by scikit-learn), back as 0/1.
+        (lambda it: models.LogisticRegression(max_iter=it, tol=1e-12, C=100.0), LATE, "late", ["to_host", "to_device"]),
+        # The target to the host (checked finite) and back.
+        (lambda it: models.LinearRegression(solver="cg", max_iter=it, tol=1e-14), STAR, "y", ["to_host", "to_device"]),
+        # The labels to the host (k-means++ keeps the n distances on the device).
+        (lambda it: models.KMeans(n_clusters=4, max_iter=it, tol=0.0, random_state=0), FEATURES, None, ["to_host"]),
+        # W drawn on the host (NumPy's generator) and given back by fit_transform.
         (
-            lambda it: ilargi_db.models.LogisticRegression(max_iter=it, tol=1e-12, C=100.0),
-            "late",
-            ["to_host", "to_device"],
+            lambda it: models.GaussianNMF(n_components=2, max_iter=it, tol=0.0),
+            NONNEGATIVE,
+            None,
+            ["to_device", "to_host"],
         ),
-        (lambda it: ilargi_db.models.KMeans(n_clusters=4, max_iter=it, tol=0.0, random_state=0), None, ["to_host"]),
     ],
-    ids=["logistic regression (L-BFGS)", "k-means (k-means++, Lloyd)"],
+    ids=["logistic regression (L-BFGS)", "linear regression (CG)", "k-means (k-means++, Lloyd)", "NMF (MU)"],
 )
-def test_an_iteration_moves_parameters_between_host_and_device_never_an_n_vector(star, make, target, n_sized):
-    query = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM") if target else STAR.replace(", f.y FROM", " FROM")
+def test_an_iteration_moves_parameters_between_host_and_device_never_an_n_vector(star, make, query, target, n_sized):
     X, y = ilargi_db.normalize(star, query, target=target, backend=NAME)
     n, d = X.shape
     short, short_iterations = _copies_of_a_fit(make(2), X, y)
     long, long_iterations = _copies_of_a_fit(make(8), X, y)
     extra = long_iterations - short_iterations
     assert extra >= 3, (short_iterations, long_iterations)
-    # The n-vectors of a whole fit, once each: logistic regression's target to the host (its classes checked by
-    # scikit-learn) and back as 0/1; k-means' labels to the host (k-means++ keeps the n distances on the device).
-    assert [(c.direction, c.shape) for c in long if np.prod(c.shape) >= n] == [(way, (n,)) for way in n_sized]
+    # The copies of n or more numbers in a whole fit: once each, however many iterations.
+    assert [c.direction for c in long if np.prod(c.shape) >= n] == n_sized
     assert [c for c in short if np.prod(c.shape) >= n] == [c for c in long if np.prod(c.shape) >= n]
     # Every other copy is parameter-sized (k x d at most), and the extra iterations made a handful each.
     assert max(np.prod(c.shape) for c in long if np.prod(c.shape) < n) <= 4 * (d + 1)
