@@ -8,10 +8,18 @@ import tempfile
 import duckdb
 import pytest
 
+from tests.device_double import register as register_device_double
+
 # The cost model's calibration and iteration history live in the user's cache: the tests use their own,
 # so that neither the machine's calibration changes their plans nor they change the user's.
 os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi_test_cache_")
 atexit.register(shutil.rmtree, os.environ["ILARGI_CACHE_DIR"], ignore_errors=True)  # nothing left in /tmp
+
+
+register_device_double()  # backend="device_double": CuPy's strictness and copy counts without a GPU
+
+# The device backends a test parametrized over backends runs on: CuPy where a GPU is usable, the double always.
+DEVICE_BACKENDS = [pytest.param("cupy", marks=pytest.mark.gpu), "device_double"]
 
 
 def gpu_usable() -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 BACKENDS = ("auto", "numpy", "cupy")  # what a caller may ask for: "auto" takes CuPy where a GPU is usable
 
-_LAZY = ("NUMPY", "Backend", "backend_of", "get_backend", "to_host")
+_LAZY = ("NUMPY", "Backend", "backend_of", "get_backend", "register_backend", "to_host")
 
 __all__ = ["BACKENDS", *_LAZY]
 

@@ -122,7 +122,7 @@ def _kernels(name: str) -> Any:
         return NumbaKernels()
     from ilargi_db.backend.kernels import ReferenceKernels
 
-    return ReferenceKernels(_cupy_backend().xp)
+    return ReferenceKernels(get_backend(name).xp)
 
 
 @functools.cache
@@ -133,7 +133,7 @@ def _tree_kernels(name: str) -> Any:
         return NumbaTreeKernels()
     from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 
-    return ReferenceTreeKernels(_cupy_backend().xp)
+    return ReferenceTreeKernels(get_backend(name).xp)
 
 
 @functools.cache
@@ -161,16 +161,36 @@ def _cupy_backend() -> Backend:
     return Backend("cupy", cupy, cupyx.scipy.sparse)
 
 
+_REGISTERED: dict[str, tuple[Backend, tuple[type, ...]]] = {}  # name -> (backend, the types of its arrays)
+
+
+def register_backend(backend: Backend, array_types: tuple[type, ...]) -> None:
+    """Make ``backend`` available by its name, like ``"cupy"``: the extension point for another array library.
+
+    ``backend.xp`` must follow CuPy's namespace (``asarray``, ``asnumpy``, ufuncs, ``linalg``...) and
+    ``backend.sparse`` cupyx.scipy.sparse's (``csr_matrix``, ``coo_matrix``, ``vstack``, ``hstack``,
+    ``issparse``; matrices with ``.get()``); ``array_types`` are the classes of its dense and sparse arrays,
+    by which :func:`backend_of` knows them. Its kernels are :class:`~ilargi_db.backend.kernels.ReferenceKernels`
+    over its ``xp``, as CuPy's are. A test suite registers its strict device double this way.
+    """
+    if backend.name in BACKENDS:
+        raise ValueError(f"{backend.name!r} is a built-in backend; register another array library under a new name.")
+    _REGISTERED[backend.name] = (backend, tuple(array_types))
+
+
 def get_backend(backend: str | Backend = "auto") -> Backend:
-    """Resolve ``"numpy"``, ``"cupy"`` or ``"auto"`` (CuPy when a GPU is usable).
+    """Resolve ``"numpy"``, ``"cupy"`` or ``"auto"`` (CuPy when a GPU is usable), or a registered backend's name.
 
     >>> get_backend("numpy").name
     'numpy'
     """
     if isinstance(backend, Backend):
         return backend
+    if backend in _REGISTERED:
+        return _REGISTERED[backend][0]
     if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}.")
+        names = ", ".join(map(repr, (*BACKENDS, *_REGISTERED)))
+        raise ValueError(f"backend must be one of {names}, got {backend!r}.")
     if backend == "numpy":
         return NUMPY
     if backend == "cupy":
@@ -183,6 +203,9 @@ def get_backend(backend: str | Backend = "auto") -> Backend:
 
 def backend_of(a: Any) -> Backend:
     """The backend an array or sparse matrix lives on."""
+    for backend, array_types in _REGISTERED.values():
+        if isinstance(a, array_types):
+            return backend
     module = type(a).__module__
     if module.startswith("cupy"):
         return _cupy_backend()

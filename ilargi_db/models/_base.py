@@ -27,6 +27,15 @@ class SparseInputMixin:
         return tags
 
 
+class HostTargetScoreMixin:
+    """``score(X, y)`` with ``y`` on a device too: scikit-learn's metrics are NumPy's, so the target comes to
+    the host once, explicitly (``np.asarray`` of a CuPy array raises). Listed before scikit-learn's mixin."""
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        host = [to_host(a) if hasattr(a, "get") else a for a in (y, sample_weight)]
+        return super().score(X, host[0], sample_weight=host[1])
+
+
 _NO_Y = object()
 
 

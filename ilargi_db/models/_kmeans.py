@@ -144,22 +144,23 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
             return centers.copy()
         if self.init == "random":
             return to_host(M.rows(rng.choice(n, k, replace=False)))
-        # Greedy k-means++: each new center is the best of a few D^2-weighted candidates.
+        # Greedy k-means++: each new center is the best of a few D^2-weighted candidates. The n distances
+        # stay where the rows are (on a GPU, the device): only the candidates' rows come to the host.
+        xp = M.backend.xp
         trials = 2 + int(np.log(k))
         centers = np.empty((k, d))
         centers[0] = to_host(M.rows([rng.randint(n)]))[0]
-        closest = to_host(_squared_distances(M, row_norms, centers[:1]))[:, 0]
+        closest = _squared_distances(M, row_norms, centers[:1])[:, 0]
         for c in range(1, k):
-            total = closest.sum()
+            total = float(closest.sum())
             if total <= 0:
                 centers[c:] = to_host(M.rows(rng.choice(n, k - c, replace=False)))
                 break
-            candidates = np.searchsorted(np.cumsum(closest), rng.uniform(size=trials) * total)
-            candidates = np.minimum(candidates, n - 1)
+            draws = M.backend.asarray(rng.uniform(size=trials) * total)
+            candidates = xp.minimum(xp.searchsorted(xp.cumsum(closest), draws), n - 1)
             rows = to_host(M.rows(candidates))
-            d2 = to_host(_squared_distances(M, row_norms, rows))
-            options = np.minimum(closest[:, None], d2)
-            pick = int(np.argmin(options.sum(axis=0)))
+            options = xp.minimum(closest[:, None], _squared_distances(M, row_norms, rows))
+            pick = int(xp.argmin(options.sum(axis=0)))
             centers[c], closest = rows[pick], options[:, pick]
         return centers
 
@@ -182,7 +183,7 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
                 new[filled] = sums[filled] / counts[filled, None]
                 if (~filled).any():  # an empty cluster takes the points farthest from their centers
                     _, closest = _assign(M, centers)
-                    far = np.argsort(-(to_host(closest) + to_host(row_norms)))[: int((~filled).sum())]
+                    far = xp.argsort(-(closest + row_norms))[: int((~filled).sum())]  # on the device: n values
                     new[~filled] = to_host(M.rows(far))
                 shift = float(((new - centers) ** 2).sum())
                 centers = new

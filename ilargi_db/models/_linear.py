@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 from ilargi_db._terminal import progress
 from ilargi_db.linalg import solve_normal_equations
 from ilargi_db.models._base import (
+    HostTargetScoreMixin,
     SparseInputMixin,
     as_matrix,
     check_finite,
@@ -45,14 +46,16 @@ class _LinearModel(SparseInputMixin, BaseEstimator):
         check_is_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M = as_matrix(X)
-        coef = np.asarray(self.coef_)
-        return M @ M.backend.asarray(coef.T if coef.ndim == 2 else coef) + self.intercept_
+        coef, intercept = np.asarray(self.coef_), self.intercept_
+        if np.ndim(intercept):  # multinomial: one per class, added on the device (CuPy refuses a NumPy operand)
+            intercept = M.backend.asarray(intercept)
+        return M @ M.backend.asarray(coef.T if coef.ndim == 2 else coef) + intercept
 
 
 NORMAL_MAX_COLUMNS = 1024  # "auto" solves the normal equations up to this many columns
 
 
-class LinearRegression(RegressorMixin, _LinearModel):
+class LinearRegression(HostTargetScoreMixin, RegressorMixin, _LinearModel):
     """Least squares (optionally ridge) over joined tables, without materializing the join.
 
     Parameters
@@ -324,7 +327,7 @@ def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
     return value * 1.01
 
 
-class LogisticRegression(ClassifierMixin, _LinearModel):
+class LogisticRegression(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
     """Binary logistic regression with L2 penalty, scikit-learn's objective, factorized.
 
     Minimizes ``0.5 ||w||^2 + C sum_i log(1 + exp(-s_i (x_i w + b)))`` with

@@ -9,13 +9,20 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 from sklearn.utils._param_validation import Interval
 
-from ilargi_db.models._base import as_matrix, binary_classes, check_input, to_host, warn_if_not_converged
+from ilargi_db.models._base import (
+    HostTargetScoreMixin,
+    as_matrix,
+    binary_classes,
+    check_input,
+    to_host,
+    warn_if_not_converged,
+)
 from ilargi_db.models._duhl_solver import fit_duhl
 from ilargi_db.models._linear import _LinearModel
 from ilargi_db.models._row_sums import _hinge
 
 
-class LinearSVC(ClassifierMixin, _LinearModel):
+class LinearSVC(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
     """Binary linear SVM: the hinge loss with an L2 penalty, scikit-learn's ``LinearSVC(loss="hinge")``.
 
     Minimizes ``0.5 ||w||^2 + C sum_i max(0, 1 - s_i (x_i w + b))`` with s_i = +-1, in the dual

@@ -1,0 +1,35 @@
+"""A strict device double for tests: an array backend over NumPy that keeps to the device as CuPy does.
+
+Registered with :func:`ilargi_db.backend.register_backend` under :data:`NAME`, it is what ``backend="cupy"``
+would be to the product code: its arrays refuse implicit conversion to NumPy with CuPy's error
+(``np.asarray``, ``np.array``, scikit-learn's checks), host arrays mixed into device operations are refused
+with CuPy's ``Unsupported type``, reductions give 0-d device arrays, its sparse module is cupyx.scipy.sparse's
+subset, and the kernels are :class:`~ilargi_db.backend.kernels.ReferenceKernels` over its ``xp``, as CuPy's
+are. Every host<->device copy is counted in :data:`COPIES` (``COPIES.reset()`` before the part a test bounds).
+
+What it does not model: streams and synchronization (every operation is synchronous), memory pools and
+device memory limits, kernel launches and fusion, pinned memory, several devices, dtype coverage (it has
+NumPy's, CuPy lacks float128 and object arrays), NumPy functions CuPy lacks (a function NumPy has is found
+here even where ``cupy`` has none), Python lists passed to functions (CuPy refuses many; NumPy takes them
+here), and out-of-bounds integer indices (NumPy raises, CuPy wraps around).
+"""
+
+from __future__ import annotations
+
+from ilargi_db.backend import Backend, register_backend
+from tests.device_double import sparse, xp
+from tests.device_double.arrays import IMPLICIT, DeviceArray
+from tests.device_double.copies import COPIES, Copies
+
+NAME = "device_double"
+
+DEVICE_DOUBLE = Backend(NAME, xp, sparse)
+
+
+def register() -> Backend:
+    """Make ``backend="device_double"`` resolve to the double in this process (idempotent)."""
+    register_backend(DEVICE_DOUBLE, (DeviceArray, sparse.spmatrix))
+    return DEVICE_DOUBLE
+
+
+__all__ = ["COPIES", "DEVICE_DOUBLE", "IMPLICIT", "NAME", "Copies", "DeviceArray", "register", "sparse", "xp"]
