@@ -88,6 +88,7 @@ class TrainedModel:
     reused_: list[str] = field(default_factory=list)  # artifacts of earlier jobs this training used
     stored_: list[str] = field(default_factory=list)  # what it stored beside its database file, in words
     streamed_: dict | None = None  # how the data was streamed (budget, partitions), None when held in memory
+    validation_metrics_: dict = field(default_factory=dict)  # train(validation=...): evaluate's on held-out rows
     name_: str | None = None
     version_: int | None = None
     macros_: list[str] = field(default_factory=list)
@@ -363,6 +364,7 @@ _IN_MODEL: tuple[tuple[str, str, Callable[[Any], Any], Any], ...] = (
     ("reused_", "reused", _strings, []),
     ("stored_", "artifacts_stored", _strings, []),
     ("streamed_", "streamed", _optional(_object), None),
+    ("validation_metrics_", "validation_metrics", _object, {}),
 )
 
 

@@ -160,7 +160,7 @@ def test_a_group_by_that_names_no_other_column_is_refused(stores, group_by, mess
 
 
 def test_a_grouped_job_that_would_stream_or_run_on_a_cluster_is_refused_before_reading(stores):
-    with pytest.raises(IlargiError, match="group_by trains each group's model on rows held in memory"):
+    with pytest.raises(IlargiError, match="group_by and a validation share train on rows held in memory"):
         ilargi_db.train(stores, GROUPED, "y", group_by="store", memory_budget="30KB")
     with pytest.raises(IlargiError, match="on a cluster"):
         ilargi_db.train(stores, GROUPED, "y", group_by="store", cluster="tcp://127.0.0.1:1")

@@ -267,6 +267,8 @@ class TrainSetting:
             return "true, false or " + " or ".join(json.dumps(c) for c in self.choices)
         if self.json_types == (str,):
             return "a string"
+        if self.json_types == (float, int, str):
+            return "a share of the rows between 0 and 1, or a SELECT of the rows to score"
         return 'a size: a number of bytes or a string such as "2GB"'
 
 
@@ -310,6 +312,13 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
     # A Dask client or scheduler address in Python; in JSON a name the Python host registered.
     TrainSetting("cluster", (str,), (str, object), None, "train on a Dask cluster"),
     TrainSetting("group_by", (str,), (str,), None, "train one model per value of this SELECT column, from one read"),
+    TrainSetting(
+        "validation",
+        (float, int, str),
+        (float, int, str),
+        None,
+        "hold out this share of the rows read (or score this SELECT) and report the model's metrics on them",
+    ),
 )
 SETTINGS: dict[str, TrainSetting] = {s.name: s for s in TRAIN_SETTINGS}
 MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver forms (256 MiB: d up to about 5,800)

@@ -33,6 +33,8 @@ from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
 from ilargi_db.pipeline.repeat import keep_models, stored_models
+from ilargi_db.pipeline.scoring import evaluate
+from ilargi_db.pipeline.validation import held_out_metrics, split
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
@@ -53,6 +55,7 @@ def train(
     memory_budget: int | str | None = None,
     cluster: Any = None,
     group_by: str | None = None,
+    validation: float | str | None = None,
     **params: Any,
 ) -> Any:
     """Train a model on the rows of a SELECT over joined tables.
@@ -100,6 +103,11 @@ def train(
         rows; ``standardize`` scales each group's rows by their own statistics). Returns a
         :class:`~ilargi_db.grouped_model.GroupedModel`; rows whose group is NULL train no model. Held in
         memory: not with a cluster or a stream (see :mod:`ilargi_db.pipeline.groups`).
+    validation : float, str or None
+        A share of the rows read (e.g. ``0.2``) held out of the fit, the same rows on every run, or a SELECT
+        of other rows to score; the model's ``validation_metrics_`` holds what :func:`evaluate` reports on
+        them (see :mod:`ilargi_db.pipeline.validation`). A share is held out in memory: not with a stream or a
+        cluster.
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -131,6 +139,7 @@ def train(
         memory_budget=memory_budget,
         cluster=cluster,
         group_by=group_by,
+        validation=validation,
     )
     (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
     _warn_of_convergence([model])
@@ -152,6 +161,7 @@ def train_batch(
     memory_budget: int | str | None = None,
     cluster: Any = None,
     group_by: str | None = None,
+    validation: float | str | None = None,
 ) -> list[TrainedModel]:
     """Train several models on one training query in one call, reading the data once.
 
@@ -171,7 +181,7 @@ def train_batch(
         the others), so an unsupervised model may see fewer rows than it would alone.
     standardize : bool
         Standardize the columns of the linear models and k-means (as for :func:`train`).
-    query, strategy, backend, impute, reuse, memory_budget, cluster, group_by
+    query, strategy, backend, impute, reuse, memory_budget, cluster, group_by, validation
         As for :func:`train` (with ``group_by``, each model of the batch is one model per group).
 
     Returns
@@ -197,6 +207,7 @@ def train_batch(
         memory_budget=memory_budget,
         cluster=cluster,
         group_by=group_by,
+        validation=validation,
     )
     trained = run_training(con, query, target, model_specs(models), options)
     _warn_of_convergence(trained)
@@ -247,7 +258,7 @@ def run_training(
         if again is not None:
             snapshot.close()
             job.artifacts.finish()  # the hits counted
-            return again
+            return validated_on_query(con, again, options)
         stages.update()
         stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
@@ -260,6 +271,9 @@ def run_training(
         if data.X.shape[0] == 0:
             what = "rows with a non-NULL target" if target is not None else "rows"
             raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
+        held = None
+        if isinstance(options.validation, (int, float)):  # a share of the rows read, held out of every fit
+            data, held = split(data, float(options.validation))
         shared = {"planning": planned - start, "data": time.perf_counter() - planned}
         stages.update()
         models = []
@@ -267,12 +281,25 @@ def run_training(
             stages.set_description(f"training {model.spec.algorithm}")
             fit = fit_model if data.groups is None else fit_groups  # one model, or one per group_by value
             models.append(fit(job, model, data, shared))
+            if held is not None:
+                models[-1].validation_metrics_ = held_out_metrics(models[-1], held)
             stages.update()
         give_back_freed_memory()  # the fits' temporaries, before DuckDB stores artifacts and models
         keep_models(job, models, time.perf_counter() - planned)
         stored = record_job(job, data, snapshot)
         for model in models:
             model.stored_ = [stored] if stored else []
+    return validated_on_query(con, models, options)
+
+
+def validated_on_query(
+    con: duckdb.DuckDBPyConnection, models: list[TrainedModel], options: TrainOptions
+) -> list[TrainedModel]:
+    """``models``, each scored on the rows of ``validation`` when it is a query (read after the training's
+    snapshot closed, by :func:`~ilargi_db.pipeline.scoring.evaluate`): never a stored model's old scores."""
+    if isinstance(options.validation, str):
+        for model in models:
+            model.validation_metrics_ = evaluate(con, model, options.validation)
     return models
 
 

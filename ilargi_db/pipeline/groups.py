@@ -8,7 +8,8 @@ model equals the model trained on ``WHERE group = value`` with the job's encodin
 imputation means learned from all rows (one macro encodes every group alike). Rows whose group is NULL train
 no model (``ungrouped_rows_``); a group whose rows all have a NULL target has none either.
 
-Held in memory only: a streamed or distributed job is refused when planned (``planning._GROUPS_IN_MEMORY``).
+Held in memory only: a streamed or distributed job is refused when it is planned
+(:func:`~ilargi_db.pipeline.planning.place`).
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ class TrainOptions:
     memory_budget: int | str | None = None
     cluster: Any = None  # a dask.distributed.Client or a scheduler address (SQL: a registered cluster's name)
     group_by: str | None = None  # a SELECT column: one model per value (see pipeline/groups.py)
+    validation: float | str | None = None  # a share of the rows held out, or a query to score (pipeline/validation.py)
 
     def check(self, specs: Sequence[ModelSpec]) -> None:
         """Refuse values of the wrong kind (as the settings' table says), an unknown strategy, a memory budget
@@ -71,11 +72,24 @@ class TrainOptions:
             raise IlargiError(f"strategy must be one of {', '.join(STRATEGY_CHOICES)}, got {self.strategy!r}.")
         if self.memory_budget is not None:
             size_in_bytes(self.memory_budget, "memory_budget")
+        check_validation(self.validation)
         if self.standardize and not any(CATALOG[check_algorithm(s.algorithm)].standardizes for s in specs):
             raise IlargiError(
                 f"{spell('standardize', True)} is for linear and logistic regression, the linear SVM and k-means "
                 "(NMF needs its columns non-negative, trees split on bins); scale columns in the query."
             )
+
+
+def check_validation(validation: Any) -> None:
+    """Refuse a validation that is neither a share of the rows in (0, 1) nor a query, before anything is read."""
+    if validation is None or isinstance(validation, str) and validation.strip():
+        return
+    share = isinstance(validation, (int, float)) and not isinstance(validation, bool)
+    if not share or not 0.0 < float(validation) < 1.0:
+        raise IlargiError(
+            f"validation must be the share of rows to hold out, between 0 and 1 (e.g. 0.2), or a SELECT of the rows "
+            f"to score; got {validation!r}."
+        )
 
 
 def model_specs(models: Any) -> list[ModelSpec]:

@@ -197,9 +197,9 @@ def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats |
     return job
 
 
-_GROUPS_IN_MEMORY = (
-    "group_by trains each group's model on rows held in memory, and this job would run {what}: {fix}, or train "
-    "the groups that do not fit one at a time (WHERE <group column> = ...)."
+_IN_MEMORY = (
+    "group_by and a validation share train on rows held in memory (each group's, the rows not held out), and this "
+    "job would run {what}: {fix}, or select the rows of each group or split in the query (WHERE ...)."
 )
 
 
@@ -214,8 +214,9 @@ def place(
     client = stream = None
     if job.reads_bins:
         return _place_trees(con, job, stats)
-    if graph.group is not None and options.cluster is not None:
-        raise IlargiError(_GROUPS_IN_MEMORY.format(what="on a cluster", fix="leave out cluster"))
+    held = isinstance(options.validation, (int, float))  # a share held out: a row selection of rows in memory
+    if (graph.group is not None or held) and options.cluster is not None:
+        raise IlargiError(_IN_MEMORY.format(what="on a cluster", fix="leave out cluster"))
     if options.cluster is not None:
         check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
         client = connect_cluster(options.cluster)
@@ -229,8 +230,8 @@ def place(
             if options.memory_budget is not None:
                 raise  # the caller's budget: say why it cannot be kept
             stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
-        if stream is not None and graph.group is not None:
-            raise IlargiError(_GROUPS_IN_MEMORY.format(what=f"streamed ({stream.why})", fix="raise memory_budget"))
+        if stream is not None and (graph.group is not None or held):
+            raise IlargiError(_IN_MEMORY.format(what=f"streamed ({stream.why})", fix="raise memory_budget"))
         if stream is not None:
             check_streamable(graph, Placement.STREAMED)
             cleanup.enter_context(duckdb_memory_held(con, stream.duckdb_memory))

@@ -44,7 +44,7 @@ def fit_keys(job: JobPlan) -> list[str] | None:
     # The code that fitted it too: another release's fit may give another model.
     settings = [ilargi_db.__version__, sklearn.__version__, np.__version__, scipy.__version__]
     settings += [job.target, graph.feature_names, job.flags, job.strategy.value, job.backend.name]
-    settings += [bool(options.standardize), bool(options.impute), len(job.models)]
+    settings += [bool(options.standardize), bool(options.impute), len(job.models), options.validation]
     data = [fp.rows_key, [fp.column_keys[j] for j in sorted(fp.column_keys)]]
     return [
         digest(FIT, data, settings, i, m.spec.algorithm, json.dumps(m.spec.params, sort_keys=True, default=repr))

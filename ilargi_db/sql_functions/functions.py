@@ -152,6 +152,7 @@ def _summary(model: Any, seconds: float) -> dict:
         "features": len(model.encoder_.specs_),
         "columns": len(model.encoder_.feature_names_out_),
         "metrics": model.training_metrics_,
+        **({"validation_metrics": model.validation_metrics_} if model.validation_metrics_ else {}),
         "seconds": {**model.timings_, "total": seconds},
         "macros": model.macros_,
         "unlabelled_rows_left_out": model.unlabelled_rows_,

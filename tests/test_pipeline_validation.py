@@ -1,0 +1,85 @@
+"""Held-out rows: ``train(..., validation=...)`` fits on a seeded share of the rows and scores the rest (or scores
+another query), and says what ``evaluate`` would on them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import sklearn.linear_model
+
+import ilargi_db
+from ilargi_db import IlargiError
+from ilargi_db.pipeline.validation import held_out_rows
+from tests.oracle import assert_close, oracle_matrix
+
+QUERY = "SELECT f.x, d.kind, f.y FROM f JOIN d USING (k)"
+
+
+@pytest.fixture()
+def con():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE d AS SELECT range AS k, ['a','b','c'][range % 3 + 1] AS kind FROM range(10)")
+    con.execute(
+        "CREATE TABLE f AS SELECT range AS id, range % 10 AS k, (range * 7919 % 1000) / 100.0 AS x, "
+        "(range * 7919 % 1000) / 50.0 + (range % 10) % 3 + ((range * 31) % 17) / 10.0 AS y FROM range(1000)"
+    )
+    return con
+
+
+def test_the_model_is_fitted_on_the_rows_not_held_out_and_scored_on_the_others(con):
+    model = ilargi_db.train(con, QUERY, "y", alpha=0.5, validation=0.25, backend="numpy")
+    T, y = oracle_matrix(con, QUERY, "y")  # the rows in the order the job read them (the fact's)
+    train, held = held_out_rows(len(y), 0.25)
+    assert len(held) == 250 and len(np.intersect1d(train, held)) == 0
+    reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T[train], y[train])
+    assert_close(model.coef_, reference.coef_, rtol=1e-8)
+    assert model.n_rows_ == 750 and model.validation_metrics_["rows"] == 250
+    assert model.validation_metrics_["r2"] == pytest.approx(reference.score(T[held], y[held]), rel=1e-9)
+
+
+def test_the_same_rows_are_held_out_on_every_run(con):
+    first = ilargi_db.train(con, QUERY, "y", validation=0.2, reuse=False, backend="numpy")
+    again = ilargi_db.train(con, QUERY, "y", validation=0.2, reuse=False, backend="numpy")
+    assert first.validation_metrics_ == again.validation_metrics_
+
+
+def test_a_validation_query_is_scored_as_evaluate_scores_it(con):
+    later = QUERY + " WHERE f.id >= 800"
+    model = ilargi_db.train(con, QUERY + " WHERE f.id < 800", "y", validation=later, backend="numpy")
+    assert model.validation_metrics_ == ilargi_db.evaluate(con, model, later)
+    assert model.validation_metrics_["rows"] == 200
+
+
+def test_a_model_per_group_reports_each_group_on_its_held_out_rows(con):
+    query = "SELECT f.x, d.kind, f.k % 2 AS half, f.y FROM f JOIN d USING (k)"
+    model = ilargi_db.train(con, query, "y", group_by="half", validation=0.3, backend="numpy")
+    found = model.validation_metrics_
+    assert sorted(found["groups"]) == ["0", "1"] and found["rows"] == 300
+
+
+def test_in_sql_validation_is_an_option_and_the_summary_reports_it(con):
+    summary = json.loads(
+        con.sql(
+            f"SELECT ilargi_train('m', 'linear_regression', $${QUERY}$$, 'y', '{{\"validation\": 0.2}}')"
+        ).fetchall()[0][0]
+    )
+    assert summary["rows"] == 800 and summary["validation_metrics"]["rows"] == 200
+    assert ilargi_db.load_model(con, "m").validation_metrics_ == summary["validation_metrics"]
+
+
+@pytest.mark.parametrize("validation", [0, 1, 1.5, -0.1, True, "", [0.2]])
+def test_a_validation_that_is_no_share_or_query_is_refused_before_anything_is_read(con, validation):
+    with pytest.raises(IlargiError, match="validation must be the share of rows to hold out"):
+        ilargi_db.train(con, "SELECT no_such_column FROM nowhere", "y", validation=validation)
+
+
+def test_a_share_that_leaves_no_rows_on_one_side_is_refused(con):
+    with pytest.raises(IlargiError, match="leaves no rows to score"):
+        ilargi_db.train(con, QUERY + " WHERE f.id < 3", "y", validation=0.1)
+
+
+def test_a_streamed_job_cannot_hold_rows_out(con):
+    with pytest.raises(IlargiError, match="validation share train on rows held in memory"):
+        ilargi_db.train(con, QUERY, "y", validation=0.2, memory_budget="24KB")
