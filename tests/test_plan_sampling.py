@@ -12,6 +12,7 @@ import sklearn.linear_model
 
 import ilargi_db
 from ilargi_db.errors import IlargiError, PlanError
+from tests.conftest import loading_artifacts_costs_nothing
 
 FACT_ROWS = 300_000  # three of DuckDB's 122,880-row row groups: threads read them in any order
 
@@ -81,6 +82,16 @@ def test_a_sampled_training_is_the_same_model_every_time_with_reuse_or_without(s
     for model in (first, again):
         np.testing.assert_array_equal(model.coef_, cold.coef_)
         assert model.intercept_ == cold.intercept_
+
+
+@pytest.mark.parametrize("query", [SEEDED[0], SEEDED[7]])  # sampled in the join; in the fact's own scan
+def test_a_feature_added_to_a_sampled_job_reads_its_column_for_the_sampled_rows_alone(star, query, monkeypatch):
+    loading_artifacts_costs_nothing(monkeypatch)
+    narrow = query.replace("f.w, ", "")
+    ilargi_db.train(star, narrow, "y", "linear_regression", strategy="factorized")
+    wider = ilargi_db.train(star, query, "y", "linear_regression", strategy="factorized")
+    assert any("the key-only join" in line for line in wider.reused_)
+    assert_fits(wider, *duckdb_rows(star, query))
 
 
 def test_a_sample_never_reuses_the_rows_of_the_whole_join_or_of_another_sample(star):
@@ -154,6 +165,13 @@ def test_a_sample_over_the_memory_budget_is_not_streamed(star):
         ilargi_db.train(star, query, "y", "linear_regression", memory_budget="1MB")
 
 
+def test_explain_says_a_sample_over_the_memory_budget_cannot_stream(star):
+    query = "SELECT f.x, f.w, f.y FROM f USING SAMPLE 50% (bernoulli, 42)"
+    explanation = ilargi_db.explain(star, query, "y", memory_budget="1MB")
+    assert explanation.placed is None
+    assert "cannot keep the rows that USING SAMPLE BERNOULLI (50 PERCENT)" in explanation.reasons[-1]
+
+
 def test_a_sample_is_not_sent_to_a_cluster(star):
     query = "SELECT f.x, f.w, f.y FROM 'fact.parquet' AS f USING SAMPLE 1% (bernoulli, 42)"
     with pytest.raises(IlargiError, match="training on a cluster reads its files apart"):
@@ -196,3 +214,21 @@ def test_duckdb_draws_the_same_rows_for_a_seed_whatever_its_threads(star, sample
                 drawn.setdefault(query, set()).add(rows)
     star.execute("SET threads = 4")
     assert all(len(samples) == 1 for samples in drawn.values())
+
+
+def test_the_readme_states_the_rule_the_planner_keeps(star):
+    """The README's examples of a seeded sample plan; the sample it says is refused is, with its fix."""
+    from pathlib import Path
+
+    from ilargi_db.plan import build_join_graph
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rule = text[text.index("A quick try on some of the rows") :]
+    rule = rule[: rule.index("\n\n", rule.index("**`LIMIT n [OFFSET m]`**"))]
+    accepted = ["USING SAMPLE 10% (bernoulli, 42)", "USING SAMPLE 10000 ROWS (reservoir, 42)"]
+    assert all(f"`... {clause}`" in rule for clause in accepted)
+    for clause in accepted:
+        build_join_graph(star, f"SELECT f.x, f.y FROM f {clause}", "y")
+    assert "`system` (what a bare `USING SAMPLE 10%` means)" in rule
+    with pytest.raises(PlanError, match="Sample by bernoulli or reservoir with a seed"):
+        build_join_graph(star, "SELECT f.x, f.y FROM f USING SAMPLE 10%", "y")
