@@ -52,7 +52,8 @@ def _written(sample: exp.TableSample, select: exp.Select) -> str:
     return text.replace("TABLESAMPLE", "USING SAMPLE", 1) if sample is select.args.get("sample") else text
 
 
-def _count(node: exp.Expression | None, what: str) -> int | None:
+def _count(node: exp.Expression | None) -> int | None:
+    """The number of rows a LIMIT or OFFSET node names (None without one); anything else is refused."""
     if node is None:
         return None
     value = node.args.get("expression")
@@ -68,7 +69,7 @@ def _count(node: exp.Expression | None, what: str) -> int | None:
 
 def limit_and_offset(select: exp.Select) -> tuple[int | None, int]:
     """The query's LIMIT (None without one) and OFFSET (0 without one), checked to be row counts."""
-    return _count(select.args.get("limit"), "LIMIT"), _count(select.args.get("offset"), "OFFSET") or 0
+    return _count(select.args.get("limit")), _count(select.args.get("offset")) or 0
 
 
 def limited_rows(select: exp.Select, rows: int) -> int:
