@@ -23,7 +23,14 @@ def run_script(name: str, *args: str) -> str:
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr  # connections with UDFs are closed before exit
     assert "%|" not in done.stderr  # no progress bar where stderr is not a terminal
+    assert not converging_badly(done.stdout + done.stderr)  # the examples' jobs converge with what they pass
     return done.stdout
+
+
+def converging_badly(text: str) -> list[str]:
+    """The lines of ``text`` telling of a fit stopped at max_iter: a ConvergenceWarning, or the warning of a SQL
+    training's summary (the same words)."""
+    return [line for line in text.splitlines() if "ConvergenceWarning" in line or "before converging" in line]
 
 
 def test_star_schema_example():
@@ -50,6 +57,7 @@ def test_sql_session_example(tmp_path, capsys):
     assert cli.main(["sql", str(tmp_path / "retail.duckdb"), "-f", str(EXAMPLES / "retail.sql")]) == 0
     out = capsys.readouterr().out
     assert "units_model" in out and "predicted" in out
+    assert not converging_badly(out)
 
 
 def executed_notebook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -65,6 +73,12 @@ def executed_notebook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     committed = nbformat.read(EXAMPLES / name, as_version=4)
     assert notebooks.shown(notebook) == notebooks.shown(committed), f"run `python -m tests.notebooks {name}`"
     assert sorted(p.name for p in temporary.iterdir()) == []
+    shown = [
+        o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+        for c in notebook.cells
+        for o in c.get("outputs", [])
+    ]
+    assert not converging_badly("\n".join(shown))  # every training of the notebook converges
     return notebook
 
 

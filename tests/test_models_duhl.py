@@ -129,3 +129,18 @@ def test_nan_in_the_data_is_refused_not_spread_into_the_coefficients():
     bad = PartitionedMatrix.from_blocks([Block(rows, columns=np.arange(rows.shape[1]))], len(y), 300, backend="numpy")
     with pytest.raises(IlargiError, match=r"partition 2 of X holds 1 NaN"):
         duhl_ridge(bad, y, 0.1, working_set=2)
+
+
+def test_a_plain_matrix_of_several_chunks_held_whole_reads_every_chunk():
+    """A matrix not in row partitions is cut into dense chunks; a working set that holds them all reads them as
+    one block, every chunk once (it read past the chunks' bounds: an IndexError on realistic data)."""
+    from ilargi_db.models.duhl import CHUNK_BYTES
+
+    d = 8
+    n = 2 * CHUNK_BYTES // (8 * d) + 100  # three chunks
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(n, d))
+    y = rows @ rng.normal(size=d) + 0.1 * rng.normal(size=n)
+    fit = duhl_ridge(rows, y, 0.1, working_set=3, tol=1e-8)
+    exact = np.linalg.solve(rows.T @ rows + 0.1 * n * np.eye(d), rows.T @ y)
+    np.testing.assert_allclose(fit.coef_, exact, rtol=1e-3)

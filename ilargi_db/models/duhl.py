@@ -150,9 +150,10 @@ class RowPartitions:
         else:
             M = as_matrix(base)
             step = max(1, CHUNK_BYTES // (8 * max(d, 1)))
-            self.bounds = np.append(np.arange(0, n, step), n).astype(np.int64) if n else np.zeros(1, np.int64)
+            chunks = np.append(np.arange(0, n, step), n).astype(np.int64) if n else np.zeros(1, np.int64)
+            self.bounds = chunks  # the chunks' own bounds stay with them: ``whole`` replaces self.bounds below
             # The positions made where the rows are: no index of a chunk's length copied to a device.
-            self._dense = lambda p: M.rows(M.backend.xp.arange(self.bounds[p], self.bounds[p + 1]))
+            self._dense = lambda p: M.rows(M.backend.xp.arange(chunks[p], chunks[p + 1]))
         if whole and len(self.bounds) > 2:
             pieces, parts = self._dense, range(len(self.bounds) - 1)
             self.bounds = np.array([0, n], dtype=np.int64)

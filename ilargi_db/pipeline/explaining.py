@@ -13,7 +13,7 @@ from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts, make_estimator
-from ilargi_db.pipeline.placement import placed_choice, stream_plan
+from ilargi_db.pipeline.placement import check_streamable, placed_choice, stream_plan
 from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
@@ -79,6 +79,12 @@ def explain(
             explanation.reasons.append(
                 f"over the memory budget ({streams.why}): group_by holds the rows in memory, so train would refuse it"
             )
+            streams = None
+        try:
+            if streams is not None:
+                check_streamable(graph, Placement.STREAMED)  # as train refuses it (a sample, random())
+        except IlargiError as err:
+            explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
             streams = None
         if streams is not None:
             parameter = algorithm_facts(algorithm).solver_parameter

@@ -74,6 +74,13 @@ def check_streamable(graph: JoinGraph, placement: Placement) -> None:
     """Refuse expressions that give other values on every read: a stream reads the data several times (and
     a cluster's workers cannot read the tables a subquery names)."""
     what = "streaming" if placement == Placement.STREAMED else "training on a cluster"
+    if graph.row_selection:
+        how = "reads the fact in ranges of its rowid" if placement == Placement.STREAMED else "reads its files apart"
+        raise IlargiError(
+            f"{what} {how}, so it cannot keep the rows that {graph.row_selection} picks from the whole join. "
+            "Train the sample in memory (it is over the memory budget: sample fewer rows, or raise memory_budget), "
+            "or create a table of the sampled rows first and train on it."
+        )
     expressions = [p.sql for p in graph.filters] + [f.sql for f in graph.features]
     why = volatile_expression(expressions, subqueries=placement == Placement.STREAMED)
     if why:

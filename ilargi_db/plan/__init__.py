@@ -4,7 +4,8 @@ Small passes, each in its own module, run in order by :func:`build_join_graph`:
 ``statement`` (parse, refuse what is not a training set), ``sources`` (FROM
 items and their schemas), ``joins`` (join types, USING/NATURAL, equality keys),
 ``columns`` (stars, ORDER BY, qualification), ``reserved`` (names ilargi_db's
-own queries use), ``features`` (filters, features, target); ``feature_types`` then types each feature.
+own queries use), ``sampling`` (a seeded sample, LIMIT ordered by rowid), ``features`` (filters, features,
+target); ``feature_types`` then types each feature.
 """
 
 from ilargi_db.plan.builder import build_join_graph

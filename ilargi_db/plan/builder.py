@@ -11,7 +11,8 @@ from ilargi_db.plan.features import classify_item, pick_target, split_filters
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
 from ilargi_db.plan.reserved import refuse_reserved_names
-from ilargi_db.plan.sources import collect_sources
+from ilargi_db.plan.sampling import order_limit_by_rowids
+from ilargi_db.plan.sources import collect_sources, with_prefix
 from ilargi_db.plan.statement import check_reads_only, parse_training_query, refuse_hidden_writes
 from ilargi_db.read_snapshot import ReadSnapshot
 
@@ -84,6 +85,7 @@ def _plan(
             "columns explicitly instead of using star expressions."
         )
     refuse_reserved_names(select, sources, names)
+    order_limit_by_rowids(con, select, sources, with_prefix(select))  # a LIMIT reads the same rows every time
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_target(items, target)
     if group_by is not None and target_feature is not None and str(group_by).lower() == target_feature.name.lower():

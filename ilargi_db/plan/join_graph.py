@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from ilargi_db.plan.sampling import row_selection
+
 
 @dataclass(frozen=True)
 class Source:
@@ -104,6 +106,11 @@ class JoinGraph:
     @property
     def feature_names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    @property
+    def row_selection(self) -> str:
+        """The query's seeded samples and LIMIT/OFFSET as SQL ("" when it trains on every row of its join)."""
+        return row_selection(self.select)
 
     @property
     def cross_source_features(self) -> tuple[Feature, ...]:

@@ -10,6 +10,7 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.errors import PlanError, the_query
+from ilargi_db.plan.sampling import check_samples
 
 _NOT_A_TRAINING_SET = (
     "{what} does not describe a training set over joins: every output row must be one "
@@ -304,14 +305,15 @@ def parse_training_query(query: str) -> exp.Select:
 
 
 def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
-    """Refuse clauses that aggregate, deduplicate, truncate or write."""
+    """Refuse clauses that aggregate, deduplicate or write, and samples that are not the same on every read.
+
+    LIMIT/OFFSET pass here: the builder orders them by rowid, or refuses them (:mod:`ilargi_db.plan.sampling`).
+    """
     clauses = {
         "group": "GROUP BY",
         "having": "HAVING",
         "qualify": "QUALIFY",
         "distinct": "DISTINCT",
-        "limit": "LIMIT",
-        "offset": "OFFSET",
         "windows": "a WINDOW clause",
     }
     for arg, what in clauses.items():
@@ -325,11 +327,7 @@ def refuse_non_training_clauses(select: exp.Select) -> exp.Select:
             )
     if select.args.get("into"):
         raise PlanError("SELECT ... INTO writes a table; ilargi_db only reads. Remove INTO.")
-    for sample in select.find_all(exp.TableSample):
-        raise PlanError(
-            f"{sample.sql('duckdb')} samples rows at random: the scans and the join would draw different "
-            "samples. Sample into a table first (CREATE TABLE s AS SELECT ... USING SAMPLE ...) and train on it."
-        )
+    check_samples(select)
     for node in outer_scope(select):
         if isinstance(node, (exp.Unnest, exp.Explode)) or (
             isinstance(node, exp.Anonymous) and node.name.lower() in _SET_RETURNING

@@ -490,8 +490,13 @@ def fingerprint_job(con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorica
     with_ = with_prefix(graph.select)
     rows = [(alias, prints[alias].of(columns)) for alias, columns in sorted(rows_by_source.items())]
     select = graph.select
-    # FROM, the joins, WHERE and ORDER BY as DuckDB SQL: the query less its SELECT list.
-    clauses = [select.args[a].sql("duckdb") for a in ("from_", "where", "order") if select.args.get(a) is not None]
+    # FROM, the joins, WHERE, ORDER BY, and the sample and LIMIT that pick rows, as DuckDB SQL: the query less its
+    # SELECT list.
+    clauses = [
+        select.args[a].sql("duckdb")
+        for a in ("from_", "where", "order", "sample", "limit", "offset")
+        if select.args.get(a) is not None
+    ]
     clauses += [j.sql("duckdb") for j in select.args.get("joins") or []]
     rows_key = digest("rows", with_, clauses, _row_expressions(graph), sources, rows, _settings(con))
     column_keys = {}
