@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,13 @@ def test_fused_kernels_match_reference(layout):
         for d in (None, weights):
             got = FUSED.pair_gram(by_key, gather, data_a, table, d)
             np.testing.assert_allclose(got, REFERENCE.pair_gram(by_key, gather, data_a, table, d), atol=1e-8)
+        one_hot_a = scipy.sparse.random(rows, 4, density=0.3, random_state=rng, format="csr")
+        one_hot_b = scipy.sparse.random(rows, 5, density=0.4, random_state=rng, format="csr")
+        for d in (None, weights):  # two sparse blocks: each row's nonzero pairs
+            got = FUSED.sparse_pair_gram(scatter, gather, one_hot_a, one_hot_b, d)
+            np.testing.assert_allclose(
+                got, REFERENCE.sparse_pair_gram(scatter, gather, one_hot_a, one_hot_b, d), atol=1e-8
+            )
         if dense is not None:
             np.testing.assert_allclose(
                 FUSED.scatter_gathered(scatter, None, dense, rows),

@@ -95,6 +95,12 @@ class ReferenceKernels:
         summed = self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
         return data_a.T @ summed
 
+    def sparse_pair_gram(self, index_a: Any, index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        """``S_a^T I_a^T D I_b S_b`` of two indexed sparse blocks (one-hot against one-hot): b's rows summed into
+        a's (dense), then S_a^T of it."""
+        summed = self.scatter_gathered(index_a, index_b, data_b.toarray(), data_a.shape[0], weights)
+        return data_a.T @ summed
+
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         """``out[scatter[i]] += weights[i] * table[gather[i]]`` (``gather`` None: row i): I_a^T D I_b S_b."""
         xp = self.xp

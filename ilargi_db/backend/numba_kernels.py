@@ -229,6 +229,26 @@ def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pr
                 acc[target, j] += w * table[source, j]
 
 
+CSR = (read_only(I64[::1]), read_only(I64[::1]), IN_1)  # a sparse block's row pointers, columns and values
+
+
+@kernel([nt.void(GATHER[p], GATHER[p], *CSR, *CSR, IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
+def _sparse_pair_gram(index_a, index_b, ptr_a, cols_a, vals_a, ptr_b, cols_b, vals_b, weights, sums, first, last):
+    """Each output row's nonzero pairs of its two sparse block rows, weighted, added into its chunk's sums."""
+    n = index_a.shape[0]
+    weighted = weights.shape[0] == n
+    size = (n + sums.shape[0] - 1) // sums.shape[0]
+    for chunk in range(first, last):  # pragma: no cover - compiled
+        acc = sums[chunk]
+        for i in range(chunk * size, min(n, (chunk + 1) * size)):
+            ra, rb = numba.uint64(index_a[i]), numba.uint64(index_b[i])
+            w = weights[i] if weighted else 1.0
+            for ja in range(ptr_a[ra], ptr_a[ra + 1]):
+                x, p = w * vals_a[ja], cols_a[ja]
+                for jb in range(ptr_b[rb], ptr_b[rb + 1]):
+                    acc[p, cols_b[jb]] += x * vals_b[jb]
+
+
 @kernel([nt.void(GATHER[p], I64[::1], o[::1]) for p in POSITIONS for o in POSITIONS])
 def _rows_by_key(keys, ptr, order):  # pragma: no cover - compiled
     """A counting sort: ptr (zeros on entry) the start of each key's rows, order the rows key by key."""
@@ -509,6 +529,19 @@ class NumbaKernels:
         args = (ptr, order, index_b, _block_t(data_a, r_a), table_b, weights, partial)
         run(_pair_gram_entry.dispatcher, chunks, *args)
         return _in_chunk_order(partial)
+
+    def sparse_pair_gram(self, index_a: Any, index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        positions = _positions(index_a, index_b)
+        a, b = data_a.tocsr(), data_b.tocsr()
+        chunks = _chunks(index_a.shape[0], a.shape[1] * b.shape[1])
+        sums = np.zeros((chunks, a.shape[1], b.shape[1]))
+        csr = [np.ascontiguousarray(m.indptr, dtype=np.int64) for m in (a, b)]
+        cols = [np.ascontiguousarray(m.indices, dtype=np.int64) for m in (a, b)]
+        args = [np.ascontiguousarray(i, dtype=positions) for i in (index_a, index_b)]
+        args += [csr[0], cols[0], _f64(a.data), csr[1], cols[1], _f64(b.data)]
+        args += [np.empty(0) if weights is None else _f64(weights), sums]
+        run(_sparse_pair_gram.dispatcher, chunks, *args)
+        return _in_chunk_order(sums)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]

@@ -217,12 +217,9 @@ def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b (sparse blocks stay sparse)
         left = a.data if weights is None else scale_rows(a.data, weights)
         return matmul(b.segment_sum(left).T, b.data, be)
-    xp = be.xp
-    values = xp.ones(len(a.index), dtype=a.data.dtype) if weights is None else weights
-    c = be.sparse.coo_matrix((values, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
-    if a.n_block_rows <= b.n_block_rows:
-        return matmul(a.data.T, matmul(c, b.data, be), be)
-    return matmul(matmul(c.T, a.data, be).T, b.data, be)
+    # Two indexed sparse blocks (one-hot against one-hot): each row's nonzero pairs in one fused pass, not a
+    # co-occurrence matrix of the block rows built and sorted (scipy's tocsr: the most of a snowflake's Gram).
+    return be.kernels.sparse_pair_gram(a.index, b.index, a.data, b.data, weights)
 
 
 def one_pass_products(

@@ -67,18 +67,29 @@ def row_positions(key: Any, n_rows: int) -> np.ndarray | int:
     return np.where(rows < 0, rows + n_rows, rows)
 
 
+# A selection of fewer rows than this share of a block's rows keeps only the block rows it takes (a per-group fit:
+# a product over the block then costs the group's rows, not the whole dimension's, once per group).
+COMPACT_BELOW = 0.5
+
+
 def select_parts(parts: Sequence[Part], positions: np.ndarray, backend: Backend) -> list[Part]:
     """The parts of the selected rows: a part every row holds itself keeps the selected rows of its data
     (the fact's rows: the fused kernels' dense path stays); an indexed part keeps its data, shared, and the
-    selected entries of its index."""
+    selected entries of its index; or, when the selection is small beside the block (:data:`COMPACT_BELOW`),
+    a copy of the block rows it takes, indexed anew."""
     xp = backend.xp
     rows = xp.asarray(positions)
     selected = []
     for part in parts:
         if part.index is None:
             selected.append(Part(part.data[rows], part.columns, None, backend))
+            continue
+        index = xp.take(part.index, rows)
+        if len(positions) < COMPACT_BELOW * part.n_block_rows:
+            taken, index = xp.unique(index, return_inverse=True)
+            selected.append(Part(part.data[taken], part.columns, index.astype(part.index.dtype, copy=False), backend))
         else:
-            selected.append(Part(part.data, part.columns, xp.take(part.index, rows), backend))
+            selected.append(Part(part.data, part.columns, index, backend))
     return selected
 
 
