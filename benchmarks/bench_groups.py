@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.cli import command, parser  # noqa: E402
 from harness.report import publish, ran  # noqa: E402
-from harness.timing import timed  # noqa: E402
-from harness.workloads import TPCH_FROM, TPCH_SIGNED, load_tpch, tpchgen  # noqa: E402
+from harness.timing import fastest_alternating  # noqa: E402
+from harness.workloads import TPCH_FROM, TPCH_SIGNED, load_tpch, tpchgen_or_say  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import write_retail_files  # noqa: E402
@@ -84,11 +84,7 @@ def measure(con, work: Workload, repeats: int) -> dict[str, Any]:
     """Both ways, alternating, fastest of ``repeats``; and the largest relative gap between their coefficients."""
     grouped(con, work)  # warm: numba's kernels, DuckDB's caches
     ways = {"loop": lambda: loop(con, work), "group_by": lambda: grouped(con, work)}
-    best, found = dict.fromkeys(ways, float("inf")), {}
-    for r in range(repeats):
-        for way in ways if r % 2 == 0 else reversed(ways):
-            seconds, found[way] = timed(ways[way])
-            best[way] = min(best[way], seconds)
+    best, found = fastest_alternating(ways, repeats)
     model, alone = found["group_by"], found["loop"]
     gap = max(
         float(np.max(np.abs(model.models_[g].coef_ - m.coef_)) / max(1.0, float(np.max(np.abs(m.coef_)))))
@@ -104,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     args_parser.add_argument("--tpch-scale", type=float, default=0.1, help="TPC-H scale factor (0.4: 2.4M lineitems)")
     args = args_parser.parse_args(argv)
     rows, scale, repeats = (20_000, 0.01, 1) if args.quick else (args.retail_rows, args.tpch_scale, args.repeats)
-    executable = tpchgen()
+    executable = tpchgen_or_say()
     if executable is None:
-        print("tpchgen-cli is not installed (pip install tpchgen-cli)", file=sys.stderr)
         return 1
     warnings.simplefilter("ignore")
     started = time.perf_counter()

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness.cli import command, parser  # noqa: E402
 from harness.report import publish, ran  # noqa: E402
-from harness.timing import timed  # noqa: E402
+from harness.timing import fastest_alternating, timed  # noqa: E402
 
 import ilargi_db  # noqa: E402
 from ilargi_db.datasets import make_star_schema  # noqa: E402
@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         for strategy in ("factorized", "materialized")
     }
     ways["factorized"]()  # warm: numba compiles
-    best = dict.fromkeys(ways, float("inf"))
-    models = {}
-    for r in range(args.repeats):
-        for way in ways if r % 2 == 0 else reversed(ways):
-            seconds, models[way] = timed(ways[way])
-            best[way] = min(best[way], seconds)
+    best, models = fastest_alternating(ways, args.repeats)
     from sklearn.linear_model import LogisticRegression
 
     table = con.sql(query).fetchnumpy()

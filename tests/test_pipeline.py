@@ -488,7 +488,7 @@ def test_small_messages_in_the_callers_terms():
     con.sql("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 0.5 AS y FROM range(20)")
     with pytest.raises(ValueError, match=r"target is continuous \(20 distinct values.*use linear_regression"):
         ilargi_db.train(con, "SELECT x, y FROM t", target="y", algorithm="logistic_regression", backend="numpy")
-    settings = "strategy, backend, standardize, impute, reuse, memory_budget, cluster and group_by"
+    settings = "strategy, backend, standardize, impute, reuse, memory_budget, cluster, group_by and validation"
     with pytest.raises(IlargiError, match=f"also takes {settings}"):
         ilargi_db.train(con, "SELECT x, y FROM t", target="y", stratgy="factorized")
     model = ilargi_db.train(con, "SELECT x, y FROM t", target="y", backend="numpy")

@@ -16,6 +16,17 @@ def timed(work: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def fastest_alternating(ways: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each way's fastest of ``repeats`` calls, the ways taken in turn (reversed every other round, so none always
+    runs first or after another), and each way's last result."""
+    best, found = dict.fromkeys(ways, float("inf")), {}
+    for r in range(repeats):
+        for way in ways if r % 2 == 0 else reversed(ways):
+            seconds, found[way] = timed(ways[way])
+            best[way] = min(best[way], seconds)
+    return best, found
+
+
 def interleaved(
     first: Callable[[], object], second: Callable[[], object], repeats: int, min_seconds: float = 0.0
 ) -> tuple[float, float, float, float]:

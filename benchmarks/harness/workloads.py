@@ -83,6 +83,14 @@ def tpchgen() -> str | None:
     return found or (str(beside) if beside.exists() else None)
 
 
+def tpchgen_or_say() -> str | None:
+    """:func:`tpchgen`, or None after saying on stderr how to install it."""
+    found = tpchgen()
+    if found is None:
+        print("tpchgen-cli is not installed (pip install tpchgen-cli)", file=sys.stderr)
+    return found
+
+
 def load_tpch(con: duckdb.DuckDBPyConnection, executable: str, scale: float, folder: Path) -> None:
     """Write the snowflake's tables at ``scale`` as Parquet into ``folder`` and load them into ``con``."""
     cmd = [executable, "parquet", "-s", f"{scale:g}", "-T", ",".join(TPCH_TABLES), "-o", str(folder), "-q"]

@@ -33,8 +33,7 @@ from ilargi_db.pipeline.planning import JobPlan, plan_job
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.reading import read_job
 from ilargi_db.pipeline.repeat import keep_models, stored_models
-from ilargi_db.pipeline.scoring import evaluate
-from ilargi_db.pipeline.validation import held_out_metrics, split
+from ilargi_db.pipeline.validation import held_out_metrics, split, validated_on_query
 from ilargi_db.plan import JoinGraph
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import TrainedModel
@@ -98,16 +97,11 @@ def train(
         must be ``read_parquet(...)`` files every worker can read; each worker reads its files with DuckDB
         and keeps its partitions; the driver adds the partials (see :mod:`ilargi_db.cluster`).
     group_by : str or None
-        A column of the SELECT list (not a feature): one model per value of it, every group's model fitted on
-        its rows of one read of the query (the encoding, categories and imputation means, learned from all
-        rows; ``standardize`` scales each group's rows by their own statistics). Returns a
-        :class:`~ilargi_db.grouped_model.GroupedModel`; rows whose group is NULL train no model. Held in
-        memory: not with a cluster or a stream (see :mod:`ilargi_db.pipeline.groups`).
+        A SELECT column (not a feature): one model per value, each fitted on its rows of one read; returns a
+        :class:`~ilargi_db.trained_model.GroupedModel` (see :mod:`ilargi_db.pipeline.groups`).
     validation : float, str or None
-        A share of the rows read (e.g. ``0.2``) held out of the fit, the same rows on every run, or a SELECT
-        of other rows to score; the model's ``validation_metrics_`` holds what :func:`evaluate` reports on
-        them (see :mod:`ilargi_db.pipeline.validation`). A share is held out in memory: not with a stream or a
-        cluster.
+        A share of the rows (e.g. ``0.2``) held out of the fit, or a SELECT of rows to score: the model's
+        ``validation_metrics_`` (see :mod:`ilargi_db.pipeline.validation`).
     **params
         The estimator's parameters (e.g. ``alpha=1.0``, ``n_clusters=5``).
 
@@ -258,7 +252,7 @@ def run_training(
         if again is not None:
             snapshot.close()
             job.artifacts.finish()  # the hits counted
-            return validated_on_query(con, again, options)
+            return validated_on_query(con, again, options.validation)
         stages.update()
         stages.set_description(f"reading data ({Placement.STREAMED if job.stream else job.strategy})")
         data = read_job(con, job)
@@ -289,18 +283,7 @@ def run_training(
         stored = record_job(job, data, snapshot)
         for model in models:
             model.stored_ = [stored] if stored else []
-    return validated_on_query(con, models, options)
-
-
-def validated_on_query(
-    con: duckdb.DuckDBPyConnection, models: list[TrainedModel], options: TrainOptions
-) -> list[TrainedModel]:
-    """``models``, each scored on the rows of ``validation`` when it is a query (read after the training's
-    snapshot closed, by :func:`~ilargi_db.pipeline.scoring.evaluate`): never a stored model's old scores."""
-    if isinstance(options.validation, str):
-        for model in models:
-            model.validation_metrics_ = evaluate(con, model, options.validation)
-    return models
+    return validated_on_query(con, models, options.validation)
 
 
 def record_job(job: JobPlan, data: TrainingData, snapshot: ReadSnapshot) -> str | None:

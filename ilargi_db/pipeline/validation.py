@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import TrainingData
-from ilargi_db.pipeline.scoring import grouped_metrics
+from ilargi_db.pipeline.scoring import evaluate, grouped_metrics
 
 VALIDATION_SEED = 0  # the held-out rows of a job are the same on every run
 
@@ -57,4 +58,13 @@ def held_out_metrics(model: Any, held: TrainingData) -> dict[str, Any]:
     return {**metrics_of(model, held.X, held.y), "rows": int(held.X.shape[0])}
 
 
-__all__ = ["VALIDATION_SEED", "held_out_metrics", "held_out_rows", "split"]
+def validated_on_query(con: duckdb.DuckDBPyConnection, models: list[Any], validation: Any) -> list[Any]:
+    """``models``, each scored on the rows of ``validation`` when it is a query (read after the training's
+    snapshot closed, by :func:`~ilargi_db.pipeline.scoring.evaluate`): never a stored model's old scores."""
+    if isinstance(validation, str):
+        for model in models:
+            model.validation_metrics_ = evaluate(con, model, validation)
+    return models
+
+
+__all__ = ["VALIDATION_SEED", "held_out_metrics", "held_out_rows", "split", "validated_on_query"]
