@@ -54,6 +54,7 @@ from ilargi_db.sql_functions import (
     prediction_sql as prediction_sql,
     save_model as save_model,
 )
+from ilargi_db.trained_model import GroupedModel as GroupedModel
 from ilargi_db.trained_model import TrainedModel as TrainedModel
 
 __version__: str

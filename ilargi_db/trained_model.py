@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,15 +402,28 @@ class GroupedModel(TrainedModel):
     def groups_(self) -> list[str]:
         return list(self.models_)
 
+    def __getattr__(self, name: str) -> Any:
+        # Not the estimator's: a fitted attribute (coef_, classes_, ...) is each group's own.
+        raise AttributeError(f"{name!r}: a model per group has one per group, models_[group].{name}")
+
     def group_codes(self, groups: Any) -> np.ndarray:
-        """Per row, the index of its group in ``groups_`` (-1: no model for it): from labels (any values,
-        compared as text; None for NULL) or from a reader's ``GroupCodes``."""
+        """Per row, the index of its group in ``groups_`` (-1: no model for it): from labels (values compared as
+        DuckDB's text of them: ``True`` is ``'true'``; None for NULL) or from a reader's ``GroupCodes``."""
         labels = getattr(groups, "labels", None)
         position = {label: i for i, label in enumerate(self.models_)}
         if labels is not None:  # GroupCodes: each code's label looked up once
             lookup = np.array([position.get(label, -1) for label in labels] + [-1], dtype=np.int64)
             return lookup[groups.codes]
-        return np.array([-1 if g is None else position.get(str(g), -1) for g in groups], dtype=np.int64)
+        text = [None if g is None else str(g).lower() if isinstance(g, (bool, np.bool_)) else str(g) for g in groups]
+        return np.array([-1 if g is None else position.get(g, -1) for g in text], dtype=np.int64)
+
+    def rows_of_each(self, codes: np.ndarray) -> Iterator[tuple[TrainedModel, np.ndarray]]:
+        """Each group's model and its rows among ``codes`` (from :meth:`group_codes`), one sort of them in all."""
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(self.models_) + 1))
+        for g, model in enumerate(self.models_.values()):
+            if bounds[g + 1] > bounds[g]:
+                yield model, order[bounds[g] : bounds[g + 1]]
 
     def _by_group(self, X: Any, groups: Any, score: Callable[[TrainedModel, Any], np.ndarray]) -> np.ndarray:
         from ilargi_db.backend import to_host
@@ -418,51 +431,68 @@ class GroupedModel(TrainedModel):
         codes = self.group_codes(groups)
         if len(codes) != X.shape[0]:
             raise IlargiError(f"groups has {len(codes)} values for {X.shape[0]} rows: give one group per row.")
-        out = None
-        for g, model in enumerate(self.models_.values()):
-            rows = np.flatnonzero(codes == g)
-            if not len(rows):
-                continue
+        out = np.full(len(codes), np.nan)
+        for model, rows in self.rows_of_each(codes):
             found = np.asarray(to_host(score(model, X[rows])), dtype=float)
-            if out is None:
-                out = np.full((len(codes), *found.shape[1:]), np.nan)
-            elif out.shape[1:] != found.shape[1:]:
-                raise IlargiError(
-                    "the groups' models give results of different widths (their classes differ): score each "
-                    "group with its own model, models_[group]."
-                )
+            if out.ndim == 1 and found.ndim == 2:  # one column per class: every group has the same classes
+                out = np.full((len(codes), found.shape[1]), np.nan)
             out[rows] = found
-        return np.full(len(codes), np.nan) if out is None else out
+        return out
 
     def predict(self, X: Any, groups: Any) -> np.ndarray:
         """Each row predicted by its group's model; NaN for a row whose group has no model."""
         return self._by_group(X, groups, lambda model, rows: model.predict(rows))
 
     def predict_proba(self, X: Any, groups: Any) -> np.ndarray:
-        """Each row's class probabilities from its group's model (the groups must share their classes)."""
+        """Each row's class probabilities from its group's model (every group has the same ``classes_``)."""
         return self._by_group(X, groups, lambda model, rows: model.predict_proba(rows))
 
+    def decision_function(self, X: Any, groups: Any) -> np.ndarray:
+        """Each row's score from its group's model (a linear SVM's or logistic regression's)."""
+        return self._by_group(X, groups, lambda model, rows: model.decision_function(rows))
+
+    @staticmethod
+    def check_groups_agree(models: Mapping[str, TrainedModel], column: str) -> None:
+        """Refuse groups whose models predict different things (one macro serves them all): classes, or a boosting
+        objective that ``"auto"`` settled differently on their rows."""
+        for attr, fix in (
+            ("objective_", "pass objective='log_loss' or 'squared_error'"),
+            ("classes_", "select rows of the classes every group has, or train the odd groups alone"),
+        ):
+            kinds: dict[str, list[str]] = {}
+            for label, model in models.items():
+                value = getattr(model.estimator_, attr, None)
+                kinds.setdefault(repr(value.tolist() if hasattr(value, "tolist") else value), []).append(label)
+            if len(kinds) > 1:
+                found = "; ".join(
+                    f"{', '.join(map(repr, labels[:3]))}{' ...' if len(labels) > 3 else ''}: {kind}"
+                    for kind, labels in kinds.items()
+                )
+                raise IlargiError(
+                    f"the groups of {column} learned different {attr.rstrip('_')} ({found}), and one model per "
+                    f"group answers one kind of question: {fix}."
+                )
+
     def to_record(self) -> dict[str, Any]:
-        """The record of :meth:`TrainedModel.to_record`, its ``model`` object holding each group's."""
+        """The record of :meth:`TrainedModel.to_record`, its ``model`` object holding each group's fitted state
+        (the provenance and the column names once, for all)."""
         first = next(iter(self.models_.values()))
         record = first.to_record()
+        shared = {key for _, key, _, _ in _IN_MODEL} | {"feature_names_out"}
         kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
-        groups = {
-            label: {
-                **json.loads(model.to_record()["model"]),
-                "n_rows": model.n_rows_,
-                "metrics": model.training_metrics_,
-            }
-            for label, model in self.models_.items()
-        }
+        groups = {}
+        for label, model in self.models_.items():
+            state = {k: v for k, v in json.loads(model.to_record()["model"]).items() if k not in shared}
+            groups[label] = {**state, "n_rows": model.n_rows_, "metrics": model.training_metrics_}
         grouping = {"group_by": self.group_by_, "group_type": self.group_type_, "ungrouped_rows": self.ungrouped_rows_}
+        names = list(first.estimator_.feature_names_in_)
         record.update(
             {
                 column: _json(getattr(self, attr)) if column in JSON_COLUMNS else getattr(self, attr)
                 for attr, column, _ in _COLUMNS
             },
             parameters=_json(self.estimator_.get_params()),
-            model=_json({**kept, **grouping, "groups": groups}),
+            model=_json({**kept, **grouping, "feature_names_out": names, "groups": groups}),
         )
         return record
 
@@ -471,15 +501,24 @@ class GroupedModel(TrainedModel):
         groups = _object(fitted["groups"])
         if not groups:
             raise ValueError("a grouped model without groups")
+        names = _strings(fitted["feature_names_out"])
         models = {}
         for label, state in groups.items():
             state = _object(state)
             if "groups" in state:
                 raise ValueError("a group's model holds groups of its own")
-            one = {**record, "model": json.dumps(state), "n_rows": _count(state["n_rows"])}
+            one = {
+                **record,
+                "model": json.dumps({**state, "feature_names_out": names}),
+                "n_rows": _count(state["n_rows"]),
+            }
             one["metrics"] = json.dumps(_object(state["metrics"]))
             models[_text(label)] = TrainedModel._from_record(one)
         first = next(iter(models.values()))
+        group_by = _text(fitted["group_by"])
+        if not group_by or group_by.lower() in {s.name.lower() for s in first.encoder_.specs_}:
+            raise ValueError(f"group_by {group_by!r:.60} is empty or names a feature")
+        cls.check_groups_agree(models, group_by)
         estimator = estimator_class(first.algorithm_)()
         known = estimator.get_params()
         estimator.set_params(**{k: v for k, v in first.estimator_.get_params().items() if k in known})
@@ -491,7 +530,7 @@ class GroupedModel(TrainedModel):
             standardize_=first.standardize_,
             **{attr: check(record[column]) for attr, column, check in _COLUMNS},
             **{attr: check(fitted.get(key, absent)) for attr, key, check, absent in _IN_MODEL},
-            group_by_=_text(fitted["group_by"]),
+            group_by_=group_by,
             group_type_=_optional(_text)(fitted.get("group_type")),
             models_=dict(sorted(models.items())),
             ungrouped_rows_=_count(fitted.get("ungrouped_rows", 0)),

@@ -160,7 +160,7 @@ def test_a_group_by_that_names_no_other_column_is_refused(stores, group_by, mess
 
 
 def test_a_grouped_job_that_would_stream_or_run_on_a_cluster_is_refused_before_reading(stores):
-    with pytest.raises(IlargiError, match="group_by and a validation share train on rows held in memory"):
+    with pytest.raises(IlargiError, match="group_by trains on rows held in memory"):
         ilargi_db.train(stores, GROUPED, "y", group_by="store", memory_budget="30KB")
     with pytest.raises(IlargiError, match="on a cluster"):
         ilargi_db.train(stores, GROUPED, "y", group_by="store", cluster="tcp://127.0.0.1:1")
@@ -194,3 +194,49 @@ def test_grouped_ridge_on_random_schemas(schema):
         reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T[rows], y[rows])
         assert_close(one.coef_, reference.coef_, rtol=1e-6)
         assert_close(np.array(one.intercept_), np.array(reference.intercept_), rtol=1e-6)
+
+
+def test_groups_whose_models_answer_different_questions_are_refused(stores):
+    # Store 'e' has a 0/1 label, the others a continuous one: "auto" would settle on two objectives.
+    query = "SELECT f.x, f.store, CASE WHEN f.store = 'e' THEN (f.x > 0.5)::INTEGER ELSE f.y END AS label FROM f"
+    with pytest.raises(IlargiError, match="learned different objective.*pass objective="):
+        ilargi_db.train(stores, query, "label", "gradient_boosting", group_by="store", n_estimators=3)
+    # Two classes in one store, three in another: one macro cannot give both.
+    query = "SELECT f.x, f.store, CASE WHEN f.store = 'e' THEN (f.id // 4) % 3 ELSE (f.id // 4) % 2 END AS label FROM f"
+    with pytest.raises(IlargiError, match="learned different classes"):
+        ilargi_db.train(stores, query, "label", "logistic_regression", group_by="store")
+
+
+def test_a_group_left_without_rows_is_named_in_the_warnings(stores):
+    stores.execute("INSERT INTO f VALUES (2002, 1, 'lonely', 0.5, 1.0)")
+    model = ilargi_db.train(stores, GROUPED, "y", group_by="store", validation=0.5, backend="numpy")
+    if "lonely" not in model.groups_:  # its one row was held out
+        assert any("'lonely' has no model" in w for w in model.warnings_)
+
+
+def test_the_group_column_keeps_its_type(stores):
+    model = ilargi_db.train(stores, "SELECT f.x, f.k AS kk, f.y FROM f", "y", group_by="kk", backend="numpy")
+    with pytest.raises(PlanError, match="has type DOUBLE in this query, but the model was trained on BIGINT"):
+        ilargi_db.predict(stores, model, "SELECT f.x, f.k::DOUBLE AS kk FROM f")
+    ilargi_db.save_model(stores, "per_k", model)
+    # The macro compares the group as training cast it: 3.0 is group '3'.
+    assert stores.sql("SELECT per_k_predict(0.5, 3.0) = per_k_predict(0.5, 3)").fetchall() == [(True,)]
+    with pytest.raises(IlargiError, match="no row of the query has a group the model was trained for"):
+        ilargi_db.evaluate(stores, model, "SELECT f.x, f.k + 100 AS kk, f.y FROM f")
+
+
+def test_a_model_per_group_has_no_single_fitted_attribute(stores):
+    model = ilargi_db.train(stores, GROUPED, "y", group_by="store", backend="numpy")
+    with pytest.raises(AttributeError, match=r"one per group, models_\[group\].coef_"):
+        model.coef_  # noqa: B018
+    X, _ = ilargi_db.normalize(stores, FEATURES.replace(", f.store", ""), impute=True)
+    assert np.isnan(model.predict(X[:2], [None, "nowhere"])).all()
+
+
+@pytest.mark.parametrize("group_by", ["", "x"])
+def test_a_record_grouped_by_nothing_or_by_a_feature_is_damaged(stores, group_by):
+    model = ilargi_db.train(stores, GROUPED, "y", group_by="store", backend="numpy")
+    record = model.to_record()
+    fitted = json.loads(record["model"])
+    with pytest.raises(DamagedModelError):
+        ilargi_db.TrainedModel.from_record({**record, "model": json.dumps({**fitted, "group_by": group_by})})

@@ -69,7 +69,7 @@ def test_in_sql_validation_is_an_option_and_the_summary_reports_it(con):
     assert ilargi_db.load_model(con, "m").validation_metrics_ == summary["validation_metrics"]
 
 
-@pytest.mark.parametrize("validation", [0, 1, 1.5, -0.1, True, "", [0.2]])
+@pytest.mark.parametrize("validation", [0, 1, 1.5, -0.1, True, "", [0.2], np.float32(2.0)])
 def test_a_validation_that_is_no_share_or_query_is_refused_before_anything_is_read(con, validation):
     with pytest.raises(IlargiError, match="validation must be the share of rows to hold out"):
         ilargi_db.train(con, "SELECT no_such_column FROM nowhere", "y", validation=validation)
@@ -81,5 +81,29 @@ def test_a_share_that_leaves_no_rows_on_one_side_is_refused(con):
 
 
 def test_a_streamed_job_cannot_hold_rows_out(con):
-    with pytest.raises(IlargiError, match="validation share train on rows held in memory"):
+    with pytest.raises(IlargiError, match="a validation share trains on rows held in memory"):
         ilargi_db.train(con, QUERY, "y", validation=0.2, memory_budget="24KB")
+
+
+def test_a_share_reads_factorized_and_refuses_the_materialized_join(con):
+    model = ilargi_db.train(con, QUERY, "y", validation=0.2, backend="numpy")
+    assert model.strategy_ == "factorized" and "validation share" in model.decision_
+    with pytest.raises(IlargiError, match="whose row order changes between runs"):
+        ilargi_db.train(con, QUERY, "y", validation=0.2, strategy="materialized")
+    assert ilargi_db.train(con, QUERY, "y", validation=np.float32(0.2), backend="numpy").n_rows_ == 800
+
+
+@pytest.mark.parametrize(
+    "validation, message",
+    [
+        ("SELECT f.x, d.kind, f.y FROM nowhere", "the validation query"),
+        ("SELECT f.x, f.y FROM f", "selects the features x, and the training query x, kind"),
+        ("SELECT f.x, d.kind FROM f JOIN d USING (k)", "does not select the target 'y'"),
+        ("DELETE FROM f", "DELETE"),
+        ("0.2", "a number written as text: pass 0.2"),
+    ],
+)
+def test_a_validation_query_is_planned_before_anything_is_read(con, validation, message):
+    with pytest.raises(IlargiError, match=message):
+        ilargi_db.train(con, QUERY, "y", validation=validation)
+    assert con.sql("SELECT count(*) FROM f").fetchall() == [(1000,)]

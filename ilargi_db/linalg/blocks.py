@@ -190,6 +190,9 @@ def scaled_gram(part: Part, counts: Any) -> Any:
     return matmul(part.data.T, _scale_rows(part.data, counts, part.backend), part.backend)
 
 
+PAIR_KERNEL_PRODUCTS = 16  # nonzero products per output row up to which two sparse blocks pair row by row
+
+
 def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     """S_a^T (I_a^T D I_b) S_b (D = diag(weights), or I), multiplying on the side with fewer rows."""
     be = a.backend
@@ -217,9 +220,23 @@ def cooccurrence_product(a: Part, b: Part, weights: Any = None) -> Any:
     if a.index is None:  # I_a = identity: I_a^T D I_b = D I_b (sparse blocks stay sparse)
         left = a.data if weights is None else scale_rows(a.data, weights)
         return matmul(b.segment_sum(left).T, b.data, be)
-    # Two indexed sparse blocks (one-hot against one-hot): each row's nonzero pairs in one fused pass, not a
-    # co-occurrence matrix of the block rows built and sorted (scipy's tocsr: the most of a snowflake's Gram).
-    return be.kernels.sparse_pair_gram(a.index, b.index, a.data, b.data, weights)
+    if _nonzeros_per_row(a) * _nonzeros_per_row(b) <= PAIR_KERNEL_PRODUCTS:
+        # Two indexed sparse blocks of a few nonzeros a row (one-hot against one-hot): each output row's nonzero
+        # pairs in one fused pass, not a co-occurrence matrix of the block rows built and sorted (scipy's tocsr:
+        # the most of a snowflake's Gram).
+        return be.kernels.sparse_pair_gram(a.index, b.index, a.data, b.data, weights)
+    # Denser rows (numbers merged with wide one-hot columns): the co-occurrence counts first, each pair of block
+    # rows once however many output rows repeat it.
+    xp = be.xp
+    values = xp.ones(len(a.index), dtype=a.data.dtype) if weights is None else weights
+    c = be.sparse.coo_matrix((values, (a.index, b.index)), shape=(a.n_block_rows, b.n_block_rows)).tocsr()
+    if a.n_block_rows <= b.n_block_rows:
+        return matmul(a.data.T, matmul(c, b.data, be), be)
+    return matmul(matmul(c.T, a.data, be).T, b.data, be)
+
+
+def _nonzeros_per_row(part: Part) -> float:
+    return part.data.nnz / max(part.n_block_rows, 1)
 
 
 def one_pass_products(

@@ -417,7 +417,7 @@ class NormalizedMatrix:
         )
 
     def take_rows(self, indices: Any) -> NormalizedMatrix:
-        """The selected output rows, factorized: dimension blocks shared (:mod:`~ilargi_db.linalg.row_selection`)."""
+        """The selected output rows, factorized (:mod:`~ilargi_db.linalg.row_selection`)."""
         if self._transposed:
             raise IlargiError(ROWS_OF_A_TRANSPOSE)
         positions = np.atleast_1d(row_positions(indices, self._n_rows))

@@ -1,7 +1,8 @@
 """Row selections of a normalized matrix, ``X[rows]``, kept factorized.
 
 A selection of output rows is a selection of the fact's rows and of each indicator's entries: the
-dimension blocks are shared with the whole matrix, never copied. scikit-learn's splitters hand rows
+dimension blocks are shared with the whole matrix, or, for a selection small beside a block (a group's rows),
+copied down to the block rows it takes (:data:`COMPACT_BELOW`). scikit-learn's splitters hand rows
 over as integer arrays, boolean masks or slices (``sklearn.utils._safe_indexing`` calls ``X[rows, ...]``),
 so cross-validation and parameter searches fit on selections without building the join.
 """

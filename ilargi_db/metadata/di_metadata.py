@@ -49,6 +49,8 @@ class GroupCodes:
         """The codes of a VARCHAR column, one value per output row."""
         import pyarrow.compute as pc
 
+        if isinstance(values, pa.Array):
+            values = pa.chunked_array([values])
         encoded = pc.dictionary_encode(values).combine_chunks() if len(values) else None
         if encoded is None:
             return cls(np.empty(0, dtype=np.int32), ())

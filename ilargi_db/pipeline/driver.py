@@ -266,8 +266,8 @@ def run_training(
             what = "rows with a non-NULL target" if target is not None else "rows"
             raise IlargiError(f"the training query returned no {what}: check its joins and WHERE clause.")
         held = None
-        if isinstance(options.validation, (int, float)):  # a share of the rows read, held out of every fit
-            data, held = split(data, float(options.validation))
+        if options.validation_share is not None:  # a share of the rows read, held out of every fit
+            data, held = split(data, options.validation_share)
         shared = {"planning": planned - start, "data": time.perf_counter() - planned}
         stages.update()
         models = []

@@ -2,11 +2,13 @@
 
 The group column rides along the key-only join (or the materialized join) as text, one value per output row
 (:class:`~ilargi_db.metadata.GroupCodes`), so the read is the job's one read. Each group's rows are then a row
-selection of the training matrix (``X[rows]``: the dimension blocks shared, never copied) and its model is
+selection of the training matrix (``X[rows]``: a small group copies the dimension rows it takes) and its model is
 fitted there by :func:`~ilargi_db.pipeline.fit.fit_model`, as a training of its own would fit it, so a group's
 model equals the model trained on ``WHERE group = value`` with the job's encoding: the categories and
 imputation means learned from all rows (one macro encodes every group alike). Rows whose group is NULL train
-no model (``ungrouped_rows_``); a group whose rows all have a NULL target has none either.
+no model (``ungrouped_rows_``); a group whose rows all have a NULL target (or are all held out) has none either,
+and ``warnings_`` names it. Every group's model must answer the same kind of question (the same classes, the
+same boosting objective): the macro is one. Groups compare by their text (DuckDB's VARCHAR cast), byte for byte.
 
 Held in memory only: a streamed or distributed job is refused when it is planned
 (:func:`~ilargi_db.pipeline.planning.place`).
@@ -30,22 +32,24 @@ from ilargi_db.trained_model import GroupedModel, TrainedModel
 def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[str, float]) -> GroupedModel:
     """One :class:`TrainedModel` per group of ``data``, each fitted on the group's rows; returned as one model."""
     began = time.perf_counter()
-    groups = data.groups
+    groups, column = data.groups, job.graph.group.name
     models: dict[str, TrainedModel] = {}
+    without = []  # groups the read saw whose rows were all left out (a NULL target, or held out for validation)
     for label, rows in groups.rows_of_each().items():
         if not len(rows):
-            continue  # every row of it had a NULL target
+            without.append(label)
+            continue
         part = TrainingData(data.X[rows], None if data.y is None else data.y[rows], data.encoder)
         try:
             models[label] = fit_model(job, replace(model, estimator=clone(model.estimator)), part, shared)
         except (IlargiError, ValueError) as err:  # e.g. a group whose rows hold one class only
             raise IlargiError(
-                f"the model of group {job.graph.group.name} = {label!r} ({len(rows)} rows): {err}"
-            ) from None
+                f"the model of group {column} = {label!r} ({len(rows)} rows) cannot be fitted: {err} Leave the group "
+                f"out (WHERE {column} IS DISTINCT FROM ...) or change the parameters."
+            ) from err
     if not models:
-        raise IlargiError(
-            f"no row has a group: every value of group_by {job.graph.group.name!r} is NULL. Group by another column."
-        )
+        raise IlargiError(f"no row has a group: every value of group_by {column!r} is NULL. Group by another column.")
+    GroupedModel.check_groups_agree(models, column)
     first = next(iter(models.values()))
     n_rows = sum(m.n_rows_ for m in models.values())
     grouped = GroupedModel(
@@ -63,7 +67,11 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
         explanation_=first.explanation_,
         n_rows_=n_rows,
         unlabelled_rows_=data.unlabelled,
-        warnings_=sorted({f"group {label!r}: {w}" for label, m in models.items() for w in m.warnings_}),
+        warnings_=[f"group {label!r}: {w}" for label, m in models.items() for w in m.warnings_]
+        + [
+            f"group {label!r} has no model: all of its rows were left out (a NULL target, or held out)"
+            for label in without
+        ],
         reused_=first.reused_,
         group_by_=job.graph.group.name,
         group_type_=job.graph.group.duckdb_type,

@@ -8,6 +8,7 @@ parameters and values with the estimator's own words.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -56,6 +57,11 @@ class TrainOptions:
     group_by: str | None = None  # a SELECT column: one model per value (see pipeline/groups.py)
     validation: float | str | None = None  # a share of the rows held out, or a query to score (pipeline/validation.py)
 
+    @property
+    def validation_share(self) -> float | None:
+        """The share of the rows to hold out (None: none, or a query to score instead)."""
+        return float(self.validation) if is_share(self.validation) else None
+
     def check(self, specs: Sequence[ModelSpec]) -> None:
         """Refuse values of the wrong kind (as the settings' table says), an unknown strategy, a memory budget
         that is not a size, and standardizing where no model is a linear one: before anything is read."""
@@ -80,12 +86,21 @@ class TrainOptions:
             )
 
 
+def is_share(validation: Any) -> bool:
+    """Whether ``validation`` is a number (a share of the rows to hold out), not a query."""
+    return isinstance(validation, numbers.Real) and not isinstance(validation, (bool, np.bool_))
+
+
 def check_validation(validation: Any) -> None:
-    """Refuse a validation that is neither a share of the rows in (0, 1) nor a query, before anything is read."""
-    if validation is None or isinstance(validation, str) and validation.strip():
-        return
-    share = isinstance(validation, (int, float)) and not isinstance(validation, bool)
-    if not share or not 0.0 < float(validation) < 1.0:
+    """Refuse a validation that is neither a share of the rows in (0, 1) nor text (a query, planned with the job),
+    before anything is read; a number written as text is refused too."""
+    if isinstance(validation, str) and validation.strip():
+        try:
+            float(validation)
+        except ValueError:
+            return  # a query: planned (and refused if it is none) with the training query
+        raise IlargiError(f"validation={validation!r} is a number written as text: pass {float(validation):g}.")
+    if validation is not None and (not is_share(validation) or not 0.0 < float(validation) < 1.0):
         raise IlargiError(
             f"validation must be the share of rows to hold out, between 0 and 1 (e.g. 0.2), or a SELECT of the rows "
             f"to score; got {validation!r}."

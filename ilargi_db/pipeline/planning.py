@@ -28,6 +28,7 @@ from ilargi_db.pipeline.placement import (
     placed_choice,
     stream_plan,
 )
+from ilargi_db.pipeline.validation import check_validation_query, held_out_strategy
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.job import JobReuse
@@ -146,16 +147,20 @@ def plan_job(
     graph, flags = plan_graph(con, query, target, options.group_by)
     if check_graph is not None:
         check_graph(graph)
+    check_validation_query(con, graph, options.validation)  # before anything is read, not after the fits
+    strategy = options.strategy
+    if options.validation_share is not None:  # held out by position: the rows in the factorized read's order
+        strategy = held_out_strategy(graph, options.strategy)
     # A grouped job's rows carry their groups, which no artifact holds yet: it reads cold and keeps nothing.
-    reuse = options.reuse if graph.group is None else False
-    artifacts = JobReuse.open(con, graph, flags, enabled=reuse, persist=True)
+    off = "a model per group keeps no artifacts (no artifact holds the rows' groups yet)" if graph.group else ""
+    artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True, off_because=off)
     stats = job_statistics(con, graph, artifacts)
     key = artifacts.matrix_key(graph, flags, options.impute, backend.name)
     held = artifacts.holdings(graph, key)
     chosen, why, explanations = choose_batch_strategy(
         con,
         graph,
-        options.strategy,
+        strategy,
         list(specs),
         options.backend,
         stats=stats,
@@ -164,6 +169,9 @@ def plan_job(
     )
     if options.strategy != AUTO:
         chosen_by = "the caller"
+    elif strategy != AUTO:
+        chosen_by = "the validation share (the same rows held out on every run: the factorized read's row order)"
+        why = f"{chosen}: chosen by {chosen_by}."
     elif graph.cross_source_features:
         chosen_by = "the query (a feature mixes sources)"
     elif explanations[0] is None:
@@ -198,9 +206,19 @@ def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats |
 
 
 _IN_MEMORY = (
-    "group_by and a validation share train on rows held in memory (each group's, the rows not held out), and this "
-    "job would run {what}: {fix}, or select the rows of each group or split in the query (WHERE ...)."
+    "{asked} trains on rows held in memory ({which}), and this job would run {what}: {fix}, or select the rows "
+    "in the query instead (WHERE ...)."
 )
+
+
+def _in_memory(options: TrainOptions, graph: JoinGraph, what: str, fix: str) -> IlargiError | None:
+    """The refusal of a job that asks for rows in memory (group_by, a validation share) and would run elsewhere."""
+    asked = [("group_by", "each group's")] if graph.group is not None else []
+    asked += [("a validation share", "the rows not held out")] if options.validation_share is not None else []
+    if not asked:
+        return None
+    names, which = zip(*asked)
+    return IlargiError(_IN_MEMORY.format(asked=" and ".join(names), which=", ".join(which), what=what, fix=fix))
 
 
 def place(
@@ -214,9 +232,8 @@ def place(
     client = stream = None
     if job.reads_bins:
         return _place_trees(con, job, stats)
-    held = isinstance(options.validation, (int, float))  # a share held out: a row selection of rows in memory
-    if (graph.group is not None or held) and options.cluster is not None:
-        raise IlargiError(_IN_MEMORY.format(what="on a cluster", fix="leave out cluster"))
+    if options.cluster is not None and (refusal := _in_memory(options, graph, "on a cluster", "leave out cluster")):
+        raise refusal
     if options.cluster is not None:
         check_streamable(graph, Placement.DISTRIBUTED)  # before connecting: nothing to close on a refusal
         client = connect_cluster(options.cluster)
@@ -230,8 +247,10 @@ def place(
             if options.memory_budget is not None:
                 raise  # the caller's budget: say why it cannot be kept
             stream = None  # the default budget only: train in memory, as DuckDB's memory_limit allows
-        if stream is not None and (graph.group is not None or held):
-            raise IlargiError(_IN_MEMORY.format(what=f"streamed ({stream.why})", fix="raise memory_budget"))
+        if stream is not None and (
+            refusal := _in_memory(options, graph, f"streamed ({stream.why})", "raise memory_budget")
+        ):
+            raise refusal
         if stream is not None:
             check_streamable(graph, Placement.STREAMED)
             cleanup.enter_context(duckdb_memory_held(con, stream.duckdb_memory))

@@ -46,6 +46,11 @@ def encoded_rows(
         group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
         graph = build_join_graph(con, query, target, group_by)
         encoder.check_features(graph.feature_names)
+        if group_by is not None and model.group_type_ and graph.group.duckdb_type != model.group_type_:
+            raise PlanError(  # its text would differ (1 is not 1.0): every row would find no group's model
+                f"the group column {graph.group.name!r} has type {graph.group.duckdb_type} in this query, but the "
+                f"model was trained on {model.group_type_}: cast it in the query (CAST(... AS {model.group_type_}))."
+            )
         for feature, categorical in zip(graph.features, encoder.categorical):
             t = feature.duckdb_type
             if not (is_numeric(t) if not categorical else is_numeric(t) or is_categorical(t)):
@@ -123,13 +128,17 @@ def evaluate(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: st
 def grouped_metrics(model: GroupedModel, data: TrainingData) -> dict[str, Any]:
     """Each group's metrics on its rows of ``data`` by its own model; rows of other groups counted, not scored."""
     codes = model.group_codes(data.groups)
+    labels = {id(one): label for label, one in model.models_.items()}
     found = {}
-    for g, (label, one) in enumerate(model.models_.items()):
-        rows = np.flatnonzero(codes == g)
-        if len(rows):
-            y = None if data.y is None else data.y[rows]
-            found[label] = {**metrics_of(one, data.X[rows], y), "rows": len(rows)}
+    for one, rows in model.rows_of_each(codes):
+        y = None if data.y is None else data.y[rows]
+        found[labels[id(one)]] = {**metrics_of(one, data.X[rows], y), "rows": len(rows)}
     scored = int(np.count_nonzero(codes >= 0))
+    if not scored:
+        raise IlargiError(
+            f"no row of the query has a group the model was trained for (groups of {model.group_by_}: "
+            f"{', '.join(map(repr, model.groups_[:5]))}{' ...' if len(model.models_) > 5 else ''})."
+        )
     return {
         "groups": found,
         "rows": scored,

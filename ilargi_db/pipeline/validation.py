@@ -1,10 +1,12 @@
 """Held-out rows: ``train(..., validation=0.2)`` fits on a seeded share of the rows it read and scores the rest.
 
-The split is a row selection of the one read (``X[rows]``: the dimension blocks shared), drawn by a generator
-seeded with :data:`VALIDATION_SEED`, so a job holds out the same rows on every run. The encoding (categories,
-imputation means) is learned from every row read, as it is for ``predict`` on new rows; the fit sees only the
-training share. ``validation="SELECT ..."`` scores another query instead (``ilargi_db.evaluate`` after the fit).
-Either way the model's ``validation_metrics_`` holds what ``evaluate`` reports.
+The split is a row selection of the one read (``X[rows]``), drawn by a generator seeded with
+:data:`VALIDATION_SEED` over the rows in the factorized read's order (the fact's, or the query's ORDER BY), so
+a job holds out the same rows on every run: a share reads factorized (:func:`held_out_strategy`). The encoding
+(categories, imputation means) is learned from every row read, as it is for ``predict`` on new rows; the fit
+sees only the training share. ``validation="SELECT ..."`` scores another query instead (``ilargi_db.evaluate``
+after the fit; the query is planned with the training query, :func:`check_validation_query`). Either way the
+model's ``validation_metrics_`` holds what ``evaluate`` reports.
 """
 
 from __future__ import annotations
@@ -15,12 +17,53 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, PlanError, speaking_of
+from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.scoring import evaluate, grouped_metrics
+from ilargi_db.plan import JoinGraph, build_join_graph
 
 VALIDATION_SEED = 0  # the held-out rows of a job are the same on every run
+
+
+def held_out_strategy(graph: JoinGraph, strategy: str) -> Strategy:
+    """The strategy of a job that holds a share of its rows out: factorized, whose rows come in the fact's order on
+    every run (the materialized join's order is DuckDB's parallel join's, which changes from run to run)."""
+    if strategy == Strategy.MATERIALIZED or not graph.factorizable:
+        why = "strategy='materialized'" if strategy == Strategy.MATERIALIZED else "a feature mixes sources"
+        raise IlargiError(
+            "a validation share holds out rows by their position in the factorized read (the same rows on every "
+            f"run), and this job reads the materialized join ({why}), whose row order changes between runs: pass "
+            "validation='SELECT ...' (the rows to score) instead."
+        )
+    return Strategy.FACTORIZED
+
+
+def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, validation: Any) -> None:
+    """Plan a validation query beside the training query, before anything is read: it selects the same features
+    (and the target; the group column of a model per group), or is refused in its own terms."""
+    if not isinstance(validation, str):
+        return
+    group = graph.group.name if graph.group is not None else None
+    try:
+        with speaking_of("the validation query"):
+            columns = [c.lower() for c in build_join_graph(con, validation).feature_names]
+            target = graph.target.name if graph.target is not None and graph.target.name.lower() in columns else None
+            found = build_join_graph(con, validation, target, group)
+    except PlanError as err:
+        said = str(err)
+        raise type(err)(said if "the validation query" in said else f"the validation query: {said}") from None
+    if graph.target is not None and target is None:
+        raise PlanError(
+            f"the validation query does not select the target {graph.target.name!r}: select it, its rows are "
+            "scored against it."
+        )
+    if [n.lower() for n in found.feature_names] != [n.lower() for n in graph.feature_names]:
+        raise PlanError(
+            f"the validation query selects the features {', '.join(found.feature_names)}, and the training query "
+            f"{', '.join(graph.feature_names)}: select the same columns, in the same order."
+        )
 
 
 def held_out_rows(n_rows: int, share: float) -> tuple[np.ndarray, np.ndarray]:
@@ -67,4 +110,12 @@ def validated_on_query(con: duckdb.DuckDBPyConnection, models: list[Any], valida
     return models
 
 
-__all__ = ["VALIDATION_SEED", "held_out_metrics", "held_out_rows", "split", "validated_on_query"]
+__all__ = [
+    "VALIDATION_SEED",
+    "check_validation_query",
+    "held_out_metrics",
+    "held_out_rows",
+    "held_out_strategy",
+    "split",
+    "validated_on_query",
+]

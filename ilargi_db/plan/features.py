@@ -87,10 +87,14 @@ def pick_target(
     if not matches:
         matches = [f for f in features if f.name.lower() == target.lower()]
     if not matches:
-        otherwise = f"for unsupervised work pass {spell('target', None)}" if role == "target" else "leave it out"
+        otherwise = (
+            f", or for unsupervised work pass {spell('target', None)}"
+            if role == "target"
+            else ": each row's group picks its model"
+        )
         raise PlanError(
             f"{role} {target!r} is not a column of the query's SELECT list (columns: "
-            f"{', '.join(f.name for f in features)}). Add it to the SELECT list, or {otherwise}."
+            f"{', '.join(f.name for f in features)}). Add it to the SELECT list{otherwise}."
         )
     if len(matches) > 1:
         raise PlanError(

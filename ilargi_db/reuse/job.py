@@ -91,12 +91,16 @@ class JobReuse:
         categorical: list[bool],
         enabled: bool | str = True,
         persist: bool = False,
+        off_because: str = "",
     ) -> JobReuse:
         """Fingerprint ``graph``'s sources (inside the job's read snapshot) and look at the stored index.
 
         ``enabled``: True (both tiers), False (none), or ``"memory"`` (this process's tier alone).
         A database opened read-only has no database tier: nothing is loaded from or written beside it.
+        ``off_because`` says why a job that keeps nothing does (the caller's ``reuse=False`` otherwise).
         """
+        if off_because:
+            return cls(con, JobFingerprint(False, off_because))
         if not enabled:
             return cls(con)
         fingerprint = fingerprint_job(con, graph, categorical)

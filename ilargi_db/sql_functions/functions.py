@@ -125,7 +125,7 @@ def train_and_store(
 
 def _macro_parameters(graph: JoinGraph) -> None:
     """Refuse, before any data is read, features whose names cannot be the macros' parameters."""
-    check_macro_parameters(graph.feature_names)
+    check_macro_parameters(graph.feature_names + ([graph.group.name] if graph.group is not None else []))
 
 
 def _resolve_cluster(con: duckdb.DuckDBPyConnection, options: dict) -> None:

@@ -363,7 +363,7 @@ class GroupedMacroWriter:
     """
 
     def __init__(self, name: str, version: int, model: Any, database: str, writer: type) -> None:
-        self.name, self.group_by = name, model.group_by_
+        self.name, self.group_by, self.group_type = name, model.group_by_, model.group_type_
         self.specs = model.encoder_.specs_
         unlimited = {} if writer is not MacroWriter else {"inline_categories": np.iinfo(np.int64).max}
         self.writers = {
@@ -371,9 +371,14 @@ class GroupedMacroWriter:
         }
 
     def statements(self) -> dict[str, str]:
-        group = category_text(quote_identifier(self.group_by))
+        group = quote_identifier(self.group_by)
+        if self.group_type and SQL_TYPE.fullmatch(self.group_type):  # as training cast it: 1 is '1', not '1.0'
+            group = f"CAST({group} AS {self.group_type})"
+        group = category_text(group)
         bodies = {label: writer.bodies() for label, writer in self.writers.items()}
         macros = next(iter(bodies.values()))
+        if any(set(found) != set(macros) for found in bodies.values()):  # checked when fitted and when read back
+            raise IlargiError("the groups' models have different macros: train them again with one objective.")
         dispatched = {
             macro: f"CASE {group} "
             + " ".join(f"WHEN {quote_string(label)} THEN ({found[macro]})" for label, found in bodies.items())
