@@ -110,7 +110,8 @@ class NormalizedMatrix:
             if data.shape[0] != self._n_rows:
                 raise ValueError(f"a block without an index needs {self._n_rows} rows, it has {data.shape[0]}.")
             return Part(data, columns, None, be)
-        index = xp.asarray(block.index)
+        on = np if isinstance(block.index, np.ndarray) else xp  # a host index: checked, then uploaded once
+        index = on.asarray(block.index)
         if index.shape != (self._n_rows,):
             raise ValueError(f"block index has shape {index.shape}, expected ({self._n_rows},).")
         r = data.shape[0]
@@ -120,10 +121,10 @@ class NormalizedMatrix:
         extra = []  # a fill row for empty rows, a zero row for rows the block does not own
         if bool(empty.any()):
             fill = np.zeros(len(columns)) if block.fill is None else np.asarray(block.fill, dtype=float)
-            index = xp.where(empty, r + len(extra), index)
+            index = on.where(empty, r + len(extra), index)
             extra.append(fill)
         if bool(absent.any()):
-            index = xp.where(absent, r + len(extra), index)
+            index = on.where(absent, r + len(extra), index)
             extra.append(np.zeros(len(columns)))
         if extra:
             rows = xp.asarray(np.vstack(extra), dtype=dtype)
@@ -131,10 +132,9 @@ class NormalizedMatrix:
                 data = be.sparse.vstack([data, be.sparse.csr_matrix(rows)]).tocsr()
             else:
                 data = xp.concatenate([data, rows], axis=0)
-        elif len(index) == r and bool((index == xp.arange(r)).all()):
+        elif len(index) == r and bool((index == on.arange(r)).all()):
             return Part(data, columns, None, be)  # row i takes block row i: no gather needed
-        # Any integer type here: the gather layout (the hot paths) stacks every index into int32 once.
-        return Part(data, columns, index, be)
+        return Part(data, columns, be.to_device(index), be)  # any integer type: the layout stacks them in int32
 
     @classmethod
     def _from_parts(cls, parts: list[Part], like: NormalizedMatrix) -> NormalizedMatrix:
