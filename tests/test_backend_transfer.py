@@ -102,8 +102,14 @@ def test_a_prefetched_partition_is_staged_on_a_copy_stream_its_consumer_waits_fo
         return NormalizedMatrix([Block(np.full((n, 1), float(k)), [0])], n_rows=n, backend=NAME)
 
     source = PartitionSource(make, 4, prefetch=True, backend=NAME)
+    cuda.WAITS.clear()
     sums = source.each(lambda part: float((part @ xp.ones(1)).sum()))
     assert sums == [0.0, 6.0, 12.0, 18.0]
+    # Computing waits for each partition's copies; the copies of partition k+1 wait for the work on k-1
+    # (whose device memory CuPy's pool may hand them), so they overlap partition k's kernels.
+    computing = cuda.get_current_stream()
+    assert sum(waiting is computing for waiting, _, _ in cuda.WAITS) == 4
+    assert sum(waited is computing for _, waited, _ in cuda.WAITS) == 3
     # Built on the prefetching thread's copy stream, a partition is unusable here without its fence.
     with DEVICE_DOUBLE.transfers.staging() as fences:
         part = make(7)

@@ -142,14 +142,25 @@ class DeviceTransfers:
         self.buffers.release(slot, copied)
         return device
 
+    def fence(self) -> Fence:
+        """The work enqueued so far on the current stream, for another stream to wait on."""
+        return Fence(self.xp, self.xp.cuda.get_current_stream().record())
+
     @contextlib.contextmanager
-    def staging(self) -> Iterator[list[Fence]]:
-        """Work in this block runs on this thread's copy stream; the list gets the fence that work ends with."""
+    def staging(self, after: Fence = NO_FENCE) -> Iterator[list[Fence]]:
+        """Work in this block runs on this thread's copy stream, after ``after``; the list gets the fence that
+        work ends with.
+
+        ``after`` is the consumer's work on the blocks staged before: device memory they free goes back to
+        CuPy's pool for the stream that allocated it (this copy stream), which may hand it to the next copy
+        while the consumer's kernels still read it.
+        """
         streams = self._copy_streams
         if not hasattr(streams, "stream"):
             streams.stream = self.xp.cuda.Stream(non_blocking=True)
         fences: list[Fence] = []
         with streams.stream:
+            after.wait()
             yield fences
         fences.append(Fence(self.xp, streams.stream.record()))
 
@@ -160,8 +171,11 @@ class HostTransfers:
     def upload(self, host: Any) -> Any:
         return host.tocsr() if scipy.sparse.issparse(host) else np.asarray(host)
 
+    def fence(self) -> Fence:
+        return NO_FENCE
+
     @contextlib.contextmanager
-    def staging(self) -> Iterator[list[Fence]]:
+    def staging(self, after: Fence = NO_FENCE) -> Iterator[list[Fence]]:
         fences: list[Fence] = []
         yield fences
         fences.append(NO_FENCE)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 from ilargi_db.backend import Backend, get_backend
-from ilargi_db.backend.transfer import Fence
+from ilargi_db.backend.transfer import NO_FENCE, Fence
 from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
 
 
@@ -141,20 +141,24 @@ class PartitionSource(Sequence):
                 yield self[k]
             return
         pool = _prefetcher()
-        pending = pool.submit(self._staged, 0)
+        pending = pool.submit(self._staged, 0, NO_FENCE)
         try:
             for k in range(self.n):
                 current, fence = pending.result()
-                pending = pool.submit(self._staged, k + 1) if k + 1 < self.n else None
+                # Partition k+1's copies may take the device memory of partition k-1, whose work is all
+                # enqueued by now: they wait for it (on the device), and overlap partition k's.
+                done = self.backend.transfers.fence()
+                pending = pool.submit(self._staged, k + 1, done) if k + 1 < self.n else None
                 fence.wait()  # this thread's stream after the partition's copies (on the device: no host wait)
                 yield current
         finally:  # a pass left early (an error, an interruption): let the read in flight finish first
             if pending is not None and not pending.cancel():
                 pending.exception()
 
-    def _staged(self, k: int) -> tuple[NormalizedMatrix, Fence]:
-        """Partition ``k`` built on this (prefetching) thread's copy stream, and the fence its copies end at."""
-        with self.backend.transfers.staging() as fences:
+    def _staged(self, k: int, after: Fence) -> tuple[NormalizedMatrix, Fence]:
+        """Partition ``k`` built on this (prefetching) thread's copy stream after ``after``, and the fence its
+        copies end at."""
+        with self.backend.transfers.staging(after) as fences:
             part = self[k]
         return part, fences[0]
 

@@ -20,7 +20,10 @@ What it does not model: the default (null) stream's own asynchrony (its work is 
 returns, as if every operation on it synchronized; CuPy's runs ahead of the host), the legacy default stream's
 implicit ordering with blocking streams (created streams order nothing against it here, as non-blocking
 ones), an event's ``done`` turning true on its own (only a synchronization completes work here), several
-devices, and a sparse matrix's own arrays (a matrix built on a stream is marked as a whole).
+devices, a sparse matrix's own arrays (a matrix built on a stream is marked as a whole), views (taking one
+is a read here; CuPy's needs no ordering), and CuPy's stream-ordered memory pool: device memory freed while
+another stream's kernels still read it, then reused by its own stream, is not caught (every array here
+has memory of its own). :data:`WAITS` logs every ``wait_event``, so a test sees what orders what.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class PinnedAllocations:
 
 
 PINNED = PinnedAllocations()
+WAITS: list = []  # (waiting stream, stream waited on, position on it) of every wait_event: clear it before a test
 
 
 class PinnedMemory(bytearray):
@@ -111,6 +115,7 @@ class Stream:
         with _LOCK:
             if event.stream is not None and event.stream is not self:
                 self.waited[event.stream] = max(self.waited.get(event.stream, 0), event.position)
+                WAITS.append((self, event.stream, event.position))
 
     def synchronize(self) -> None:
         self.complete(self.enqueued)
