@@ -67,23 +67,27 @@ def test_an_async_copy_reads_its_pinned_source_when_it_lands_not_when_it_is_enqu
 
 
 def test_uploads_reuse_a_bounded_set_of_pinned_buffers_and_keep_every_copy_intact():
-    transfers = DeviceTransfers(xp, sparse)
+    chunk = 4096  # small buffers: a block goes in several pieces, and the buffers are reused many times over
+    transfers = DeviceTransfers(xp, sparse, chunk=chunk)
     copying = cuda.Stream(non_blocking=True)
     rng = np.random.default_rng(0)
     blocks = [rng.normal(size=(int(rng.integers(1, 3000)), 3)) for _ in range(40)]
-    with copying:  # every copy stays in flight until a buffer must be reused (the double lands copies late)
+    blocks += [np.asfortranarray(blocks[0]), rng.normal(size=(50, 8))[::2, 1::3]]  # column-major; neither
+    with copying:  # every copy stays in flight until its buffer is needed again (the double lands copies late)
         uploaded = [transfers.upload(b) for b in blocks]
-        uploaded.append(transfers.upload(np.asfortranarray(blocks[0])))
-        uploaded.append(transfers.upload(scipy.sparse.random(50, 4, density=0.3, format="csr", random_state=0)))
-    assert len(transfers.buffers.slots) <= PINNED_BUFFERS  # not one per block
-    assert cuda.PINNED.count <= 2 * PINNED_BUFFERS  # a buffer is pinned anew only to grow
-    assert transfers.buffers.nbytes <= PINNED_BUFFERS * 2 * max(max(b.nbytes for b in blocks), 1 << 20)
-    assert all(c.pinned for c in COPIES.log)
+        csr = scipy.sparse.random(50, 4, density=0.3, format="csr", random_state=0)
+        on_device = transfers.upload(csr)
+    assert len(transfers.buffers.slots) == cuda.PINNED.count == PINNED_BUFFERS  # pinned once, not per block
+    assert transfers.buffers.nbytes == PINNED_BUFFERS * chunk
+    assert all(c.pinned for c in COPIES.log) and max(c.nbytes for c in COPIES.log) == chunk
+    assert sum(c.nbytes for c in COPIES.log) == sum(b.nbytes for b in blocks) + sum(
+        a.nbytes for a in (csr.data, csr.indices, csr.indptr)
+    )
     copying.synchronize()
     for block, device in zip(blocks, uploaded):
         np.testing.assert_array_equal(device.get(), block)  # no buffer was reused while its copy was in flight
     assert uploaded[-2].flags.f_contiguous
-    assert sparse.issparse(uploaded[-1]) and uploaded[-1].shape == (50, 4)
+    np.testing.assert_array_equal(on_device.get().toarray(), csr.toarray())
 
 
 def test_numpy_moves_nothing():
@@ -148,14 +152,15 @@ def test_a_streamed_training_uploads_dimensions_once_and_each_partition_once_per
     np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-6, atol=1e-9)
     partitions = model.streamed_["partitions"]
     assert partitions > 2
-    blocks = [c for c in COPIES.log if c.direction == "to_device" and c.pinned]
+    # Every block in one piece (each under a pinned buffer's size), logged with the device array it fills.
+    blocks = [c.into for c in COPIES.log if c.direction == "to_device" and c.pinned]
     # The dimension (z and grp's 3 one-hot columns, plus its fill and zero rows) and the fact's category
     # identity (3 categories: u, v, NULL; plus 2 rows: a CSR of 3 values, 3 indices, 6 row pointers): once each.
-    assert [c.shape for c in blocks if N_DIM <= c.shape[0] <= N_DIM + 2] == [(N_DIM + 2, 4)]
-    assert sorted(c.shape for c in blocks if c.shape[0] < N_DIM) == [(3,), (3,), (6,)]
+    assert [shape for shape in blocks if N_DIM <= shape[0] <= N_DIM + 2] == [(N_DIM + 2, 4)]
+    assert sorted(shape for shape in blocks if shape[0] < N_DIM) == [(3,), (3,), (6,)]
     # Each partition, once per pass: its two fact columns, and its rows' category codes and dimension rows.
-    facts = collections.Counter(c.shape[0] for c in blocks if len(c.shape) == 2 and c.shape[1] == 2)
-    indices = collections.Counter(c.shape[0] for c in blocks if len(c.shape) == 1 and N_DIM <= c.shape[0] < N_FACT)
+    facts = collections.Counter(shape[0] for shape in blocks if len(shape) == 2 and shape[1] == 2)
+    indices = collections.Counter(shape[0] for shape in blocks if len(shape) == 1 and N_DIM <= shape[0] < N_FACT)
     full, last = max(facts), min(facts)
     passes = facts[last]
     assert passes >= 2 and full * (partitions - 1) + last == N_FACT

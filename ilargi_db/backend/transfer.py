@@ -1,12 +1,13 @@
 """Host blocks onto a backend's device: through reusable pinned buffers, on the stream that will use them.
 
-A device backend (CuPy, or an array library registered like it) copies a host block in two steps: into a
-pinned (page-locked) host buffer, the one host-side copy, then from there to the device with an
-asynchronous copy on the current CUDA stream. A copy from pageable memory makes the driver stage it
+A device backend (CuPy, or an array library registered like it) copies a host block in pieces, each in two
+steps: into a pinned (page-locked) host buffer, the one host-side copy, then from there to the device with
+an asynchronous copy on the current CUDA stream. A copy from pageable memory makes the driver stage it
 through its own pinned buffer anyway, and cannot run while the host goes on; from pinned memory it is a
-DMA the host need not wait for. The pinned buffers are a few, reused (:class:`PinnedBuffers`): pinning
-memory costs far more than copying into it, and a streamed job would otherwise pin a partition's worth per
-read.
+DMA the host need not wait for. The pinned buffers are a few, of a fixed size, reused
+(:class:`PinnedBuffers`): pinning memory costs far more than copying into it, a streamed job would otherwise
+pin a partition's worth per read, and pinned memory is outside the memory budget's accounting, so it stays
+at ``PINNED_BUFFERS * PINNED_CHUNK_BYTES`` whatever the blocks' sizes.
 
 Ordering is CUDA's: work on one stream runs in order, so an upload on the stream that then computes on it
 needs no wait. A streamed matrix reads its next partition on a prefetching thread (``linalg.partitions``):
@@ -20,6 +21,7 @@ On NumPy, :class:`HostTransfers` moves nothing: an upload is the array itself, a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ import numpy as np
 import scipy.sparse
 
 PINNED_BUFFERS = 4  # pinned staging buffers per device backend: the copies in flight at once, at most
-PINNED_MINIMUM_BYTES = 1 << 20  # a buffer is pinned at least this large: small blocks share the first one
+PINNED_CHUNK_BYTES = 16 << 20  # a block is staged in pieces of at most this: the buffers' size, pinned once
 
 
 class Fence:
@@ -57,17 +59,17 @@ class _Slot:
 
 @dataclass(eq=False)
 class PinnedBuffers:
-    """At most ``keep`` pinned host buffers, each reused once the copy from it is done.
+    """At most ``keep`` pinned host buffers of ``size`` bytes each, each reused once the copy from it is done.
 
-    A buffer is handed out when no copy from it is in flight (its event is done); when every one is busy
-    and ``keep`` are pinned, the host waits for the oldest copy. A buffer too small for a block is replaced
-    by a larger one: the count never exceeds ``keep``, the bytes never exceed ``keep`` times the largest block
-    (rounded up), however many partitions pass through.
+    A buffer is handed out when no copy from it is in flight (its event is done); when every one is busy and
+    ``keep`` are pinned, the host waits for the copy that started first. The pinned bytes never exceed
+    ``keep * size``, however many blocks and partitions pass through.
     """
 
     xp: Any
     keep: int = PINNED_BUFFERS
-    slots: list = field(default_factory=list)
+    size: int = PINNED_CHUNK_BYTES
+    slots: list = field(default_factory=list)  # least recently taken first
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -75,45 +77,37 @@ class PinnedBuffers:
         """Pinned bytes held."""
         return sum(s.nbytes for s in self.slots)
 
-    def take(self, nbytes: int) -> _Slot:
-        """A buffer of at least ``nbytes`` that no copy reads any more, for the caller alone until :meth:`release`."""
+    def take(self) -> _Slot:
+        """A buffer no copy reads any more, for the caller alone until :meth:`release`."""
         with self._lock:
-            idle = [s for s in self.slots if not s.taken]  # least recently used first
-            free = [s for s in idle if s.copy is None or s.copy.done]
-            slot = next((s for s in free if s.nbytes >= nbytes), None)
+            idle = [s for s in self.slots if not s.taken]
+            slot = next((s for s in idle if s.copy is None or s.copy.done), None)
             if slot is None and len(self.slots) < self.keep:
-                slot = self._pin(max(nbytes, PINNED_MINIMUM_BYTES))
-                self.slots.append(slot)
-            elif slot is None and idle:  # the largest free one, or else the one whose copy started first
-                slot = max(free, key=lambda s: s.nbytes) if free else idle[0]
+                slot = _Slot(self.xp.cuda.alloc_pinned_memory(self.size), self.size)
+            elif slot is None and idle:
+                slot = idle[0]  # the copy that started first: the host waits for it below
             elif slot is None:
                 raise RuntimeError(f"all {self.keep} pinned buffers are being filled at once: keep more of them.")
-            self.slots.remove(slot)
+            if slot in self.slots:
+                self.slots.remove(slot)
             self.slots.append(slot)
             slot.taken = True
         if slot.copy is not None:
             slot.copy.synchronize()  # the copy from it is done (usually long since) before it is overwritten
             slot.copy = None
-        if slot.nbytes < nbytes:
-            slot.memory, slot.nbytes = None, 0  # the small one unpinned before the larger is pinned
-            fresh = self._pin(max(nbytes, 2 * PINNED_MINIMUM_BYTES))
-            slot.memory, slot.nbytes = fresh.memory, fresh.nbytes
         return slot
 
     def release(self, slot: _Slot, copy: Any) -> None:
         with self._lock:
             slot.copy, slot.taken = copy, False
 
-    def _pin(self, nbytes: int) -> _Slot:
-        return _Slot(self.xp.cuda.alloc_pinned_memory(nbytes), nbytes)
-
 
 class DeviceTransfers:
     """A device backend's uploads: through its pinned buffers, on the current stream (see the module)."""
 
-    def __init__(self, xp: Any, sparse: Any, keep: int = PINNED_BUFFERS):
+    def __init__(self, xp: Any, sparse: Any, keep: int = PINNED_BUFFERS, chunk: int = PINNED_CHUNK_BYTES):
         self.xp, self.sparse = xp, sparse
-        self.buffers = PinnedBuffers(xp, keep)
+        self.buffers = PinnedBuffers(xp, keep, chunk)
         self._copy_streams = threading.local()  # one copy stream per staging thread
 
     def upload(self, host: Any) -> Any:
@@ -129,17 +123,24 @@ class DeviceTransfers:
         device = self.xp.empty(host.shape, dtype=host.dtype, order=order)
         if host.nbytes == 0:
             return device
-        slot = self.buffers.take(host.nbytes)
-        try:
-            staged = np.ndarray(host.shape, dtype=host.dtype, buffer=slot.memory, order=order)
-            np.copyto(staged, host)  # the one host copy: pageable -> pinned
-            stream = self.xp.cuda.get_current_stream()
-            device.set(staged, stream=stream)
-            copied = stream.record()
-        except BaseException:
-            self.buffers.release(slot, None)
-            raise
-        self.buffers.release(slot, copied)
+        # Its bytes in memory order (a block contiguous in neither order is made so first: one host copy), in
+        # pieces of a buffer's size: the pinned bytes stay bounded whatever the block's size, and the host
+        # fills one buffer while the device copies from another.
+        raw = np.asarray(host, order=order).reshape(-1, order=order).view(np.uint8)
+        stream = self.xp.cuda.get_current_stream()
+        chunk = self.buffers.size
+        for start in range(0, raw.size, chunk):
+            piece = raw[start : start + chunk]
+            slot = self.buffers.take()
+            try:
+                staged = np.ndarray(piece.size, dtype=np.uint8, buffer=slot.memory)
+                np.copyto(staged, piece)  # the one host copy: pageable -> pinned
+                (device.data + start).copy_from_host_async(ctypes.c_void_p(staged.ctypes.data), piece.size, stream)
+                copied = stream.record()
+            except BaseException:
+                self.buffers.release(slot, None)
+                raise
+            self.buffers.release(slot, copied)
         return device
 
     def fence(self) -> Fence:
@@ -181,4 +182,12 @@ class HostTransfers:
         fences.append(NO_FENCE)
 
 
-__all__ = ["NO_FENCE", "PINNED_BUFFERS", "DeviceTransfers", "Fence", "HostTransfers", "PinnedBuffers"]
+__all__ = [
+    "NO_FENCE",
+    "PINNED_BUFFERS",
+    "PINNED_CHUNK_BYTES",
+    "DeviceTransfers",
+    "Fence",
+    "HostTransfers",
+    "PinnedBuffers",
+]

@@ -14,6 +14,7 @@ device arrays, never host scalars. NumPy's functions called on a device array di
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from typing import Any
 
@@ -64,6 +65,13 @@ class DeviceArray:
     @shape.setter
     def shape(self, value: tuple[int, ...]) -> None:
         self._data.shape = value
+
+    @property
+    def data(self) -> MemoryPointer:
+        """The device memory's pointer (CuPy's ``ndarray.data``): what low-level copies write through."""
+        if not (self._data.flags.c_contiguous or self._data.flags.f_contiguous):
+            raise RuntimeError("the device double gives pointers of contiguous arrays only")
+        return MemoryPointer(self)
 
     def set(self, arr: np.ndarray, stream: Any = None) -> None:
         """Copy host ``arr`` in (counted), as ``cupy.ndarray.set``: asynchronous on ``stream`` from pinned memory."""
@@ -180,7 +188,35 @@ class DeviceArray:
 
 
 # NumPy's views of host memory: a device array has none (CuPy's ``data`` is a device pointer).
-_HOST_ATTRIBUTES = frozenset({"ctypes", "data", "tofile", "dump", "dumps"})
+_HOST_ATTRIBUTES = frozenset({"ctypes", "tofile", "dump", "dumps"})
+
+
+class MemoryPointer:
+    """``cupy.cuda.MemoryPointer``'s subset: a device array's memory at a byte offset, copied into from the host."""
+
+    def __init__(self, owner: DeviceArray, offset: int = 0):
+        self.owner, self.offset = owner, int(offset)
+
+    def __add__(self, offset: int) -> MemoryPointer:
+        return MemoryPointer(self.owner, self.offset + int(offset))
+
+    def copy_from_host_async(self, mem: Any, size: int, stream: Any = None) -> None:
+        """Copy ``size`` bytes at host address ``mem`` (a ``ctypes.c_void_p``) here, on ``stream`` (the current one
+        if None): counted; from pinned memory it lands late (see .cuda), from pageable memory at the call."""
+        owner, size = self.owner, int(size)
+        raw = owner._data.ravel(order="K").view(np.uint8)  # a contiguous array's bytes, in memory order
+        if self.offset + size > raw.size:
+            raise ValueError(f"a copy of {size} bytes at offset {self.offset} overruns the {raw.size} bytes here")
+        stream = cuda.get_current_stream() if stream is None else stream
+        source = cuda.pinned_bytes(mem.value, size)
+        COPIES.count("to_device", (size,), size, pinned=source is not None, into=owner.shape)
+        if source is None or stream.null:  # pageable memory is staged before the call returns
+            host = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(mem.value)) if size else raw[:0]
+            raw[self.offset : self.offset + size] = host
+            owner._mark = _written(owner._mark)
+            return
+        owner._mark = (stream, stream.enqueue())
+        cuda.later_upload(raw[self.offset : self.offset + size], source, owner._mark)
 
 
 def _written(before: Any) -> Any:

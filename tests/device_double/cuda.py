@@ -62,7 +62,23 @@ class PinnedMemory(bytearray):
 def alloc_pinned_memory(nbytes: int) -> PinnedMemory:
     PINNED.count += 1
     PINNED.nbytes += int(nbytes)
-    return PinnedMemory(int(nbytes))
+    memory = PinnedMemory(int(nbytes))
+    start = np.frombuffer(memory, dtype=np.uint8).ctypes.data if nbytes else 0
+    with _LOCK:
+        _PINNED_RANGES[start] = (int(nbytes), weakref.ref(memory))
+    return memory
+
+
+def pinned_bytes(address: int, nbytes: int) -> np.ndarray | None:
+    """The ``nbytes`` at host ``address`` when they lie in one live pinned allocation (a view), else None."""
+    with _LOCK:
+        for start, (size, memory) in list(_PINNED_RANGES.items()):
+            owner = memory()
+            if owner is None:
+                del _PINNED_RANGES[start]
+            elif start <= address and address + nbytes <= start + size:
+                return np.frombuffer(owner, dtype=np.uint8)[address - start : address - start + nbytes]
+    return None
 
 
 def is_pinned(array: np.ndarray) -> bool:
@@ -134,11 +150,10 @@ class Stream:
         with _LOCK:  # streams are used from several threads (a prefetching one enqueues while another reads)
             kept = []
             for at, destination, source in self.landing:
-                target = destination()
                 if at > position:
                     kept.append((at, destination, source))
-                elif target is not None:
-                    target[...] = source  # the pinned source as it is now: what the DMA engine would read
+                else:
+                    destination[...] = source  # the pinned source as it is now: what the DMA engine would read
             self.landing = kept
 
 
@@ -171,6 +186,7 @@ class Event:
 
 _threads = threading.local()
 _LOCK = threading.RLock()
+_PINNED_RANGES: dict = {}  # start address -> (bytes, weak reference to the allocation)
 
 
 def _current() -> list[Stream]:
@@ -214,7 +230,7 @@ def later_upload(destination: np.ndarray, source: np.ndarray, mark: Mark) -> Non
     """An asynchronous copy from pinned ``source`` into ``destination``, landing when ordered (see the module)."""
     stream, position = mark
     with _LOCK:
-        stream.landing.append((position, weakref.ref(destination), source))
+        stream.landing.append((position, destination, source))  # held until it lands: device memory in use
 
 
 class _Runtime:
