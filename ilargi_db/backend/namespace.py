@@ -44,10 +44,18 @@ class Backend:
         return scipy.sparse.issparse(a) or (self.sparse is not scipy.sparse and self.sparse.issparse(a))
 
     def to_device(self, a: Any) -> Any:
-        """A host block (dense or scipy.sparse) on this backend's device."""
-        if scipy.sparse.issparse(a):
-            return a.tocsr() if self.sparse is scipy.sparse else self.sparse.csr_matrix(a.tocsr())
+        """A block (dense or sparse) on this backend's device: a host one uploaded through pinned memory on
+        the current stream (no copy on NumPy), one already there as it is."""
+        if scipy.sparse.issparse(a) or isinstance(a, np.ndarray):
+            return self.transfers.upload(a)
+        if self.is_sparse(a):
+            return a.tocsr()
         return self.xp.asarray(a)
+
+    @property
+    def transfers(self) -> Any:
+        """How host blocks reach the device: pinned staging, copy streams (:mod:`ilargi_db.backend.transfer`)."""
+        return _transfers(self.name)
 
     @property
     def kernels(self) -> Any:
@@ -126,6 +134,16 @@ def _kernels(name: str) -> Any:
 
 
 @functools.cache
+def _transfers(name: str) -> Any:
+    from ilargi_db.backend.transfer import DeviceTransfers, HostTransfers
+
+    if name == "numpy":
+        return HostTransfers()
+    backend = get_backend(name)
+    return DeviceTransfers(backend.xp, backend.sparse)
+
+
+@functools.cache
 def _tree_kernels(name: str) -> Any:
     if name == "numpy":
         from ilargi_db.backend.tree_kernels import NumbaTreeKernels
@@ -167,7 +185,8 @@ _REGISTERED: dict[str, tuple[Backend, tuple[type, ...]]] = {}  # name -> (backen
 def register_backend(backend: Backend, array_types: tuple[type, ...]) -> None:
     """Make ``backend`` available by its name, like ``"cupy"``: the extension point for another array library.
 
-    ``backend.xp`` must follow CuPy's namespace (``asarray``, ``asnumpy``, ufuncs, ``linalg``...) and
+    ``backend.xp`` must follow CuPy's namespace (``asarray``, ``asnumpy``, ufuncs, ``linalg``, and ``cuda``'s
+    ``Stream``, ``Event``, ``get_current_stream`` and ``alloc_pinned_memory`` for uploads) and
     ``backend.sparse`` cupyx.scipy.sparse's (``csr_matrix``, ``coo_matrix``, ``vstack``, ``hstack``,
     ``issparse``; matrices with ``.get()``); ``array_types`` are the classes of its dense and sparse arrays,
     by which :func:`backend_of` knows them. Its kernels are :class:`~ilargi_db.backend.kernels.ReferenceKernels`
@@ -176,6 +195,7 @@ def register_backend(backend: Backend, array_types: tuple[type, ...]) -> None:
     if backend.name in BACKENDS:
         raise ValueError(f"{backend.name!r} is a built-in backend; register another array library under a new name.")
     _REGISTERED[backend.name] = (backend, tuple(array_types))
+    _transfers.cache_clear()  # a name registered anew uploads through its own library
 
 
 def get_backend(backend: str | Backend = "auto") -> Backend:

@@ -61,6 +61,14 @@ class Part:
     def sparse(self) -> bool:
         return self.backend.is_sparse(self.data)
 
+    @property
+    def device_columns(self) -> Any:
+        """``columns`` on the device, copied once: a host index in a device operation is copied at every use
+        (a synchronous copy on CuPy, which stalls the host until the stream catches up)."""
+        if "columns" not in self._cache:
+            self._cache["columns"] = self.backend.xp.asarray(self.columns)
+        return self._cache["columns"]
+
     def counts(self) -> Any:
         """How many output rows take each block row (colSums of I_k)."""
         if "counts" not in self._cache:
@@ -137,7 +145,7 @@ class GatherLayout:
         xp = backend.xp
         tables = xp.empty((len(self.gathered), self.n_table_rows, *operand.shape[1:]), dtype=operand.dtype)
         for k, part in enumerate(self.gathered):
-            w = operand[part.columns]
+            w = operand[part.device_columns]
             if part.sparse:
                 tables[k, : part.n_block_rows] = matmul(part.data, w, backend)
             else:

@@ -110,7 +110,8 @@ class NormalizedMatrix:
             if data.shape[0] != self._n_rows:
                 raise ValueError(f"a block without an index needs {self._n_rows} rows, it has {data.shape[0]}.")
             return Part(data, columns, None, be)
-        index = xp.asarray(block.index)
+        on = np if isinstance(block.index, np.ndarray) else xp  # a host index: checked, then uploaded once
+        index = on.asarray(block.index)
         if index.shape != (self._n_rows,):
             raise ValueError(f"block index has shape {index.shape}, expected ({self._n_rows},).")
         r = data.shape[0]
@@ -120,10 +121,10 @@ class NormalizedMatrix:
         extra = []  # a fill row for empty rows, a zero row for rows the block does not own
         if bool(empty.any()):
             fill = np.zeros(len(columns)) if block.fill is None else np.asarray(block.fill, dtype=float)
-            index = xp.where(empty, r + len(extra), index)
+            index = on.where(empty, r + len(extra), index)
             extra.append(fill)
         if bool(absent.any()):
-            index = xp.where(absent, r + len(extra), index)
+            index = on.where(absent, r + len(extra), index)
             extra.append(np.zeros(len(columns)))
         if extra:
             rows = xp.asarray(np.vstack(extra), dtype=dtype)
@@ -131,10 +132,9 @@ class NormalizedMatrix:
                 data = be.sparse.vstack([data, be.sparse.csr_matrix(rows)]).tocsr()
             else:
                 data = xp.concatenate([data, rows], axis=0)
-        elif len(index) == r and bool((index == xp.arange(r)).all()):
+        elif len(index) == r and bool((index == on.arange(r)).all()):
             return Part(data, columns, None, be)  # row i takes block row i: no gather needed
-        # Any integer type here: the gather layout (the hot paths) stacks every index into int32 once.
-        return Part(data, columns, index, be)
+        return Part(data, columns, be.to_device(index), be)  # any integer type: the layout stacks them in int32
 
     @classmethod
     def _from_parts(cls, parts: list[Part], like: NormalizedMatrix) -> NormalizedMatrix:
@@ -242,12 +242,12 @@ class NormalizedMatrix:
             dense = layout.dense
             out = self.backend.kernels.gather_sum(
                 None if dense is None else dense.data,
-                None if dense is None else w[dense.columns],
+                None if dense is None else w[dense.device_columns],
                 layout.index,
                 layout.tables(w, self.backend) if layout.gathered else None,
             )
         for part in layout.rest:
-            out += matmul(part.data, w[part.columns], self.backend)
+            out += matmul(part.data, w[part.device_columns], self.backend)
         return out
 
     def _tmm(self, v: Any) -> Any:
@@ -265,11 +265,11 @@ class NormalizedMatrix:
                 None if dense is None else dense.data, layout.index, layout.n_table_rows, v
             )
             if dense is not None:
-                out[dense.columns] += head
+                out[dense.device_columns] += head
             for k, part in enumerate(layout.gathered):
-                out[part.columns] += matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
+                out[part.device_columns] += matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
         for part in layout.rest:
-            out[part.columns] += matmul(part.data.T, v, self.backend)
+            out[part.device_columns] += matmul(part.data.T, v, self.backend)
         return out
 
     def _crossprod(self, weights: Any = None) -> Any:
@@ -295,15 +295,15 @@ class NormalizedMatrix:
     def _add_block(self, out: Any, a: Part, b: Part, block: Any) -> None:
         """Add S_a^T D S_b (and its transpose) at the columns of a and b."""
         xp = self.backend.xp
-        out[xp.ix_(xp.asarray(a.columns), xp.asarray(b.columns))] += block
+        out[xp.ix_(a.device_columns, b.device_columns)] += block
         if b is not a:
-            out[xp.ix_(xp.asarray(b.columns), xp.asarray(a.columns))] += block.T
+            out[xp.ix_(b.device_columns, a.device_columns)] += block.T
 
     def _materialize(self) -> Any:
         xp = self.backend.xp
         out = xp.zeros((self._n_rows, self._n_cols), dtype=self.dtype)
         for part in self._parts:
-            out[:, xp.asarray(part.columns)] += part.gather(part.dense_data())
+            out[:, part.device_columns] += part.gather(part.dense_data())
         return out
 
     # -- public operators --------------------------------------------------------------
@@ -360,7 +360,7 @@ class NormalizedMatrix:
         out = xp.zeros((len(indices), self._n_cols), dtype=self.dtype)
         for part in self._parts:
             taken = part.data[indices if part.index is None else part.index[indices]]
-            out[:, xp.asarray(part.columns)] += taken.toarray() if self.backend.is_sparse(taken) else taken
+            out[:, part.device_columns] += taken.toarray() if self.backend.is_sparse(taken) else taken
         return out
 
     def group_sums(self, labels: Any, n_groups: int) -> Any:
@@ -382,16 +382,16 @@ class NormalizedMatrix:
                 None if dense is None else dense.data, layout.index, layout.n_table_rows, labels, n_groups
             )
             if dense is not None:
-                out[dense.columns] += head.T
+                out[dense.device_columns] += head.T
             for k, part in enumerate(layout.gathered):
-                out[part.columns] += matmul(part.data.T, counts[k, : part.n_block_rows], self.backend)
+                out[part.device_columns] += matmul(part.data.T, counts[k, : part.n_block_rows], self.backend)
         if layout.rest:
             ones = xp.ones(self._n_rows, dtype=self.dtype)
             onehot_t = self.backend.sparse.csr_matrix(
                 (ones, (labels, xp.arange(self._n_rows))), shape=(n_groups, self._n_rows)
             )
             for part in layout.rest:
-                out[part.columns] += matmul(onehot_t, part.data, self.backend).T
+                out[part.device_columns] += matmul(onehot_t, part.data, self.backend).T
         return out
 
     def nearest(self, W: Any, offsets: Any) -> tuple[Any, Any]:
@@ -410,7 +410,7 @@ class NormalizedMatrix:
         dense = layout.dense
         return self.backend.kernels.nearest(
             None if dense is None else dense.data,
-            None if dense is None else W[dense.columns],
+            None if dense is None else W[dense.device_columns],
             layout.index,
             layout.tables(W, self.backend) if layout.gathered else None,
             offsets,

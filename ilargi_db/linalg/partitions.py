@@ -14,6 +14,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
+from ilargi_db.backend import Backend, get_backend
+from ilargi_db.backend.transfer import NO_FENCE, Fence
 from ilargi_db.linalg.normalized_matrix import NormalizedMatrix
 
 
@@ -103,13 +105,21 @@ class PartitionSource(Sequence):
     """Partitions made on demand by ``make(k)``, never all in memory: a streamed matrix's partitions.
 
     Iterating reads the next partition on a background thread while the caller computes on the current
-    one (``prefetch``), so at most two are held at a time; every pass reads them again.
+    one (``prefetch``), so at most two are held at a time; every pass reads them again. On a device
+    backend the thread builds it on a copy stream of its own (``backend.transfers.staging``): its uploads
+    overlap the current partition's kernels, and the caller's stream waits for them before computing on it.
     """
 
     resident = False
 
-    def __init__(self, make: Callable[[int], NormalizedMatrix], n: int, prefetch: bool | None = None):
-        self.make, self.n = make, int(n)
+    def __init__(
+        self,
+        make: Callable[[int], NormalizedMatrix],
+        n: int,
+        prefetch: bool | None = None,
+        backend: Backend | str = "numpy",
+    ):
+        self.make, self.n, self.backend = make, int(n), get_backend(backend)
         self.prefetch = PREFETCH if prefetch is None else prefetch
         self.reads = 0  # partitions read so far (what a pass costs, for tests and benchmarks)
         self.bytes_read = 0  # their bytes (NormalizedMatrix.nbytes each): what the passes moved
@@ -131,15 +141,26 @@ class PartitionSource(Sequence):
                 yield self[k]
             return
         pool = _prefetcher()
-        pending = pool.submit(self.__getitem__, 0)
+        pending = pool.submit(self._staged, 0, NO_FENCE)
         try:
             for k in range(self.n):
-                current = pending.result()
-                pending = pool.submit(self.__getitem__, k + 1) if k + 1 < self.n else None
+                current, fence = pending.result()
+                # Partition k+1's copies may take the device memory of partition k-1, whose work is all
+                # enqueued by now: they wait for it (on the device), and overlap partition k's.
+                done = self.backend.transfers.fence()
+                pending = pool.submit(self._staged, k + 1, done) if k + 1 < self.n else None
+                fence.wait()  # this thread's stream after the partition's copies (on the device: no host wait)
                 yield current
         finally:  # a pass left early (an error, an interruption): let the read in flight finish first
             if pending is not None and not pending.cancel():
                 pending.exception()
+
+    def _staged(self, k: int, after: Fence) -> tuple[NormalizedMatrix, Fence]:
+        """Partition ``k`` built on this (prefetching) thread's copy stream after ``after``, and the fence its
+        copies end at."""
+        with self.backend.transfers.staging(after) as fences:
+            part = self[k]
+        return part, fences[0]
 
     def each(self, fn: Callable[..., Any], *per_partition: Sequence[Any]) -> list[Any]:
         """``fn`` on each partition as it is read (the next one read meanwhile)."""
@@ -154,7 +175,7 @@ class PartitionSource(Sequence):
 
     def mapped(self, f: Callable[[NormalizedMatrix], NormalizedMatrix]) -> PartitionSource:
         """The partitions with an element-wise ``f`` applied as each is read."""
-        return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch)
+        return PartitionSource(lambda k: f(self.make(k)), self.n, self.prefetch, self.backend)
 
 
 __all__ = ["PartitionSource", "Partitions", "ResidentPartitions"]

@@ -44,6 +44,7 @@ def read_streamed(
     try:
         encoder.fit_query(con, graph)
         builder = PartitionBuilder.of(graph, stream.fact, encoder, *stream.dimension_blocks(categorical))
+        builder = builder.on_device(backend)  # the dimensions uploaded once, for every partition and pass
         spilled: dict[int, list[tuple]] = {}  # partition -> where its arrays lie in its spill file
         buffers = SpillBuffers()  # what later passes read the spill into: the one computing, prefetched, one spare
         unread: dict[int, dict[str, np.ndarray]] = {}  # read and not yet used (without a spill)
@@ -91,7 +92,7 @@ def read_streamed(
             unread[0] = first
         del first  # spilled (or held in unread): not kept here beside the budget's two partitions
         X = PartitionedMatrix(
-            PartitionSource(lambda k: builder.matrix(load(k), backend), stream.partitions),
+            PartitionSource(lambda k: builder.matrix(load(k), backend), stream.partitions, backend=backend),
             sizes=stream.sizes,
             template=template,
         )

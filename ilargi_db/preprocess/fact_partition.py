@@ -9,13 +9,16 @@ the partition's indicator.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from ilargi_db.backend import NUMPY, Backend, get_backend
 from ilargi_db.linalg import Block, NormalizedMatrix
+from ilargi_db.linalg.blocks import merge_blocks_sharing_an_index
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block
 from ilargi_db.metadata.scans import part_column
@@ -43,6 +46,9 @@ class PartitionBuilder:
     # A fact category's block: the identity over its one-hot columns, indexed by each row's code; built
     # once, shared by every partition as the dimensions are.
     codes: tuple[tuple[int, Block], ...]
+    # Whether the shared blocks are resident (:meth:`on_device`): in working form on the backend's device,
+    # each with a fill row and a zero row after its rows, which a partition's empty and absent rows take.
+    resident: bool = False
 
     @classmethod
     def of(
@@ -71,6 +77,22 @@ class PartitionBuilder:
         numeric = tuple(j for j in mine if not encoder.categorical[j])
         shared = tuple(encoder.transform_dimensions(dimensions, categoricals))
         return cls(encoder, fact, numeric, text, tuple(graph.feature_names), shared, codes)
+
+    def on_device(self, backend: Any) -> PartitionBuilder:
+        """This builder with its shared blocks uploaded to ``backend``'s device once, for every partition and pass.
+
+        Each source's blocks are merged into one (they share its indicator), given a fill row and a zero row
+        (so that no partition appends to them) and, dense, laid out by column as the fused kernels read them:
+        a partition then builds no block of its own from them, on the host or the device.
+        """
+        be = get_backend(backend)
+        by_source: dict[str, list[Block]] = {}
+        for alias, block in self.dimensions:
+            if len(block.columns):
+                by_source.setdefault(alias, []).append(block)
+        dimensions = tuple((alias, _resident(blocks, be)) for alias, blocks in by_source.items())
+        codes = tuple((j, _resident([identity], be)) for j, identity in self.codes)
+        return dataclasses.replace(self, dimensions=dimensions, codes=codes, resident=True)
 
     def encode(self, part: FactPartition) -> dict[str, np.ndarray]:
         """Partition ``part``'s own arrays, encoded: the fact's numbers, its category codes, every indicator.
@@ -101,15 +123,42 @@ class PartitionBuilder:
             blocks.append(Block(arrays["fact"], columns=self.encoder.offsets_[list(self.numeric)]))  # row i is row i
         for j, identity in self.codes:
             if f"codes/{j}" in arrays:
-                blocks.append(Block(identity.data, columns=identity.columns, index=arrays[f"codes/{j}"]))
+                index = self._rows_taken(arrays[f"codes/{j}"], identity)
+                blocks.append(Block(identity.data, columns=identity.columns, index=index))
         for alias, block in self.dimensions:
-            blocks.append(Block(block.data, columns=block.columns, index=arrays[f"index/{alias}"], fill=block.fill))
+            index = self._rows_taken(arrays[f"index/{alias}"], block)
+            blocks.append(Block(block.data, columns=block.columns, index=index, fill=block.fill))
         n = int(arrays["n_rows"])
         return NormalizedMatrix(blocks, n_rows=n, feature_names=self.encoder.feature_names_out_, backend=backend)
+
+    def _rows_taken(self, index: np.ndarray, block: Block) -> np.ndarray:
+        """A partition's indicator into a shared block: on a resident one, empty rows (-1) take its fill row
+        and absent ones (-2) its zero row, the two after its ``r`` rows."""
+        if not self.resident:
+            return index
+        r = block.data.shape[0] - len(RESIDENT_ROWS)
+        return np.where(index < 0, (r - 1) - index, index)
 
     def build(self, part: FactPartition, backend: Any = "numpy") -> NormalizedMatrix:
         """Partition ``part``'s matrix: :meth:`encode`, then :meth:`matrix`."""
         return self.matrix(self.encode(part), backend)
 
 
-__all__ = ["PartitionBuilder"]
+RESIDENT_ROWS = ("fill", "zero")  # the rows after a resident block's own: -1 takes the first, -2 the second
+
+
+def _resident(blocks: list[Block], backend: Backend) -> Block:
+    """One source's shared blocks as one resident block (see :meth:`PartitionBuilder.on_device`)."""
+    shared = np.empty(0, dtype=np.int64)  # one indicator object: the blocks merge into one
+    (merged,) = merge_blocks_sharing_an_index([Block(b.data, b.columns, shared, b.fill) for b in blocks], NUMPY)
+    width = len(merged.columns)
+    fill = np.zeros(width) if merged.fill is None else np.asarray(merged.fill, dtype=np.float64)
+    after = np.vstack([fill, np.zeros(width)])  # in RESIDENT_ROWS's order
+    if sp.issparse(merged.data):
+        data = sp.vstack([merged.data, sp.csr_matrix(after)], format="csr", dtype=np.float64)
+    else:
+        data = np.asfortranarray(np.vstack([np.asarray(merged.data, dtype=np.float64), after]))
+    return Block(backend.to_device(data), columns=merged.columns, fill=merged.fill)
+
+
+__all__ = ["RESIDENT_ROWS", "PartitionBuilder"]

@@ -7,8 +7,12 @@ with CuPy's ``Unsupported type``, reductions give 0-d device arrays, its sparse 
 subset, and the kernels are :class:`~ilargi_db.backend.kernels.ReferenceKernels` over its ``xp``, as CuPy's
 are. Every host<->device copy is counted in :data:`COPIES` (``COPIES.reset()`` before the part a test bounds).
 
-What it does not model: streams and synchronization (every operation is synchronous), memory pools and
-device memory limits, kernel launches and fusion, pinned memory, several devices, dtype coverage (it has
+Streams, events and pinned host memory (``xp.cuda``) are modelled as :mod:`tests.device_double.cuda` says:
+a read of work on another stream that nothing orders after it raises ``UnorderedRead``, and an asynchronous
+upload reads its pinned source when it lands, not when it is enqueued.
+
+What it does not model: the null stream's asynchrony (work on it is complete at return), memory pools and
+device memory limits, kernel launches and fusion, several devices, dtype coverage (it has
 NumPy's, CuPy lacks float128 and object arrays), NumPy functions CuPy lacks (a function NumPy has is found
 here even where ``cupy`` has none), Python lists passed to functions (CuPy refuses many; NumPy takes them
 here), and out-of-bounds integer indices (NumPy raises, CuPy wraps around).
@@ -17,7 +21,7 @@ here), and out-of-bounds integer indices (NumPy raises, CuPy wraps around).
 from __future__ import annotations
 
 from ilargi_db.backend import Backend, register_backend
-from tests.device_double import sparse, xp
+from tests.device_double import cuda, sparse, xp
 from tests.device_double.arrays import IMPLICIT, DeviceArray
 from tests.device_double.copies import COPIES, Copies
 
@@ -32,4 +36,4 @@ def register() -> Backend:
     return DEVICE_DOUBLE
 
 
-__all__ = ["COPIES", "DEVICE_DOUBLE", "IMPLICIT", "NAME", "Copies", "DeviceArray", "register", "sparse", "xp"]
+__all__ = ["COPIES", "DEVICE_DOUBLE", "IMPLICIT", "NAME", "Copies", "DeviceArray", "cuda", "register", "sparse", "xp"]

@@ -14,11 +14,13 @@ device arrays, never host scalars. NumPy's functions called on a device array di
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from typing import Any
 
 import numpy as np
 
+from tests.device_double import cuda
 from tests.device_double.copies import COPIES
 
 IMPLICIT = (
@@ -34,30 +36,66 @@ def unsupported(value: Any) -> TypeError:
 class DeviceArray:
     """A device array (see the module's docstring); made by the double's ``xp``, never by hand."""
 
-    __slots__ = ("_host",)
+    __slots__ = ("_data", "_mark", "__weakref__")
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, data: np.ndarray):
-        self._host = data  # the "device memory": never handed out without a counted copy
+    def __init__(self, data: np.ndarray, mark: Any = False):
+        self._data = data  # the "device memory": never handed out without a counted copy
+        # Where the work writing it was enqueued (see .cuda): a result of work on a created stream is read
+        # elsewhere only once ordered after it.
+        self._mark = cuda.mark_new() if mark is False else mark
 
-    # What a device array says about itself without a copy.
-    shape = property(lambda self: self._host.shape)
-    dtype = property(lambda self: self._host.dtype)
-    ndim = property(lambda self: self._host.ndim)
-    size = property(lambda self: self._host.size)
-    nbytes = property(lambda self: self._host.nbytes)
-    itemsize = property(lambda self: self._host.itemsize)
-    strides = property(lambda self: self._host.strides)
-    flags = property(lambda self: self._host.flags)
-    T = property(lambda self: DeviceArray(self._host.T))
+    @property
+    def _host(self) -> np.ndarray:
+        """The device memory, for work that reads it: refused where nothing orders the read after its writer."""
+        cuda.require(self._mark)
+        return self._data
+
+    # What a device array says about itself without a copy (nor a wait for its writer).
+    shape = property(lambda self: self._data.shape)
+    dtype = property(lambda self: self._data.dtype)
+    ndim = property(lambda self: self._data.ndim)
+    size = property(lambda self: self._data.size)
+    nbytes = property(lambda self: self._data.nbytes)
+    itemsize = property(lambda self: self._data.itemsize)
+    strides = property(lambda self: self._data.strides)
+    flags = property(lambda self: self._data.flags)
+    T = property(lambda self: DeviceArray(self._data.T, self._mark))
 
     @shape.setter
     def shape(self, value: tuple[int, ...]) -> None:
-        self._host.shape = value
+        self._data.shape = value
+
+    @property
+    def data(self) -> MemoryPointer:
+        """The device memory's pointer (CuPy's ``ndarray.data``): what low-level copies write through."""
+        if not (self._data.flags.c_contiguous or self._data.flags.f_contiguous):
+            raise RuntimeError("the device double gives pointers of contiguous arrays only")
+        return MemoryPointer(self)
+
+    def set(self, arr: np.ndarray, stream: Any = None) -> None:
+        """Copy host ``arr`` in (counted), as ``cupy.ndarray.set``: asynchronous on ``stream`` from pinned memory."""
+        if not isinstance(arr, np.ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if self.dtype != arr.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.dtype} array")
+        if self.shape != arr.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
+        if not (self.flags.c_contiguous or self.flags.f_contiguous):
+            raise RuntimeError("Cannot set to non-contiguous array")
+        pinned = cuda.is_pinned(arr) and arr.flags.c_contiguous == self.flags.c_contiguous
+        COPIES.count("to_device", arr.shape, arr.nbytes, pinned=pinned)
+        if stream is None or stream.null or not pinned:  # synchronous (a pageable source is staged at the call)
+            self._data[...] = arr
+            self._mark = None if stream is None or stream.null else (stream, stream.enqueue())
+            return
+        self._mark = (stream, stream.enqueue())
+        cuda.later_upload(self._data, arr, self._mark)
 
     def get(self, stream: Any = None, order: str = "C", out: np.ndarray | None = None) -> np.ndarray:
-        """A host copy (counted)."""
+        """A host copy (counted); the reading stream is synchronized, as CuPy's blocking ``get`` does."""
         host = np.array(self._host, order=order)
+        cuda.get_current_stream().synchronize()
         COPIES.count("to_host", host.shape, host.nbytes)
         if out is not None:
             out[...] = host
@@ -137,6 +175,7 @@ class DeviceArray:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._host[_index(key)] = _value(value)
+        self._mark = _written(self._mark)
 
     # Everything else an ndarray has: arguments unwrapped (host arrays refused), results on the device.
     def __getattr__(self, name: str) -> Any:
@@ -149,7 +188,41 @@ class DeviceArray:
 
 
 # NumPy's views of host memory: a device array has none (CuPy's ``data`` is a device pointer).
-_HOST_ATTRIBUTES = frozenset({"ctypes", "data", "tofile", "dump", "dumps"})
+_HOST_ATTRIBUTES = frozenset({"ctypes", "tofile", "dump", "dumps"})
+
+
+class MemoryPointer:
+    """``cupy.cuda.MemoryPointer``'s subset: a device array's memory at a byte offset, copied into from the host."""
+
+    def __init__(self, owner: DeviceArray, offset: int = 0):
+        self.owner, self.offset = owner, int(offset)
+
+    def __add__(self, offset: int) -> MemoryPointer:
+        return MemoryPointer(self.owner, self.offset + int(offset))
+
+    def copy_from_host_async(self, mem: Any, size: int, stream: Any = None) -> None:
+        """Copy ``size`` bytes at host address ``mem`` (a ``ctypes.c_void_p``) here, on ``stream`` (the current one
+        if None): counted; from pinned memory it lands late (see .cuda), from pageable memory at the call."""
+        owner, size = self.owner, int(size)
+        raw = owner._data.ravel(order="K").view(np.uint8)  # a contiguous array's bytes, in memory order
+        if self.offset + size > raw.size:
+            raise ValueError(f"a copy of {size} bytes at offset {self.offset} overruns the {raw.size} bytes here")
+        stream = cuda.get_current_stream() if stream is None else stream
+        source = cuda.pinned_bytes(mem.value, size)
+        COPIES.count("to_device", (size,), size, pinned=source is not None, into=owner.shape)
+        if source is None or stream.null:  # pageable memory is staged before the call returns
+            host = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(mem.value)) if size else raw[:0]
+            raw[self.offset : self.offset + size] = host
+            owner._mark = _written(owner._mark)
+            return
+        owner._mark = (stream, stream.enqueue())
+        cuda.later_upload(raw[self.offset : self.offset + size], source, owner._mark)
+
+
+def _written(before: Any) -> Any:
+    """The mark of an array just written: the current stream's new work, or what it had on the null stream."""
+    after = cuda.mark_new()
+    return before if after is None else after
 
 
 def _unpickle(host: np.ndarray) -> DeviceArray:
@@ -164,7 +237,7 @@ def _operand(x: Any) -> bool:
 def to_device(host: Any, dtype: Any = None, order: Any = None) -> DeviceArray:
     """A counted host->device copy of ``host`` (an array, a list, a scalar)."""
     data = np.array(host, dtype=dtype, order="K" if order is None else order)
-    COPIES.count("to_device", data.shape, data.nbytes)
+    COPIES.count("to_device", data.shape, data.nbytes, pinned=isinstance(host, np.ndarray) and cuda.is_pinned(host))
     return DeviceArray(data)
 
 
@@ -240,6 +313,7 @@ def _inplace(op: Any) -> Any:
         if not isinstance(other, (DeviceArray, np.generic, bool, int, float, complex)):
             raise unsupported(other)
         op(self._host, unwrap(other), out=self._host)
+        self._mark = _written(self._mark)
         return self
 
     return method

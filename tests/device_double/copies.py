@@ -12,6 +12,8 @@ class Copy(NamedTuple):
     shape: tuple[int, ...]
     nbytes: int
     site: str  # the innermost ilargi_db line that asked for it ("file:line function")
+    pinned: bool = False  # to the device from pinned host memory (staged, may run asynchronously)
+    into: tuple[int, ...] | None = None  # the shape of the device array a piece of it went into (bytes copies)
 
 
 @dataclass
@@ -28,14 +30,16 @@ class Copies:
         self.to_device = self.to_device_bytes = self.to_host = self.to_host_bytes = 0
         self.log.clear()
 
-    def count(self, direction: str, shape: tuple[int, ...], nbytes: int) -> None:
+    def count(
+        self, direction: str, shape: tuple[int, ...], nbytes: int, pinned: bool = False, into: tuple | None = None
+    ) -> None:
         if direction == "to_device":
             self.to_device += 1
             self.to_device_bytes += nbytes
         else:
             self.to_host += 1
             self.to_host_bytes += nbytes
-        self.log.append(Copy(direction, tuple(shape), int(nbytes), _site()))
+        self.log.append(Copy(direction, tuple(shape), int(nbytes), _site(), pinned, into))
 
     def largest(self, direction: str | None = None) -> int:
         """The most elements one copy moved (in ``direction``, or either way): 0 when none was made."""
@@ -57,7 +61,7 @@ def _site() -> str:
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if "ilargi_db" in name and "device_double" not in name and not name.endswith("namespace.py"):
+        if "ilargi_db" in name and "device_double" not in name and not name.endswith(("namespace.py", "transfer.py")):
             return f"{name.rsplit('ilargi_db', 1)[-1].lstrip('/')}:{frame.f_lineno} {frame.f_code.co_name}"
         frame = frame.f_back
     return "outside ilargi_db"

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from tests.device_double import cuda
 from tests.device_double.arrays import IMPLICIT, DeviceArray, to_device, unsupported
 from tests.device_double.copies import COPIES
 
@@ -23,13 +24,19 @@ class spmatrix:  # noqa: N801 - cupyx's name
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, host: Any):
-        self._host = host
+        object.__setattr__(self, "_data", host)
+        object.__setattr__(self, "_mark", cuda.mark_new())  # as a device array's (see .cuda): the whole matrix
 
-    shape = property(lambda self: self._host.shape)
-    dtype = property(lambda self: self._host.dtype)
-    nnz = property(lambda self: self._host.nnz)
+    @property
+    def _host(self) -> Any:
+        cuda.require(self._mark, "a sparse matrix")
+        return self._data
+
+    shape = property(lambda self: self._data.shape)
+    dtype = property(lambda self: self._data.dtype)
+    nnz = property(lambda self: self._data.nnz)
     ndim = property(lambda self: 2)
-    format = property(lambda self: self._host.format)
+    format = property(lambda self: self._data.format)
     T = property(lambda self: spmatrix(self._host.T))
 
     def get(self, stream: Any = None) -> Any:
@@ -48,12 +55,13 @@ class spmatrix:  # noqa: N801 - cupyx's name
         raise TypeError("sparse matrix length is ambiguous; use getnnz() or shape[0]")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_host":
-            object.__setattr__(self, name, value)
-        elif name in _ARRAYS:  # cupyx's matrices take new device arrays (``m.data = f(m.data)``)
+        if name in _ARRAYS:  # cupyx's matrices take new device arrays (``m.data = f(m.data)``)
             if not isinstance(value, DeviceArray):
                 raise unsupported(value)
             setattr(self._host, name, value._host)
+            mark = cuda.mark_new()
+            if mark is not None:
+                object.__setattr__(self, "_mark", mark)
         else:
             raise AttributeError(f"the device double's sparse matrix takes no attribute {name!r}")
 

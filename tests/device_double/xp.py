@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tests.device_double import cuda  # noqa: F401 - ``cupy.cuda``'s place: streams, events, pinned memory
 from tests.device_double.arrays import IMPLICIT, DeviceArray, call, to_device, unsupported
 
 ndarray = DeviceArray
