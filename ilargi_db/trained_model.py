@@ -21,6 +21,7 @@ import numpy as np
 
 from ilargi_db.errors import DamagedModelError, IlargiError
 from ilargi_db.linalg.binned_matrix import MAX_BINS
+from ilargi_db.metadata.di_metadata import group_order
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
 from ilargi_db.models.tree_ensemble import check_trees
 from ilargi_db.preprocess import FeatureEncoder
@@ -419,7 +420,7 @@ class GroupedModel(TrainedModel):
 
     def rows_of_each(self, codes: np.ndarray) -> Iterator[tuple[TrainedModel, np.ndarray]]:
         """Each group's model and its rows among ``codes`` (from :meth:`group_codes`), one sort of them in all."""
-        order = np.argsort(codes, kind="stable")
+        order = group_order(codes, len(self.models_))
         bounds = np.searchsorted(codes[order], np.arange(len(self.models_) + 1))
         for g, model in enumerate(self.models_.values()):
             if bounds[g + 1] > bounds[g]:

