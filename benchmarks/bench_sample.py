@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
                     trained[name] = model.n_rows_
         con.close()
     lines = [
-        "## A quick try on a sample (bench_sample.py)",
+        f"## A quick try on a sample, the fact {'in Parquet' if options.fact == 'parquet' else 'a table'} "
+        "(`benchmarks/bench_sample.py`)",
         "",
         ran(command(__file__, argv), time.perf_counter() - began, f"{CORES} cores", f"fact: {options.fact}"),
         "",
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in configurations:
         times = " | ".join(f"{statistics.median(seconds[(name, a)]):.3f}" for a, _, _ in MODELS)
         lines.append(f"| {name} | {trained[name]:,} | {times} |")
-    publish(lines, options.output, "bench_sample")
+    publish(lines, options.output, "bench_sample" if options.fact == "table" else "bench_sample_parquet")
 
 
 if __name__ == "__main__":
