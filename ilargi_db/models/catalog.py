@@ -251,6 +251,7 @@ class TrainSetting:
     default: Any
     doc: str
     choices: tuple[str, ...] = ()
+    expected: str = ""  # what the options JSON must hold, in words, where the types alone do not say it
 
     def json_accepts(self, value: Any) -> bool:
         """Whether the options JSON may hold ``value`` for this setting (a string of a true-or-false setting
@@ -261,14 +262,14 @@ class TrainSetting:
 
     def json_expected(self) -> str:
         """What the options JSON must hold for this setting, in words."""
+        if self.expected:
+            return self.expected
         if self.json_types == (bool,):
             return "true or false"
         if self.json_types == (bool, str):
             return "true, false or " + " or ".join(json.dumps(c) for c in self.choices)
         if self.json_types == (str,):
             return "a string"
-        if self.json_types == (float, int, str):
-            return "a share of the rows between 0 and 1, or a SELECT of the rows to score"
         return 'a size: a number of bytes or a string such as "2GB"'
 
 
@@ -318,6 +319,7 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
         (float, int, str),
         None,
         "hold out this share of the rows read (or score this SELECT) and report the model's metrics on them",
+        expected="a share of the rows between 0 and 1, or a SELECT of the rows to score",
     ),
 )
 SETTINGS: dict[str, TrainSetting] = {s.name: s for s in TRAIN_SETTINGS}
