@@ -107,3 +107,10 @@ def test_a_validation_query_is_planned_before_anything_is_read(con, validation, 
     with pytest.raises(IlargiError, match=message):
         ilargi_db.train(con, QUERY, "y", validation=validation)
     assert con.sql("SELECT count(*) FROM f").fetchall() == [(1000,)]
+
+
+def test_explain_says_what_a_validation_share_changes_and_checks_a_validation_query(con):
+    explanation = ilargi_db.explain(con, QUERY, "y", validation=0.2)
+    assert any("validation=0.2" in r and "reads factorized" in r for r in explanation.reasons)
+    with pytest.raises(IlargiError, match="does not select the target"):
+        ilargi_db.explain(con, QUERY, "y", validation="SELECT f.x, d.kind FROM f JOIN d USING (k)")

@@ -13,8 +13,10 @@ from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts, make_estimator
+from ilargi_db.pipeline.options import check_validation, is_share
 from ilargi_db.pipeline.placement import check_streamable, placed_choice, stream_plan
 from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
+from ilargi_db.pipeline.validation import check_validation_query, held_out_strategy
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -31,6 +33,7 @@ def explain(
     memory_budget: int | str | None = None,
     standardize: bool = False,
     group_by: str | None = None,
+    validation: float | str | None = None,
     **params: Any,
 ) -> Explanation:
     """The plan ``train(..., strategy="auto")`` would run, the runner-up, their predicted seconds per step, and why.
@@ -52,8 +55,10 @@ def explain(
     True
     """
     make_estimator(algorithm, params)  # an unknown algorithm or parameter fails before the query is planned
+    check_validation(validation)
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph, flags = plan_graph(con, query, target, group_by)  # as train plans it: the same checks, the same graph
+        check_validation_query(con, graph, validation)
         job = JobReuse.open(con, graph, flags, enabled=reuse)
         began = time.perf_counter()
         stats = stored_stats(job)
@@ -64,6 +69,12 @@ def explain(
         explanation = explain_graph(
             con, graph, algorithm, backend, params, stats=stats, spent=spent, reuse=held, standardize=standardize
         )
+        if is_share(validation):  # train holds the share out of the factorized read: its row order is stable
+            held_out_strategy(graph, AUTO)
+            explanation.reasons.append(
+                f"validation={float(validation):g}: train holds that share of the rows out and reads factorized "
+                "(the same rows held out on every run), whichever strategy is priced faster here"
+            )
         if graph.group is not None:  # priced as one fit of all the rows: the groups' fits share them out
             explanation.reasons.append(
                 f"one model per value of {graph.group.name}, each fitted on its rows of this one read (priced as "
@@ -75,9 +86,10 @@ def explain(
             if memory_budget is not None:
                 explanation.reasons.append(f"over the memory budget and cannot stream: {err}")
             streams = None
-        if streams is not None and graph.group is not None:
+        if streams is not None and (graph.group is not None or is_share(validation)):
             explanation.reasons.append(
-                f"over the memory budget ({streams.why}): group_by holds the rows in memory, so train would refuse it"
+                f"over the memory budget ({streams.why}): group_by and a validation share hold the rows in memory, "
+                "so train would refuse it"
             )
             streams = None
         try:
