@@ -7,7 +7,7 @@ from sqlglot import exp
 
 from ilargi_db.errors import PlanError, the_query
 from ilargi_db.plan.columns import expand_stars, qualify_columns, resolve_order_by
-from ilargi_db.plan.features import classify_item, pick_target, split_filters
+from ilargi_db.plan.features import classify_item, pick_column, split_filters
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.joins import join_edges, resolve_using
 from ilargi_db.plan.reserved import refuse_reserved_names
@@ -87,10 +87,10 @@ def _plan(
     refuse_reserved_names(select, sources, names)
     order_limit_by_rowids(con, select, sources, with_prefix(select))  # a LIMIT reads the same rows every time
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
-    features, target_feature = pick_target(items, target)
+    features, target_feature = pick_column(items, target)
     if group_by is not None and target_feature is not None and str(group_by).lower() == target_feature.name.lower():
         raise PlanError(f"group_by {group_by!r} is the target: group by another column of the SELECT list.")
-    features, group = pick_target(features, group_by, role="group_by")
+    features, group = pick_column(features, group_by, role="group_by")
     order = select.args.get("order")
     order_by = tuple(o.sql("duckdb") for o in order.expressions) if order else ()
     return JoinGraph(

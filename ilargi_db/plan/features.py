@@ -74,18 +74,18 @@ def classify_item(item: exp.Expression, name: str, duckdb_type: str, sources: li
     return Feature(name, sql, "cross_source", tuple(used), (), duckdb_type)
 
 
-def pick_target(
-    features: list[Feature], target: str | None, role: str = "target"
+def pick_column(
+    features: list[Feature], name: str | None, role: str = "target"
 ) -> tuple[list[Feature], Feature | None]:
-    """Separate the target (or the ``role`` column: ``group_by``) from the features; refuse a missing or
-    duplicated one."""
-    if target is None:
+    """Separate the column ``name`` (the target, or the ``role`` column: ``group_by``) from the features; refuse a
+    missing or duplicated one."""
+    if name is None:
         return features, None
-    if not isinstance(target, str):
-        raise PlanError(f"{role} must be the name of a SELECT column (a string), got {target!r}.")
-    matches = [f for f in features if f.name == target]
+    if not isinstance(name, str):
+        raise PlanError(f"{role} must be the name of a SELECT column (a string), got {name!r}.")
+    matches = [f for f in features if f.name == name]
     if not matches:
-        matches = [f for f in features if f.name.lower() == target.lower()]
+        matches = [f for f in features if f.name.lower() == name.lower()]
     if not matches:
         otherwise = (
             f", or for unsupervised work pass {spell('target', None)}"
@@ -93,12 +93,12 @@ def pick_target(
             else ": each row's group picks its model"
         )
         raise PlanError(
-            f"{role} {target!r} is not a column of the query's SELECT list (columns: "
+            f"{role} {name!r} is not a column of the query's SELECT list (columns: "
             f"{', '.join(f.name for f in features)}). Add it to the SELECT list{otherwise}."
         )
     if len(matches) > 1:
         raise PlanError(
-            f"{role} {target!r} appears {len(matches)} times in the SELECT list: give the {role} "
+            f"{role} {name!r} appears {len(matches)} times in the SELECT list: give the {role} "
             "column a unique alias (e.g. SELECT ..., f.y AS label) and pass that name."
         )
     chosen = matches[0]
