@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 
+import duckdb
 import numpy as np
 import pytest
 import sklearn.linear_model
+from hypothesis import HealthCheck, assume, given, settings
 
 import ilargi_db
 from ilargi_db import IlargiError
 from ilargi_db.pipeline.validation import held_out_rows
 from tests.oracle import assert_close, oracle_matrix
+from tests.strategies import schemas
 
 QUERY = "SELECT f.x, d.kind, f.y FROM f JOIN d USING (k)"
 
@@ -114,3 +117,20 @@ def test_explain_says_what_a_validation_share_changes_and_checks_a_validation_qu
     assert any("validation=0.2" in r and "reads factorized" in r for r in explanation.reasons)
     with pytest.raises(IlargiError, match="does not select the target"):
         ilargi_db.explain(con, QUERY, "y", validation="SELECT f.x, d.kind FROM f JOIN d USING (k)")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas())
+def test_held_out_rows_on_random_schemas(schema):
+    """Rows come in the query's ORDER BY (ALL): the held-out positions pick the same rows from DuckDB's result."""
+    con = duckdb.connect()
+    schema.load(con)
+    T, y = oracle_matrix(con, schema.query, "y")
+    assume(len(y) >= 4)
+    model = ilargi_db.train(con, schema.query, "y", alpha=0.5, validation=0.25, backend="numpy")
+    train, held = held_out_rows(len(y), 0.25)
+    reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T[train], y[train])
+    assert_close(model.coef_, reference.coef_, rtol=1e-6)
+    assert model.validation_metrics_["rmse"] == pytest.approx(
+        float(np.sqrt(np.mean((reference.predict(T[held]) - y[held]) ** 2))), rel=1e-6, abs=1e-9
+    )
