@@ -172,7 +172,23 @@ def test_contents_lists_every_section_in_order():
     assert re.findall(r"\]\(#([^)]+)\)", contents) == [github_anchor(h) for h in headings]
 
 
-WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
+WORDS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+]
 TEXT = " ".join(README.read_text().split())  # the README wraps lines anywhere: claims are read on one line
 
 

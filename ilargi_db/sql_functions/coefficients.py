@@ -5,6 +5,8 @@ the current version unless ``model_version`` names another. The registry stores 
 ``feature_importances_`` as unnamed JSON arrays beside ``feature_names_out``; these pair them.
 ``ilargi_coefficients``: (feature, coefficient), the intercept first, for linear and logistic regression and the
 linear SVM; ``ilargi_importances``: (feature, importance), each feature's share of the gain, for gradient boosting.
+``ilargi_group_coefficients`` and ``ilargi_group_importances``: the same with a ``group`` column first, for a model
+per group (``group_by``).
 """
 
 from __future__ import annotations
@@ -24,20 +26,43 @@ _COEFFICIENTS = f"""unnest(['{INTERCEPT}'] || CAST(model->'$.feature_names_out' 
        unnest([CAST(model->>'$.intercept_' AS DOUBLE)] || CAST(model->'$.coef_' AS DOUBLE[])) AS coefficient"""
 _IMPORTANCES = """unnest(CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
        unnest(CAST(model->'$.feature_importances_' AS DOUBLE[])) AS importance"""
+# A model per group (train(..., group_by=...)): the same per group, each group's fitted values in its entry of
+# ``model.groups`` (``fitted`` below), the column names once for all.
+_GROUP_COEFFICIENTS = f"""fitted.key AS "group",
+       unnest(['{INTERCEPT}'] || CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+       unnest([CAST(fitted.value->>'$.intercept_' AS DOUBLE)] || CAST(fitted.value->'$.coef_' AS DOUBLE[]))
+           AS coefficient"""
+_GROUP_IMPORTANCES = """fitted.key AS "group", unnest(CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+       unnest(CAST(fitted.value->'$.feature_importances_' AS DOUBLE[])) AS importance"""
 
 
 def _in_words(names: tuple[str, ...]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def model_table_macro(sql_name: str, select: str, algorithms: tuple[str, ...], what: str) -> str:
+def model_table_macro(
+    sql_name: str, select: str, algorithms: tuple[str, ...], what: str, other: str, grouped: bool = False
+) -> str:
     """The ``CREATE OR REPLACE TEMP MACRO`` statement of ``sql_name``: ``select`` over the chosen version's
-    ``model`` JSON, for models of ``algorithms`` (which have ``what``).
+    ``model`` JSON, for models of ``algorithms`` (which have ``what``); with ``grouped``, over each group's entry
+    (``fitted``) of a model per group. ``other`` is the macro of the other kind (per group, or not).
 
-    Its parameters are named so that no registry column shadows them. A name or version not stored, or a
-    model of another algorithm, is an error naming what to do, not an empty table.
+    Its parameters are named so that no registry column shadows them. A name or version not stored, a model of
+    another algorithm, or of the other kind, is an error naming what to do, not an empty table.
     """
     listed = ", ".join(f"'{a}'" for a in algorithms)
+    source = "chosen LEFT JOIN json_each(chosen.model->'$.groups') AS fitted ON true" if grouped else "chosen"
+    fitted = "fitted.value" if grouped else "model"
+    if grouped:
+        kind = (
+            "WHEN (model->'$.groups') IS NULL THEN error('model ''' || model_name || ''' is one model, not one per "
+            f"group: ' || '{other}(name) lists its {what}.')"
+        )
+    else:
+        kind = (
+            "WHEN (model->'$.groups') IS NOT NULL THEN error('model ''' || model_name || ''' is one model per value "
+            f"of ' || (model->>'$.group_by') || ': {other}(name) lists each group''s {what}.')"
+        )
     return f"""CREATE OR REPLACE TEMP MACRO {sql_name}(model_name, model_version := NULL) AS TABLE
 WITH versions AS (
     SELECT m.version, m.algorithm, m.model FROM ilargi.models m WHERE m.name = lower(model_name)
@@ -48,7 +73,7 @@ chosen AS (
     FROM span LEFT JOIN versions v ON v.version = coalesce(model_version, span.newest)
 )
 SELECT {select}
-FROM chosen
+FROM {source}
 WHERE CASE
     WHEN stored = 0 THEN error('no model named ''' || model_name || ''' is stored: '
         || 'SELECT name FROM ilargi.current_models lists those that are.')
@@ -57,7 +82,8 @@ WHERE CASE
     WHEN algorithm NOT IN ({listed}) THEN error('model ''' || model_name || ''' is a ' || algorithm
         || ' model, which has no {what}: {sql_name} reads {_in_words(algorithms)} models '
         || '(ilargi.models.model holds every model''s fitted values as JSON).')
-    WHEN json_type(model->'$.intercept_') = 'ARRAY' THEN error('model ''' || model_name || ''' is a multinomial '
+    {kind}
+    WHEN json_type({fitted}->'$.intercept_') = 'ARRAY' THEN error('model ''' || model_name || ''' is a multinomial '
         || 'logistic regression (a row of coefficients per class), which {sql_name} does not list: read coef_, '
         || 'intercept_ and classes_ in ilargi.models.model (JSON), or model.coef_ in Python.')
     ELSE true
@@ -66,8 +92,28 @@ END"""
 
 # SQL name -> its CREATE statement: the table macros ``install`` adds beside the scalar functions.
 TABLE_MACROS: dict[str, str] = {
-    "ilargi_coefficients": model_table_macro("ilargi_coefficients", _COEFFICIENTS, WITH_COEFFICIENTS, "coefficients"),
-    "ilargi_importances": model_table_macro("ilargi_importances", _IMPORTANCES, WITH_IMPORTANCES, "importances"),
+    "ilargi_coefficients": model_table_macro(
+        "ilargi_coefficients", _COEFFICIENTS, WITH_COEFFICIENTS, "coefficients", "ilargi_group_coefficients"
+    ),
+    "ilargi_importances": model_table_macro(
+        "ilargi_importances", _IMPORTANCES, WITH_IMPORTANCES, "importances", "ilargi_group_importances"
+    ),
+    "ilargi_group_coefficients": model_table_macro(
+        "ilargi_group_coefficients",
+        _GROUP_COEFFICIENTS,
+        WITH_COEFFICIENTS,
+        "coefficients",
+        "ilargi_coefficients",
+        grouped=True,
+    ),
+    "ilargi_group_importances": model_table_macro(
+        "ilargi_group_importances",
+        _GROUP_IMPORTANCES,
+        WITH_IMPORTANCES,
+        "importances",
+        "ilargi_importances",
+        grouped=True,
+    ),
 }
 
 
