@@ -1,0 +1,160 @@
+"""A CPU emulator of CuPy's ``RawKernel`` for tests: the kernel's CUDA C compiled by a host C++ compiler and run
+serially, block by block and thread by thread, on the device double's arrays.
+
+A prelude makes CUDA C into C++: ``__global__``/``__device__``/``__forceinline__`` defined away, ``dim3`` and
+the thread's ``blockIdx``/``threadIdx``/``blockDim``/``gridDim`` as thread-local globals, ``atomicAdd`` on
+doubles as a plain add. A generated ``launch_<name>`` loops over every block and thread of the grid, sets the
+indices and calls the kernel. The library is built once per source into a cache directory keyed by the
+source's hash (``ILARGI_CUDA_EMULATOR_DIR``, else the temp directory) and loaded with ctypes.
+
+What it shows: the very CUDA source a GPU would run compiles (its syntax and types, with ``-Wall -Werror``)
+and computes the kernel's result, indices and bounds included (``-fsanitize`` is not used: the reference
+comparison catches wrong results). What it cannot show: speed; races between threads (they run one after
+another, so an ``atomicAdd`` forgotten in favour of ``+=`` would pass here); warp divergence and memory
+coalescing; ``__shared__`` memory and ``__syncthreads`` (which the kernels do not use, so that they can be
+run this way); CUDA's math library's last-bit differences from the host's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRELUDE = r"""
+#include <math.h>
+struct dim3 { unsigned int x, y, z; };
+static thread_local dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __global__
+#define __device__ static inline
+#define __forceinline__
+static inline double atomicAdd(double* address, double value) { double old = *address; *address += value; return old; }
+static inline float atomicAdd(float* address, float value) { float old = *address; *address += value; return old; }
+"""
+
+LAUNCHER = r"""
+extern "C" void launch_{name}(unsigned grid_x_, unsigned grid_y_, unsigned grid_z_, unsigned block_x_,
+                              unsigned block_y_, unsigned block_z_, {params}) {{
+    gridDim = dim3{{grid_x_, grid_y_, grid_z_}};
+    blockDim = dim3{{block_x_, block_y_, block_z_}};
+    for (unsigned bz_ = 0; bz_ < grid_z_; ++bz_) for (unsigned by_ = 0; by_ < grid_y_; ++by_)
+    for (unsigned bx_ = 0; bx_ < grid_x_; ++bx_) {{
+        blockIdx = dim3{{bx_, by_, bz_}};
+        for (unsigned tz_ = 0; tz_ < block_z_; ++tz_) for (unsigned ty_ = 0; ty_ < block_y_; ++ty_)
+        for (unsigned tx_ = 0; tx_ < block_x_; ++tx_) {{
+            threadIdx = dim3{{tx_, ty_, tz_}};
+            {name}({names});
+        }}
+    }}
+}}
+"""
+
+FLAGS = ("-std=c++14", "-O2", "-shared", "-fPIC", "-Wall", "-Werror")
+
+_SCALARS = {
+    np.dtype(np.int32): ctypes.c_int32,
+    np.dtype(np.int64): ctypes.c_int64,
+    np.dtype(np.uint32): ctypes.c_uint32,
+    np.dtype(np.uint64): ctypes.c_uint64,
+    np.dtype(np.float64): ctypes.c_double,
+    np.dtype(np.float32): ctypes.c_float,
+}
+
+
+class CompilerMissing(RuntimeError):
+    """No host C++ compiler: the CUDA sources cannot be emulated here (a test skips, saying so)."""
+
+
+def compiler() -> str | None:
+    """The host C++ compiler the emulator uses (``CXX``, else g++ or clang++ on the PATH), or None."""
+    for candidate in (os.environ.get("CXX"), "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _signature(code: str, name: str) -> tuple[str, list[str]]:
+    """The kernel's parameter list as written, and its parameters' names."""
+    found = re.search(rf"__global__\s+void\s+{re.escape(name)}\s*\(([^)]*)\)", code)
+    if found is None:
+        raise ValueError(f"no `__global__ void {name}(...)` in the kernel's source")
+    params = " ".join(found.group(1).split())
+    names = [re.findall(r"\w+", p)[-1] for p in params.split(",")]
+    return params, names
+
+
+@functools.cache
+def _library(code: str, name: str) -> ctypes.CDLL:
+    cxx = compiler()
+    if cxx is None:
+        raise CompilerMissing("no C++ compiler (g++ or clang++, or CXX) found to emulate the CUDA kernels")
+    params, names = _signature(code, name)
+    text = PRELUDE + code + LAUNCHER.format(name=name, params=params, names=", ".join(names))
+    digest = hashlib.sha256("\0".join((cxx, *FLAGS, text)).encode()).hexdigest()[:24]
+    where = Path(os.environ.get("ILARGI_CUDA_EMULATOR_DIR") or Path(tempfile.gettempdir()) / "ilargi_cuda_emulator")
+    where.mkdir(parents=True, exist_ok=True)
+    built = where / f"{name}-{digest}.so"
+    if not built.exists():
+        source = where / f"{name}-{digest}.{os.getpid()}.cpp"
+        source.write_text(text)
+        partial = built.with_suffix(f".{os.getpid()}.tmp")
+        run = subprocess.run(
+            [cxx, *FLAGS, "-x", "c++", str(source), "-o", str(partial)], capture_output=True, text=True
+        )
+        source.unlink()
+        if run.returncode != 0:
+            raise RuntimeError(f"the CUDA source of {name} does not compile as C++:\n{run.stderr}")
+        os.replace(partial, built)  # atomic: a concurrent test process never loads half a library
+    return ctypes.CDLL(str(built))
+
+
+def _argument(value: Any) -> Any:
+    from tests.device_double import DeviceArray
+
+    if isinstance(value, DeviceArray):
+        host = value._host  # the device memory, as a GPU kernel gets it
+        if not (host.flags.c_contiguous or host.flags.f_contiguous):
+            raise ValueError("a kernel takes contiguous arrays only (CuPy passes a pointer to the first element)")
+        return ctypes.c_void_p(host.ctypes.data)
+    if isinstance(value, np.generic) and value.dtype in _SCALARS:
+        return _SCALARS[value.dtype](value.item())
+    raise TypeError(
+        f"a kernel argument must be a device array or a NumPy scalar of a fixed width, got {type(value).__name__}"
+    )
+
+
+def _dims(dims: Any) -> tuple[int, int, int]:
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return (*map(int, dims), *(1,) * (3 - len(dims)))
+
+
+class RawKernel:
+    """``cupy.RawKernel(code, name)``, emulated: ``kernel(grid, block, args)`` runs the source on the host."""
+
+    def __init__(self, code: str, name: str, options: tuple = (), backend: str = "nvrtc", **kwargs: Any):
+        self.code, self.name = code, name
+
+    def compile(self, log_stream: Any = None) -> None:
+        """Build the host library now (CuPy's ``compile``): a source that does not compile raises."""
+        _library(self.code, self.name)
+
+    def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
+        launch = getattr(_library(self.code, self.name), f"launch_{self.name}")
+        launch(*map(ctypes.c_uint, (*_dims(grid), *_dims(block))), *map(_argument, args))
+
+
+def available() -> bool:
+    """Whether kernels can be emulated here (a host C++ compiler is found)."""
+    return compiler() is not None
+
+
+__all__ = ["FLAGS", "PRELUDE", "CompilerMissing", "RawKernel", "available", "compiler"]
