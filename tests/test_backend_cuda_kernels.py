@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 
+import ilargi_db
 from ilargi_db.backend import get_backend
 from ilargi_db.backend.cuda_kernels import CudaKernels
 from ilargi_db.backend.cuda_sources import KERNEL_NAMES, source
@@ -197,3 +198,61 @@ def test_node_histogram_matches_reference(device, n, missing_bin, positions):
         args = (up(backend, rows), up(backend, g), up(backend, hess), up(backend, segment), unit)
         got = cuda.node_histogram(on_device(backend, flat), *args)
         close(got, TREE_REFERENCE.node_histogram(flat, rows, g, hess, segment, unit), backend, atol=1e-9)
+
+
+# -- the training path runs them ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def star():
+    if not emulator.available():
+        pytest.skip("no C++ compiler: the device double keeps the reference kernels")
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE fact AS SELECT range AS id, range % 40 AS k, sin(range) AS x1, cos(range * 0.7) AS x2, "
+        "['u', 'v', NULL][range % 3 + 1] AS kind, 3 * sin(range) + cos(range * 0.7) + (range % 5) * 0.2 AS y, "
+        "(range % 7) * 0.1 AS p FROM range(3000)"
+    )
+    con.execute(
+        "CREATE TABLE dim AS SELECT range AS k, range * 0.05 AS z, ['a', 'b', 'c'][range % 3 + 1] AS grp FROM range(40)"
+    )
+    return con
+
+
+STAR = "SELECT f.x1, f.x2, f.kind, d.z, d.grp, f.y FROM fact f JOIN dim d ON f.k = d.k"
+LABELLED = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
+JOBS = {  # algorithm: (query, target, parameters, the CUDA kernels its training launches at least)
+    "linear_regression": (STAR, "y", {"alpha": 0.5}, {"gram_add", "scatter_add", "gather_add", "segment_add"}),
+    "logistic_regression": (LABELLED, "late", {"C": 2.0}, {"gather_add", "segment_add", "logistic_rows"}),
+    "linear_svc": (LABELLED, "late", {}, {"gather_add"}),
+    "kmeans": (
+        STAR.replace(", f.y FROM", " FROM"),
+        None,
+        {"n_clusters": 3, "random_state": 0},
+        {"nearest_rows", "label_add"},
+    ),
+    "gnmf": (
+        "SELECT f.p, d.z, d.grp FROM fact f JOIN dim d ON f.k = d.k",
+        None,
+        {"n_components": 2, "random_state": 0},
+        {"multiplicative_rows", "gather_add", "segment_add"},
+    ),
+}
+FITTED = ("coef_", "intercept_", "cluster_centers_", "components_")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("algorithm", list(JOBS))
+def test_training_on_the_device_runs_the_cuda_kernels_and_gives_numpys_model(star, algorithm, streamed):
+    query, target, params, kernels = JOBS[algorithm]
+    run = dict(strategy="factorized", reuse=False, **params, **({"memory_budget": "60KB"} if streamed else {}))
+    emulator.LAUNCHES.clear()
+    on_device = ilargi_db.train(star, query, target, algorithm, backend="device_double", **run)
+    launched = set(emulator.LAUNCHES)
+    on_host = ilargi_db.train(star, query, target, algorithm, backend="numpy", **run)
+    assert kernels <= launched, f"launched {sorted(launched)}"
+    if streamed:
+        assert on_device.streamed_["partitions"] > 2
+    for name in FITTED:
+        if hasattr(on_host.estimator_, name):
+            np.testing.assert_allclose(getattr(on_device, name), getattr(on_host, name), rtol=1e-6, atol=1e-9)

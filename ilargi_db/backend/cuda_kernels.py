@@ -124,6 +124,15 @@ class CudaKernels(ReferenceKernels):
         self._launch("scatter_add", positions, n * m, scatter, gathered, *flags, out, xp.int64(m))
         return out
 
+    def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        xp = self.xp
+        ptr, order = rows_by_a
+        # a's index back from its rows by key: the key whose range holds each place (CuPy's repeat takes no
+        # device array of counts, which the reference's rebuild uses)
+        index_a = xp.empty(len(order), dtype=xp.int64)
+        index_a[order] = xp.searchsorted(ptr, xp.arange(len(order)), side="right") - 1
+        return data_a.T @ self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
+
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         xp = self.xp
         n, m = (dense.shape[0] if index is None else index.shape[0]), offsets.shape[0]

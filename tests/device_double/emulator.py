@@ -17,6 +17,7 @@ run this way); CUDA's math library's last-bit differences from the host's.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import hashlib
@@ -68,6 +69,9 @@ _SCALARS = {
     np.dtype(np.float64): ctypes.c_double,
     np.dtype(np.float32): ctypes.c_float,
 }
+
+
+LAUNCHES: collections.Counter = collections.Counter()  # kernel name -> launches: clear it before what a test counts
 
 
 class CompilerMissing(RuntimeError):
@@ -149,6 +153,7 @@ class RawKernel:
 
     def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
         launch = getattr(_library(self.code, self.name), f"launch_{self.name}")
+        LAUNCHES[self.name] += 1
         launch(*map(ctypes.c_uint, (*_dims(grid), *_dims(block))), *map(_argument, args))
 
 
@@ -157,4 +162,4 @@ def available() -> bool:
     return compiler() is not None
 
 
-__all__ = ["FLAGS", "PRELUDE", "CompilerMissing", "RawKernel", "available", "compiler"]
+__all__ = ["FLAGS", "LAUNCHES", "PRELUDE", "CompilerMissing", "RawKernel", "available", "compiler"]
