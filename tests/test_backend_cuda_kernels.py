@@ -152,6 +152,35 @@ def test_every_source_compiles_for_both_position_types():
             emulator.RawKernel(source(name, positions), name).compile()
 
 
+WHERE_AM_I = """
+extern "C" __global__ void where_am_i(long long* __restrict__ place, double* __restrict__ threads) {
+    const long long x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    const long long z = blockIdx.z * blockDim.z + threadIdx.z;
+    const long long width = gridDim.x * blockDim.x, height = gridDim.y * blockDim.y;
+    place[(z * height + y) * width + x] = (z * height + y) * width + x;
+    atomicAdd(threads, 1.0);
+}
+"""
+
+
+def test_the_emulator_runs_every_thread_of_a_3d_grid_once():
+    if not emulator.available():
+        pytest.skip("no C++ compiler (g++, clang++ or CXX) to emulate kernels")
+    backend = get_backend("device_double")
+    place, threads = backend.xp.full(2 * 4 * 3 * 2 * 1 * 2, -1, dtype=np.int64), backend.xp.zeros(1)
+    emulator.RawKernel(WHERE_AM_I, "where_am_i")((2, 3, 1), (4, 2, 2), (place, threads))
+    np.testing.assert_array_equal(place.get(), np.arange(place.size))
+    assert float(threads[0]) == place.size
+
+
+def test_a_source_that_does_not_compile_is_refused_with_the_compilers_message():
+    if not emulator.available():
+        pytest.skip("no C++ compiler (g++, clang++ or CXX) to emulate kernels")
+    broken = 'extern "C" __global__ void broken(double* out, long long total) { out[0] = undeclared; }'
+    with pytest.raises(RuntimeError, match="(?s)broken does not compile.*undeclared"):
+        emulator.RawKernel(broken, "broken").compile()
+
+
 def test_the_device_backends_use_the_cuda_kernels():
     if not emulator.available():
         pytest.skip("no C++ compiler: the device double keeps the reference kernels")

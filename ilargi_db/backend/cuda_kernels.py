@@ -129,7 +129,7 @@ class CudaKernels(ReferenceKernels):
         ptr, order = rows_by_a
         # a's index back from its rows by key: the key whose range holds each place (CuPy's repeat takes no
         # device array of counts, which the reference's rebuild uses)
-        index_a = xp.empty(len(order), dtype=xp.int64)
+        index_a = xp.empty(len(order), dtype=index_b.dtype)  # b's positions' type: no cast in the scatter
         index_a[order] = xp.searchsorted(ptr, xp.arange(len(order)), side="right") - 1
         return data_a.T @ self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
 

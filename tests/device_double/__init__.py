@@ -15,9 +15,9 @@ upload reads its pinned source when it lands, not when it is enqueued.
 
 What it does not model: the null stream's asynchrony (work on it is complete at return), memory pools and
 device memory limits, the parallelism of kernel launches (the emulator runs threads one by one), several
-devices, dtype coverage (it has NumPy's, CuPy lacks float128 and object arrays), NumPy functions CuPy lacks (a function NumPy has is found
-here even where ``cupy`` has none), Python lists passed to functions (CuPy refuses many; NumPy takes them
-here), and out-of-bounds integer indices (NumPy raises, CuPy wraps around).
+devices, dtype coverage (it has NumPy's, CuPy lacks float128 and object arrays), NumPy functions CuPy lacks
+(a function NumPy has is found here even where ``cupy`` has none), Python lists passed to functions (CuPy
+refuses many; NumPy takes them here), and out-of-bounds integer indices (NumPy raises, CuPy wraps around).
 """
 
 from __future__ import annotations
