@@ -102,7 +102,7 @@ class CudaKernels(ReferenceKernels):
         if dense is None:
             gram, rows = xp.zeros((0, 0)), xp.zeros(1)
         else:
-            rows = self._doubles(dense)
+            rows = xp.asfortranarray(dense, dtype=xp.float64)  # the matrix's own layout: no copy
             gram = rows.T @ (rows if weights is None else rows * weights[:, None])
         sums = xp.zeros((t, n_table_rows, a + 1), dtype=xp.float64)
         idx, positions = self._index(index)
@@ -154,7 +154,7 @@ class CudaKernels(ReferenceKernels):
         head = None if dense is None else xp.zeros((k, a), dtype=xp.float64)
         counts = None if index is None else xp.zeros((t, n_table_rows, k), dtype=xp.float64)
         idx, positions = self._index(index)
-        rows = xp.zeros(1) if dense is None else self._doubles(dense)
+        rows = xp.zeros(1) if dense is None else xp.asfortranarray(dense, dtype=xp.float64)
         outputs = (xp.zeros(1) if head is None else head, xp.zeros(1) if counts is None else counts)
         args = (idx, xp.ascontiguousarray(labels, dtype=xp.int64), rows, *outputs)
         self._launch("label_add", positions, n * (a + t), *args, *self._sizes(n, a, t, n_table_rows, k))

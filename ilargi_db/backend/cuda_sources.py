@@ -9,7 +9,8 @@ device double's arrays; what that shows and does not show is in that module's do
 Positions (a block's index, a scatter or gather) are ``idx_t`` and a tree's bin codes ``bin_t``: :func:`source`
 prepends their typedefs, so each kernel compiles once per position type (int32, int64) it meets. Sizes are
 ``long long``, the count of work items (``total``) last; doubles throughout. Row-major (C order) everywhere
-but ``index``, which is Fortran order: column ``k`` of an n-row index starts at ``k * n``. A pointer an
+but ``index`` and the dense block the gram pass and k-means' update read, which are Fortran order (as the
+matrix keeps them): column ``k`` of an n-row index starts at ``k * n``. A pointer an
 optional operand leaves unused comes with a ``has_*`` flag that is 0.
 """
 
@@ -49,8 +50,8 @@ extern "C" __global__ void gram_add(const idx_t* __restrict__ index, const doubl
                                     double* __restrict__ sums, long long n, long long t,
                                     long long r, long long a, long long total) {
     ITEM
-    const long long i = item / (a + 1), j = item % (a + 1);
-    double value = j < a ? dense[i * a + j] : 1.0;
+    const long long j = item / n, i = item % n;  // rows fastest: neighbouring threads read neighbouring cells
+    double value = j < a ? dense[j * n + i] : 1.0;
     if (has_weights) value *= weights[i];
     for (long long k = 0; k < t; ++k)
         atomicAdd(&sums[(k * r + (long long)index[k * n + i]) * (a + 1) + j], value);
@@ -96,10 +97,10 @@ extern "C" __global__ void label_add(const idx_t* __restrict__ index, const long
                                      double* __restrict__ counts, long long n, long long a,
                                      long long t, long long r, long long k, long long total) {
     ITEM
-    const long long i = item / (a + t), q = item % (a + t);
+    const long long q = item / n, i = item % n;  // rows fastest: neighbouring threads read neighbouring cells
     const long long label = labels[i];
     if (q < a) {
-        atomicAdd(&head[label * a + q], dense[i * a + q]);
+        atomicAdd(&head[label * a + q], dense[q * n + i]);
     } else {
         const long long c = q - a;
         atomicAdd(&counts[(c * r + (long long)index[c * n + i]) * k + label], 1.0);
