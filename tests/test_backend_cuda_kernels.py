@@ -9,6 +9,7 @@ indexing, not its speed nor its freedom from races (see the emulator's docstring
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -181,6 +182,27 @@ def test_a_source_that_does_not_compile_is_refused_with_the_compilers_message():
     broken = 'extern "C" __global__ void broken(double* out, long long total) { out[0] = undeclared; }'
     with pytest.raises(RuntimeError, match="(?s)broken does not compile.*undeclared"):
         emulator.RawKernel(broken, "broken").compile()
+
+
+def test_threads_write_only_their_own_cells_except_through_atomics():
+    """What the serial emulator cannot show, checked on the source: a plain store (``=``, ``+=``) into an
+    output goes to the thread's own work item (``item``, or a name bound to it); every other write to an
+    output, where two threads may meet, is an ``atomicAdd``. (Outputs are written through their parameters:
+    no pointer is made in a kernel's body.)"""
+    for name in KERNEL_NAMES:
+        code = source(name)
+        params = re.search(r"__global__\s+void\s+\w+\s*\(([^)]*)\)", code).group(1).split(",")
+        outputs = [re.findall(r"\w+", p)[-1] for p in params if "*" in p and "const" not in p]
+        own = {"item", *re.findall(r"const long long (\w+) = item;", code)}
+        body = code[code.index("{") :]
+        assert not re.search(r"\*\s*\w+\s*=", body), f"{name}: a pointer made in the body (write through the outputs)"
+        for output in outputs:
+            for at in re.findall(rf"\b{output}\[([^\]]*)\]\s*[-+*/]?=(?!=)", code):
+                assert at.strip() in own, f"{name}: a plain store into {output}[{at}], a cell other threads may write"
+            stores = len(re.findall(rf"\b{output}\[[^\]]*\]\s*[-+*/]?=(?!=)", code))
+            assert stores or f"atomicAdd(&{output}[" in code or f"atomicAdd({output}," in code, (
+                f"{name} never writes {output}"
+            )
 
 
 def test_the_device_backends_use_the_cuda_kernels():

@@ -152,10 +152,10 @@ extern "C" __global__ void node_histogram(const long long* __restrict__ rows, co
         const long long source = (long long)index[b * index_rows + row];
         bin = source < 0 ? (long long)fills[c] : (long long)codes[code_start[b] + source * w + j];
     }
-    double* at = &hist[(columns[c] * n_bins + bin) * 3];
-    atomicAdd(&at[0], g[row]);
-    atomicAdd(&at[1], unit_hessian ? 1.0 : h[row]);
-    atomicAdd(&at[2], 1.0);
+    const long long at = (columns[c] * n_bins + bin) * 3;
+    atomicAdd(&hist[at], g[row]);
+    atomicAdd(&hist[at + 1], unit_hessian ? 1.0 : h[row]);
+    atomicAdd(&hist[at + 2], 1.0);
 }
 """,
 }
