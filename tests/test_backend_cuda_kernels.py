@@ -176,6 +176,23 @@ def test_the_emulator_runs_every_thread_of_a_3d_grid_once():
     assert float(threads[0]) == place.size
 
 
+ONE_TOO_FAR = """
+extern "C" __global__ void one_too_far(const double* __restrict__ x, double* __restrict__ out, long long n) {
+    const long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (item <= n) out[item] = x[item];  // <= : the thread past the end reads and writes one cell too far
+}
+"""
+
+
+def test_the_emulator_refuses_a_write_out_of_bounds():
+    if not emulator.available():
+        pytest.skip("no C++ compiler (g++, clang++ or CXX) to emulate kernels")
+    xp = get_backend("device_double").xp
+    x, out = xp.arange(5, dtype=np.float64), xp.zeros(5)
+    with pytest.raises(emulator.OutOfBounds, match="one_too_far wrote outside a float64 array of shape \\(5,\\)"):
+        emulator.RawKernel(ONE_TOO_FAR, "one_too_far")((1,), (8,), (x, out, np.int64(5)))
+
+
 def test_a_source_that_does_not_compile_is_refused_with_the_compilers_message():
     if not emulator.available():
         pytest.skip("no C++ compiler (g++, clang++ or CXX) to emulate kernels")

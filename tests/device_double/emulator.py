@@ -8,11 +8,13 @@ indices and calls the kernel. The library is built once per source into a cache 
 source's hash (``ILARGI_CUDA_EMULATOR_DIR``, else the temp directory) and loaded with ctypes.
 
 What it shows: the very CUDA source a GPU would run compiles (its syntax and types, with ``-Wall -Werror``)
-and computes the kernel's result, indices and bounds included (``-fsanitize`` is not used: the reference
-comparison catches wrong results). What it cannot show: speed; races between threads (they run one after
-another, so an ``atomicAdd`` forgotten in favour of ``+=`` would pass here); warp divergence and memory
-coalescing; ``__shared__`` memory and ``__syncthreads`` (which the kernels do not use, so that they can be
-run this way); CUDA's math library's last-bit differences from the host's.
+and computes the kernel's result. Every array a launch gets sits between guard bytes (:class:`_Guarded`): a
+write past either end raises :class:`OutOfBounds`, a read of a double past one gives NaN.
+
+What it cannot show: speed; races between threads (they run one after another, so an ``atomicAdd`` forgotten
+in favour of ``+=`` would pass here: ``tests/test_backend_cuda_kernels.py`` checks the sources for that);
+warp divergence and memory coalescing; ``__shared__`` memory and ``__syncthreads`` (which the kernels do not
+use, so that they can be run this way); CUDA's math library's last-bit differences from the host's.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ extern "C" void launch_{name}(unsigned grid_x_, unsigned grid_y_, unsigned grid_
 }}
 """
 
+GUARD_BYTES = 256  # around every array a launch gets (see _Guarded)
+GUARD_NAN = 0x7FF8_0DD0_0000_0000  # a quiet NaN; the k-th array's guard adds k to its payload
 FLAGS = ("-std=c++14", "-O2", "-shared", "-fPIC", "-Wall", "-Werror")
 
 _SCALARS = {
@@ -121,19 +125,51 @@ def _library(code: str, name: str) -> ctypes.CDLL:
     return ctypes.CDLL(str(built))
 
 
-def _argument(value: Any) -> Any:
-    from tests.device_double import DeviceArray
+class OutOfBounds(AssertionError):
+    """A kernel wrote outside an array it was given (into the guard bytes around it)."""
 
-    if isinstance(value, DeviceArray):
-        host = value._host  # the device memory, as a GPU kernel gets it
-        if not (host.flags.c_contiguous or host.flags.f_contiguous):
-            raise ValueError("a kernel takes contiguous arrays only (CuPy passes a pointer to the first element)")
-        return ctypes.c_void_p(host.ctypes.data)
-    if isinstance(value, np.generic) and value.dtype in _SCALARS:
-        return _SCALARS[value.dtype](value.item())
-    raise TypeError(
-        f"a kernel argument must be a device array or a NumPy scalar of a fixed width, got {type(value).__name__}"
-    )
+
+class _Guarded:
+    """Every array a launch gets, copied between guard bytes, checked and copied back after the launch: a write
+    out of bounds is caught, a read of a double makes NaN results. Each array's guard is a NaN of its own
+    payload, so a value read past one array's end and written past another's is caught too. An array passed
+    twice is one copy (the kernel may alias it)."""
+
+    def __init__(self, name: str):
+        self.name, self.staged = name, {}
+
+    def argument(self, value: Any) -> Any:
+        from tests.device_double import DeviceArray
+
+        if isinstance(value, DeviceArray):
+            host = value._host  # the device memory, as a GPU kernel gets it
+            if not (host.flags.c_contiguous or host.flags.f_contiguous):
+                raise ValueError("a kernel takes contiguous arrays only (CuPy passes a pointer to the first element)")
+            key = (host.ctypes.data, host.nbytes)
+            if key not in self.staged:
+                padded = np.empty(host.nbytes + 2 * GUARD_BYTES, dtype=np.uint8)
+                guard = np.full(GUARD_BYTES // 8, GUARD_NAN + len(self.staged), dtype=np.uint64).view(np.uint8)
+                padded[:GUARD_BYTES] = padded[len(padded) - GUARD_BYTES :] = guard
+                ctypes.memmove(padded.ctypes.data + GUARD_BYTES, host.ctypes.data, host.nbytes)
+                self.staged[key] = (host, padded, guard)
+            return ctypes.c_void_p(self.staged[key][1].ctypes.data + GUARD_BYTES)
+        if isinstance(value, np.generic) and value.dtype in _SCALARS:
+            return _SCALARS[value.dtype](value.item())
+        raise TypeError(
+            f"a kernel argument must be a device array or a NumPy scalar of a fixed width, got {type(value).__name__}"
+        )
+
+    def land(self) -> None:
+        for host, padded, guard in self.staged.values():
+            if (padded[:GUARD_BYTES] != guard).any() or (padded[len(padded) - GUARD_BYTES :] != guard).any():
+                raise OutOfBounds(f"kernel {self.name} wrote outside a {host.dtype} array of shape {host.shape}")
+            inside = padded[GUARD_BYTES : len(padded) - GUARD_BYTES]
+            if host.nbytes and (inside != np.frombuffer(_bytes_of(host), dtype=np.uint8)).any():
+                ctypes.memmove(host.ctypes.data, inside.ctypes.data, host.nbytes)  # what the kernel wrote
+
+
+def _bytes_of(host: np.ndarray) -> Any:
+    return (ctypes.c_char * host.nbytes).from_address(host.ctypes.data)
 
 
 def _dims(dims: Any) -> tuple[int, int, int]:
@@ -154,7 +190,9 @@ class RawKernel:
     def __call__(self, grid: Any, block: Any, args: tuple, **kwargs: Any) -> None:
         launch = getattr(_library(self.code, self.name), f"launch_{self.name}")
         LAUNCHES[self.name] += 1
-        launch(*map(ctypes.c_uint, (*_dims(grid), *_dims(block))), *map(_argument, args))
+        guarded = _Guarded(self.name)
+        launch(*map(ctypes.c_uint, (*_dims(grid), *_dims(block))), *map(guarded.argument, args))
+        guarded.land()
 
 
 def available() -> bool:
@@ -162,4 +200,14 @@ def available() -> bool:
     return compiler() is not None
 
 
-__all__ = ["FLAGS", "LAUNCHES", "PRELUDE", "CompilerMissing", "RawKernel", "available", "compiler"]
+__all__ = [
+    "FLAGS",
+    "GUARD_BYTES",
+    "LAUNCHES",
+    "PRELUDE",
+    "CompilerMissing",
+    "OutOfBounds",
+    "RawKernel",
+    "available",
+    "compiler",
+]
