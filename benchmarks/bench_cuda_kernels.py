@@ -78,12 +78,22 @@ def workloads(backend, rows: int, seed: int = 26) -> dict:
         "gram_pass": (dense, index, r, d),
         "scatter_gathered": (scatter, gather, table, r, d),
         "pair_gram": (tuple(up(a) for a in by_key), gather, data_a, table, d),
+        "sparse_pair_gram": (scatter, gather, *(one_hot(backend, rng, r, 20) for _ in range(2)), d),
         "nearest": (dense, centers, index, ctables, offsets),
         "label_sums": (dense, index, r, labels, CLUSTERS),
         "logistic_loss_residual": (z, y),
         "multiplicative_update": (W, numerator, gram, 1e-10),
         "node_histogram": tree_workload(backend, rng, rows, r),
     }
+
+
+def one_hot(backend, rng, rows: int, categories: int):
+    """A one-hot block: each of ``rows`` rows one of ``categories`` columns (CSR on the device)."""
+    import scipy.sparse
+
+    codes = rng.integers(0, categories, rows)
+    matrix = scipy.sparse.csr_matrix((np.ones(rows), (np.arange(rows), codes)), shape=(rows, categories))
+    return backend.to_device(matrix)
 
 
 def tree_workload(backend, rng, rows: int, r: int) -> tuple:

@@ -281,8 +281,9 @@ def star():
     con.execute(
         "CREATE TABLE fact AS SELECT range AS id, range % 40 AS k, sin(range) AS x1, cos(range * 0.7) AS x2, "
         "['u', 'v', NULL][range % 3 + 1] AS kind, 3 * sin(range) + cos(range * 0.7) + (range % 5) * 0.2 AS y, "
-        "(range % 7) * 0.1 AS p FROM range(3000)"
+        "(range % 7) * 0.1 AS p, range % 30 AS k2 FROM range(3000)"
     )
+    con.execute("CREATE TABLE dim2 AS SELECT range AS k2, ['r', 's', 't', 'u'][range % 4 + 1] AS color FROM range(30)")
     con.execute(
         "CREATE TABLE dim AS SELECT range AS k, range * 0.05 AS z, ['a', 'b', 'c'][range % 3 + 1] AS grp FROM range(40)"
     )
@@ -293,6 +294,12 @@ STAR = "SELECT f.x1, f.x2, f.kind, d.z, d.grp, f.y FROM fact f JOIN dim d ON f.k
 LABELLED = STAR.replace("f.y FROM", "f.y > 0.5 AS late FROM")
 JOBS = {  # algorithm: (query, target, parameters, the CUDA kernels its training launches at least)
     "linear_regression": (STAR, "y", {"alpha": 0.5}, {"gram_add", "scatter_add", "gather_add", "segment_add"}),
+    "snowflake": (  # two dimensions' one-hot blocks: their pair of the Gram in one sparse pass
+        STAR.replace("f.y FROM", "e.color, f.y FROM") + " JOIN dim2 e ON f.k2 = e.k2",
+        "y",
+        {"alpha": 0.5},
+        {"sparse_pair_add"},
+    ),
     "logistic_regression": (LABELLED, "late", {"C": 2.0}, {"gather_add", "segment_add", "logistic_rows"}),
     "linear_svc": (LABELLED, "late", {}, {"gather_add"}),
     "kmeans": (
@@ -312,9 +319,10 @@ FITTED = ("coef_", "intercept_", "cluster_centers_", "components_")
 
 
 @pytest.mark.parametrize("streamed", [False, True])
-@pytest.mark.parametrize("algorithm", list(JOBS))
-def test_training_on_the_device_runs_the_cuda_kernels_and_gives_numpys_model(star, algorithm, streamed):
-    query, target, params, kernels = JOBS[algorithm]
+@pytest.mark.parametrize("job", list(JOBS))
+def test_training_on_the_device_runs_the_cuda_kernels_and_gives_numpys_model(star, job, streamed):
+    query, target, params, kernels = JOBS[job]
+    algorithm = "linear_regression" if job == "snowflake" else job
     run = dict(strategy="factorized", reuse=False, **params, **({"memory_budget": "60KB"} if streamed else {}))
     emulator.LAUNCHES.clear()
     on_device = ilargi_db.train(star, query, target, algorithm, backend="device_double", **run)

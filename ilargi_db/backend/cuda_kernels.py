@@ -3,7 +3,7 @@ CuPy's ``RawKernel`` (compiled on first use), around cuBLAS products for the den
 
 :class:`CudaKernels` replaces the reference's per-column ``bincount`` loops (one pass over the rows per
 column, per block) with one launch each: the gather of ``T @ W``, the segment sums of ``T^T V``, the gram
-pass, the pair grams' scatter (so ``pair_gram`` and ``sparse_pair_gram`` too, which call it), k-means'
+pass, the pair grams' scatter (so ``pair_gram`` too, which calls it), two sparse blocks' pair gram, k-means'
 assignment and update, the logistic loss and residual, NMF's update. ``rows_by_key`` and ``dense_product``
 stay the reference's (a sort and one cuBLAS product already).
 
@@ -132,6 +132,28 @@ class CudaKernels(ReferenceKernels):
         index_a = xp.empty(len(order), dtype=index_b.dtype)  # b's positions' type: no cast in the scatter
         index_a[order] = xp.searchsorted(ptr, xp.arange(len(order)), side="right") - 1
         return data_a.T @ self.scatter_gathered(index_a, index_b, data_b, data_a.shape[0], weights)
+
+    def sparse_pair_gram(self, index_a: Any, index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
+        xp = self.xp
+        a, b = data_a.tocsr(), data_b.tocsr()
+        if max(a.nnz, b.nnz) >= 2**31 - 1:  # int positions in the kernel: a block this large keeps the reference
+            return super().sparse_pair_gram(index_a, index_b, data_a, data_b, weights)
+        wide = index_a.dtype != xp.int32 or index_b.dtype != xp.int32
+        positions = "int64" if wide else "int32"
+        csr = [
+            (
+                xp.ascontiguousarray(m.indptr, dtype=xp.int32),
+                xp.ascontiguousarray(m.indices, dtype=xp.int32),
+                self._doubles(m.data),
+            )
+            for m in (a, b)
+        ]
+        out = xp.zeros((a.shape[1], b.shape[1]), dtype=xp.float64)
+        d = xp.zeros(1) if weights is None else self._doubles(weights)
+        rows = (xp.ascontiguousarray(index_a, dtype=positions), xp.ascontiguousarray(index_b, dtype=positions))
+        args = (*rows, *csr[0], *csr[1], d, xp.int32(weights is not None), out, xp.int64(b.shape[1]))
+        self._launch("sparse_pair_add", positions, len(index_a), *args)
+        return out
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         xp = self.xp

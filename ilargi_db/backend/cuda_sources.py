@@ -71,6 +71,25 @@ extern "C" __global__ void scatter_add(const idx_t* __restrict__ scatter, const 
     atomicAdd(&out[(long long)scatter[i] * m + j], value);
 }
 """,
+    # out[p, q] += weights[i] a[scatter[i], p] b[gather[i], q] over the nonzeros of two CSR blocks' rows (two
+    # one-hot blocks' S_a^T I_a^T D I_b S_b straight into the c_a x c_b accumulator: one thread per row i)
+    "sparse_pair_add": """
+extern "C" __global__ void sparse_pair_add(const idx_t* __restrict__ scatter, const idx_t* __restrict__ gather,
+                                           const int* __restrict__ a_ptr, const int* __restrict__ a_cols,
+                                           const double* __restrict__ a_vals, const int* __restrict__ b_ptr,
+                                           const int* __restrict__ b_cols, const double* __restrict__ b_vals,
+                                           const double* __restrict__ weights, int has_weights,
+                                           double* __restrict__ out, long long c_b, long long total) {
+    ITEM
+    const long long ra = (long long)scatter[item], rb = (long long)gather[item];
+    const double d = has_weights ? weights[item] : 1.0;
+    for (int p = a_ptr[ra]; p < a_ptr[ra + 1]; ++p) {
+        const double left = d * a_vals[p];
+        for (int q = b_ptr[rb]; q < b_ptr[rb + 1]; ++q)
+            atomicAdd(&out[(long long)a_cols[p] * c_b + b_cols[q]], left * b_vals[q]);
+    }
+}
+""",
     # labels[i], best[i] = argmin_j, min_j of base[i, j] + offsets[j] + sum_k tables[k, index[i, k], j]
     "nearest_rows": """
 extern "C" __global__ void nearest_rows(const idx_t* __restrict__ index, const double* __restrict__ tables,
