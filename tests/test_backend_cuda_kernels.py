@@ -24,7 +24,7 @@ from ilargi_db.backend.kernels import ReferenceKernels
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
 from tests.conftest import DEVICE_BACKENDS
-from tests.device_double import emulator
+from tests.device_double import cuda, emulator
 
 REFERENCE, TREE_REFERENCE = ReferenceKernels(np), ReferenceTreeKernels(np)
 
@@ -174,6 +174,20 @@ def test_the_emulator_runs_every_thread_of_a_3d_grid_once():
     emulator.RawKernel(WHERE_AM_I, "where_am_i")((2, 3, 1), (4, 2, 2), (place, threads))
     np.testing.assert_array_equal(place.get(), np.arange(place.size))
     assert float(threads[0]) == place.size
+
+
+def test_a_launch_on_a_stream_is_ordered_like_the_streams_other_work():
+    if not emulator.available():
+        pytest.skip("no C++ compiler (g++, clang++ or CXX) to emulate kernels")
+    xp = get_backend("device_double").xp
+    place, threads = xp.zeros(16, dtype=np.int64), xp.zeros(1)
+    stream = xp.cuda.Stream(non_blocking=True)
+    with stream:
+        emulator.RawKernel(WHERE_AM_I, "where_am_i")((2,), (8,), (place, threads))
+    with pytest.raises(cuda.UnorderedRead):
+        place.get()  # on the null stream, before anything orders it after the launch
+    stream.synchronize()
+    np.testing.assert_array_equal(place.get(), np.arange(16))
 
 
 ONE_TOO_FAR = """

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.device_double import cuda
+
 PRELUDE = r"""
 #include <math.h>
 struct dim3 { unsigned int x, y, z; };
@@ -130,10 +132,11 @@ class OutOfBounds(AssertionError):
 
 
 class _Guarded:
-    """Every array a launch gets, copied between guard bytes, checked and copied back after the launch: a write
-    out of bounds is caught, a read of a double makes NaN results. Each array's guard is a NaN of its own
-    payload, so a value read past one array's end and written past another's is caught too. An array passed
-    twice is one copy (the kernel may alias it)."""
+    """Every array a launch gets, copied between guard bytes, checked and copied back after the launch: a write out of
+    bounds is caught, a read of a double makes NaN results. An array the kernel wrote is marked as work on the current
+    stream (read elsewhere only once ordered after it, as :mod:`tests.device_double.cuda` says). Each array's guard is a
+    NaN of its own payload, so a value read past one array's end and written past another's is caught too. An array
+    passed twice is one copy (the kernel may alias it)."""
 
     def __init__(self, name: str):
         self.name, self.staged = name, {}
@@ -151,7 +154,8 @@ class _Guarded:
                 guard = np.full(GUARD_BYTES // 8, GUARD_NAN + len(self.staged), dtype=np.uint64).view(np.uint8)
                 padded[:GUARD_BYTES] = padded[len(padded) - GUARD_BYTES :] = guard
                 ctypes.memmove(padded.ctypes.data + GUARD_BYTES, host.ctypes.data, host.nbytes)
-                self.staged[key] = (host, padded, guard)
+                self.staged[key] = (host, padded, guard, [])
+            self.staged[key][3].append(value)
             return ctypes.c_void_p(self.staged[key][1].ctypes.data + GUARD_BYTES)
         if isinstance(value, np.generic) and value.dtype in _SCALARS:
             return _SCALARS[value.dtype](value.item())
@@ -160,12 +164,15 @@ class _Guarded:
         )
 
     def land(self) -> None:
-        for host, padded, guard in self.staged.values():
+        mark = cuda.mark_new()  # the launch's place on the current stream: where its writes are ordered
+        for host, padded, guard, arrays in self.staged.values():
             if (padded[:GUARD_BYTES] != guard).any() or (padded[len(padded) - GUARD_BYTES :] != guard).any():
                 raise OutOfBounds(f"kernel {self.name} wrote outside a {host.dtype} array of shape {host.shape}")
             inside = padded[GUARD_BYTES : len(padded) - GUARD_BYTES]
             if host.nbytes and (inside != np.frombuffer(_bytes_of(host), dtype=np.uint8)).any():
                 ctypes.memmove(host.ctypes.data, inside.ctypes.data, host.nbytes)  # what the kernel wrote
+                for array in arrays:
+                    array._mark = mark
 
 
 def _bytes_of(host: np.ndarray) -> Any:
