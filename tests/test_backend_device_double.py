@@ -131,7 +131,7 @@ def test_the_reference_kernels_run_on_the_device_and_give_numpys_results():
         rng.normal(size=n),
         rng.integers(0, 3, n),
     )
-    on_host, on_device = ReferenceKernels(np), DEVICE_DOUBLE.kernels
+    on_host, on_device = ReferenceKernels(np), ReferenceKernels(xp)  # the CUDA ones: test_backend_cuda_kernels
     d = DEVICE_DOUBLE.to_device
     calls = {
         "gather_sum": lambda k, c: k.gather_sum(c(dense), c(w), c(index), c(tables)),

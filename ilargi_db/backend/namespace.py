@@ -59,12 +59,13 @@ class Backend:
 
     @property
     def kernels(self) -> Any:
-        """The fused hot loops (see :mod:`ilargi_db.backend.kernels`): numba on the CPU, array operations on CuPy."""
+        """The fused hot loops (see :mod:`ilargi_db.backend.kernels`): numba on the CPU, CUDA kernels on CuPy."""
         return _kernels(self.name)
 
     @property
     def tree_kernels(self) -> Any:
-        """The histogram-boosting hot loops (see :mod:`ilargi_db.backend.tree_kernels`): numba on the CPU."""
+        """The histogram-boosting hot loops (see :mod:`ilargi_db.backend.tree_kernels`): numba on the CPU, a CUDA
+        histogram on CuPy."""
         return _tree_kernels(self.name)
 
     def hot_loop(self) -> contextlib.AbstractContextManager:
@@ -128,9 +129,14 @@ def _kernels(name: str) -> Any:
         from ilargi_db.backend.numba_kernels import NumbaKernels
 
         return NumbaKernels()
+    xp = get_backend(name).xp
+    if hasattr(xp, "RawKernel"):  # CuPy's custom kernels: the fused CUDA ones
+        from ilargi_db.backend.cuda_kernels import CudaKernels
+
+        return CudaKernels(xp)
     from ilargi_db.backend.kernels import ReferenceKernels
 
-    return ReferenceKernels(get_backend(name).xp)
+    return ReferenceKernels(xp)
 
 
 @functools.cache
@@ -149,9 +155,14 @@ def _tree_kernels(name: str) -> Any:
         from ilargi_db.backend.tree_kernels import NumbaTreeKernels
 
         return NumbaTreeKernels()
+    xp = get_backend(name).xp
+    if hasattr(xp, "RawKernel"):
+        from ilargi_db.backend.cuda_tree_kernels import CudaTreeKernels
+
+        return CudaTreeKernels(xp)
     from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 
-    return ReferenceTreeKernels(get_backend(name).xp)
+    return ReferenceTreeKernels(xp)
 
 
 @functools.cache
@@ -189,8 +200,9 @@ def register_backend(backend: Backend, array_types: tuple[type, ...]) -> None:
     ``Stream``, ``Event``, ``get_current_stream`` and ``alloc_pinned_memory`` for uploads) and
     ``backend.sparse`` cupyx.scipy.sparse's (``csr_matrix``, ``coo_matrix``, ``vstack``, ``hstack``,
     ``issparse``; matrices with ``.get()``); ``array_types`` are the classes of its dense and sparse arrays,
-    by which :func:`backend_of` knows them. Its kernels are :class:`~ilargi_db.backend.kernels.ReferenceKernels`
-    over its ``xp``, as CuPy's are. A test suite registers its strict device double this way.
+    by which :func:`backend_of` knows them. Its kernels are :class:`~ilargi_db.backend.cuda_kernels.CudaKernels`
+    where its ``xp`` has CuPy's ``RawKernel``, as CuPy's are, else the array operations of
+    :class:`~ilargi_db.backend.kernels.ReferenceKernels`. A test suite registers its strict device double this way.
     """
     if backend.name in BACKENDS:
         raise ValueError(f"{backend.name!r} is a built-in backend; register another array library under a new name.")
