@@ -80,17 +80,20 @@ def streamed(backend_name: str, rows: int, iterations: int, repeats: int) -> lis
     )
     label = star_label(star.query())
     run = dict(tol=0.0, max_iter=iterations, reuse=False)
-    probe = ilargi_db.train(
-        con,
-        label,
-        "label",
-        "logistic_regression",
-        "factorized",
-        backend_name,
-        memory_budget=rows * 50,
-        max_iter=1,
-        reuse=False,
-    )
+
+    def fit(memory_budget: int | None, **params: object) -> ilargi_db.TrainedModel:
+        return ilargi_db.train(
+            con,
+            label,
+            "label",
+            "logistic_regression",
+            "factorized",
+            backend_name,
+            memory_budget=memory_budget,
+            **params,
+        )
+
+    probe = fit(rows * 50, max_iter=1, reuse=False)
     if probe.streamed_ is None:
         raise SystemExit("the job fits in 50 bytes a fact row: give more --rows")
     budget = max(probe.streamed_["needed"] // 10, 1)
@@ -105,16 +108,7 @@ def streamed(backend_name: str, rows: int, iterations: int, repeats: int) -> lis
         ):
             partitions.PREFETCH = prefetch
             first = len(passes)
-            m = ilargi_db.train(
-                con,
-                label,
-                "label",
-                "logistic_regression",
-                "factorized",
-                backend_name,
-                memory_budget=memory_budget,
-                **run,
-            )
+            m = fit(memory_budget, **run)
             results.setdefault(name, []).append(later_passes(passes[first:]))
             results[name + " partitions"] = [m.streamed_["partitions"] if m.streamed_ else 1]
     partitions.PREFETCH = True
