@@ -207,11 +207,12 @@ def test_groups_whose_models_answer_different_questions_are_refused(stores):
         ilargi_db.train(stores, query, "label", "logistic_regression", group_by="store")
 
 
-def test_a_group_left_without_rows_is_named_in_the_warnings(stores):
-    stores.execute("INSERT INTO f VALUES (2002, 1, 'lonely', 0.5, 1.0)")
-    model = ilargi_db.train(stores, GROUPED, "y", group_by="store", validation=0.5, backend="numpy")
-    if "lonely" not in model.groups_:  # its one row was held out
-        assert any("'lonely' has no model" in w for w in model.warnings_)
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_a_group_left_without_rows_is_named_in_the_warnings(stores, strategy):
+    stores.execute("INSERT INTO f VALUES (2002, 1, 'lonely', 0.5, NULL)")  # its one row has no label
+    model = ilargi_db.train(stores, GROUPED, "y", group_by="store", strategy=strategy, backend="numpy")
+    assert "lonely" not in model.groups_ and model.unlabelled_rows_ == 1
+    assert any("'lonely' has no model" in w for w in model.warnings_)
 
 
 def test_the_group_column_keeps_its_type(stores):

@@ -13,15 +13,12 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.metadata.arrow_blocks import fetch_arrow
-from ilargi_db.metadata.scans import materialized_sql
 from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.readers import (
     ReadSettings,
     TrainingData,
-    joined_groups,
-    labelled_join,
     labelled_metadata,
+    materialized_rows,
     source_metadata,
 )
 from ilargi_db.plan import JoinGraph
@@ -76,9 +73,7 @@ def read_binned_materialized(
 ) -> TrainingData:
     """The materialized join's rows binned (one block); ``job`` accepted so both readers take the same arguments."""
     binner = _binned(con, graph, read, job)
-    table = fetch_arrow(con, materialized_sql(graph, binner.categorical), what="the materialized join")
-    table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
-    table, groups = joined_groups(table, graph)
+    table, y, unlabelled, groups = materialized_rows(con, graph, binner.categorical, read.labelled_only)
     return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
 
 

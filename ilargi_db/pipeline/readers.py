@@ -96,24 +96,28 @@ def labelled_metadata(meta: DIMetadata, labelled_only: bool) -> tuple[DIMetadata
     return meta.take_rows(labelled), meta.n_rows - len(labelled)  # unlabelled rows teach nothing
 
 
-def labelled_join(table: pa.Table, graph: JoinGraph, labelled_only: bool) -> tuple[pa.Table, Any, int]:
-    """The materialized join's features, its target (None without one) and the rows left out for a NULL target."""
+def materialized_rows(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool], labelled_only: bool
+) -> tuple[pa.Table, Any, int, GroupCodes | None]:
+    """The materialized join's features, its target (None without one), the rows left out for a NULL target, and
+    each row's group (None without group_by; a group whose rows were all left out keeps its label, as in the
+    factorized read, so the fit can name it)."""
+    # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
+    table = fetch_arrow(con, materialized_sql(graph, categorical), what="the materialized join")
+    groups = None
+    if graph.group is not None:
+        groups = GroupCodes.from_arrow(table.column(GROUP))
+        table = table.drop_columns([GROUP])
     if graph.target is None:
-        return table, None, 0
+        return table, None, 0, groups
     y = column_to_numpy(table.column(TARGET))
     unlabelled = 0
     if labelled_only and np.isnan(y).any():
         keep = ~np.isnan(y)
         unlabelled = int((~keep).sum())
         table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
-    return table.drop_columns([TARGET]), y, unlabelled
-
-
-def joined_groups(table: pa.Table, graph: JoinGraph) -> tuple[pa.Table, GroupCodes | None]:
-    """The materialized join without its group_by column, and each row's group (None without one)."""
-    if graph.group is None:
-        return table, None
-    return table.drop_columns([GROUP]), GroupCodes.from_arrow(table.column(GROUP))
+        groups = None if groups is None else groups.take(np.flatnonzero(keep))
+    return table.drop_columns([TARGET]), y, unlabelled, groups
 
 
 def _read_factorized(
@@ -143,10 +147,7 @@ def read_materialized(
     ``job`` is accepted so that both readers take the same arguments; the join itself is never stored.
     """
     encoder = read.encoder
-    # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
-    table = fetch_arrow(con, materialized_sql(graph, encoder.categorical), what="the materialized join")
-    table, y, unlabelled = labelled_join(table, graph, read.labelled_only)
-    table, groups = joined_groups(table, graph)
+    table, y, unlabelled, groups = materialized_rows(con, graph, encoder.categorical, read.labelled_only)
     names = graph.feature_names
     if read.check:
         check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
