@@ -124,11 +124,8 @@ class TrainedModel:
         The registry adds the name, version and macros. Only JSON: a record outlives library versions, and
         reading one back runs nothing it holds.
         """
-        facts = algorithm_facts(self.algorithm_)
         types = self.feature_types_ or [None] * len(self.encoder_.specs_)
         kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
-        # An attribute only some fits learn (a regression ensemble has no classes_) is left out.
-        fitted = {attr: getattr(self.estimator_, attr) for attr in facts.fitted if hasattr(self.estimator_, attr)}
         record = {column: getattr(self, attr) for attr, column, _ in _COLUMNS}
         record.update(
             features=[{"name": s.name, "type": t, "kind": s.kind} for s, t in zip(self.encoder_.specs_, types)],
@@ -138,9 +135,15 @@ class TrainedModel:
                 "target_type": self.target_type_,
             },
             parameters=self.estimator_.get_params(),
-            model={**fitted, "feature_names_out": list(self.estimator_.feature_names_in_), **kept},
+            model={**self.fitted_state(), "feature_names_out": list(self.estimator_.feature_names_in_), **kept},
         )
         return {column: _json(value) if column in JSON_COLUMNS else value for column, value in record.items()}
+
+    def fitted_state(self) -> dict[str, Any]:
+        """What the estimator learned, by attribute (the ``model`` column's values but the provenance's)."""
+        facts = algorithm_facts(self.algorithm_)
+        # An attribute only some fits learn (a regression ensemble has no classes_) is left out.
+        return {attr: getattr(self.estimator_, attr) for attr in facts.fitted if hasattr(self.estimator_, attr)}
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> TrainedModel:
@@ -479,12 +482,11 @@ class GroupedModel(TrainedModel):
         (the provenance and the column names once, for all)."""
         first = next(iter(self.models_.values()))
         record = first.to_record()
-        shared = {key for _, key, _, _ in _IN_MODEL} | {"feature_names_out"}
         kept = {key: getattr(self, attr) for attr, key, _, _ in _IN_MODEL}
-        groups = {}
-        for label, model in self.models_.items():
-            state = {k: v for k, v in json.loads(model.to_record()["model"]).items() if k not in shared}
-            groups[label] = {**state, "n_rows": model.n_rows_, "metrics": model.training_metrics_}
+        groups = {
+            label: {**model.fitted_state(), "n_rows": model.n_rows_, "metrics": model.training_metrics_}
+            for label, model in self.models_.items()
+        }
         grouping = {"group_by": self.group_by_, "group_type": self.group_type_, "ungrouped_rows": self.ungrouped_rows_}
         names = list(first.estimator_.feature_names_in_)
         record.update(
