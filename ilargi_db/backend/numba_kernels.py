@@ -229,10 +229,17 @@ def _scatter_gathered(scatter, gather, table, weights, sums, first, last):  # pr
                 acc[target, j] += w * table[source, j]
 
 
-CSR = (read_only(I64[::1]), read_only(I64[::1]), IN_1)  # a sparse block's row pointers, columns and values
+# A sparse block's row pointers, columns (scipy's own int32 or int64: no copy of them on each call) and values.
+CSR = {c: (read_only(c[::1]), read_only(c[::1]), IN_1) for c in POSITIONS}
 
 
-@kernel([nt.void(GATHER[p], GATHER[p], *CSR, *CSR, IN_1, F64[:, :, ::1], I64, I64) for p in POSITIONS])
+@kernel(
+    [
+        nt.void(GATHER[p], GATHER[p], *CSR[c], *CSR[c], IN_1, F64[:, :, ::1], I64, I64)
+        for p in POSITIONS
+        for c in POSITIONS
+    ]
+)
 def _sparse_pair_gram(index_a, index_b, ptr_a, cols_a, vals_a, ptr_b, cols_b, vals_b, weights, sums, first, last):
     """Each output row's nonzero pairs of its two sparse block rows, weighted, added into its chunk's sums."""
     n = index_a.shape[0]
@@ -535,10 +542,11 @@ class NumbaKernels:
         a, b = data_a.tocsr(), data_b.tocsr()
         chunks = _chunks(index_a.shape[0], a.shape[1] * b.shape[1])
         sums = np.zeros((chunks, a.shape[1], b.shape[1]))
-        csr = [np.ascontiguousarray(m.indptr, dtype=np.int64) for m in (a, b)]
-        cols = [np.ascontiguousarray(m.indices, dtype=np.int64) for m in (a, b)]
+        structure = _positions(a.indptr, a.indices, b.indptr, b.indices)  # a weighted Gram calls it per iteration
         args = [np.ascontiguousarray(i, dtype=positions) for i in (index_a, index_b)]
-        args += [csr[0], cols[0], _f64(a.data), csr[1], cols[1], _f64(b.data)]
+        for m in (a, b):
+            args += [np.ascontiguousarray(m.indptr, dtype=structure), np.ascontiguousarray(m.indices, dtype=structure)]
+            args.append(_f64(m.data))
         args += [np.empty(0) if weights is None else _f64(weights), sums]
         run(_sparse_pair_gram.dispatcher, chunks, *args)
         return _in_chunk_order(sums)
