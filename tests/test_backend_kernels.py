@@ -73,11 +73,9 @@ def test_fused_kernels_match_reference(layout):
         one_hot_b = scipy.sparse.random(rows, 5, density=0.4, random_state=rng, format="csr")
         wide = one_hot_b.copy()  # scipy's int64 structure (a block of 2^31 nonzeros), beside its int32 one
         wide.indptr, wide.indices = wide.indptr.astype(np.int64), wide.indices.astype(np.int64)
-        for d, one_hot_b in ((None, one_hot_b), (weights, one_hot_b), (weights, wide)):  # each row's nonzero pairs
-            got = FUSED.sparse_pair_gram(scatter, gather, one_hot_a, one_hot_b, d)
-            np.testing.assert_allclose(
-                got, REFERENCE.sparse_pair_gram(scatter, gather, one_hot_a, one_hot_b, d), atol=1e-8
-            )
+        for d, right in ((None, one_hot_b), (weights, one_hot_b), (weights, wide)):  # each row's nonzero pairs
+            got = FUSED.sparse_pair_gram(scatter, gather, one_hot_a, right, d)
+            np.testing.assert_allclose(got, REFERENCE.sparse_pair_gram(scatter, gather, one_hot_a, right, d), atol=1e-8)
         if dense is not None:
             np.testing.assert_allclose(
                 FUSED.scatter_gathered(scatter, None, dense, rows),
