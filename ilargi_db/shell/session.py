@@ -9,6 +9,7 @@ interactive shell (prompt, continuation lines until ``;``, errors printed and th
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -21,17 +22,31 @@ import duckdb
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import is_interruption
-from ilargi_db.shell.render import DEFAULT_MAXROWS, MODES, Result, check_mode, render, result_of
+from ilargi_db.shell.render import (
+    DEFAULT_MAXROWS,
+    MAX_ROWS,
+    MODES,
+    Result,
+    check_mode,
+    render,
+    result_of,
+    whole_number,
+)
 from ilargi_db.shell.summaries import metrics_line, scores_table, summarize, summary_kind
 
 UDF_NOISE = re.compile(r"Invalid Input Error: Python exception occurred while executing the UDF: \w+: ")
 PROMPT, CONTINUATION = "ilargi> ", "   ...> "
 QUIT = (".quit", ".exit", "\\q")
 MAX_READ_DEPTH = 16  # .read inside .read: deeper is a file reading itself
-COMMENT = re.compile(r"--[^\n]*")
 # The changed-row count of these statements is not shown, as in DuckDB's shell.
 COUNTING = ("CREATE", "INSERT", "UPDATE", "DELETE")
 MIN_WIDTH = 80  # DuckDB's narrowest box
+MAX_WIDTH = 1_000_000  # a wider box is no longer read on a screen
+# The dot commands that reach the file system: refused in --safe mode, as DuckDB's shell refuses them in -safe.
+FILE_COMMANDS = (".read", ".output", ".once", ".open")
+# DuckDB's sandbox, in the order it is set: a database that .open opens keeps it.
+SANDBOX = ("allowed_directories", "allowed_paths", "enable_external_access", "lock_configuration")
+ARGUMENT = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([^\s"']\S*))""")  # a dot command's argument, quoted or not
 
 DOT_COMMANDS = {
     ".help": "this list",
@@ -66,13 +81,59 @@ def box_width(out: IO[str], maxwidth: int = 0) -> int | None:
     return max(MIN_WIDTH, shutil.get_terminal_size().columns)
 
 
+def _closed(text: str) -> bool:
+    """Whether ``text`` ends outside a string, a quoted identifier and a comment, as DuckDB's tokenizer reads
+    it (E'' escapes, $$ and $tag$ strings, nested /* */): a ';' put on a line after it stands alone."""
+    probe = text + "\n;"
+    tokens = duckdb.tokenize(probe)
+    return tokens[-1] == (len(probe.encode()) - 1, duckdb.token_type.operator)  # offsets are UTF-8 bytes
+
+
+def _last_token(text: str) -> str | None:
+    """The last token of ``text`` that is not a comment (None: only comments and blanks)."""
+    data = text.encode()
+    tokens = duckdb.tokenize(text)
+    ends = [start for start, _ in tokens[1:]] + [len(data)]
+    for (start, kind), end in reversed(list(zip(tokens, ends))):
+        if kind != duckdb.token_type.comment:
+            return data[start:end].decode(errors="replace").strip()
+    return None
+
+
 def ends_statement(text: str) -> bool:
-    """Whether ``text`` (lines typed so far) ends a statement: its last non-comment character is ';'."""
-    return COMMENT.sub("", text).rstrip().endswith(";")
+    """Whether ``text`` (lines typed so far) ends a statement: its last token that is not a comment is a
+    ';' of its own (not one inside a string, a quoted name or a comment), and nothing is left open."""
+    return _closed(text) and _last_token(text) == ";"
+
+
+def inside_statement(text: str) -> bool:
+    """Whether ``text`` (a script's lines since the last statement ended) leaves a statement unfinished,
+    or a string or comment open: a dot command's line there is part of it."""
+    return not _closed(text) or _last_token(text) not in (None, ";")
+
+
+def dot_arguments(command: str) -> tuple[str, list[str]]:
+    """A dot command's name and arguments, split at blanks; quotes ('...' or "...") wrap one with blanks."""
+    name, *others = command.split(maxsplit=1)
+    rest = others[0] if others else ""
+    arguments: list[str] = []
+    position = 0
+    while rest[position:].strip():
+        found = ARGUMENT.match(rest, position)
+        if found is None:
+            raise IlargiError(f"{name}: a quote is not closed in {rest.strip()!r}: close it (.read 'my job.sql').")
+        arguments.append(next(group for group in found.groups() if group is not None))
+        position = found.end()
+    return name, arguments
 
 
 class Session:
-    """One shell over ``con``; ``connect`` opens the database of ``.open``."""
+    """One shell over ``con``; ``connect`` opens the database of ``.open``.
+
+    ``safe``: DuckDB's shell's safe mode (its ``-safe``): the dot commands that reach files are refused and
+    ``con`` loses external access (``enable_external_access = false``: no file, extension or network from
+    SQL), for good. Without it, those dot commands still honour the sandbox the connection is in.
+    """
 
     def __init__(
         self,
@@ -81,8 +142,12 @@ class Session:
         out: IO[str] | None = None,
         mode: str = "box",
         maxrows: int = DEFAULT_MAXROWS,
+        safe: bool = False,
     ) -> None:
+        if safe and _setting(con, "enable_external_access"):
+            con.execute("SET enable_external_access = false")  # cannot be switched back on while it is open
         self.con = con
+        self.safe = safe
         self.connect = connect
         self.terminal = out or sys.stdout
         self.out = self.terminal
@@ -189,9 +254,8 @@ class Session:
                 number += self.run_sql("\n" * start + text, first=number)
 
         for i, line in enumerate(lines):
-            pending = "\n".join(lines[start:i])
-            if not line.lstrip().startswith(".") or (COMMENT.sub("", pending).strip() and not ends_statement(pending)):
-                continue  # SQL, or a line inside a statement
+            if not line.lstrip().startswith(".") or inside_statement("\n".join(lines[start:i])):
+                continue  # SQL, or a line inside a statement (or inside a string or comment)
             flush(i)
             start = i + 1
             if not self.dot(line.strip()):
@@ -226,9 +290,12 @@ class Session:
                         return
                     continue
                 buffer.append(line)
-                if ends_statement("\n".join(buffer)):
-                    sql, buffer = "\n".join(buffer), []
+                sql = "\n".join(buffer)
+                if ends_statement(sql):
+                    buffer = []
                     self.run_sql(sql)
+                elif not inside_statement(sql):
+                    buffer = []  # only comments: the prompt stays, as in DuckDB's shell
             except (duckdb.Error, IlargiError) as err:
                 print(f"Error: {clean_error(err)}", file=errors)
             except (KeyboardInterrupt, RuntimeError) as err:  # Ctrl-C stops the statement, not the shell
@@ -239,16 +306,39 @@ class Session:
     # -- dot commands ---------------------------------------------------------------------
 
     def dot(self, command: str) -> bool:
-        """Run one dot command; False for .quit."""
-        name, _, argument = command.partition(" ")
-        argument = argument.strip()
+        """Run one dot command; False for .quit. Its arguments are checked before anything is done."""
+        name = command.split(maxsplit=1)[0]
         if name in QUIT:
             return False
-        handler = DOTS.get(name)
-        if handler is None:
+        if name not in DOTS:
             raise IlargiError(f"unknown command {name}: .help lists the dot commands.")
-        handler(self, _unquoted(argument))
+        handler, most = DOTS[name]
+        _, arguments = dot_arguments(command)
+        if len(arguments) > most:
+            usage = next(usage for usage in DOT_COMMANDS if usage.split()[0] == name)
+            quoting = " (quote a path with blanks: .read 'my job.sql')" if name in FILE_COMMANDS else ""
+            raise IlargiError(f"Usage: {usage}{quoting}")
+        if self.safe and name in FILE_COMMANDS:
+            raise IlargiError(f"{name} cannot be used in --safe mode (it reaches the file system).")
+        handler(self, arguments[0] if arguments else "")
         return True
+
+    def reachable(self, command: str, path: str) -> str:
+        """``path`` made absolute, once DuckDB's sandbox lets the connection reach it: with
+        ``enable_external_access = false`` only what ``allowed_directories`` and ``allowed_paths`` name.
+        DuckDB itself answers (the same check its file functions make), on the path that is then used."""
+        if "\0" in path:
+            raise IlargiError(f"{command}: the path {path!r} holds a NUL character: give a file's path.")
+        full = os.path.abspath(path)
+        if not _setting(self.con, "enable_external_access"):
+            try:
+                self.con.execute("SELECT 1 FROM system.main.glob(?) LIMIT 1", [full]).fetchall()
+            except duckdb.PermissionException:
+                raise IlargiError(
+                    f"{command} cannot reach {path!r}: this connection has enable_external_access = false and the "
+                    "path is not under its allowed_directories or allowed_paths."
+                ) from None
+        return full
 
     def help(self, argument: str) -> None:
         width = max(len(usage) for usage in DOT_COMMANDS) + 2
@@ -267,33 +357,44 @@ class Session:
         if not argument:
             self.write(f"maxrows: {self.maxrows}")
             return
-        if not argument.isdigit() or int(argument) < 1:
-            raise IlargiError(f".maxrows takes a positive number of rows, got {argument!r}: say .maxrows 100.")
-        self.maxrows = int(argument)
+        maxrows = whole_number(argument, 1, MAX_ROWS)
+        if maxrows is None:
+            raise IlargiError(
+                f".maxrows takes a positive number of rows, got {_shown(argument)}: say .maxrows 100 (at most "
+                f"{MAX_ROWS}; .mode csv writes every row)."
+            )
+        self.maxrows = maxrows
 
     def set_maxwidth(self, argument: str) -> None:
         if not argument:
             self.write(f"maxwidth: {self.maxwidth or 'the terminal'}")
             return
-        if not argument.isdigit():
-            raise IlargiError(f".maxwidth takes a number of characters, got {argument!r}: say .maxwidth 120.")
-        self.maxwidth = int(argument)
+        maxwidth = whole_number(argument, 0, MAX_WIDTH)
+        if maxwidth is None:
+            raise IlargiError(
+                f".maxwidth takes a number of characters, got {_shown(argument)}: say .maxwidth 120 (at most "
+                f"{MAX_WIDTH}; 0: the terminal's width)."
+            )
+        self.maxwidth = maxwidth
 
     def output(self, argument: str) -> None:
-        self.redirect(argument or None)
+        self.redirect(self.reachable(".output", argument) if argument else None)
 
     def output_once(self, argument: str) -> None:
         if not argument:
-            raise IlargiError(".once takes a file: .once results.csv")
-        self.redirect(argument, once=True)
+            raise IlargiError("Usage: .once FILE (say .once results.csv)")
+        self.redirect(self.reachable(".once", argument), once=True)
 
     def read(self, argument: str) -> None:
         if not argument:
-            raise IlargiError(".read takes a file of statements: .read job.sql")
+            raise IlargiError("Usage: .read FILE (say .read job.sql)")
         try:
-            sql = Path(argument).read_text()
+            sql = Path(self.reachable(".read", argument)).read_text(encoding="utf-8")
         except OSError as err:
             raise IlargiError(f"cannot read {argument!r} ({err.strerror}): give the path of a .sql file.") from None
+        except UnicodeDecodeError:
+            why = f"cannot read {argument!r}: it is not UTF-8 text"
+            raise IlargiError(f"{why}; give the path of a .sql file.") from None
         if self.depth >= MAX_READ_DEPTH:
             raise IlargiError(f".read nested {MAX_READ_DEPTH} deep: does {argument!r} read itself?")
         self.depth += 1
@@ -305,13 +406,22 @@ class Session:
             self.depth -= 1
 
     def open(self, argument: str) -> None:
-        con = self.connect(argument or ":memory:")  # opened first: on an error the current one stays
+        """Open ``argument`` (a new in-memory database without it) in the current one's sandbox."""
+        path = ":memory:" if argument in ("", ":memory:") else self.reachable(".open", argument)
+        sandbox = _sandbox(self.con)
+        con = self.connect(path)  # opened first: on an error the current one stays
+        try:
+            for name, value in sandbox.items():  # in SANDBOX's order: the lock last
+                con.execute(f"SET {name} = ?", [value])
+        except BaseException:
+            con.close()
+            raise
         self.con.close()
         self.con = con
 
     def set_timer(self, argument: str) -> None:
         if argument not in ("on", "off"):
-            raise IlargiError(".timer takes on or off.")
+            raise IlargiError(f".timer takes on or off, got {_shown(argument)}: say .timer on.")
         self.timer = argument == "on"
 
     def tables(self, pattern: str) -> None:
@@ -379,24 +489,37 @@ def _metrics_cell(text: str) -> str:
     return metrics_line(metrics)
 
 
-def _unquoted(argument: str) -> str:
-    """A dot command's argument without the quotes that may wrap a path with spaces."""
-    if len(argument) >= 2 and argument[0] == argument[-1] and argument[0] in "'\"":
-        return argument[1:-1]
-    return argument
+def _shown(argument: str, most: int = 40) -> str:
+    """An argument quoted in an error message, cut after ``most`` characters (it may be a pasted wall)."""
+    return repr(argument if len(argument) <= most else argument[:most] + "…")
 
 
-DOTS: dict[str, Callable[[Session, str], Any]] = {
-    ".help": Session.help,
-    ".tables": Session.tables,
-    ".schema": Session.schema,
-    ".models": Session.models,
-    ".mode": Session.set_mode,
-    ".maxrows": Session.set_maxrows,
-    ".maxwidth": Session.set_maxwidth,
-    ".output": Session.output,
-    ".once": Session.output_once,
-    ".read": Session.read,
-    ".open": Session.open,
-    ".timer": Session.set_timer,
+def _setting(con: duckdb.DuckDBPyConnection, name: str) -> Any:
+    return con.execute("SELECT system.main.current_setting(?)", [name]).fetchall()[0][0]
+
+
+def _sandbox(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The sandbox settings of ``con`` to set on a database .open opens; none where there is no sandbox."""
+    settings = {name: _setting(con, name) for name in SANDBOX}
+    if settings["enable_external_access"] and not settings["lock_configuration"]:
+        return {}
+    if settings["enable_external_access"]:  # locked only: the allowed lists mean nothing while access is on
+        return {"lock_configuration": True}
+    return settings
+
+
+# Each dot command's handler and the most arguments it takes.
+DOTS: dict[str, tuple[Callable[[Session, str], Any], int]] = {
+    ".help": (Session.help, 0),
+    ".tables": (Session.tables, 1),
+    ".schema": (Session.schema, 1),
+    ".models": (Session.models, 0),
+    ".mode": (Session.set_mode, 1),
+    ".maxrows": (Session.set_maxrows, 1),
+    ".maxwidth": (Session.set_maxwidth, 1),
+    ".output": (Session.output, 1),
+    ".once": (Session.output_once, 1),
+    ".read": (Session.read, 1),
+    ".open": (Session.open, 1),
+    ".timer": (Session.set_timer, 1),
 }
