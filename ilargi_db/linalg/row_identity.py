@@ -42,17 +42,15 @@ def _salts(n: int, start: int = 0) -> np.ndarray:
 
 
 def hash_values(values: Any) -> np.ndarray:
-    """One 64-bit hash per row of a (rows, columns) array of numbers: equal rows, equal hashes (-0.0 as 0.0, every
-    NaN as one), whatever their positions; a sum of per-column hashes, so exact in any order of addition."""
+    """One 64-bit hash per row of a (rows, columns) array of numbers, each taken as a double: equal rows, equal
+    hashes (-0.0 as 0.0, every NaN as one), whatever their positions; a sum of per-column hashes (exact in any
+    order of addition)."""
     values = np.asarray(to_host(values))
     if values.ndim == 1:
         values = values[:, None]
-    if values.dtype.kind in "biu":
-        bits = values.astype(np.int64).view(np.uint64)
-    else:
-        floats = values.astype(np.float64)
-        floats = np.where(np.isnan(floats), np.nan, floats) + 0.0  # one NaN; -0.0 + 0.0 is 0.0
-        bits = floats.view(np.uint64)
+    floats = values.astype(np.float64)  # a label 1 read as an integer or as a double: one value, one hash
+    floats = np.where(np.isnan(floats), np.nan, floats) + 0.0  # one NaN; -0.0 + 0.0 is 0.0
+    bits = floats.view(np.uint64)
     with np.errstate(over="ignore"):
         return _mix(bits ^ _salts(bits.shape[1])[None, :]).sum(axis=1, dtype=np.uint64)
 
