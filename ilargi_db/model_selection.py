@@ -115,8 +115,8 @@ def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
     given = spell("cv", int(cv))
     if len(y) < cv:
         raise IlargiError(
-            f"{given}: {cv} folds need at least {cv} rows, and the training query returned {len(y)}: pass a "
-            f"smaller cv (at least {MIN_FOLDS}), or a query with more rows."
+            f"{given}: {cv} folds need at least {cv} rows, and the training query returned {len(y)}: pass "
+            f"{spell('cv', max(MIN_FOLDS, len(y)))} or fewer folds (at least {MIN_FOLDS}), or a query with more rows."
         )
     if not _classifies(algorithm):
         return
@@ -131,7 +131,7 @@ def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
         few = labels[int(np.argmin(counts))].item()
         few = int(few) if isinstance(few, float) and few.is_integer() else few  # a label read as a double
         fix = (
-            f"pass a cv of at most {fewest}"
+            f"pass {spell('cv', fewest)} or fewer folds"
             if fewest >= MIN_FOLDS
             else "filter the class out of the query, or give it more rows"
         )
