@@ -3,7 +3,8 @@
 The split is a row selection of the one read (``X[rows]``): the rows of smallest key, each row keyed by a hash of
 its values seeded with :data:`VALIDATION_SEED` (:mod:`ilargi_db.linalg.row_identity`), never by its position, so
 a job holds out the same rows on every run, whatever order DuckDB's threads, a view over Parquet or ties in ORDER
-BY deliver them in. A share reads factorized (:func:`held_out_strategy`). The encoding
+BY deliver them in: the factorized read and the materialized join (whose row order changes between runs) hold
+out the same rows. The encoding
 (categories, imputation means) is learned from every row read, as it is for ``predict`` on new rows; the fit
 sees only the training share. ``validation="SELECT ..."`` scores another query instead (``ilargi_db.evaluate``
 after the fit; the query is planned with the training query, :func:`check_validation_query`). Either way the
@@ -20,26 +21,12 @@ import numpy as np
 
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.linalg.row_identity import first_by_key, row_keys
-from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.scoring import evaluate, grouped_metrics
 from ilargi_db.plan import JoinGraph, build_join_graph
 
 VALIDATION_SEED = 0  # the held-out rows of a job are the same on every run
-
-
-def held_out_strategy(graph: JoinGraph, strategy: str) -> Strategy:
-    """The strategy of a job that holds a share of its rows out: factorized, whose rows come in the fact's order on
-    every run (the materialized join's order is DuckDB's parallel join's, which changes from run to run)."""
-    if strategy == Strategy.MATERIALIZED or not graph.factorizable:
-        why = "strategy='materialized'" if strategy == Strategy.MATERIALIZED else "a feature mixes sources"
-        raise IlargiError(
-            "a validation share holds out rows by their position in the factorized read (the same rows on every "
-            f"run), and this job reads the materialized join ({why}), whose row order changes between runs: pass "
-            "validation='SELECT ...' (the rows to score) instead."
-        )
-    return Strategy.FACTORIZED
 
 
 def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, validation: Any) -> None:
@@ -125,7 +112,6 @@ __all__ = [
     "check_validation_query",
     "held_out_metrics",
     "held_out_rows",
-    "held_out_strategy",
     "split",
     "training_keys",
     "validated_on_query",
