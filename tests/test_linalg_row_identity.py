@@ -40,6 +40,15 @@ def test_a_row_has_one_key_however_the_matrix_holds_it_and_wherever_it_stands():
     assert not np.array_equal(row_keys(dense, [y + 1], seed=7), keys)  # the label is part of the row
 
 
+def test_blocks_that_share_a_column_are_keyed_by_the_rows_they_add_up_to():
+    """A feature of several sources (COALESCE): two blocks feed one column, and the row's value is their sum."""
+    left = Block(np.array([[1.0], [0.0], [3.0]]), columns=[0])
+    right = Block(np.array([[5.0], [7.0]]), columns=[0], index=np.array([-2, 0, 1]))
+    other = Block(np.array([[2.0], [2.0], [4.0]]), columns=[1])
+    X = NormalizedMatrix([left, right, other], n_rows=3, backend="numpy")
+    np.testing.assert_array_equal(row_keys(X, seed=1), row_keys(X.materialize(), seed=1))
+
+
 def test_equal_values_hash_equal_and_labels_of_any_type_alike():
     values = np.array([[0.0, np.nan, 1.0], [-0.0, float("nan") * -1, 1.0], [0.0, np.nan, 2.0]])
     h = hash_values(values)

@@ -41,23 +41,65 @@ def _salts(n: int, start: int = 0) -> np.ndarray:
     return _mix((np.arange(start, start + n, dtype=np.uint64) + np.uint64(1)) * _GOLDEN)
 
 
-def hash_values(values: Any) -> np.ndarray:
+def _bits(values: np.ndarray) -> np.ndarray:
+    """Numbers as the bits of doubles, one NaN and one zero: equal values, equal bits (a label 1 read as an
+    integer or as a double alike)."""
+    floats = np.asarray(values).astype(np.float64)
+    floats = np.where(np.isnan(floats), np.nan, floats) + 0.0  # one NaN; -0.0 + 0.0 is 0.0
+    return floats.view(np.uint64)
+
+
+def hash_values(values: Any, salts: np.ndarray | None = None) -> np.ndarray:
     """One 64-bit hash per row of a (rows, columns) array of numbers, each taken as a double: equal rows, equal
-    hashes (-0.0 as 0.0, every NaN as one), whatever their positions; a sum of per-column hashes (exact in any
-    order of addition)."""
+    hashes (-0.0 as 0.0, every NaN as one), whatever their positions; a sum of per-column hashes (each column
+    salted, by default by its position: ``salts``), exact in any order of addition."""
     values = np.asarray(to_host(values))
     if values.ndim == 1:
         values = values[:, None]
-    floats = values.astype(np.float64)  # a label 1 read as an integer or as a double: one value, one hash
-    floats = np.where(np.isnan(floats), np.nan, floats) + 0.0  # one NaN; -0.0 + 0.0 is 0.0
-    bits = floats.view(np.uint64)
+    salts = _salts(values.shape[1]) if salts is None else salts
     with np.errstate(over="ignore"):
-        return _mix(bits ^ _salts(bits.shape[1])[None, :]).sum(axis=1, dtype=np.uint64)
+        return _mix(_bits(values) ^ salts[None, :]).sum(axis=1, dtype=np.uint64)
+
+
+def _block_hashes(part: Any, salts: np.ndarray) -> np.ndarray:
+    """The hash of each row of one block over its output columns (``salts``): a dense block chunk by chunk, a
+    sparse one as the hash of its zeros plus what each stored value changes."""
+    data, width = part.data, len(salts)
+    step = max(1, CHUNK_VALUES // max(width, 1))
+    if not part.sparse:
+        chunks = [hash_values(data[s : s + step], salts) for s in range(0, data.shape[0], step)]
+        return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.uint64)
+    coo = (data.get() if hasattr(data, "get") else data).tocoo()  # a device's sparse block copied here
+    zero = _mix(np.uint64(0) ^ salts)  # a zero's hash in each column
+    with np.errstate(over="ignore"):
+        out = np.full(data.shape[0], zero.sum(dtype=np.uint64), dtype=np.uint64)
+        np.add.at(out, coo.row, _mix(_bits(coo.data) ^ salts[coo.col]) - zero[coo.col])
+    return out
+
+
+def _factorized_hashes(X: NormalizedMatrix) -> np.ndarray | None:
+    """The dense rows' hashes without building them, when every output column is fed by one block: each block's
+    rows hashed once, gathered to the output rows by its indicator and added. None where blocks share a column
+    (a value is then a sum of blocks' values: hashed from the dense rows)."""
+    parts = X._parts  # noqa: SLF001 - the blocks of a matrix of this package, read only
+    columns = np.concatenate([p.columns for p in parts]) if parts else np.empty(0, dtype=np.int64)
+    if len(np.unique(columns)) != len(columns):
+        return None
+    salts = _salts(X.shape[1])
+    out = np.zeros(X.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for part in parts:
+            block = _block_hashes(part, salts[part.columns])
+            out += block if part.index is None else block[np.asarray(to_host(part.index), dtype=np.int64)]
+    return out
 
 
 def _hash_partition(X: Any, rows: tuple, args: tuple) -> tuple[list[np.ndarray]]:
-    """The row hashes of one partition (or of a whole normalized matrix), dense chunk by chunk; a list, so that
-    ``reduce_rows`` adding the partitions' tuples concatenates them in partition order."""
+    """The row hashes of one partition (or of a whole normalized matrix): factorized, or dense chunk by chunk; a
+    list, so that ``reduce_rows`` adding the partitions' tuples concatenates them in partition order."""
+    found = _factorized_hashes(X)
+    if found is not None:
+        return ([found],)
     n, d = X.shape
     step = max(1, CHUNK_VALUES // max(d, 1))
     return ([hash_values(X.rows(np.arange(s, min(n, s + step)))) for s in range(0, n, step)],)
