@@ -5,12 +5,20 @@ of it (``X[rows]``: the dimension blocks shared, never copied), built once and f
 set, so a parameter set after the first reuses the fold's memoized X^T X and column sums. When the
 held-out rows of the folds partition the rows (k-fold), a fold's X^T X is the sum of the other folds'
 held-out rows' ones: the data is summed once in all, not once per fold.
+
+``cv=k`` deals the rows into folds by their keys (:class:`KeyedFolds`, :mod:`ilargi_db.linalg.row_identity`): each
+row's fold is a seeded hash of its values, never its position, so the folds are the same rows on every run,
+whatever order DuckDB's threads, a view over Parquet or ties in ORDER BY deliver them in. Settings that cannot
+score (more folds than rows or than a class's rows, a scorer the estimator cannot feed) are refused in the
+caller's terms before the folds are fitted; the scorer before anything is read.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 import duckdb
@@ -18,7 +26,9 @@ import numpy as np
 
 from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError, spell, worded
+from ilargi_db.interruption import check_interrupted, interruptible_job
 from ilargi_db.linalg import COLSUMS, CROSSPROD
+from ilargi_db.linalg.row_identity import folds_by_key, row_keys
 from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, make_estimator
 from ilargi_db.normalization import normalize
 
@@ -56,19 +66,111 @@ def _candidates(algorithm: str, params: Mapping[str, Any], param_grid: Any) -> l
     return candidates
 
 
-def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
-    """``cv`` folds, shuffled (a query's rows often come sorted), stratified for a classifier; or ``cv``'s own
-    splitter (anything with ``split``, as scikit-learn takes)."""
-    from sklearn.model_selection import KFold, StratifiedKFold
+class KeyedFolds:
+    """``n_splits`` folds of the rows dealt by their keys (a seeded hash of each row's values and label), stratified
+    by class when ``stratify``: the same rows in each fold whatever order they come in. A scikit-learn splitter
+    (``split``, ``get_n_splits``), so a search on the materialized join can take the same folds.
 
+    ``random_state`` seeds the keys (None: a new seed on each ``split``, as an unseeded shuffle)."""
+
+    def __init__(self, n_splits: int = DEFAULT_FOLDS, *, stratify: bool = False, random_state: int | None = 0):
+        self.n_splits, self.stratify, self.random_state = n_splits, stratify, random_state
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        return self.n_splits
+
+    def split(self, X: Any, y: Any = None, groups: Any = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        seed = self.random_state
+        if seed is None:
+            seed = int(np.random.default_rng().integers(2**32))
+        labels = None if y is None else to_host(y) if hasattr(y, "get") else np.asarray(y)
+        fold = folds_by_key(row_keys(X, (labels,), int(seed)), self.n_splits, labels if self.stratify else None)
+        for k in range(self.n_splits):
+            yield np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+
+
+def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
+    """``cv`` folds by the rows' keys (a query's rows come in no order that repeats), stratified for a classifier;
+    or ``cv``'s own splitter (anything with ``split``, as scikit-learn takes), used as given."""
     if hasattr(cv, "split"):
         return cv
-    if isinstance(cv, bool) or not isinstance(cv, int) or cv < MIN_FOLDS:
+    if isinstance(cv, bool) or not isinstance(cv, Integral) or cv < MIN_FOLDS:
         raise IlargiError(
             f"cv={cv!r}: give the number of folds ({MIN_FOLDS} or more) or a scikit-learn splitter such as KFold."
         )
-    stratified = algorithm_facts(algorithm).metrics in CLASSIFYING_METRICS
-    return (StratifiedKFold if stratified else KFold)(cv, shuffle=True, random_state=random_state)
+    if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, Integral)):
+        raise IlargiError(f"random_state={random_state!r}: give an integer seed of the folds, or None.")
+    return KeyedFolds(int(cv), stratify=_classifies(algorithm), random_state=random_state)
+
+
+def _classifies(algorithm: str) -> bool:
+    return algorithm_facts(algorithm).metrics in CLASSIFYING_METRICS
+
+
+def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
+    """Refuse ``cv`` folds of ``y``'s rows that cannot all be scored: more folds than rows, one class only, or a
+    class of fewer rows than folds (a fold would hold none of it out, or train without it)."""
+    if not isinstance(cv, Integral):
+        return  # a splitter of the caller's: its folds as it makes them
+    given = spell("cv", int(cv))
+    if len(y) < cv:
+        raise IlargiError(
+            f"{given}: {cv} folds need at least {cv} rows, and the training query returned {len(y)}: pass "
+            f"{spell('cv', max(MIN_FOLDS, len(y)))} or fewer folds (at least {MIN_FOLDS}), or a query with more rows."
+        )
+    if not _classifies(algorithm):
+        return
+    labels, counts = np.unique(y, return_counts=True)
+    if len(labels) < 2:
+        raise IlargiError(
+            f"{algorithm} needs two classes or more to fit, and every row of the target is {labels[0]!r}: check the "
+            "query's target and WHERE clause."
+        )
+    fewest = int(counts.min())
+    if fewest < cv:
+        few = labels[int(np.argmin(counts))].item()
+        few = int(few) if isinstance(few, float) and few.is_integer() else few  # a label read as a double
+        fix = (
+            f"pass {spell('cv', fewest)} or fewer folds"
+            if fewest >= MIN_FOLDS
+            else "filter the class out of the query, or give it more rows"
+        )
+        raise IlargiError(
+            f"{given}: the class {few!r} has {fewest} "
+            f"row{'s' if fewest > 1 else ''}, fewer than the {cv} folds, so a fold would be scored or trained "
+            f"without it: {fix}."
+        )
+
+
+def check_scorer(scorer: Any, scoring: Any, algorithm: str, estimator: Any, y: Any = None) -> None:
+    """Refuse a scorer that cannot score ``algorithm``'s predictions (a classifier's scorer for a regression, one
+    that needs probabilities of a model that has none...), by scoring a fit on a few made-up rows: labelled like
+    ``y`` when given (its classes), two classes or numbers else. Before any read, and before any fold's fit."""
+    classifies = _classifies(algorithm)
+    n = 12
+    if y is None:
+        labels = np.arange(n) % 2 if classifies else np.linspace(0.0, 1.0, n)
+    elif classifies:
+        classes = np.unique(y)
+        n = max(n, 4 * len(classes))
+        labels = classes[np.arange(n) % len(classes)]
+    else:
+        labels = np.linspace(float(np.min(y)), float(np.max(y)), n)
+    X = np.random.default_rng(0).normal(size=(n, 2)) + (np.arange(n) % 2)[:, None]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a made-up fit converging or not is no news
+            scorer(estimator.fit(X, labels), X, labels)
+    except Exception as err:  # noqa: BLE001 - whatever the scorer raises is named in the caller's terms
+        said = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else type(err).__name__
+        name = scoring if isinstance(scoring, str) else getattr(scoring, "__name__", repr(scoring))
+        what = spell("scoring", name)
+        kind = "a classifier" if classifies else "a regression"
+        raise IlargiError(
+            f"{what} cannot score {algorithm} ({kind}): {said}. Pass a scorer for {kind} "
+            f"({'accuracy, roc_auc, f1' if classifies else 'r2, neg_mean_squared_error, neg_mean_absolute_error'}),"
+            " or none for the estimator's own score."
+        ) from None
 
 
 def _reads_the_gram(estimator: Any, n_features: int) -> bool:
@@ -103,6 +205,7 @@ def _rank(means: np.ndarray) -> list[int]:
     return [int(1 + np.sum(order > m)) for m in order]
 
 
+@interruptible_job
 def cross_validate(
     con: duckdb.DuckDBPyConnection,
     query: str,
@@ -128,8 +231,9 @@ def cross_validate(
         A supervised algorithm that fits a normalized matrix: ``"linear_regression"``,
         ``"logistic_regression"`` or ``"linear_svc"``.
     cv : int or splitter, default=5
-        The number of folds (shuffled with ``random_state``; stratified by class for a classifier), or a
-        scikit-learn splitter (``KFold(...)``, ``ShuffleSplit(...)``...) used as given.
+        The number of folds, each row's fold set by a hash of its values seeded with ``random_state``
+        (:class:`KeyedFolds`: the same folds on every run, whatever order the rows come in; stratified by class
+        for a classifier), or a scikit-learn splitter (``KFold(...)``, ``ShuffleSplit(...)``...) used as given.
     param_grid : dict of lists, or a list of such dicts
         The parameter sets to compare, as scikit-learn's ``GridSearchCV`` takes them; none: ``params`` alone.
     scoring : str or callable, optional
@@ -163,11 +267,18 @@ def cross_validate(
     candidates = _candidates(algorithm, params, param_grid)
     from sklearn.metrics import check_scoring
 
-    scorer = check_scoring(make_estimator(algorithm, {**params, **candidates[0]}), scoring=scoring)
+    first = make_estimator(algorithm, {**params, **candidates[0]})
+    scorer = check_scoring(first, scoring=scoring)
     splitter = _splitter(cv, algorithm, random_state)
+    check_scorer(scorer, scoring, algorithm, first)
     X, y = normalize(con, query, target=target, backend=backend, impute=impute)
     y = to_host(y) if hasattr(y, "get") else np.asarray(y)
-    folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(np.zeros((len(y), 1)), y)]
+    check_fold_counts(cv, algorithm, y)
+    if _classifies(algorithm):
+        check_scorer(scorer, scoring, algorithm, make_estimator(algorithm, {**params, **candidates[0]}), y)
+    # Keyed folds hash the rows' values; a splitter of the caller's sees only how many rows (it may not take X).
+    rows = X if isinstance(splitter, KeyedFolds) else np.zeros((len(y), 1))
+    folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(rows, y)]
     train_rows, test_rows = [X[train] for train, _ in folds], [X[test] for _, test in folds]
     if any(_reads_the_gram(make_estimator(algorithm, {**params, **c}), X.shape[1]) for c in candidates):
         _share_fold_sums(X.shape[0], folds, train_rows, test_rows)
@@ -175,6 +286,7 @@ def cross_validate(
     for candidate in candidates:
         scores, seconds = [], 0.0
         for (train, test), X_train, X_test in zip(folds, train_rows, test_rows):
+            check_interrupted()  # interrupt_training() and Ctrl-C stop the search between fits too
             began = time.perf_counter()
             fitted = make_estimator(algorithm, {**params, **candidate}).fit(X_train, y[train])
             seconds += time.perf_counter() - began
@@ -194,4 +306,12 @@ def cross_validate(
     ]
 
 
-__all__ = ["CROSS_VALIDATED", "MIN_FOLDS", "check_cross_validated", "cross_validate"]
+__all__ = [
+    "CROSS_VALIDATED",
+    "MIN_FOLDS",
+    "KeyedFolds",
+    "check_cross_validated",
+    "check_fold_counts",
+    "check_scorer",
+    "cross_validate",
+]

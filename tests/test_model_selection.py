@@ -20,8 +20,9 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler as DenseScaler
 
 import ilargi_db
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, TrainingInterrupted
 from ilargi_db.linalg import NormalizedMatrix, ScaledMatrix
+from ilargi_db.model_selection import KeyedFolds
 from ilargi_db.models import LinearRegression, LogisticRegression, StandardScaler
 
 QUERY = """
@@ -235,12 +236,99 @@ def test_cross_validate_of_a_classifier_takes_a_scorer_and_stratified_folds(data
     search = GridSearchCV(
         LogisticRegression(solver="newton"),
         grid,
-        cv=StratifiedKFold(4, shuffle=True, random_state=0),
+        cv=KeyedFolds(4, stratify=True, random_state=0),  # cv=4's folds: the rows dealt by their keys
         scoring="roc_auc",
     )
     dense = search.fit(T, label).cv_results_
     assert [r["params"] for r in rows] == dense["params"]
     np.testing.assert_allclose([r["mean_score"] for r in rows], dense["mean_test_score"], rtol=0, atol=1e-8)
+
+
+def test_cv_folds_are_the_same_rows_whatever_order_they_come_in(database):
+    """cv=k deals each row to a fold by its values: the rows stored shuffled (as a Parquet view without insertion
+    order, DuckDB's threads or ties in ORDER BY deliver them) give the same folds, so the same scores."""
+    database.execute("CREATE OR REPLACE TABLE shuffled AS SELECT * FROM sales ORDER BY hash(amount, discount)")
+    found = [
+        ilargi_db.cross_validate(database, query, "y", "linear_regression", cv=4, backend="numpy")[0]["fold_scores"]
+        for query in (QUERY, QUERY.replace("FROM sales s", "FROM shuffled s"))
+    ]
+    np.testing.assert_allclose(found[1], found[0], rtol=1e-9)
+
+
+def test_keyed_folds_deal_every_class_evenly_into_folds_of_equal_size():
+    y = np.repeat([0, 1, 2], [10, 7, 13])
+    X = np.random.default_rng(3).normal(size=(30, 2))
+    tests = [test for _, test in KeyedFolds(3, stratify=True).split(X, y)]
+    assert sorted(np.concatenate(tests).tolist()) == list(range(30))
+    assert [len(t) for t in tests] == [10, 10, 10]
+    for label, count in zip((0, 1, 2), (10, 7, 13)):
+        assert all(abs(np.sum(y[t] == label) - count / 3) < 1 for t in tests)
+
+
+@pytest.fixture()
+def small():
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, (range < 3)::INTEGER AS c, range * 2.0 AS y FROM range(30)")
+    return con
+
+
+@pytest.mark.parametrize(
+    ("query", "target", "algorithm", "message"),
+    [
+        ("SELECT x, y FROM t WHERE x < 3", "y", "linear_regression", "cv=5: 5 folds need at least 5 rows, and the "),
+        ("SELECT x, c FROM t", "c", "logistic_regression", "cv=5: the class 1 has 3 rows, fewer than the 5 folds"),
+        ("SELECT x, c FROM t WHERE c = 0", "c", "logistic_regression", "needs two classes or more to fit"),
+    ],
+)
+def test_folds_that_cannot_all_be_scored_are_refused_before_any_fit(small, query, target, algorithm, message):
+    with pytest.raises(IlargiError, match=message):
+        ilargi_db.cross_validate(small, query, target, algorithm, cv=5)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "scoring", "message"),
+    [
+        ("linear_regression", "roc_auc", "scoring='roc_auc' cannot score linear_regression \\(a regression\\)"),
+        ("linear_regression", "accuracy", "scoring='accuracy' cannot score linear_regression"),
+        (
+            "linear_svc",
+            "neg_log_loss",
+            "scoring='neg_log_loss' cannot score linear_svc \\(a classifier\\): .*predict_proba",
+        ),
+    ],
+)
+def test_a_scorer_that_cannot_score_the_model_is_refused_before_reading(algorithm, scoring, message):
+    con = duckdb.connect()  # no tables: any read would fail with another error
+    with pytest.raises(IlargiError, match=message):
+        ilargi_db.cross_validate(con, "SELECT f.x, f.y FROM missing f", "y", algorithm, scoring=scoring)
+
+
+def test_a_scorer_of_two_classes_is_refused_for_three_before_any_fold_is_fitted(small):
+    with pytest.raises(IlargiError, match="scoring='roc_auc' cannot score logistic_regression"):
+        ilargi_db.cross_validate(
+            small, "SELECT x, (x % 3)::INTEGER AS k FROM t", "k", "logistic_regression", cv=3, scoring="roc_auc"
+        )
+
+
+def test_interrupt_training_stops_cross_validate_between_fits(small):
+    scored = []
+
+    def interrupting(estimator, X, y):  # a scorer that asks every job to stop, as another thread would
+        if isinstance(X, NormalizedMatrix):  # a fold's held-out rows (not the scorer's check on made-up rows)
+            scored.append(ilargi_db.interrupt_training())
+        return 0.0
+
+    with pytest.raises(TrainingInterrupted):
+        ilargi_db.cross_validate(
+            small,
+            "SELECT x, y FROM t",
+            "y",
+            "linear_regression",
+            cv=3,
+            param_grid={"alpha": [0.1, 1.0]},
+            scoring=interrupting,
+        )
+    assert scored == [1]  # one job running; stopped before the next fold's fit
 
 
 @pytest.mark.parametrize(

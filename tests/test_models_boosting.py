@@ -393,6 +393,23 @@ def test_early_stopping_stops_and_records_the_validation_loss():
     assert without.n_iter_ == 20 and without.validation_score_ == []
 
 
+def test_early_stopping_holds_out_the_same_rows_whatever_order_they_come_in():
+    """The held-out rows are keyed by their values: the rows shuffled (as a Parquet view without insertion order or
+    ties in ORDER BY deliver them) stop at the same round with the same held-out losses."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(600, 3))
+    y = X[:, 0] + rng.normal(scale=2.0, size=600)
+    shuffled = rng.permutation(600)
+    fits = [
+        GradientBoostingRegressor(
+            n_estimators=200, learning_rate=0.3, early_stopping=True, n_iter_no_change=5, random_state=0
+        ).fit(X[rows], y[rows])
+        for rows in (np.arange(600), shuffled)
+    ]
+    assert fits[1].n_iter_ == fits[0].n_iter_
+    np.testing.assert_allclose(fits[1].validation_score_, fits[0].validation_score_, rtol=1e-9)
+
+
 def test_early_stopping_through_train(shop):
     model = ilargi_db.train(
         shop,

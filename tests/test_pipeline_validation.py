@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 
 import ilargi_db
 from ilargi_db import IlargiError
-from ilargi_db.pipeline.validation import held_out_rows
+from ilargi_db.linalg.row_identity import row_keys
+from ilargi_db.pipeline.validation import VALIDATION_SEED, held_out_rows
 from tests.oracle import assert_close, oracle_matrix
 from tests.strategies import schemas
 
@@ -33,8 +34,8 @@ def con():
 
 def test_the_model_is_fitted_on_the_rows_not_held_out_and_scored_on_the_others(con):
     model = ilargi_db.train(con, QUERY, "y", alpha=0.5, validation=0.25, backend="numpy")
-    T, y = oracle_matrix(con, QUERY, "y")  # the rows in the order the job read them (the fact's)
-    train, held = held_out_rows(len(y), 0.25)
+    T, y = oracle_matrix(con, QUERY, "y")  # the rows, in any order: each is held out by its values
+    train, held = held_out_rows(row_keys(T, [y], VALIDATION_SEED), 0.25)
     assert len(held) == 250 and len(np.intersect1d(train, held)) == 0
     reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T[train], y[train])
     assert_close(model.coef_, reference.coef_, rtol=1e-8)
@@ -46,6 +47,46 @@ def test_the_same_rows_are_held_out_on_every_run(con):
     first = ilargi_db.train(con, QUERY, "y", validation=0.2, reuse=False, backend="numpy")
     again = ilargi_db.train(con, QUERY, "y", validation=0.2, reuse=False, backend="numpy")
     assert first.validation_metrics_ == again.validation_metrics_
+
+
+def _same_fit(first, again) -> None:
+    assert again.validation_metrics_ == pytest.approx(first.validation_metrics_, rel=1e-9)
+    assert_close(again.coef_, first.coef_, rtol=1e-9)
+
+
+def test_the_held_out_rows_are_chosen_by_their_values_not_by_the_order_they_arrive_in(con):
+    """The same rows stored in another order (as a Parquet scan without insertion order, DuckDB's threads or ties
+    in ORDER BY deliver them) hold out the same rows: the same fit and the same scores."""
+    con.execute("CREATE TABLE g AS SELECT * FROM f ORDER BY (id * 389) % 1000")  # the rows shuffled
+    first = ilargi_db.train(con, QUERY, "y", validation=0.2, reuse=False, backend="numpy")
+    shuffled = ilargi_db.train(
+        con, QUERY.replace("FROM f", "FROM g AS f"), "y", validation=0.2, reuse=False, backend="numpy"
+    )
+    _same_fit(first, shuffled)
+
+
+def test_ties_in_order_by_hold_out_the_same_rows(con):
+    con.execute("CREATE TABLE g AS SELECT * FROM f ORDER BY id DESC")
+    tied = QUERY + " ORDER BY f.k"  # a hundred rows per key: their order among themselves is the table's
+    first = ilargi_db.train(con, tied, "y", validation=0.2, reuse=False, backend="numpy")
+    reversed_ = ilargi_db.train(
+        con, tied.replace("FROM f", "FROM g AS f"), "y", validation=0.2, reuse=False, backend="numpy"
+    )
+    _same_fit(first, reversed_)
+
+
+def test_a_view_over_parquet_without_insertion_order_holds_out_the_same_rows_on_any_threads(con, tmp_path):
+    for name, order in (("a", "id"), ("b", "(id * 389) % 1000")):
+        con.execute(f"COPY (SELECT * FROM f ORDER BY {order}) TO '{tmp_path / name}.parquet' (ROW_GROUP_SIZE 128)")
+    con.execute("SET preserve_insertion_order = false")
+    found = []
+    for name, threads in (("a", 1), ("a", 2), ("b", 2)):
+        con.execute(f"SET threads = {threads}")
+        con.execute(f"CREATE OR REPLACE VIEW pf AS SELECT * FROM read_parquet('{tmp_path / name}.parquet')")
+        query = QUERY.replace("FROM f", "FROM pf AS f")
+        found.append(ilargi_db.train(con, query, "y", validation=0.2, reuse=False, backend="numpy"))
+    for model in found[1:]:
+        _same_fit(found[0], model)
 
 
 def test_a_validation_query_is_scored_as_evaluate_scores_it(con):
@@ -88,11 +129,12 @@ def test_a_streamed_job_cannot_hold_rows_out(con):
         ilargi_db.train(con, QUERY, "y", validation=0.2, memory_budget="24KB")
 
 
-def test_a_share_reads_factorized_and_refuses_the_materialized_join(con):
-    model = ilargi_db.train(con, QUERY, "y", validation=0.2, backend="numpy")
-    assert model.strategy_ == "factorized" and "validation share" in model.decision_
-    with pytest.raises(IlargiError, match="whose row order changes between runs"):
-        ilargi_db.train(con, QUERY, "y", validation=0.2, strategy="materialized")
+def test_the_materialized_join_holds_out_the_rows_the_factorized_read_does(con):
+    """Its row order changes between runs; the held-out rows are chosen by their values, so they are the same."""
+    factorized = ilargi_db.train(con, QUERY, "y", validation=0.2, strategy="factorized", reuse=False, backend="numpy")
+    joined = ilargi_db.train(con, QUERY, "y", validation=0.2, strategy="materialized", reuse=False, backend="numpy")
+    assert joined.strategy_ == "materialized"
+    _same_fit(factorized, joined)
     assert ilargi_db.train(con, QUERY, "y", validation=np.float32(0.2), backend="numpy").n_rows_ == 800
 
 
@@ -114,7 +156,7 @@ def test_a_validation_query_is_planned_before_anything_is_read(con, validation, 
 
 def test_explain_says_what_a_validation_share_changes_and_checks_a_validation_query(con):
     explanation = ilargi_db.explain(con, QUERY, "y", validation=0.2)
-    assert any("validation=0.2" in r and "reads factorized" in r for r in explanation.reasons)
+    assert any("validation=0.2" in r and "a hash of its values" in r for r in explanation.reasons)
     with pytest.raises(IlargiError, match="does not select the target"):
         ilargi_db.explain(con, QUERY, "y", validation="SELECT f.x, d.kind FROM f JOIN d USING (k)")
 
@@ -122,13 +164,13 @@ def test_explain_says_what_a_validation_share_changes_and_checks_a_validation_qu
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas())
 def test_held_out_rows_on_random_schemas(schema):
-    """Rows come in the query's ORDER BY (ALL): the held-out positions pick the same rows from DuckDB's result."""
+    """The held-out rows are those of the smallest keys of their values, as the oracle's matrix gives them."""
     con = duckdb.connect()
     schema.load(con)
     T, y = oracle_matrix(con, schema.query, "y")
     assume(len(y) >= 4)
     model = ilargi_db.train(con, schema.query, "y", alpha=0.5, validation=0.25, backend="numpy")
-    train, held = held_out_rows(len(y), 0.25)
+    train, held = held_out_rows(row_keys(T, [y], VALIDATION_SEED), 0.25)
     reference = sklearn.linear_model.Ridge(alpha=0.5).fit(T[train], y[train])
     assert_close(model.coef_, reference.coef_, rtol=1e-6)
     assert model.validation_metrics_["rmse"] == pytest.approx(

@@ -28,6 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins, bin_array, quantile_bins
+from ilargi_db.linalg.row_identity import first_by_key, row_keys
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 
 OBJECTIVES = ("squared_error", "log_loss")
@@ -128,7 +129,8 @@ class GradientBoosting(BaseEstimator):
         counted in ``n_iter_``, as scikit-learn keeps them); the losses per round on the training
         and the held-out rows are kept (``train_score_``, ``validation_score_``, empty without early stopping).
     random_state : int, RandomState or None
-        The validation rows' draw (the only randomness).
+        The seed of the validation rows' keys (the only randomness): each row is keyed by its bins and target,
+        so a seed holds out the same rows whatever order they come in.
     """
 
     _parameter_constraints: dict = {
@@ -232,17 +234,23 @@ class GradientBoosting(BaseEstimator):
             )
         return (y == self.classes_[1]).astype(np.float64)
 
-    def _split_rows(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _split_rows(self, X: BinnedMatrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The training rows and early stopping's held-out rows: those of smallest key, each row keyed by its bins
+        and target seeded with ``random_state`` (not its position: the same rows in any read order)."""
+        n = X.n_rows
         if not self.early_stopping:
             return np.arange(n), np.empty(0, dtype=np.int64)
-        held = check_random_state(self.random_state).permutation(n)[: max(1, int(n * self.validation_fraction))]
+        seed = self.random_state
+        if not isinstance(seed, Integral):  # None or a RandomState: a seed drawn from it, as a permutation was
+            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        held = first_by_key(row_keys(X, (y,), int(seed)), max(1, int(n * self.validation_fraction)))
         is_held = np.zeros(n, dtype=bool)
         is_held[held] = True
         return np.flatnonzero(~is_held), np.flatnonzero(is_held)
 
     def _boost(self, X: BinnedMatrix, y: np.ndarray) -> None:
         loss = LOSSES[self.objective_]
-        train_rows, held_rows = self._split_rows(X.n_rows)
+        train_rows, held_rows = self._split_rows(X, y)
         if len(train_rows) == 0:
             raise ValueError("no training rows are left after the validation rows were held out.")
         self.baseline_ = loss.baseline(y[train_rows])

@@ -16,7 +16,7 @@ from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts, make_esti
 from ilargi_db.pipeline.options import check_validation, is_share
 from ilargi_db.pipeline.placement import check_streamable, placed_choice, stream_plan
 from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
-from ilargi_db.pipeline.validation import check_validation_query, held_out_strategy
+from ilargi_db.pipeline.validation import check_validation_query
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.reuse.job import JobReuse
 
@@ -69,11 +69,10 @@ def explain(
         explanation = explain_graph(
             con, graph, algorithm, backend, params, stats=stats, spent=spent, reuse=held, standardize=standardize
         )
-        if is_share(validation):  # train holds the share out of the factorized read: its row order is stable
-            held_out_strategy(graph, AUTO)
+        if is_share(validation):  # held out by the rows' values: any strategy's read holds out the same rows
             explanation.reasons.append(
-                f"validation={float(validation):g}: train holds that share of the rows out and reads factorized "
-                "(the same rows held out on every run), whichever strategy is priced faster here"
+                f"validation={float(validation):g}: train holds that share of the rows out, each row chosen by a hash "
+                "of its values (the same rows on every run, whatever order the read delivers them in)"
             )
         if graph.group is not None:  # priced as one fit of all the rows: the groups' fits share them out
             explanation.reasons.append(

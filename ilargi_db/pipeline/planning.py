@@ -28,7 +28,7 @@ from ilargi_db.pipeline.placement import (
     placed_choice,
     stream_plan,
 )
-from ilargi_db.pipeline.validation import check_validation_query, held_out_strategy
+from ilargi_db.pipeline.validation import check_validation_query
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.job import JobReuse
@@ -148,9 +148,7 @@ def plan_job(
     if check_graph is not None:
         check_graph(graph)
     check_validation_query(con, graph, options.validation)  # before anything is read, not after the fits
-    strategy = options.strategy
-    if options.validation_share is not None:  # held out by position: the rows in the factorized read's order
-        strategy = held_out_strategy(graph, options.strategy)
+    strategy = options.strategy  # a validation share is held out by the rows' values: any read order will do
     # A grouped job's rows carry their groups, which no artifact holds yet: it reads cold and keeps nothing.
     off = "a model per group keeps no artifacts (no artifact holds the rows' groups yet)" if graph.group else ""
     artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True, off_because=off)

@@ -1,8 +1,10 @@
 """Held-out rows: ``train(..., validation=0.2)`` fits on a seeded share of the rows it read and scores the rest.
 
-The split is a row selection of the one read (``X[rows]``), drawn by a generator seeded with
-:data:`VALIDATION_SEED` over the rows in the factorized read's order (the fact's, or the query's ORDER BY), so
-a job holds out the same rows on every run: a share reads factorized (:func:`held_out_strategy`). The encoding
+The split is a row selection of the one read (``X[rows]``): the rows of smallest key, each row keyed by a hash of
+its values seeded with :data:`VALIDATION_SEED` (:mod:`ilargi_db.linalg.row_identity`), never by its position, so
+a job holds out the same rows on every run, whatever order DuckDB's threads, a view over Parquet or ties in ORDER
+BY deliver them in: the factorized read and the materialized join (whose row order changes between runs) hold
+out the same rows. The encoding
 (categories, imputation means) is learned from every row read, as it is for ``predict`` on new rows; the fit
 sees only the training share. ``validation="SELECT ..."`` scores another query instead (``ilargi_db.evaluate``
 after the fit; the query is planned with the training query, :func:`check_validation_query`). Either way the
@@ -18,26 +20,13 @@ import duckdb
 import numpy as np
 
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
-from ilargi_db.models.catalog import Strategy
+from ilargi_db.linalg.row_identity import first_by_key, row_keys
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.scoring import evaluate, grouped_metrics
 from ilargi_db.plan import JoinGraph, build_join_graph
 
 VALIDATION_SEED = 0  # the held-out rows of a job are the same on every run
-
-
-def held_out_strategy(graph: JoinGraph, strategy: str) -> Strategy:
-    """The strategy of a job that holds a share of its rows out: factorized, whose rows come in the fact's order on
-    every run (the materialized join's order is DuckDB's parallel join's, which changes from run to run)."""
-    if strategy == Strategy.MATERIALIZED or not graph.factorizable:
-        why = "strategy='materialized'" if strategy == Strategy.MATERIALIZED else "a feature mixes sources"
-        raise IlargiError(
-            "a validation share holds out rows by their position in the factorized read (the same rows on every "
-            f"run), and this job reads the materialized join ({why}), whose row order changes between runs: pass "
-            "validation='SELECT ...' (the rows to score) instead."
-        )
-    return Strategy.FACTORIZED
 
 
 def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, validation: Any) -> None:
@@ -66,16 +55,24 @@ def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, val
         )
 
 
-def held_out_rows(n_rows: int, share: float) -> tuple[np.ndarray, np.ndarray]:
-    """The training rows and the held-out rows (``share`` of ``n_rows``, at least one each), both sorted."""
+def held_out_rows(keys: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The training rows and the held-out rows (``share`` of the rows, at least one each, those of smallest
+    ``keys``: :func:`training_keys`), both sorted positions."""
+    n_rows = len(keys)
     held = int(round(n_rows * share))
     if held < 1 or held >= n_rows:
         raise IlargiError(
             f"validation={share:g} of {n_rows} rows leaves no rows to {'score' if held < 1 else 'train on'}: "
             "hold out a share that leaves rows on both sides, or pass a query to score."
         )
-    order = np.random.default_rng(VALIDATION_SEED).permutation(n_rows)
-    return np.sort(order[held:]), np.sort(order[:held])
+    chosen = first_by_key(keys, held)
+    return np.setdiff1d(np.arange(n_rows), chosen, assume_unique=True), chosen
+
+
+def training_keys(data: TrainingData) -> np.ndarray:
+    """Each row's key: a hash of its features, its label and its group, seeded with :data:`VALIDATION_SEED`."""
+    groups = None if data.groups is None else data.groups.codes
+    return row_keys(data.X, (data.y, groups), VALIDATION_SEED)
 
 
 def rows_of(data: TrainingData, rows: np.ndarray) -> TrainingData:
@@ -90,7 +87,7 @@ def rows_of(data: TrainingData, rows: np.ndarray) -> TrainingData:
 
 def split(data: TrainingData, share: float) -> tuple[TrainingData, TrainingData]:
     """The rows to train on and the held-out rows to score, as :func:`held_out_rows` draws them."""
-    train, held = held_out_rows(data.X.shape[0], share)
+    train, held = held_out_rows(training_keys(data), share)
     return replace(rows_of(data, train), unlabelled=data.unlabelled), rows_of(data, held)
 
 
@@ -115,7 +112,7 @@ __all__ = [
     "check_validation_query",
     "held_out_metrics",
     "held_out_rows",
-    "held_out_strategy",
     "split",
+    "training_keys",
     "validated_on_query",
 ]
