@@ -82,8 +82,25 @@ def double(value: float) -> str:
 # macro can shadow too (``"+"``, ``list_value``, ``array_extract``, ``list_apply``), so the macros write them as
 # calls. Comparisons, CASE, CAST, COLLATE, coalesce and IS [NOT] DISTINCT FROM are syntax, which nothing shadows.
 MACRO_FUNCTIONS = frozenset(
-    {"+", "-", "*", "/", "tanh", "exp", "isnan", "power", "list_value", "list_apply", "list_extract", "list_sum",
-     "list_max", "list_min", "list_position", "list_count", "list_distance"}
+    {
+        "+",
+        "-",
+        "*",
+        "/",
+        "tanh",
+        "exp",
+        "isnan",
+        "power",
+        "list_value",
+        "list_apply",
+        "list_extract",
+        "list_sum",
+        "list_max",
+        "list_min",
+        "list_position",
+        "list_count",
+        "list_distance",
+    }
 )
 BUILT_INS = "system.main"  # the catalog and schema of DuckDB's built-in functions
 
