@@ -132,6 +132,27 @@ def bound(variable: str, value: str, body: str) -> str:
     return element(call("list_apply", list_of([value]), f"lambda {variable}: {body}"), 1)
 
 
+# The macros a model of each kind (``AlgorithmFacts.macro``) may create, by their name's suffix after the model's
+# name: what the registry drops or replaces of a model is derived from these, never from the row's own list.
+MACRO_SUFFIXES: dict[str | None, tuple[str, ...]] = {
+    "linear": ("_predict",),
+    "logistic": ("_predict", "_predict_class"),
+    "margin": ("_predict", "_decision"),
+    "nearest_centroid": ("_predict",),
+    "trees": ("_predict", "_predict_class"),
+    None: (),  # no macro (NMF: its transform iterates)
+}
+
+
+def model_macro_names(name: str, algorithm: str) -> frozenset[str]:
+    """The macros, lower case, that model ``name`` of ``algorithm`` may have created (none for an unknown one)."""
+    try:
+        kind = algorithm_facts(algorithm).macro
+    except (IlargiError, KeyError, TypeError, ValueError):
+        return frozenset()
+    return frozenset(f"{name}{suffix}".lower() for suffix in MACRO_SUFFIXES.get(kind, ()))
+
+
 # A target type as DuckDB spells it (BOOLEAN, INTEGER, DECIMAL(18,3)): safe to paste into a CAST.
 SQL_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\(\d+(, ?\d+)?\))?")
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)

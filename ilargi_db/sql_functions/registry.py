@@ -26,7 +26,7 @@ from ilargi_db.errors import (
 )
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
-from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, quote_identifier
+from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, model_macro_names, quote_identifier
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
@@ -135,9 +135,15 @@ def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
-    """Every macro some version of model ``name`` created."""
-    listed = con.execute("SELECT macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
-    return {m for (macros,) in listed for m in macros}
+    """Every macro some version of model ``name`` created: those its rows list that a model of that name and
+    algorithm makes (a row edited, or from a file made elsewhere, names no other function to drop)."""
+    listed = con.execute("SELECT algorithm, macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
+    return {
+        m.lower()
+        for algorithm, macros in listed
+        for m in macros or []
+        if m.lower() in model_macro_names(name, algorithm)
+    }
 
 
 def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[str]) -> list[str]:
@@ -271,7 +277,17 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
             f"or drop it with {drop}.",
             err.why,
         ) from None
-    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
+    macros = list(row["macros"] or [])
+    made = model_macro_names(name, row["algorithm"])
+    if any(not isinstance(m, str) or m.lower() not in made for m in macros):  # prediction_sql calls macros_[0]
+        drop = worded(f"ilargi_db.drop_model(con, {name!r})", f"ilargi_drop_model('{name}')")
+        raise DamagedModelError(
+            f"model {name!r} version {row['version']} in ilargi.models is damaged (its macros {macros} are not "
+            f"those a {row['algorithm']} model named {name!r} makes: {sorted(made)}): train it again, or drop it "
+            f"with {drop}.",
+            "macros",
+        )
+    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), macros
     return model
 
 
