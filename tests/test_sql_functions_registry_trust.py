@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -92,3 +94,23 @@ def _nodes(tree):
     elif isinstance(tree, list):
         for value in tree:
             yield from _nodes(value)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose writes fail: disk full)")
+def test_a_save_the_disk_cannot_hold_says_so_and_stores_nothing(tmp_path):
+    path = tmp_path / "models.db"
+    con = ilargi_db.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 + 1 AS y FROM range(20)")
+    model = ilargi_db.train(con, "SELECT x, y FROM t", target="y", algorithm="linear_regression")
+    ilargi_db.save_model(con, "first", model)
+    con.execute("CHECKPOINT")  # everything in the database file: the save's COMMIT writes the log alone
+    os.symlink("/dev/full", f"{path}.wal")  # every write of the log fails: No space left on device
+    with pytest.raises(duckdb.Error, match="No space left on device"):
+        ilargi_db.save_model(con, "second", model)
+    con.close()
+    os.remove(f"{path}.wal")
+    with duckdb.connect(str(path)) as reopened:
+        assert reopened.sql("SELECT name FROM ilargi.models").fetchall() == [("first",)]
+        assert reopened.sql(
+            "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'second_predict'"
+        ).fetchall() == [(0,)]

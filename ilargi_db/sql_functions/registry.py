@@ -157,6 +157,24 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
     return sorted(f for (f,) in taken if f.lower() not in ours)
 
 
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: DuckDB ends it itself when COMMIT fails (a full disk), and its
+    "no transaction is active" must not replace the error that says why the write failed."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass  # already rolled back by DuckDB; the caller raises the first error
+
+
+def _concurrent_save(err: duckdb.Error) -> bool:
+    """Whether ``err`` says another connection wrote the same rows first: a write-write conflict, or the same
+    version inserted (the other committed before this one inserted); not a COMMIT that could not write."""
+    words = str(err).lower()
+    if isinstance(err, duckdb.ConstraintException):
+        return "duplicate key" in words
+    return "conflict" in words and "failed to commit" not in words
+
+
 def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -> int:
     """Store a model from :func:`ilargi_db.train` as the next version of ``name`` and create its macros.
 
@@ -192,16 +210,16 @@ def save_models(
         versions = [_save(con, n, model) for n, model in named]
         con.commit()
     except (duckdb.TransactionException, duckdb.ConstraintException) as err:
-        con.rollback()
-        if isinstance(err, duckdb.ConstraintException) and "duplicate key" not in str(err).lower():
-            raise  # not a concurrent save of the same version (the other committed before this one inserted)
+        _roll_back(con)
+        if not _concurrent_save(err):
+            raise  # e.g. the disk full at COMMIT: the database's own words
         also = "" if complete else " or created the model registry"
         raise IlargiError(
             f"another connection saved model {name!r}{also} at the same time, so nothing was saved: try again "
             f"({str(err).replace(chr(92) + '0', '.')})."
         ) from None
     except BaseException:
-        con.rollback()
+        _roll_back(con)
         raise
     for (n, model), version in zip(named, versions):  # the model knows where it is stored once it is
         model.name_, model.version_ = n, version
@@ -311,6 +329,6 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()
     except BaseException:
-        con.rollback()
+        _roll_back(con)
         raise
     return int(versions)
