@@ -114,3 +114,19 @@ def test_a_save_the_disk_cannot_hold_says_so_and_stores_nothing(tmp_path):
         assert reopened.sql(
             "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'second_predict'"
         ).fetchall() == [(0,)]
+
+
+@pytest.mark.parametrize("algorithm", ["logistic_regression", "linear_svc", "gradient_boosting"])
+def test_class_labels_a_double_cannot_keep_exact_are_refused_before_training(algorithm):
+    """9007199254740993 and ...995 read as DOUBLE are ...992 and ...996: the model would answer labels not in the
+    data, so training refuses, saying how to number the classes."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range * 1.0 AS x, "
+        "(9007199254740993 + 2 * (range % 2))::BIGINT AS label FROM range(30)"
+    )
+    with pytest.raises(ilargi_db.IlargiError, match=r"class label of about 9007199254740992, at or beyond 2\^53"):
+        ilargi_db.train(con, "SELECT x, label FROM t", target="label", algorithm=algorithm)
+    # a label the model can keep exact is trained as before
+    model = ilargi_db.train(con, "SELECT x, label - 9007199254740000 AS label FROM t", "label", algorithm)
+    assert set(model.classes_) == {993.0, 995.0}
