@@ -186,6 +186,8 @@ class TrainedModel:
                 setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
         if list(encoder.feature_names_out_) != names:
             raise ValueError(f"the model learned {len(names)} columns its preprocessing does not make")
+        if algorithm_facts(algorithm).reads != "bins":  # trees: checked by _restore_trees
+            _check_fitted(estimator, len(names))
         features = json.loads(record["features"])
         if not isinstance(features, list) or len(features) != len(encoder.specs_):
             raise TypeError("features is not a list of the preprocessed columns")
@@ -309,6 +311,45 @@ def _object(value: Any) -> dict:
     if not isinstance(value, dict):
         raise TypeError(f"{value!r:.60} is not a JSON object")
     return value
+
+
+def _numbers(estimator: Any, attr: str, shape: tuple[int | None, ...]) -> np.ndarray:
+    """The fitted ``attr`` as finite numbers of ``shape`` (None: any length), or a ValueError saying how it is not."""
+    value = getattr(estimator, attr)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.ndarray)):
+        raise TypeError(f"{attr} {value!r:.60} is not numbers")
+    array = np.asarray(value, dtype=float)
+    if array.ndim != len(shape) or any(n is not None and n != m for n, m in zip(shape, array.shape)):
+        wanted = " x ".join("k" if n is None else str(n) for n in shape) or "one number"
+        found = " x ".join(str(m) for m in array.shape) or "one number"
+        raise ValueError(f"{attr} holds {found}, where this model has {wanted}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"{attr} holds a number that is not finite")
+    return array
+
+
+def _check_fitted(estimator: Any, n_columns: int) -> None:
+    """The fitted arrays of a linear model, k-means or NMF read back: their shapes those of ``n_columns`` preprocessed
+    columns, and a classifier's classes one per row of its coefficients (two for a binary one)."""
+    if hasattr(estimator, "coef_"):
+        coef = np.asarray(estimator.coef_)
+        if coef.ndim == 2 and hasattr(estimator, "classes_"):  # multinomial: a row and an intercept per class
+            k = len(_numbers(estimator, "classes_", (None,)))
+            if k < 3:
+                raise ValueError(f"classes_ holds {k} classes, where a row of coef_ per class needs at least 3")
+            _numbers(estimator, "coef_", (k, n_columns))
+            _numbers(estimator, "intercept_", (k,))
+        else:
+            _numbers(estimator, "coef_", (n_columns,))
+            _numbers(estimator, "intercept_", ())
+            if hasattr(estimator, "classes_"):
+                _numbers(estimator, "classes_", (2,))
+    if hasattr(estimator, "cluster_centers_"):
+        _numbers(estimator, "cluster_centers_", (None, n_columns))
+        if getattr(estimator, "feature_scale_", None) is not None:
+            _numbers(estimator, "feature_scale_", (n_columns,))
+    if hasattr(estimator, "components_"):
+        _numbers(estimator, "components_", (None, n_columns))
 
 
 def _binner(preprocessing: dict) -> FeatureBinner:

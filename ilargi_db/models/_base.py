@@ -73,6 +73,25 @@ def check_input(estimator: Any, X: Any, y: Any = _NO_Y, *, reset: bool, y_numeri
     return X, y
 
 
+EXACT_LABELS = 2.0**53  # a target is read as DOUBLE: beyond this magnitude two integer labels may read as one
+
+
+def exact_classes(classes: np.ndarray, what: str) -> np.ndarray:
+    """``classes``, if each reads back as the label it came from: an integer label beyond 2^53 is rounded as
+    DOUBLE (9007199254740993 reads as ...992), and predict and the macros would answer a label that does not exist."""
+    if not np.issubdtype(classes.dtype, np.number):  # text labels (scikit-learn's checks) are kept as they are
+        return classes
+    far = classes[np.abs(classes.astype(float)) >= EXACT_LABELS]
+    if len(far):
+        raise IlargiError(
+            f"{what}'s target has a class label of about {float(far[0]):.17g}, at or beyond 2^53 "
+            "(9007199254740992): ilargi_db reads a target as DOUBLE, which cannot keep such a label exact, so "
+            "predictions would name a label that does not exist. Give the classes smaller numbers in the query "
+            "(e.g. label - 9007199254740000 AS label, or label = 9007199254740993 AS is_that)."
+        )
+    return classes
+
+
 def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "", multiclass: bool = False) -> np.ndarray:
     """The two classes of a classifier's target, sorted (two or more with ``multiclass``); a clear error for a
     continuous target, or a multi-class one the model cannot fit.
@@ -87,7 +106,7 @@ def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "", mult
             "linear_regression."
         )
     check_classification_targets(y_host)
-    classes = np.unique(y_host)
+    classes = exact_classes(np.unique(y_host), what)
     if len(classes) != 2 and not (multiclass and len(classes) > 2):
         raise IlargiError(
             f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "

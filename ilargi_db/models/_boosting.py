@@ -29,6 +29,7 @@ from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins, bin_array, quantile_bins
 from ilargi_db.linalg.row_identity import first_by_key, row_keys
+from ilargi_db.models._base import exact_classes
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 
 OBJECTIVES = ("squared_error", "log_loss")
@@ -226,7 +227,7 @@ class GradientBoosting(BaseEstimator):
             return y.astype(np.float64)
         if self.objective == "log_loss":  # asked for ("auto" found two values): a continuous target is refused
             check_classification_targets(y)
-        self.classes_ = np.unique(y)
+        self.classes_ = exact_classes(np.unique(y), "gradient boosting")
         if len(self.classes_) != 2:
             raise ValueError(
                 "Only binary classification is supported. The target needs two distinct values; this one has "

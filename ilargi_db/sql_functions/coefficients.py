@@ -21,15 +21,27 @@ INTERCEPT = "(intercept)"
 WITH_COEFFICIENTS = tuple(name for name, facts in CATALOG.items() if "coef_" in facts.fitted)
 WITH_IMPORTANCES = tuple(name for name, facts in CATALOG.items() if "feature_importances_" in facts.fitted)
 
+# A coefficient's name, one per preprocessed column, from the stored preprocessing: the column's name (quoted as a
+# SQL identifier unless it is a plain one), then ``=category`` for a one-hot column, or `` IS NULL`` for the NULL
+# category. No two read alike, and none reads as the intercept: a text category 'NULL' is ``kind=NULL``, the NULL
+# category ``kind IS NULL``, a column named (intercept) ``"(intercept)"``.
+_SHOWN = """CASE WHEN regexp_full_match(__ilargi_c.name, '[A-Za-z_][A-Za-z0-9_]*') THEN __ilargi_c.name
+    ELSE '"' || replace(__ilargi_c.name, '"', '""') || '"' END"""
+_NAMES = f"""flatten([CASE WHEN __ilargi_c.kind = 'categorical'
+        THEN [{_SHOWN} || '=' || __ilargi_v FOR __ilargi_v IN __ilargi_c.categories]
+            || CASE WHEN __ilargi_c.null_category THEN [{_SHOWN} || ' IS NULL'] ELSE [] END
+        ELSE [{_SHOWN}] END
+    FOR __ilargi_c IN json_transform(preprocessing->'$.columns',
+        '[{{"name": "VARCHAR", "kind": "VARCHAR", "categories": ["VARCHAR"], "null_category": "BOOLEAN"}}]')])"""
 # What each macro selects from the chosen version's ``model`` JSON (unnest pairs the lists element by element).
-_COEFFICIENTS = f"""unnest(['{INTERCEPT}'] || CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+_COEFFICIENTS = f"""unnest(['{INTERCEPT}'] || {_NAMES}) AS feature,
        unnest([CAST(model->>'$.intercept_' AS DOUBLE)] || CAST(model->'$.coef_' AS DOUBLE[])) AS coefficient"""
 _IMPORTANCES = """unnest(CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
        unnest(CAST(model->'$.feature_importances_' AS DOUBLE[])) AS importance"""
 # A model per group (train(..., group_by=...)): the same per group, each group's fitted values in its entry of
 # ``model.groups`` (``fitted`` below), the column names once for all.
 _GROUP_COEFFICIENTS = f"""fitted.key AS "group",
-       unnest(['{INTERCEPT}'] || CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
+       unnest(['{INTERCEPT}'] || {_NAMES}) AS feature,
        unnest([CAST(fitted.value->>'$.intercept_' AS DOUBLE)] || CAST(fitted.value->'$.coef_' AS DOUBLE[]))
            AS coefficient"""
 _GROUP_IMPORTANCES = """fitted.key AS "group", unnest(CAST(model->'$.feature_names_out' AS VARCHAR[])) AS feature,
@@ -65,16 +77,18 @@ def model_table_macro(
         )
     return f"""CREATE OR REPLACE TEMP MACRO {sql_name}(model_name, model_version := NULL) AS TABLE
 WITH versions AS (
-    SELECT m.version, m.algorithm, m.model FROM ilargi.models m WHERE m.name = lower(model_name)
+    SELECT m.version, m.algorithm, m.model, m.preprocessing FROM ilargi.models m WHERE m.name = lower(model_name)
 ),
 span AS (SELECT count(*) AS stored, max(version) AS newest FROM versions),
 chosen AS (
-    SELECT span.stored, span.newest, v.algorithm, v.model
+    SELECT span.stored, span.newest, v.algorithm, v.model, v.preprocessing
     FROM span LEFT JOIN versions v ON v.version = coalesce(model_version, span.newest)
 )
 SELECT {select}
 FROM {source}
 WHERE CASE
+    WHEN model_name IS NULL THEN error('model name NULL is not a plain identifier: {sql_name} takes the name of a '
+        || 'stored model (e.g. {sql_name}(''delay_model'')); SELECT name FROM ilargi.current_models lists them.')
     WHEN stored = 0 THEN error('no model named ''' || model_name || ''' is stored: '
         || 'SELECT name FROM ilargi.current_models lists those that are.')
     WHEN model IS NULL THEN error('model ''' || model_name || ''' has no version ' || model_version

@@ -76,6 +76,83 @@ def double(value: float) -> str:
     return f"{value:.16e}"
 
 
+# DuckDB's built-in functions the model macros call, each by its catalog name (``system.main.tanh``): a database's
+# own macro of the same name (``CREATE MACRO tanh(x) AS 0.0``) would otherwise replace the built-in inside every
+# model macro. Operators and list syntax (``a + b``, ``[a, b]``, ``l[i]``, ``[e FOR x IN l]``) bind to functions a
+# macro can shadow too (``"+"``, ``list_value``, ``array_extract``, ``list_apply``), so the macros write them as
+# calls. Comparisons, CASE, CAST, COLLATE, coalesce and IS [NOT] DISTINCT FROM are syntax, which nothing shadows.
+MACRO_FUNCTIONS = frozenset(
+    {
+        "+",
+        "-",
+        "*",
+        "/",
+        "tanh",
+        "exp",
+        "isnan",
+        "power",
+        "list_value",
+        "list_apply",
+        "list_extract",
+        "list_sum",
+        "list_max",
+        "list_min",
+        "list_position",
+        "list_count",
+        "list_distance",
+    }
+)
+BUILT_INS = "system.main"  # the catalog and schema of DuckDB's built-in functions
+
+
+def call(function: str, *arguments: str) -> str:
+    """A call of DuckDB's built-in ``function`` by its catalog name, which no function of the database shadows.
+
+    >>> call("+", "a", "b")
+    'system.main."+"(a, b)'
+    """
+    if function not in MACRO_FUNCTIONS:  # every built-in a macro calls is listed (a test shadows each of them)
+        raise ValueError(f"{function} is not in MACRO_FUNCTIONS")
+    return f"{BUILT_INS}.{quote(function)}({', '.join(arguments)})"
+
+
+def list_of(items: list[str]) -> str:
+    """A SQL list of ``items`` (``[a, b]``, written as the built-in's call)."""
+    return call("list_value", *items)
+
+
+def element(items: str, position: str | int) -> str:
+    """``items[position]`` (1-based; NULL out of range), written as the built-in's call."""
+    return call("list_extract", items, str(position))
+
+
+def bound(variable: str, value: str, body: str) -> str:
+    """``body`` with ``variable`` bound once to ``value`` (``[body FOR variable IN [value]][1]``): DuckDB computes
+    an expression written twice twice, a lambda's parameter once."""
+    return element(call("list_apply", list_of([value]), f"lambda {variable}: {body}"), 1)
+
+
+# The macros a model of each kind (``AlgorithmFacts.macro``) may create, by their name's suffix after the model's
+# name: what the registry drops or replaces of a model is derived from these, never from the row's own list.
+MACRO_SUFFIXES: dict[str | None, tuple[str, ...]] = {
+    "linear": ("_predict",),
+    "logistic": ("_predict", "_predict_class"),
+    "margin": ("_predict", "_decision"),
+    "nearest_centroid": ("_predict",),
+    "trees": ("_predict", "_predict_class"),
+    None: (),  # no macro (NMF: its transform iterates)
+}
+
+
+def model_macro_names(name: str, algorithm: str) -> frozenset[str]:
+    """The macros, lower case, that model ``name`` of ``algorithm`` may have created (none for an unknown one)."""
+    try:
+        kind = algorithm_facts(algorithm).macro
+    except (IlargiError, KeyError, TypeError, ValueError):
+        return frozenset()
+    return frozenset(f"{name}{suffix}".lower() for suffix in MACRO_SUFFIXES.get(kind, ()))
+
+
 # A target type as DuckDB spells it (BOOLEAN, INTEGER, DECIMAL(18,3)): safe to paste into a CAST.
 SQL_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\(\d+(, ?\d+)?\))?")
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
@@ -97,16 +174,16 @@ def double_list(values: np.ndarray) -> str:
     """A DOUBLE[] literal.
 
     >>> double_list(np.array([0.5, -2.0]))
-    '[5.0000000000000000e-01, -2.0000000000000000e+00]'
+    'system.main."list_value"(5.0000000000000000e-01, -2.0000000000000000e+00)'
     """
-    return "[" + ", ".join(double(v) for v in values) + "]"
+    return list_of([double(v) for v in values])
 
 
 def balanced_sum(terms: list[str]) -> str:
     """``terms`` added as a balanced tree of depth log2(n): a left-deep sum of 1,000 terms cannot be bound.
 
     >>> balanced_sum(["a", "b", "c"])
-    '(a + (b + c))'
+    'system.main."+"(a, system.main."+"(b, c))'
     >>> balanced_sum([])
     '0.0'
     """
@@ -115,7 +192,7 @@ def balanced_sum(terms: list[str]) -> str:
     if len(terms) == 1:
         return terms[0]
     half = len(terms) // 2
-    return f"({balanced_sum(terms[:half])} + {balanced_sum(terms[half:])})"
+    return call("+", balanced_sum(terms[:half]), balanced_sum(terms[half:]))
 
 
 def class_labels(model: Any) -> str:
@@ -126,24 +203,25 @@ def class_labels(model: Any) -> str:
     target_type = model.target_type_
     if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
         labels = [f"CAST({c} AS {target_type})" for c in labels]
-    return f"[{', '.join(labels)}]"
+    return list_of(labels)
 
 
 def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, str]:
     """A multinomial classifier's macro bodies from its k class ``scores``: ``N_predict`` the list of the k
     probabilities (softmax, in ``classes_`` order), ``N_predict_class`` the class of the largest score."""
     k = len(scores)
-    listed = f"[{', '.join(scores)}]"  # bound once by the comprehension, not computed again per use
+    listed = list_of(scores)  # bound once, not computed again per use
+    largest = call("list_max", "__ilargi_s")
+    exps = call("list_apply", "__ilargi_s", f"lambda __ilargi_v: {call('exp', call('-', '__ilargi_v', largest))}")
+    shares = call(
+        "list_apply", "__ilargi_es", f"lambda __ilargi_e: {call('/', '__ilargi_e', call('list_sum', '__ilargi_es'))}"
+    )
+    # a NULL score (a missing numeric without imputation) gives NULL, not the class of the others' largest
+    chosen = element(class_labels(model), call("list_position", "__ilargi_s", largest))
     return {
-        f"{name}_predict": (
-            "[[__ilargi_e / list_sum(__ilargi_es) FOR __ilargi_e IN __ilargi_es] FOR __ilargi_es IN "
-            "[[exp(__ilargi_v - list_max(__ilargi_s)) FOR __ilargi_v IN __ilargi_s] "
-            f"FOR __ilargi_s IN [{listed}]]][1]"
-        ),
-        # a NULL score (a missing numeric without imputation) gives NULL, not the class of the others' largest
-        f"{name}_predict_class": (
-            f"[CASE WHEN list_count(__ilargi_s) = {k} THEN {class_labels(model)}"
-            f"[list_position(__ilargi_s, list_max(__ilargi_s))] END FOR __ilargi_s IN [{listed}]][1]"
+        f"{name}_predict": bound("__ilargi_es", bound("__ilargi_s", listed, exps), shares),
+        f"{name}_predict_class": bound(
+            "__ilargi_s", listed, f"CASE WHEN {call('list_count', '__ilargi_s')} = {k} THEN {chosen} END"
         ),
     }
 
@@ -151,11 +229,13 @@ def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, st
 def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
     """A binary classifier's macro bodies from its log-odds ``score``: ``N_predict`` the probability of
     ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
-    labels = class_labels(model)
-    return {
-        f"{name}_predict": f"0.5 * (1.0 + tanh(0.5 * ({score})))",  # P(classes_[1]), overflow-free
-        f"{name}_predict_class": f"{labels}[CAST(({score}) > 0 AS INTEGER) + 1]",
-    }
+    half = call("*", "0.5", call("+", "1.0", call("tanh", call("*", "0.5", score))))  # P(classes_[1]), no overflow
+    return {f"{name}_predict": half, f"{name}_predict_class": chosen_class(model, score)}
+
+
+def chosen_class(model: Any, score: str) -> str:
+    """The class a binary ``score`` chooses: ``classes_[1]`` where it is positive, typed like the target column."""
+    return element(class_labels(model), call("+", f"CAST(({score}) > 0 AS INTEGER)", "1"))
 
 
 class MacroWriter:
@@ -186,7 +266,8 @@ class MacroWriter:
         # NOT isnan(NULL) is NULL, so NULL reaches ELSE too. THEN says TRY_CAST only to differ from WHEN's CAST
         # (which has already refused a value that is no number): DuckDB's common-subexpression pass takes time
         # quadratic in repeated casts, seconds to bind a model of a few thousand INTEGER or DECIMAL features.
-        return f"CASE WHEN NOT isnan(CAST({column} AS DOUBLE)) THEN TRY_CAST({column} AS DOUBLE) ELSE {missing} END"
+        present = call("isnan", f"CAST({column} AS DOUBLE)")
+        return f"CASE WHEN NOT {present} THEN TRY_CAST({column} AS DOUBLE) ELSE {missing} END"
 
     def _category_weight(self, spec: ColumnSpec, weights: np.ndarray, output: int) -> str:
         """The weight of the row's category for ``output`` (1-based), 0 for a category training never saw.
@@ -211,7 +292,7 @@ class MacroWriter:
         # The registry's columns are read qualified and renamed: a feature (a macro parameter) named like one of
         # them (model, category, ...) would otherwise be substituted into, or clash with, the subquery.
         return (
-            f"coalesce((SELECT __ilargi_weights[{output}] FROM (SELECT w.model AS __ilargi_model, "
+            f"coalesce((SELECT {element('__ilargi_weights', output)} FROM (SELECT w.model AS __ilargi_model, "
             "w.version AS __ilargi_version, w.feature AS __ilargi_feature, w.category AS __ilargi_category, "
             f"w.weights AS __ilargi_weights FROM {quote_identifier(self.database)}.ilargi.category_weights w) "
             f"WHERE __ilargi_model = {quote_string(self.name)} AND __ilargi_version = {self.version} "
@@ -240,7 +321,7 @@ class MacroWriter:
         for j, spec in enumerate(self.specs):
             if spec.kind == "numeric":
                 for out, row in enumerate(coef):
-                    terms[out].append(f"{double(row[self.offsets[j]])} * {self._numeric_value(spec)}")
+                    terms[out].append(call("*", double(row[self.offsets[j]]), self._numeric_value(spec)))
             elif spec.width:
                 weights = coef[:, self._columns(spec, j)].T  # a row per category, a column per score
                 self._add_weights(spec, weights)
@@ -255,22 +336,21 @@ class MacroWriter:
         scale = np.ones(self.model.n_features_in_) if scale is None else np.asarray(scale, dtype=float)
         centers = np.asarray(self.model.cluster_centers_, dtype=float) / scale
         n_clusters = len(centers)
-        numeric_part = "[" + ", ".join(["0.0"] * n_clusters) + "]"
+        numeric_part = list_of(["0.0"] * n_clusters)
         if numeric := [j for j, spec in enumerate(self.specs) if spec.kind == "numeric"]:
             # One list of the numeric features, built once, and one native list_distance per centroid: faster
             # than scalar terms, and no feature written once per centroid (DuckDB's common-subexpression pass
             # takes time quadratic in repeated expressions). Without imputation a missing numeric makes the
             # distances NULL (list_distance would refuse the NULL element).
-            values = ", ".join(
-                self._scaled(self._numeric_value(self.specs[j]), scale[self.offsets[j]]) for j in numeric
-            )
-            squared = ", ".join(
-                f"power(list_distance(__ilargi_x, {double_list(c[self.offsets[numeric]])}), 2)" for c in centers
-            )
-            numeric_part = f"[{squared}]"
+            values = [self._scaled(self._numeric_value(self.specs[j]), scale[self.offsets[j]]) for j in numeric]
+            squared = [
+                call("power", call("list_distance", "__ilargi_x", double_list(c[self.offsets[numeric]])), "2")
+                for c in centers
+            ]
+            numeric_part = list_of(squared)
             if not self.model.encoder_.impute:
-                numeric_part = f"CASE WHEN list_count(__ilargi_x) = {len(numeric)} THEN {numeric_part} END"
-            numeric_part = f"[{numeric_part} FOR __ilargi_x IN [[{values}]]][1]"
+                numeric_part = f"CASE WHEN {call('list_count', '__ilargi_x')} = {len(numeric)} THEN {numeric_part} END"
+            numeric_part = bound("__ilargi_x", list_of(values), numeric_part)
         categorical: list[list[str]] = [[] for _ in centers]
         for j, spec in enumerate(self.specs):
             if spec.kind == "categorical" and spec.width:
@@ -281,22 +361,28 @@ class MacroWriter:
                 for k, center in enumerate(centers):
                     c = center[self._columns(spec, j)]
                     categorical[k] += [double(float(c @ c)), self._category_weight(spec, weights, k + 1)]
-        categorical_part = "[" + ", ".join(balanced_sum(terms) for terms in categorical) + "]"
+        categorical_part = list_of([balanced_sum(terms) for terms in categorical])
         # Comprehensions bind each list once (written twice, DuckDB would compute it twice); the category lookups
         # stay outside them (DuckDB allows no subquery in a lambda). A NULL distance (a missing numeric without
         # imputation) gives NULL, not the nearest of the others.
-        distances = ", ".join(f"__ilargi_p[1][{k}] + __ilargi_p[2][{k}]" for k in range(1, n_clusters + 1))
-        nearest = (
-            f"[CASE WHEN list_count(__ilargi_d) = {n_clusters} "
-            "THEN list_position(__ilargi_d, list_min(__ilargi_d)) - 1 END "
-            f"FOR __ilargi_d IN [[{distances}]]][1]"
+        distances = list_of(
+            [
+                call("+", element(element("__ilargi_p", 1), k), element(element("__ilargi_p", 2), k))
+                for k in range(1, n_clusters + 1)
+            ]
         )
-        return f"[{nearest} FOR __ilargi_p IN [[{numeric_part}, {categorical_part}]]][1]"
+        position = call("list_position", "__ilargi_d", call("list_min", "__ilargi_d"))
+        nearest = bound(
+            "__ilargi_d",
+            distances,
+            f"CASE WHEN {call('list_count', '__ilargi_d')} = {n_clusters} THEN {call('-', position, '1')} END",
+        )
+        return bound("__ilargi_p", list_of([numeric_part, categorical_part]), nearest)
 
     @staticmethod
     def _scaled(value: str, scale: float) -> str:
         """``value`` divided by its training scale (left as it is when the scale is 1)."""
-        return value if scale == 1.0 else f"({value}) / {double(scale)}"
+        return value if scale == 1.0 else call("/", value, double(scale))
 
     # -- whole macros -------------------------------------------------------------------
 
@@ -316,7 +402,7 @@ class MacroWriter:
             bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
         elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)
             score = self.linear_score()
-            bodies[f"{self.name}_predict"] = f"{class_labels(self.model)}[CAST(({score}) > 0 AS INTEGER) + 1]"
+            bodies[f"{self.name}_predict"] = chosen_class(self.model, score)
             bodies[f"{self.name}_decision"] = score
         elif kind == "nearest_centroid":
             bodies[f"{self.name}_predict"] = self.nearest_centroid()

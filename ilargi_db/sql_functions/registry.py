@@ -26,7 +26,7 @@ from ilargi_db.errors import (
 )
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
-from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, quote_identifier
+from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, model_macro_names, quote_identifier
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
@@ -135,9 +135,15 @@ def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
-    """Every macro some version of model ``name`` created."""
-    listed = con.execute("SELECT macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
-    return {m for (macros,) in listed for m in macros}
+    """Every macro some version of model ``name`` created: those its rows list that a model of that name and
+    algorithm makes (a row edited, or from a file made elsewhere, names no other function to drop)."""
+    listed = con.execute("SELECT algorithm, macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
+    return {
+        m.lower()
+        for algorithm, macros in listed
+        for m in macros or []
+        if m.lower() in model_macro_names(name, algorithm)
+    }
 
 
 def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[str]) -> list[str]:
@@ -149,6 +155,24 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
         [macros],
     ).fetchall()
     return sorted(f for (f,) in taken if f.lower() not in ours)
+
+
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: DuckDB ends it itself when COMMIT fails (a full disk), and its
+    "no transaction is active" must not replace the error that says why the write failed."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass  # already rolled back by DuckDB; the caller raises the first error
+
+
+def _concurrent_save(err: duckdb.Error) -> bool:
+    """Whether ``err`` says another connection wrote the same rows first: a write-write conflict, or the same
+    version inserted (the other committed before this one inserted); not a COMMIT that could not write."""
+    words = str(err).lower()
+    if isinstance(err, duckdb.ConstraintException):
+        return "duplicate key" in words
+    return "conflict" in words and "failed to commit" not in words
 
 
 def save_model(con: duckdb.DuckDBPyConnection, name: str, model: TrainedModel) -> int:
@@ -186,16 +210,16 @@ def save_models(
         versions = [_save(con, n, model) for n, model in named]
         con.commit()
     except (duckdb.TransactionException, duckdb.ConstraintException) as err:
-        con.rollback()
-        if isinstance(err, duckdb.ConstraintException) and "duplicate key" not in str(err).lower():
-            raise  # not a concurrent save of the same version (the other committed before this one inserted)
+        _roll_back(con)
+        if not _concurrent_save(err):
+            raise  # e.g. the disk full at COMMIT: the database's own words
         also = "" if complete else " or created the model registry"
         raise IlargiError(
             f"another connection saved model {name!r}{also} at the same time, so nothing was saved: try again "
             f"({str(err).replace(chr(92) + '0', '.')})."
         ) from None
     except BaseException:
-        con.rollback()
+        _roll_back(con)
         raise
     for (n, model), version in zip(named, versions):  # the model knows where it is stored once it is
         model.name_, model.version_ = n, version
@@ -271,7 +295,17 @@ def load_model(con: duckdb.DuckDBPyConnection, name: str, version: int | None = 
             f"or drop it with {drop}.",
             err.why,
         ) from None
-    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), list(row["macros"])
+    macros = list(row["macros"] or [])
+    made = model_macro_names(name, row["algorithm"])
+    if any(not isinstance(m, str) or m.lower() not in made for m in macros):  # prediction_sql calls macros_[0]
+        drop = worded(f"ilargi_db.drop_model(con, {name!r})", f"ilargi_drop_model('{name}')")
+        raise DamagedModelError(
+            f"model {name!r} version {row['version']} in ilargi.models is damaged (its macros {macros} are not "
+            f"those a {row['algorithm']} model named {name!r} makes: {sorted(made)}): train it again, or drop it "
+            f"with {drop}.",
+            "macros",
+        )
+    model.name_, model.version_, model.macros_ = row["name"], int(row["version"]), macros
     return model
 
 
@@ -295,6 +329,6 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()
     except BaseException:
-        con.rollback()
+        _roll_back(con)
         raise
     return int(versions)

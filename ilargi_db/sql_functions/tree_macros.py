@@ -27,6 +27,7 @@ from ilargi_db.sql_functions.macros import (
     WEIGHTS_SCHEMA,
     balanced_sum,
     binary_bodies,
+    call,
     category_text,
     double,
     macro_statements,
@@ -73,10 +74,10 @@ class TreeMacroWriter:
             return f"CASE WHEN {category_text(x)} IN ({values}) THEN {listed_side} ELSE {other} END"
         threshold = t["threshold"][node]
         if threshold >= len(feature.edges):  # every present value goes left
-            return left if missing_left else f"CASE WHEN NOT isnan({x}) THEN {left} ELSE {right} END"
+            return left if missing_left else f"CASE WHEN NOT {call('isnan', x)} THEN {left} ELSE {right} END"
         edge = edge_literal(float(feature.edges[threshold]))
         if missing_left:  # NULL fails the WHEN, NaN the isnan: both go left
-            return f"CASE WHEN {x} > {edge} AND NOT isnan({x}) THEN {right} ELSE {left} END"
+            return f"CASE WHEN {x} > {edge} AND NOT {call('isnan', x)} THEN {right} ELSE {left} END"
         return f"CASE WHEN {x} <= {edge} THEN {left} ELSE {right} END"  # NULL fails it; NaN sorts above all
 
     def _tree(self, nodes: range) -> str:
