@@ -181,3 +181,18 @@ def test_a_fact_using_a_small_part_of_a_dimension_trains_as_lightgbm_on_the_join
         )
         r2 = ilargi_db.evaluate(products, model, PRODUCTS)["r2"]
         assert r2 >= max(oracle, single_r2) - 0.01, (strategy, r2, oracle, single_r2)
+
+
+def test_stored_bins_are_each_trainings_own(tmp_path):
+    """Through the artifact store, a training whose target leaves out rows bins the rows left, and another target
+    over the same feature bins its own rows: stored bins are never another training's."""
+    con = duckdb.connect(str(tmp_path / "store.duckdb"))
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, CASE WHEN range < 50 THEN range END AS y1, range AS y2 "
+                "FROM range(200)")  # fmt: skip
+    few = ilargi_db.train(con, "SELECT x, y1 FROM t", "y1", algorithm="gradient_boosting", n_estimators=1)
+    every = ilargi_db.train(con, "SELECT x, y2 FROM t", "y2", algorithm="gradient_boosting", n_estimators=1)
+    again = ilargi_db.train(con, "SELECT x, y1 FROM t", "y1", algorithm="gradient_boosting", n_estimators=2)
+    np.testing.assert_array_equal(few.bins_[0].edges, np.arange(49.0))
+    np.testing.assert_array_equal(every.bins_[0].edges, np.arange(199.0))
+    np.testing.assert_array_equal(again.bins_[0].edges, np.arange(49.0))
+    assert any("bin" in r for r in again.reused_)
