@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ilargi_db
-from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES
+from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES, weighted_categories, weighted_numeric_edges
 
 WORDS = ["a", "A", "ab", "aB", "Ab", "AB", "b", "B"]  # equal under NOCASE, four by four
 JOINED = "SELECT d.price, d.label, f.x, f.y FROM f {kind} JOIN d ON f.k = d.k"
@@ -37,6 +37,28 @@ def expected_categories(values: list) -> tuple[str, ...]:
     """The categories the training rows take, most rows first, ties in byte order (Python's)."""
     counts = Counter(v for v in values if v is not None)
     return tuple(sorted(counts, key=lambda c: (-counts[c], c))[:MAX_CATEGORIES])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([np.nan, -np.inf, np.inf, -0.0, 0.0, 1.0, 2.5, -3.0, 1e-300, 1e300]), st.integers(0, 3)
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([2, 3, 5, 255]),
+)
+def test_weighted_bins_equal_the_bins_of_the_rows_repeated(rows, max_bins):
+    """A value taken by w rows bins as w copies of it: the factorized way equals the join's rows."""
+    values = np.array([v for v, _ in rows], dtype=np.float64)
+    weights = np.array([w for _, w in rows], dtype=np.int64)
+    repeated = np.repeat(values, weights)
+    expected = expected_edges(repeated.tolist(), max_bins)
+    assert weighted_numeric_edges(values, weights, max_bins).tolist() == expected
+    texts = pa.array([None if np.isnan(v) else ("A" if v > 0 else "a") + str(abs(v) > 1) for v in values])
+    counted = weighted_categories(texts, weights, MAX_CATEGORIES)
+    assert counted == expected_categories(np.repeat(np.array(texts.to_pylist(), dtype=object), weights).tolist())
 
 
 @st.composite

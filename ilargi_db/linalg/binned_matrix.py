@@ -322,11 +322,20 @@ def weighted_numeric_edges(values: np.ndarray, weights: np.ndarray, max_bins: in
     values = np.asarray(values, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.int64)
     taken = ~np.isnan(values) & (weights > 0)
-    distinct, inverse = np.unique(values[taken], return_inverse=True)
+    values, weights = values[taken], weights[taken]
+    if not len(values):
+        return values  # no value: one bin
+    if bool((weights == 1).all()):  # each row once (a fact's own rows, the join's): one sort, no counts
+        ordered = np.sort(values)
+        distinct = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+        if len(distinct) <= max_bins:
+            return distinct[:-1]
+        return np.unique(ordered[discrete_quantile_positions(len(ordered), max_bins)])
+    distinct, inverse = np.unique(values, return_inverse=True)
     if len(distinct) <= max_bins:
         return distinct[:-1]
-    counts = np.zeros(len(distinct), dtype=np.int64)
-    np.add.at(counts, inverse.ravel(), weights[taken])  # exact integers (bincount's weights are floats)
+    # Row counts summed as doubles: exact below 2**53 rows.
+    counts = np.bincount(inverse.ravel(), weights=weights, minlength=len(distinct)).astype(np.int64)
     ends = np.cumsum(counts)  # rows up to and including each distinct value
     positions = discrete_quantile_positions(int(ends[-1]), max_bins)
     return np.unique(distinct[np.searchsorted(ends, positions, side="right")])
@@ -343,8 +352,7 @@ def weighted_categories(values: pa.Array, weights: np.ndarray, max_categories: i
     labels = encoded.dictionary.to_pylist()
     indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     taken = (indices >= 0) & (weights > 0)
-    counts = np.zeros(len(labels), dtype=np.int64)
-    np.add.at(counts, indices[taken], weights[taken])
+    counts = np.bincount(indices[taken], weights=weights[taken], minlength=len(labels)).astype(np.int64)
     # Python orders text by code point, which is UTF-8's byte order: the tie order is binary too.
     order = sorted(np.flatnonzero(counts).tolist(), key=lambda k: (-int(counts[k]), labels[k]))
     return tuple(labels[k] for k in order[:max_categories])
