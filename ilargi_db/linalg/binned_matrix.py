@@ -5,9 +5,9 @@ A :class:`BinnedMatrix` is the tree's normalized matrix: each source's features 
 source row) and the source row each training row takes. A dimension's bins are
 stored once per dimension row, never per fact row; the materialized join is the special case of one
 block that every row indexes by itself. :class:`FeatureBins` says what a feature's bins are: upper
-edges of numeric values (computed by DuckDB, see :mod:`ilargi_db.preprocess.binning`) or the
-categories kept, and every feature has one more bin, ``missing_bin``, for NULL (and a category training
-never saw, as HistGradientBoosting does).
+edges of numeric values or the categories kept (both from the training rows, see
+:mod:`ilargi_db.preprocess.binning`), and every feature has one more bin, ``missing_bin``, for NULL
+(and a category training never saw, as HistGradientBoosting does).
 """
 
 from __future__ import annotations
@@ -306,17 +306,56 @@ def quantile_bins(X: np.ndarray, names: list[str], max_bins: int) -> list[Featur
 
 
 def numeric_edges(values: np.ndarray, max_bins: int) -> np.ndarray:
-    """Upper bin edges of ``values``: the distinct values but the largest when few, else discrete quantiles.
+    """Upper bin edges of ``values``: the distinct values but the largest when few, else discrete quantiles."""
+    values = np.asarray(values, dtype=np.float64)
+    return weighted_numeric_edges(values, np.ones(len(values), dtype=np.int64), max_bins)
 
-    The quantiles are DuckDB's ``quantile_disc`` (the value at position ceil(n q) - 1 of the sorted
-    non-missing values), so edges computed here and in SQL agree.
+
+def weighted_numeric_edges(values: np.ndarray, weights: np.ndarray, max_bins: int) -> np.ndarray:
+    """Upper bin edges of the rows that take ``values[i]`` ``weights[i]`` times (NaN missing, weight 0 absent).
+
+    The same edges as :func:`numeric_edges` over the expanded rows, without expanding them: a dimension's values
+    weighted by how many training rows take each dimension row bin exactly as the join's rows would. Every
+    distinct value is its own bin when at most ``max_bins``; else the edges are the discrete quantiles (the value
+    at position ceil(n q) - 1 of the n sorted rows, as DuckDB's ``quantile_disc``).
     """
     values = np.asarray(values, dtype=np.float64)
-    values = np.sort(values[~np.isnan(values)])
-    distinct = np.unique(values)
+    weights = np.asarray(weights, dtype=np.int64)
+    taken = ~np.isnan(values) & (weights > 0)
+    values, weights = values[taken], weights[taken]
+    if not len(values):
+        return values  # no value: one bin
+    if bool((weights == 1).all()):  # each row once (a fact's own rows, the join's): one sort, no counts
+        ordered = np.sort(values)
+        distinct = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+        if len(distinct) <= max_bins:
+            return distinct[:-1]
+        return np.unique(ordered[discrete_quantile_positions(len(ordered), max_bins)])
+    distinct, inverse = np.unique(values, return_inverse=True)
     if len(distinct) <= max_bins:
         return distinct[:-1]
-    return np.unique(values[discrete_quantile_positions(len(values), max_bins)])
+    # Row counts summed as doubles: exact below 2**53 rows.
+    counts = np.bincount(inverse.ravel(), weights=weights, minlength=len(distinct)).astype(np.int64)
+    ends = np.cumsum(counts)  # rows up to and including each distinct value
+    positions = discrete_quantile_positions(int(ends[-1]), max_bins)
+    return np.unique(distinct[np.searchsorted(ends, positions, side="right")])
+
+
+def weighted_categories(values: pa.Array, weights: np.ndarray, max_categories: int) -> tuple[str, ...]:
+    """The ``max_categories`` categories most rows take, ``values[i]`` taken by ``weights[i]`` rows (null
+    missing), most frequent first, ties by value. Compared byte for byte (binary collation: 'a' is not 'A'),
+    as :meth:`FeatureBins.codes` and the SQL macros compare them, whatever the column's collation."""
+    weights = np.asarray(weights, dtype=np.int64)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    encoded = pc.dictionary_encode(values)
+    labels = encoded.dictionary.to_pylist()
+    indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    taken = (indices >= 0) & (weights > 0)
+    counts = np.bincount(indices[taken], weights=weights[taken], minlength=len(labels)).astype(np.int64)
+    # Python orders text by code point, which is UTF-8's byte order: the tie order is binary too.
+    order = sorted(np.flatnonzero(counts).tolist(), key=lambda k: (-int(counts[k]), labels[k]))
+    return tuple(labels[k] for k in order[:max_categories])
 
 
 def quantile_probabilities(max_bins: int) -> list[float]:
@@ -342,4 +381,6 @@ __all__ = [
     "numeric_edges",
     "quantile_bins",
     "quantile_probabilities",
+    "weighted_categories",
+    "weighted_numeric_edges",
 ]

@@ -1,7 +1,8 @@
 """The read phase for tree models: the training rows binned, factorized or from the materialized join.
 
-The bins come first, from DuckDB per source (:meth:`FeatureBinner.fit_query`), so both strategies bin
-the same values alike and grow the same trees. The factorized reader reads the key-only join and each
+The bins come from the training rows each reader reads (:meth:`FeatureBinner.fit_metadata`, the factorized
+way; :meth:`FeatureBinner.fit_table`, the join's rows): the same rows, so both strategies bin the same values
+alike and grow the same trees. The factorized reader reads the key-only join and each
 source's scan through the artifact store (another ``learning_rate`` or more trees on the same query
 reads nothing again); the materialized one the join DuckDB builds.
 """
@@ -9,6 +10,7 @@ reads nothing again); the materialized one the join DuckDB builds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
@@ -25,14 +27,15 @@ from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse.job import JobReuse
 
 
-def _binned(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None) -> Any:
-    """The reader's binner: fitted by DuckDB (or its bins from the artifact store), or as the model fitted it."""
+def _binned(graph: JoinGraph, read: ReadSettings, job: JobReuse | None, fit: Callable[[Any], Any]) -> Any:
+    """The reader's binner: fitted on the training rows by ``fit`` (or its bins from the artifact store), or as
+    the model fitted it."""
     binner = read.encoder
     if not read.fit:
         binner.check_features(graph.feature_names)
         return binner
     if job is None or not job.enabled:
-        return binner.fit_query(con, graph)
+        return fit(binner)
     key, _ = job.bins_keys(graph, binner.categorical, binner.max_bins, read.labelled_only)
     found = job.find_bins(key)
     if found is not None:
@@ -42,7 +45,7 @@ def _binned(con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings
         except (KeyError, TypeError, ValueError):  # stored damaged: bin again
             job.unuse_last()
     began = time.perf_counter()
-    binner.fit_query(con, graph)
+    fit(binner)
     job.keep_bins(key, binner.to_state(), time.perf_counter() - began)
     return binner
 
@@ -59,8 +62,8 @@ def read_binned_factorized(
         found = job.find_binned(binned_key)
         if found is not None:
             return found
-    binner = _binned(con, graph, read, job)
-    meta, unlabelled = labelled_metadata(source_metadata(con, graph, binner.categorical, job), read.labelled_only)
+    meta, unlabelled = labelled_metadata(source_metadata(con, graph, read.encoder.categorical, job), read.labelled_only)
+    binner = _binned(graph, read, job, lambda b: b.fit_metadata(meta, graph.feature_names))
     coalesced = frozenset(j for j, f in enumerate(graph.features) if f.kind == "coalesce")
     data = TrainingData(binner.transform_metadata(meta, coalesced), meta.target, binner, unlabelled, groups=meta.groups)
     if binned_key is not None:
@@ -71,9 +74,10 @@ def read_binned_factorized(
 def read_binned_materialized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
-    """The materialized join's rows binned (one block); ``job`` accepted so both readers take the same arguments."""
-    binner = _binned(con, graph, read, job)
-    table, y, unlabelled, groups = materialized_rows(con, graph, binner.categorical, read.labelled_only)
+    """The materialized join's rows binned (one block), the bins from those rows; ``job`` accepted so both
+    readers take the same arguments."""
+    table, y, unlabelled, groups = materialized_rows(con, graph, read.encoder.categorical, read.labelled_only)
+    binner = _binned(graph, read, job, lambda b: b.fit_table(table, graph.feature_names))
     return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
 
 

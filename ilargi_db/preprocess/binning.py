@@ -1,24 +1,29 @@
-"""Tree models' preprocessing: each feature's bins, computed by DuckDB per source, and the rows binned.
+"""Tree models' preprocessing: each feature's bins, computed from the training rows, and the rows binned.
 
 :class:`FeatureBinner` is to trees what :class:`~ilargi_db.preprocess.FeatureEncoder` is to linear models:
-fitted once (here: :meth:`FeatureBinner.fit_query` asks DuckDB for each feature's distinct values or
-quantiles over the rows of the source it comes from, with the source's own filters), it turns the
-factorized metadata or the materialized join into the same :class:`~ilargi_db.linalg.binned_matrix.BinnedMatrix`
-(the same bins for either strategy), and records its state so that scoring bins new rows alike.
+fitted once on the rows a training reads, it turns the factorized metadata or the materialized join into the
+same :class:`~ilargi_db.linalg.binned_matrix.BinnedMatrix` (the same bins for either strategy), and records its
+state so that scoring bins new rows alike.
 
-Numeric features: every distinct value its own bin when there are at most ``max_bins``, else edges at
-DuckDB's discrete quantiles. Categorical ones (text, ENUM, BOOLEAN): their most frequent categories, up
-to :data:`MAX_CATEGORIES`; NULL, and a category not kept or never seen, fall in the missing bin, which
-comes after every feature's bins (``missing_bin_``). A feature combining
-sources with COALESCE is binned over the union of its parts' values; a query whose features mix
-sources (only the materialized join can train) over the query's rows.
+The bins are the training rows' statistics, never a source's: a fact that sells 300 of 5,000 products must
+find its bins among those 300. The factorized way weighs each source row's value by how many training rows take
+it (``np.bincount`` of the indicator the key-only join already gave; empty rows take the fill value), which
+equals the statistics over the join's rows without building it; the materialized join weighs each row once.
+The weights are counted in NumPy rather than by DuckDB over the key-only join grouped by source row: that join
+is the read's costliest query, its indicators are in memory already, and they are the rows left after the NULL
+targets are dropped, so no second query can disagree with the rows the trees see. The rows early stopping holds
+out are binned too: one read serves every model of a batch, each drawing its own held-out rows.
+
+Numeric features: every distinct value its own bin when there are at most ``max_bins``, else edges at the
+training rows' discrete quantiles. Categorical ones (text, ENUM, BOOLEAN): the categories most training rows
+take, up to :data:`MAX_CATEGORIES`, compared byte for byte whatever the column's collation ('a' and 'A' under
+NOCASE are two categories, as ``predict`` and the SQL macros compare them); NULL, and a category not kept or
+never seen, fall in the missing bin, which comes after every feature's bins (``missing_bin_``). A feature
+combining sources with COALESCE is binned over the value each training row takes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -30,83 +35,22 @@ from ilargi_db.linalg.binned_matrix import (
     BinnedMatrix,
     FeatureBins,
     bin_dtype,
-    quantile_probabilities,
+    weighted_categories,
+    weighted_numeric_edges,
 )
 from ilargi_db.metadata import DIMetadata
-from ilargi_db.metadata.arrow_blocks import fetch_arrow
-from ilargi_db.metadata.scans import materialized_sql, part_column, quote, scan_sql
-from ilargi_db.plan.join_graph import JoinGraph
+from ilargi_db.metadata.scans import part_column
 
 
-@dataclass(frozen=True)
-class BinSource:
-    """A relation whose rows some features are binned over, and the column each of them is in it."""
-
-    sql: str
-    columns: dict[int, str]  # feature index -> column name
-
-
-def bin_sources(graph: JoinGraph, categorical: list[bool]) -> list[BinSource]:
-    """Where each feature's bins come from: its source's scan, the union of a COALESCE's parts, or the join."""
-    texts = frozenset(part_column(j, 0) for j, flag in enumerate(categorical) if flag)
-    if not graph.factorizable:
-        sql = materialized_sql(graph, categorical)
-        return [BinSource(sql, {j: part_column(j, 0) for j in range(len(graph.features))})]
-    sources = []
-    for source in graph.sources:
-        own = {
-            j: part_column(j, 0)
-            for j, f in enumerate(graph.features)
-            if f.kind == "source" and f.sources == (source.alias,)
-        }
-        if own:
-            parts = {name: graph.features[j].parts[0].sql for j, name in own.items()}
-            sources.append(BinSource(scan_sql(graph, source, [], parts, categorical=texts), own))
-    for j, feature in enumerate(graph.features):
-        if feature.kind == "coalesce":
-            name = part_column(j, 0)
-            scans = [
-                f"({scan_sql(graph, graph.source(part.source), [], {name: part.sql}, categorical=texts)})"
-                for part in feature.parts
-            ]
-            sources.append(BinSource(" UNION ALL ".join(scans), {j: name}))
-    return sources
-
-
-def _numeric_bins(con: duckdb.DuckDBPyConnection, source: BinSource, features: list[int], max_bins: int) -> dict:
-    """Edges of the numeric ``features`` of ``source``: two queries (distinct counts, then values or quantiles)."""
-    if not features:
-        return {}
-    present = {j: f"FILTER (WHERE NOT isnan({quote(source.columns[j])}))" for j in features}
-    counts = ", ".join(f"count(DISTINCT {quote(source.columns[j])}) {present[j]}" for j in features)
-    found = fetch_arrow(con, f"SELECT {counts} FROM ({source.sql})", what="the distinct values of the features")
-    items = []
-    for j, column in zip(features, found.columns):
-        c = quote(source.columns[j])
-        if column[0].as_py() <= max_bins:
-            items.append(f"list_sort(list(DISTINCT {c}) {present[j]})")
-        else:
-            items.append(f"quantile_disc({c}, {quantile_probabilities(max_bins)}) {present[j]}")
-    values = fetch_arrow(con, f"SELECT {', '.join(items)} FROM ({source.sql})", what="the features' bins")
-    edges = {}
-    for j, column, items_sql in zip(features, values.columns, items):
-        found_values = np.asarray(column[0].as_py() or [], dtype=np.float64)
-        edges[j] = found_values[:-1] if items_sql.startswith("list_sort") else np.unique(found_values)
-    return edges
-
-
-def _categories(con: duckdb.DuckDBPyConnection, source: BinSource, j: int, max_bins: int) -> tuple[str, ...]:
-    """The ``max_bins`` most frequent categories of feature ``j`` (ties by value), most frequent first."""
-    c = quote(source.columns[j])
-    sql = (
-        f"SELECT {c} FROM ({source.sql}) WHERE {c} IS NOT NULL GROUP BY {c} "
-        f"ORDER BY count(*) DESC, {c} LIMIT {int(max_bins)}"
-    )
-    return tuple(fetch_arrow(con, sql, what="the categories of the features").column(0).to_pylist())
+def row_weights(indicator: np.ndarray, n_source_rows: int) -> tuple[np.ndarray, int]:
+    """How many training rows take each source row, and how many take the empty row (``indicator`` -1: an outer
+    join left it empty, its fill value applies; -2, another source won a COALESCE: none)."""
+    taken = indicator[indicator >= 0]
+    return np.bincount(taken, minlength=n_source_rows), int(np.count_nonzero(indicator == -1))
 
 
 class FeatureBinner:
-    """Bins each feature of a training query: fitted by DuckDB per source, then applied to either strategy's rows."""
+    """Bins each feature of a training query: fitted on its training rows, then applied to either strategy's rows."""
 
     def __init__(self, categorical: list[bool], max_bins: int = MAX_BINS):
         if not 2 <= int(max_bins) <= MAX_BINS:
@@ -117,19 +61,49 @@ class FeatureBinner:
 
     # -- fitting ------------------------------------------------------------------------------------------
 
-    def fit_query(self, con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> FeatureBinner:
-        """Each feature's bins, by DuckDB over the rows of the source it comes from."""
-        bins: dict[int, FeatureBins] = {}
-        for source in bin_sources(graph, self.categorical):
-            numeric = [j for j in source.columns if not self.categorical[j]]
-            for j, edges in _numeric_bins(con, source, numeric, self.max_bins).items():
-                bins[j] = FeatureBins(graph.features[j].name, False, edges)
-            for j in source.columns:
-                if self.categorical[j]:
-                    bins[j] = FeatureBins(
-                        graph.features[j].name, True, categories=_categories(con, source, j, MAX_CATEGORIES)
-                    )
-        self.bins_ = [bins[j] for j in range(len(graph.features))]
+    def fit_metadata(self, meta: DIMetadata, feature_names: list[str]) -> FeatureBinner:
+        """Each feature's bins over the training rows of the factorized metadata: every source row's value
+        weighted by how many training rows take it (the join's statistics, the join never built)."""
+        numbers: dict[int, list] = {}
+        for block in meta.blocks:
+            weights, empty = row_weights(block.indicator, block.n_source_rows)
+            for k, j in enumerate(block.columns):
+                values = np.append(block.data[:, k].astype(np.float64, copy=False), block.fill[k])
+                numbers.setdefault(int(j), []).append((values, np.append(weights, empty)))
+        texts: dict[int, list] = {}
+        for cat in meta.categoricals:
+            weights, empty = row_weights(cat.indicator, cat.n_source_rows)
+            values = pa.concat_arrays([cat.values.cast(pa.string()), pa.array([cat.fill], type=pa.string())])
+            texts.setdefault(cat.feature, []).append((values, np.append(weights, empty)))
+        return self._fit(feature_names, numbers, texts)
+
+    def fit_table(self, table: pa.Table, feature_names: list[str]) -> FeatureBinner:
+        """Each feature's bins over the materialized join's training rows (columns as :func:`materialized_sql`
+        names them), each row once."""
+        numbers: dict[int, list] = {}
+        texts: dict[int, list] = {}
+        ones = np.ones(table.num_rows, dtype=np.int64)
+        for j, categorical in enumerate(self.categorical):
+            column = table.column(part_column(j, 0))
+            if categorical:
+                texts[j] = [(column.combine_chunks().cast(pa.string()), ones)]
+            else:
+                numbers[j] = [(column.to_numpy().astype(np.float64, copy=False), ones)]
+        return self._fit(feature_names, numbers, texts)
+
+    def _fit(self, names: list[str], numbers: dict[int, list], texts: dict[int, list]) -> FeatureBinner:
+        """The bins of each feature from its (values, weights) parts: numeric edges or categories kept."""
+        bins = []
+        for j, (name, categorical) in enumerate(zip(names, self.categorical)):
+            parts = (texts if categorical else numbers).get(j, [])
+            weights = np.concatenate([w for _, w in parts]) if parts else np.empty(0, dtype=np.int64)
+            if categorical:
+                values = pa.concat_arrays([v for v, _ in parts]) if parts else pa.array([], type=pa.string())
+                bins.append(FeatureBins(name, True, categories=weighted_categories(values, weights, MAX_CATEGORIES)))
+            else:
+                values = np.concatenate([v for v, _ in parts]) if parts else np.empty(0)
+                bins.append(FeatureBins(name, False, weighted_numeric_edges(values, weights, self.max_bins)))
+        self.bins_ = bins
         return self
 
     @property
@@ -239,4 +213,4 @@ class FeatureBinner:
         self.bins_ = other.bins_
 
 
-__all__ = ["BinSource", "FeatureBinner", "bin_sources"]
+__all__ = ["FeatureBinner", "row_weights"]

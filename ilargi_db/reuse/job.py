@@ -397,14 +397,16 @@ class JobReuse:
     def bins_keys(
         self, graph: JoinGraph, categorical: Any, max_bins: int, labelled_only: bool = True
     ) -> tuple[str, str]:
-        """Keys of ``graph``'s bins (edges and categories, computed by DuckDB from the sources) and of its rows
-        binned with them, for trees with ``max_bins``."""
+        """Keys of ``graph``'s bins (edges and categories, from its training rows) and of its rows binned with
+        them, for trees with ``max_bins``."""
         target = graph.target.name if graph.target is not None else None
         fp = self.fingerprint
         data = [fp.column_keys[j] for j in sorted(fp.column_keys)]
         settings = [list(map(bool, categorical)), int(max_bins), graph.feature_names]
-        bins = digest("bins", fp.rows_key, data, settings)
-        return bins, digest("binned", bins, target, bool(labelled_only))
+        # The training rows decide the bins: the target (its NULLs left out) is part of their key, and the tag
+        # is not the one bins computed over each source's own rows were stored under.
+        bins = digest("training bins", fp.rows_key, data, settings, target, bool(labelled_only))
+        return bins, digest("binned", bins)
 
     def find_bins(self, key: str) -> Any:
         """The bins' state stored under ``key`` (JSON, read back through the binner's checks), or None."""
