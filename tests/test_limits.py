@@ -119,3 +119,9 @@ def test_a_learning_rate_above_one_is_refused_before_anything_is_read(con, reads
 def test_early_stopping_on_one_row_says_so(con):
     with pytest.raises(ValueError, match=r"early_stopping .* 1 row leaves none to train on"):
         ilargi_db.train(con, QUERY + " LIMIT 1", "y", algorithm="gradient_boosting", early_stopping=True)
+
+
+def test_explain_refuses_what_train_would(con, reads):
+    with pytest.raises(IlargiError, match=r"may grow 6,100,000,000 nodes.*ILARGI_MAX_MACRO_NODES"):
+        ilargi_db.explain(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10**8)
+    assert reads == [0]
