@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 import ilargi_db
-from ilargi_db import IlargiError
+from ilargi_db import IlargiError, cli
 from ilargi_db.limits import GRID_SETS, MACRO_NODES
 from ilargi_db.sql_functions.tree_macros import macro_nodes
 
@@ -125,3 +125,16 @@ def test_explain_refuses_what_train_would(con, reads):
     with pytest.raises(IlargiError, match=r"may grow 6,100,000,000 nodes.*ILARGI_MAX_MACRO_NODES"):
         ilargi_db.explain(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10**8)
     assert reads == [0]
+
+
+def test_the_command_line_names_its_grid_flag_and_the_variable(tmp_path, monkeypatch, capsys):
+    path = str(tmp_path / "grid.duckdb")
+    with duckdb.connect(path) as plain:
+        plain.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 + 1 AS y FROM range(60)")
+    monkeypatch.setenv(GRID_SETS.variable, "2")
+    grid = '{"alpha": [0.1, 1.0, 10.0]}'
+    argv = ["cross-validate", "linear_regression", "SELECT x, y FROM t", "--target", "y", "--grid", grid, "--db", path]
+    assert cli.main(argv) == 1
+    assert "--grid names 3 parameter sets, more than the 2 a search tries" in capsys.readouterr().err
+    monkeypatch.setenv(GRID_SETS.variable, "3")
+    assert cli.main(argv) == 0
