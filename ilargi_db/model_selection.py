@@ -25,8 +25,9 @@ import duckdb
 import numpy as np
 
 from ilargi_db.backend import to_host
-from ilargi_db.errors import IlargiError, spell, worded
+from ilargi_db.errors import CALLER, IlargiError, spell, worded
 from ilargi_db.interruption import check_interrupted, interruptible_job
+from ilargi_db.limits import GRID_SETS
 from ilargi_db.linalg import COLSUMS, CROSSPROD
 from ilargi_db.linalg.row_identity import folds_by_key, row_keys
 from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, make_estimator
@@ -55,7 +56,14 @@ def _candidates(algorithm: str, params: Mapping[str, Any], param_grid: Any) -> l
     """Every parameter set of the grid (a dict of lists, or a list of them), each checked before any read."""
     from sklearn.model_selection import ParameterGrid
 
-    candidates = [dict(c) for c in ParameterGrid(param_grid or {})]
+    grid = ParameterGrid(param_grid or {})
+    # Counted (the product of each grid's lists) before any set is built: a few kilobytes of JSON can name 10^7.
+    GRID_SETS.check(
+        len(grid),
+        ("--grid" if CALLER.get() == "cli" else "param_grid") + " names {count} parameter sets",
+        "Search fewer values of each parameter (or search them in stages)",
+    )
+    candidates = [dict(c) for c in grid]
     searched = {name for c in candidates for name in c}
     both = sorted(searched & set(params))
     if both:
@@ -236,6 +244,7 @@ def cross_validate(
         for a classifier), or a scikit-learn splitter (``KFold(...)``, ``ShuffleSplit(...)``...) used as given.
     param_grid : dict of lists, or a list of such dicts
         The parameter sets to compare, as scikit-learn's ``GridSearchCV`` takes them; none: ``params`` alone.
+        At most 10,000 sets (counted before any is built; ``ILARGI_MAX_GRID_SETS`` raises it).
     scoring : str or callable, optional
         A scikit-learn scorer name (``"r2"``, ``"roc_auc"``, ``"neg_mean_squared_error"``...) or callable;
         by default the estimator's ``score`` (R2 for a regression, accuracy for a classifier).

@@ -207,6 +207,7 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.cost_model.explain import NEAR_TIE
     from ilargi_db.cost_model.features import SAMPLE_JOIN_ROWS
     from ilargi_db.datasets.hamlet import HAMLET_SHAPES
+    from ilargi_db.limits import MACRO_NODES
     from ilargi_db.models import MAX_GRAM_BYTES, NORMAL_MAX_COLUMNS
     from ilargi_db.models.catalog import CATALOG
     from ilargi_db.reuse.store import DEFAULT_MEMORY_BUDGET, DEFAULT_STORAGE_BUDGET
@@ -216,7 +217,6 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.sql_functions.functions import FUNCTIONS
     from ilargi_db.sql_functions.install import MIN_DUCKDB
     from ilargi_db.sql_functions.macros import INLINE_CATEGORIES
-    from ilargi_db.sql_functions.tree_macros import MAX_MACRO_NODES
 
     root = README.parent
     (duckdb_requirement,) = re.findall(r'^\s*"duckdb>=([\d.]+)"', (root / "pyproject.toml").read_text(), re.M)
@@ -236,7 +236,7 @@ def code_facts() -> dict[str, object]:
         "output modes": list(MODES),
         "GiB of the memory tier": DEFAULT_MEMORY_BUDGET >> 30,
         "GiB of the database tier": DEFAULT_STORAGE_BUDGET >> 30,
-        "nodes of a macro": MAX_MACRO_NODES,
+        "nodes of a macro": MACRO_NODES.default,
         "fact rows the statistics sample above": SAMPLE_JOIN_ROWS,
         "percent of a near tie": round(NEAR_TIE * 100),
         "oldest DuckDB": ".".join(map(str, MIN_DUCKDB)),

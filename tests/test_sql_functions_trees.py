@@ -12,7 +12,7 @@ import pytest
 import ilargi_db
 from ilargi_db import DamagedModelError, IlargiError, TrainedModel
 from ilargi_db.errors import PlanError
-from ilargi_db.sql_functions.tree_macros import MAX_MACRO_NODES
+from ilargi_db.limits import MACRO_NODES
 
 PARAMS = {"n_estimators": 12, "learning_rate": 0.3, "max_leaves": 6, "min_samples_leaf": 3, "backend": "numpy"}
 FEATURES = "f.x, f.n, d.kind, d.w"
@@ -172,7 +172,7 @@ def test_the_macros_equal_predict_from_plain_duckdb_after_a_reconnect(db, strate
 def test_an_ensemble_too_large_for_one_macro_is_refused_in_words(con):
     model = ilargi_db.train(con, NUMERIC, "y", "gradient_boosting", **PARAMS)
     trees = model.trees_
-    copies = MAX_MACRO_NODES // len(trees["feature"]) + 1
+    copies = MACRO_NODES.default // len(trees["feature"]) + 1
     grown = {key: [v for _ in range(copies) for v in values] for key, values in trees.items() if key != "tree_start"}
     sizes = np.tile(np.diff(trees["tree_start"]), copies)
     grown["tree_start"] = np.concatenate([[0], np.cumsum(sizes)]).tolist()

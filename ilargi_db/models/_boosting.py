@@ -112,7 +112,7 @@ class GradientBoosting(BaseEstimator):
     n_estimators : int
         Boosting rounds (trees), fewer when early stopping stops.
     learning_rate : float
-        Shrinkage of each tree's values.
+        Shrinkage of each tree's values, in (0, 1].
     max_depth : int or None
         Edges from the root to a leaf at most (None: only ``max_leaves`` bounds a tree).
     max_leaves : int
@@ -137,7 +137,8 @@ class GradientBoosting(BaseEstimator):
     _parameter_constraints: dict = {
         "objective": [StrOptions({"auto", *OBJECTIVES})],
         "n_estimators": [Interval(Integral, 1, None, closed="left")],
-        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        # At most 1, as XGBoost's eta: a larger step overshoots each tree's Newton step (1e308 overflows to inf).
+        "learning_rate": [Interval(Real, 0, 1, closed="right")],
         "max_depth": [Interval(Integral, 1, None, closed="left"), None],
         "max_leaves": [Interval(Integral, 2, None, closed="left")],
         "min_samples_leaf": [Interval(Integral, 1, None, closed="left")],
@@ -167,6 +168,15 @@ class GradientBoosting(BaseEstimator):
         random_state: Any = None,
     ):
         _keep(self, locals())
+
+    def max_nodes(self) -> int:
+        """The most nodes ``trees_`` can hold with these parameters: ``n_estimators`` trees of at most
+        ``2 * leaves - 1`` nodes, ``leaves`` the fewer of ``max_leaves`` and ``2 ** max_depth`` (known before any
+        row is read; ilargi_db.limits bounds it)."""
+        leaves = int(self.max_leaves)
+        if self.max_depth is not None and int(self.max_depth) < leaves.bit_length():  # 2**depth < max_leaves
+            leaves = min(leaves, 2 ** int(self.max_depth))
+        return int(self.n_estimators) * (2 * leaves - 1)
 
     # -- fitting ------------------------------------------------------------------------------------------
 
@@ -241,6 +251,12 @@ class GradientBoosting(BaseEstimator):
         n = X.n_rows
         if not self.early_stopping:
             return np.arange(n), np.empty(0, dtype=np.int64)
+        if n < 2:  # at least one row is held out to watch the loss, and one must be left to train on
+            raise ValueError(
+                f"early_stopping holds out validation_fraction={self.validation_fraction} of the rows (one at "
+                f"least) to watch the loss, and {n} row leaves none to train on: train on more rows, or without "
+                "early_stopping."
+            )
         seed = self.random_state
         if not isinstance(seed, Integral):  # None or a RandomState: a seed drawn from it, as a permutation was
             seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))

@@ -24,6 +24,7 @@ from sklearn.base import clone
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.pipeline.fit import fit_model
+from ilargi_db.pipeline.options import check_model_size
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -35,7 +36,10 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
     groups, column = data.groups, job.graph.group.name
     models: dict[str, TrainedModel] = {}
     without = []  # groups the read saw whose rows were all left out (a NULL target, or held out for validation)
-    for label, rows in groups.rows_of_each().items():
+    each = groups.rows_of_each()
+    # One macro holds every group's trees: their bound counted together before any group is fitted.
+    check_model_size(model.spec.algorithm, model.estimator, sum(1 for rows in each.values() if len(rows)))
+    for label, rows in each.items():
         if not len(rows):
             without.append(label)
             continue

@@ -17,6 +17,7 @@ import numpy as np
 
 from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError, spell
+from ilargi_db.limits import MACRO_NODES
 from ilargi_db.models.catalog import (
     AUTO,
     CATALOG,
@@ -135,6 +136,7 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
     for i, spec in enumerate(specs, start=1):
         try:
             estimators.append(make_estimator(spec.algorithm, spec.params))
+            check_model_size(spec.algorithm, estimators[-1])
         except ValueError as err:  # ours, or scikit-learn's parameter validation
             if len(specs) == 1:
                 raise
@@ -142,6 +144,25 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
         if spec.supervised and target is None:
             raise IlargiError(f"{spec.algorithm} needs a target: pass {spell('target', '<label column>')}.")
     return estimators
+
+
+def check_model_size(algorithm: str, estimator: Any, groups: int = 1) -> None:
+    """Refuse, before anything is read or allocated, a tree model (one per group, ``groups`` of them) whose
+    trees may grow more nodes than a SQL macro holds (ilargi_db.limits.MACRO_NODES): counted from its options."""
+    if CATALOG[algorithm].macro != "trees":
+        return
+    per_model = estimator.max_nodes()
+    params = estimator.get_params()
+    shape = f"n_estimators={params['n_estimators']} trees of max_leaves={params['max_leaves']}"
+    if params["max_depth"] is not None:
+        shape += f" and max_depth={params['max_depth']}"
+    each = f" for each of {groups:,} groups" if groups > 1 else ""
+    MACRO_NODES.check(
+        per_model * groups,
+        f"{algorithm} with {shape}{each} may grow {{count}} nodes",
+        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)"
+        + (", or fewer groups (group_by)" if groups > 1 else ""),
+    )
 
 
 def check_target(algorithm: str, target: str | None) -> None:

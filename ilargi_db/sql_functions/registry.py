@@ -27,7 +27,7 @@ from ilargi_db.errors import (
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, model_macro_names, quote_identifier
-from ilargi_db.sql_functions.tree_macros import TreeMacroWriter
+from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
 MODEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -200,6 +200,8 @@ def save_models(
     for _, model in named:
         grouping = [model.group_by_] if isinstance(model, GroupedModel) else []  # its macros' last parameter
         check_macro_parameters([s.name for s in model.encoder_.specs_] + grouping)
+        if algorithm_facts(model.algorithm_).macro == "trees":  # one macro: its nodes of every group counted
+            check_macro_size(list(model.models_.values()) if isinstance(model, GroupedModel) else [model])
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)

@@ -9,8 +9,9 @@ did not keep falls in the missing bin, so it follows ``missing_left`` as NULL do
 ``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
 
 Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
-second. Larger ensembles are refused (:data:`MAX_MACRO_NODES`) with a clear error rather than a macro
-that takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
+second. Larger ensembles (their nodes and IN-list entries, all groups' together) are refused
+(:func:`check_macro_size`, :data:`ilargi_db.limits.MACRO_NODES`) with a clear error rather than a macro that
+takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.limits import MACRO_NODES
 from ilargi_db.linalg.binned_matrix import FeatureBins
 from ilargi_db.models.tree_ensemble import tree_slices
 from ilargi_db.sql_functions.macros import (
@@ -35,7 +37,6 @@ from ilargi_db.sql_functions.macros import (
     quote_string,
 )
 
-MAX_MACRO_NODES = 100_000  # nodes of an ensemble written as one macro at most (500 trees of 63 leaves: 62,500)
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
 
 
@@ -48,6 +49,39 @@ def edge_literal(value: float) -> str:
     if math.isinf(value):
         return "'infinity'::DOUBLE" if value > 0 else "'-infinity'::DOUBLE"
     return double(value)
+
+
+def listed_categories(feature: FeatureBins, going_left: list[int], missing_left: bool) -> list[str]:
+    """The categories a categorical split's ``IN`` list names: those of the side missing values (NULL, unseen
+    categories) do not take, as ELSE takes them."""
+    left = set(going_left)
+    return [c for b, c in enumerate(feature.categories) if (b in left) != missing_left]
+
+
+def macro_nodes(model: Any) -> int:
+    """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
+    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node)."""
+    t = model.trees_
+    bins: list[FeatureBins] = model.encoder_.bins_
+    entries = sum(
+        len(listed_categories(bins[f], t["category_bins"][node], t["missing_left"][node]))
+        for node, f in enumerate(t["feature"])
+        if f >= 0 and bins[f].categorical
+    )
+    return len(t["feature"]) + entries
+
+
+def check_macro_size(models: list[Any]) -> None:
+    """Refuse, before anything is written, tree models whose one macro (a model, or one per group) would hold
+    more than :data:`~ilargi_db.limits.MACRO_NODES`."""
+    MACRO_NODES.check(
+        sum(macro_nodes(m) for m in models),
+        f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
+        "IN-list entries",
+        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)"
+        + (", or fewer groups (group_by)" if len(models) > 1 else "")
+        + ", or score it in Python with ilargi_db.predict",
+    )
 
 
 class TreeMacroWriter:
@@ -64,9 +98,7 @@ class TreeMacroWriter:
         x = quote_identifier(feature.name)
         missing_left = t["missing_left"][node]
         if feature.categorical:
-            going_left = set(t["category_bins"][node])
-            # The side listed is the one missing values (NULL, unseen categories) do not take: ELSE takes them.
-            listed = [c for b, c in enumerate(feature.categories) if (b in going_left) != missing_left]
+            listed = listed_categories(feature, t["category_bins"][node], missing_left)
             listed_side, other = (right, left) if missing_left else (left, right)
             if not listed:
                 return other
@@ -102,13 +134,6 @@ class TreeMacroWriter:
     def score(self) -> str:
         """The raw score: the baseline plus every tree's value (log-odds for classification)."""
         trees = self.model.trees_
-        n_nodes = len(trees["feature"])
-        if n_nodes > MAX_MACRO_NODES:
-            raise IlargiError(
-                f"this ensemble has {n_nodes:,} nodes, more than the {MAX_MACRO_NODES:,} a SQL macro holds "
-                "(DuckDB would take minutes to bind it): train fewer trees (n_estimators) or smaller ones "
-                "(max_leaves), or score it in Python with ilargi_db.predict."
-            )
         return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in tree_slices(trees))])
 
     def statements(self) -> dict[str, str]:
@@ -127,4 +152,4 @@ class TreeMacroWriter:
         return WEIGHTS_SCHEMA.empty_table()
 
 
-__all__ = ["MAX_MACRO_DEPTH", "MAX_MACRO_NODES", "TreeMacroWriter"]
+__all__ = ["MAX_MACRO_DEPTH", "TreeMacroWriter", "check_macro_size", "listed_categories", "macro_nodes"]

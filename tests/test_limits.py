@@ -1,0 +1,140 @@
+"""Sizes bounded before anything is allocated (ilargi_db.limits): a tree model's macro (its nodes, its IN-list
+entries and its groups' models counted together) and a search's parameter sets, each refused with an error naming
+the limit and the environment variable that raises it; and tree options that would fail late refused up front."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import ilargi_db
+from ilargi_db import IlargiError, cli
+from ilargi_db.limits import GRID_SETS, MACRO_NODES
+from ilargi_db.sql_functions.tree_macros import macro_nodes
+
+QUERY = "SELECT counted(f.x) AS x, d.kind, f.store, f.y FROM f JOIN d USING (k)"
+
+
+@pytest.fixture()
+def reads() -> list[int]:
+    """The rows ``counted`` saw (a training's reads of f.x)."""
+    return [0]
+
+
+@pytest.fixture()
+def con(reads) -> duckdb.DuckDBPyConnection:
+    """Six stores, a dimension of 40 kinds, and a UDF counting the rows a training reads."""
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE d AS SELECT range AS k, 'kind' || range AS kind FROM range(40)")
+    con.execute(
+        "CREATE TABLE f AS SELECT range AS id, range % 40 AS k, range % 6 AS store, (range % 13) * 1.0 AS x, "
+        "(range % 40) * 2.0 + (range % 13) AS y FROM range(1200)"
+    )
+
+    def counted(x: float) -> float:
+        reads[0] += 1
+        return x
+
+    con.create_function("counted", counted)
+    return con
+
+
+def test_more_trees_than_a_macro_holds_are_refused_before_anything_is_read(con, reads):
+    # 2,000 trees of up to 31 leaves: up to 122,000 nodes, more than the 100,000 by default.
+    with pytest.raises(IlargiError, match=r"n_estimators=2000 .* 122,000 nodes.*ILARGI_MAX_MACRO_NODES=") as err:
+        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=2000, min_samples_leaf=600)
+    assert "100,000" in str(err.value) and reads == [0]
+
+
+def test_max_depth_bounds_a_trees_nodes_as_max_leaves_does(con, monkeypatch):
+    monkeypatch.setenv(MACRO_NODES.variable, "70")  # 10 trees of depth 2: 4 leaves, 7 nodes each
+    model = ilargi_db.train(
+        con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10, max_depth=2, min_samples_leaf=600
+    )
+    assert model.n_iter_ == 10
+    with pytest.raises(IlargiError, match=r"max_depth=3 may grow 150 nodes, more than the 70 "):
+        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10, max_depth=3)
+
+
+def test_the_limit_is_raised_by_its_environment_variable_and_a_bad_one_is_named(con, monkeypatch):
+    monkeypatch.setenv(MACRO_NODES.variable, "200_000")
+    model = ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=2000, min_samples_leaf=600)
+    assert model.n_iter_ == 2000  # each tree a leaf: 600 rows a leaf cannot split 1,200
+    monkeypatch.setenv(MACRO_NODES.variable, "lots")
+    with pytest.raises(IlargiError, match=r"ILARGI_MAX_MACRO_NODES='lots' must be a positive integer"):
+        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting")
+
+
+def test_groups_count_together_against_one_macro_before_any_group_is_fitted(con, monkeypatch):
+    # 10 trees of up to 4 leaves: 70 nodes a model; six stores' models, 420 nodes in their one macro.
+    monkeypatch.setenv(MACRO_NODES.variable, "400")
+    params = {"algorithm": "gradient_boosting", "n_estimators": 10, "max_leaves": 4}
+    ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", **params)  # one model fits
+    with pytest.raises(IlargiError, match=r"for each of 6 groups may grow 420 nodes.*fewer groups \(group_by\)"):
+        ilargi_db.train(con, QUERY, "y", group_by="store", **params)
+
+
+def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
+    model = ilargi_db.train(con, QUERY, "y", group_by="store", algorithm="gradient_boosting", n_estimators=5)
+    total = sum(macro_nodes(one) for one in model.models_.values())
+    assert total > max(macro_nodes(one) for one in model.models_.values())
+    monkeypatch.setenv(MACRO_NODES.variable, str(total - 1))  # each group's macro alone fits
+    with pytest.raises(IlargiError, match=rf"\(all groups\) would hold {total:,} nodes.*ILARGI_MAX_MACRO_NODES"):
+        ilargi_db.save_model(con, "per_store", model)
+    macros = "SELECT count(*) FROM duckdb_functions() WHERE function_name LIKE 'per_store%'"
+    assert con.execute(macros).fetchone()[0] == 0
+    monkeypatch.setenv(MACRO_NODES.variable, str(total))
+    ilargi_db.save_model(con, "per_store", model)
+
+
+def test_categories_of_in_lists_count_as_nodes(con, monkeypatch):
+    model = ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", algorithm="gradient_boosting", n_estimators=3)
+    nodes = len(model.trees_["feature"])
+    assert macro_nodes(model) > nodes  # the kinds split natively: their IN lists name categories
+    monkeypatch.setenv(MACRO_NODES.variable, str(nodes))
+    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and IN-list entries"):
+        ilargi_db.save_model(con, "kinds", model)
+    monkeypatch.setenv(MACRO_NODES.variable, str(macro_nodes(model)))
+    ilargi_db.save_model(con, "kinds", model)
+    statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'kinds_predict'")
+    assert statement.fetchone()[0].count("'kind") == macro_nodes(model) - nodes  # each entry counted is written
+
+
+def test_a_grid_of_more_sets_than_the_limit_is_refused_before_any_set_is_built(con, monkeypatch):
+    monkeypatch.setenv(GRID_SETS.variable, "5")
+    query = "SELECT f.x, d.kind, f.y FROM f JOIN d USING (k)"
+    grid = [{"alpha": [0.1, 1.0]}, {"alpha": [10.0], "fit_intercept": [True, False]}]  # 4 sets
+    assert len(ilargi_db.cross_validate(con, query, "y", "linear_regression", cv=2, param_grid=grid)) == 4
+    grid = {"alpha": [0.1, 1.0, 10.0], "fit_intercept": [True, False]}
+    with pytest.raises(IlargiError, match=r"param_grid names 6 parameter sets, more than the 5 .*ILARGI_MAX_GRID_SETS"):
+        ilargi_db.cross_validate(con, query, "y", "linear_regression", cv=2, param_grid=grid)
+
+
+def test_a_learning_rate_above_one_is_refused_before_anything_is_read(con, reads):
+    with pytest.raises(ValueError, match=r"learning_rate"):
+        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", learning_rate=1e308)
+    assert reads == [0]
+
+
+def test_early_stopping_on_one_row_says_so(con):
+    with pytest.raises(ValueError, match=r"early_stopping .* 1 row leaves none to train on"):
+        ilargi_db.train(con, QUERY + " LIMIT 1", "y", algorithm="gradient_boosting", early_stopping=True)
+
+
+def test_explain_refuses_what_train_would(con, reads):
+    with pytest.raises(IlargiError, match=r"may grow 6,100,000,000 nodes.*ILARGI_MAX_MACRO_NODES"):
+        ilargi_db.explain(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10**8)
+    assert reads == [0]
+
+
+def test_the_command_line_names_its_grid_flag_and_the_variable(tmp_path, monkeypatch, capsys):
+    path = str(tmp_path / "grid.duckdb")
+    with duckdb.connect(path) as plain:
+        plain.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, range * 2.0 + 1 AS y FROM range(60)")
+    monkeypatch.setenv(GRID_SETS.variable, "2")
+    grid = '{"alpha": [0.1, 1.0, 10.0]}'
+    argv = ["cross-validate", "linear_regression", "SELECT x, y FROM t", "--target", "y", "--grid", grid, "--db", path]
+    assert cli.main(argv) == 1
+    assert "--grid names 3 parameter sets, more than the 2 a search tries" in capsys.readouterr().err
+    monkeypatch.setenv(GRID_SETS.variable, "3")
+    assert cli.main(argv) == 0
