@@ -65,13 +65,18 @@ def test_the_limit_is_raised_by_its_environment_variable_and_a_bad_one_is_named(
         ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting")
 
 
-def test_groups_count_together_against_one_macro_before_any_group_is_fitted(con, monkeypatch):
-    # 10 trees of up to 4 leaves: 70 nodes a model; six stores' models, 420 nodes in their one macro.
-    monkeypatch.setenv(MACRO_NODES.variable, "400")
+def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeypatch):
+    # Six stores' models go into one macro: their nodes are counted as each group is fitted, and the training
+    # stops at the first group that takes the total over the limit (the groups after it are not fitted).
     params = {"algorithm": "gradient_boosting", "n_estimators": 10, "max_leaves": 4}
-    ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", **params)  # one model fits
-    with pytest.raises(IlargiError, match=r"for each of 6 groups may grow 420 nodes.*fewer groups \(group_by\)"):
+    grouped = ilargi_db.train(con, QUERY, "y", group_by="store", **params)
+    sizes = [len(one.trees_["feature"]) for one in grouped.models_.values()]
+    assert len(sizes) == 6
+    monkeypatch.setenv(MACRO_NODES.variable, str(sum(sizes[:3])))  # each model alone fits, three of them too
+    with pytest.raises(IlargiError, match=rf"first 4 of 6 groups \(group_by\) grew {sum(sizes[:4]):,} tree nodes"):
         ilargi_db.train(con, QUERY, "y", group_by="store", **params)
+    monkeypatch.setenv(MACRO_NODES.variable, str(sum(sizes)))
+    assert len(ilargi_db.train(con, QUERY, "y", group_by="store", **params).models_) == 6
 
 
 def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):

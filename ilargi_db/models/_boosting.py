@@ -178,6 +178,11 @@ class GradientBoosting(BaseEstimator):
             leaves = min(leaves, 2 ** int(self.max_depth))
         return int(self.n_estimators) * (2 * leaves - 1)
 
+    def node_count(self) -> int:
+        """The nodes of the fitted trees (leaves and splits): what :meth:`max_nodes` bounds."""
+        check_is_fitted(self, "trees_")
+        return len(self.trees_["feature"])
+
     # -- fitting ------------------------------------------------------------------------------------------
 
     def __sklearn_tags__(self):

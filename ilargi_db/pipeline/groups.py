@@ -23,8 +23,9 @@ import numpy as np
 from sklearn.base import clone
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.models.catalog import CATALOG
 from ilargi_db.pipeline.fit import fit_model
-from ilargi_db.pipeline.options import check_model_size
+from ilargi_db.pipeline.options import check_grouped_size
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -37,8 +38,7 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
     models: dict[str, TrainedModel] = {}
     without = []  # groups the read saw whose rows were all left out (a NULL target, or held out for validation)
     each = groups.rows_of_each()
-    # One macro holds every group's trees: their bound counted together before any group is fitted.
-    check_model_size(model.spec.algorithm, model.estimator, sum(1 for rows in each.values() if len(rows)))
+    fitted_nodes = 0  # one macro holds every group's trees: the nodes grown so far, counted after each group
     for label, rows in each.items():
         if not len(rows):
             without.append(label)
@@ -51,6 +51,9 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
                 f"the model of group {column} = {label!r} ({len(rows)} rows) cannot be fitted: {err} Leave the group "
                 f"out (WHERE {column} IS DISTINCT FROM ...) or change the parameters."
             ) from err
+        if CATALOG[model.spec.algorithm].macro == "trees":
+            fitted_nodes += models[label].estimator_.node_count()
+            check_grouped_size(model.spec.algorithm, fitted_nodes, len(models), len(each) - len(without))
     if not models:
         raise IlargiError(f"no row has a group: every value of group_by {column!r} is NULL. Group by another column.")
     GroupedModel.check_groups_agree(models, column)

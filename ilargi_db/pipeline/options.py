@@ -146,22 +146,32 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
     return estimators
 
 
-def check_model_size(algorithm: str, estimator: Any, groups: int = 1) -> None:
-    """Refuse, before anything is read or allocated, a tree model (one per group, ``groups`` of them) whose
-    trees may grow more nodes than a SQL macro holds (ilargi_db.limits.MACRO_NODES): counted from its options."""
+def check_model_size(algorithm: str, estimator: Any) -> None:
+    """Refuse, before anything is read or allocated, a tree model whose trees may grow more nodes than a SQL macro
+    holds (ilargi_db.limits.MACRO_NODES): counted from its options. A model per group is counted as it grows
+    (:func:`check_grouped_size`)."""
     if CATALOG[algorithm].macro != "trees":
         return
-    per_model = estimator.max_nodes()
     params = estimator.get_params()
     shape = f"n_estimators={params['n_estimators']} trees of max_leaves={params['max_leaves']}"
     if params["max_depth"] is not None:
         shape += f" and max_depth={params['max_depth']}"
-    each = f" for each of {groups:,} groups" if groups > 1 else ""
     MACRO_NODES.check(
-        per_model * groups,
-        f"{algorithm} with {shape}{each} may grow {{count}} nodes",
-        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)"
-        + (", or fewer groups (group_by)" if groups > 1 else ""),
+        estimator.max_nodes(),
+        f"{algorithm} with {shape} may grow {{count}} nodes",
+        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)",
+    )
+
+
+def check_grouped_size(algorithm: str, nodes: int, fitted: int, groups: int) -> None:
+    """Refuse, as soon as it is known, a model per group whose groups fitted so far (``fitted`` of ``groups``)
+    already grew more nodes than the one SQL macro holding them all can (ilargi_db.limits.MACRO_NODES): the
+    rest of the groups are not fitted. An upper bound from the options would refuse most models per group,
+    whose trees rarely reach max_leaves."""
+    MACRO_NODES.check(
+        nodes,
+        f"{algorithm}'s first {fitted:,} of {groups:,} groups (group_by) grew {{count}} tree nodes",
+        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth), or fewer groups (group_by)",
     )
 
 
