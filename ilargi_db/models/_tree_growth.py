@@ -66,6 +66,13 @@ class Tree:
         return len(self.feature) - 1
 
 
+# A split must gain more than the rounding of its gradient sums can: (GAIN_FLOOR x the sum of |g|)^2 / (the sum of
+# h). A split of gradients that cancel exactly (a node whose sides have the same mean target) gains 0 in exact
+# arithmetic and +-1e-34 in floating point, whose sign depends on the order the rows were summed in: without the
+# floor the factorized and the materialized read would grow different trees on such a tie.
+GAIN_FLOOR = 1e-10
+
+
 # A dimension's rows are summed first (the factorized way) when its per-source-row sums stay in a core's cache
 # and cost fewer cells than gathering its columns for every row of the node.
 SEGMENT_BYTES = 32 << 10
@@ -89,6 +96,7 @@ class TreeGrower:
         self.n_bins = X.n_bins
         self.categorical = X.categorical
         self.flat = FlatBins.of(X)
+        self.min_gain = 0.0  # set by each tree from its gradients (GAIN_FLOOR)
 
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
         """(features, bins + 1, 3) sums of g, h and rows per bin over ``rows``."""
@@ -118,7 +126,7 @@ class TreeGrower:
             limits.min_samples_leaf,
             mask,
         )
-        if feature >= 0:
+        if feature >= 0 and gain > self.min_gain:
             node.gain, node.feature, node.goes_left = gain, feature, mask
         return node
 
@@ -128,6 +136,7 @@ class TreeGrower:
         # Every tree starts from the rows in order: a node's rows then come in order (stable partitions), and
         # each pass reads g, h and the bins forward instead of in the last tree's leaf order (5x slower measured).
         np.copyto(self.rows, self.train_rows)
+        self.min_gain = (GAIN_FLOOR * float(np.abs(g).sum())) ** 2 / (float(h.sum()) + limits.l2_regularization)
         root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]
@@ -173,4 +182,4 @@ class TreeGrower:
         return left, right
 
 
-__all__ = ["GrowthLimits", "Node", "Tree", "TreeGrower", "segmented_blocks"]
+__all__ = ["GAIN_FLOOR", "GrowthLimits", "Node", "Tree", "TreeGrower", "segmented_blocks"]
