@@ -32,7 +32,8 @@ CARRIED: tuple[str, ...] = (
     "default_collation",  # comparisons, DISTINCT, joins and ORDER BY on text
     "default_order",  # ORDER BY without ASC/DESC (a LIMIT's rows)
     "default_null_order",  # ORDER BY's NULLs first or last (a LIMIT's rows)
-    "ieee_floating_point_ops",  # 1.0 / 0: Infinity or NULL
+    "ieee_floating_point_ops",  # 1.0 / 0: Infinity, or an error or NULL (below)
+    "error_on_division_by_zero",
     "order_by_non_integer_literal",  # ORDER BY 'x': an error or a constant
     "scalar_subquery_error_on_multiple_rows",  # (SELECT ...) of several rows: an error or its first
     "disable_timestamptz_casts",
@@ -48,15 +49,13 @@ DATABASE, SCHEMA, SCHEMAS = "database", "schema", "schemas"
 
 def capture_sql() -> str:
     """A SQL expression of the session, evaluated where the caller's statement runs: a JSON object of the
-    database and schema in use and the values of ``CARRIED``."""
-    names = ", ".join(quote_string(name) for name in CARRIED)
+    database and schemas in use and the values of ``CARRIED`` as text."""
+    # current_setting, not duckdb_settings(): the latter leaves some settings out (error_on_division_by_zero).
+    settings = ", ".join(f"{quote_string(n)}, CAST(current_setting({quote_string(n)}) AS VARCHAR)" for n in CARRIED)
     return (
         f"json_object({quote_string(DATABASE)}, system.main.current_database(), "
         f"{quote_string(SCHEMA)}, system.main.current_schema(), "
-        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', "
-        # Columns qualified: a macro's parameter (ilargi_train's name) would shadow a bare "name".
-        "(SELECT json_group_object(__ilargi_setting.name, __ilargi_setting.value) "
-        f"FROM system.main.duckdb_settings() AS __ilargi_setting WHERE __ilargi_setting.name IN ({names})))"
+        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', json_object({settings}))"
     )
 
 
