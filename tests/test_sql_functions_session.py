@@ -36,9 +36,7 @@ def con():
         "not json",
         "{}",
         # A setting that is not a session's (and one a caller may not take back): never applied.
-        json.dumps(
-            {"database": "memory", "schema": "main", "schemas": [], "settings": {"lock_configuration": "true"}}
-        ),
+        json.dumps({"database": "memory", "schema": "main", "schemas": [], "settings": {"lock_configuration": "true"}}),
         json.dumps({"database": "memory\x00", "schema": "main", "schemas": [], "settings": {}}),
     ],
 )
