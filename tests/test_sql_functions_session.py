@@ -105,3 +105,12 @@ def test_a_storage_budget_on_a_file_opened_read_only_says_read_only(tmp_path):
         con.sql("SELECT ilargi_artifact_budget(NULL, '10MB')").fetchall()
     assert "in-memory" not in str(refused.value)
     con.close()
+
+
+def test_a_schema_in_use_that_is_not_committed_yet_is_refused_saying_so(con):
+    con.execute("BEGIN")
+    con.execute("CREATE SCHEMA s3")
+    con.execute("SET search_path = 's3,main'")
+    with pytest.raises(duckdb.Error, match=r"memory\.s3.*not yet committed.*COMMIT it"):
+        con.execute("SELECT ilargi_drop_model('m')").fetchall()
+    con.execute("ROLLBACK")

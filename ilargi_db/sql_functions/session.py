@@ -94,7 +94,8 @@ def apply_session(cursor: duckdb.DuckDBPyConnection, session: str) -> None:
     except duckdb.Error as err:
         raise IlargiError(
             f"the database and schema in use, {database}.{schema}, cannot be used by ilargi_db's own connection "
-            f"({err}): a TEMP schema is this connection's alone; USE a database's schema, then call it again."
+            f"({err}): a TEMP schema, or one created in a transaction not yet committed, is your connection's "
+            "alone; COMMIT it, or USE another schema, then call it again."
         ) from None
     current = _captured(cursor)["settings"]
     for name, value in settings.items():
@@ -108,10 +109,16 @@ def apply_session(cursor: duckdb.DuckDBPyConnection, session: str) -> None:
         try:
             cursor.execute(statement)
         except duckdb.Error as err:
+            locked = "locked" in str(err)  # lock_configuration: nothing can be SET, even per session
             raise IlargiError(
-                f"setting {name} is {value!r} in this session, and ilargi_db's SQL functions, which run on a "
-                f"connection of their own, cannot set it there ({err}). Where the configuration is locked "
-                "(lock_configuration), set it before locking, with SET GLOBAL, for every connection."
+                f"setting {name} is {quote_string(value or '')} in this session, and ilargi_db's SQL functions, which "
+                f"run on a connection of their own, cannot set it there ({err}). "
+                + (
+                    "The configuration is locked (lock_configuration): set it with SET GLOBAL before locking, for "
+                    "every connection, or RESET it in this session before locking."
+                    if locked
+                    else "A schema created in a transaction not yet committed is your connection's alone: COMMIT it."
+                )
             ) from None
     found = _captured(cursor)  # what a SET or USE left otherwise would go unnoticed
     wanted = {DATABASE: database, SCHEMA: schema, SCHEMAS: schemas}
