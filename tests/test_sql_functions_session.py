@@ -114,3 +114,17 @@ def test_a_schema_in_use_that_is_not_committed_yet_is_refused_saying_so(con):
     with pytest.raises(duckdb.Error, match=r"memory\.s3.*not yet committed.*COMMIT it"):
         con.execute("SELECT ilargi_drop_model('m')").fetchall()
     con.execute("ROLLBACK")
+
+
+def test_a_callers_macros_named_as_duckdbs_functions_do_not_change_the_session_carried():
+    con = ilargi_db.connect()
+    for macro in ("json_object(a, b)", "current_setting(a)", "current_schemas(a)", "current_database()"):
+        con.execute(f"CREATE MACRO {macro} AS NULL")
+    con.execute(
+        "CREATE TABLE z AS SELECT TIMESTAMPTZ '2024-01-01 00:00:00+00' AS ts, range * 1.0 AS x, range * 2.0 AS y "
+        "FROM range(10)"
+    )
+    con.execute("SET TimeZone = 'Asia/Kolkata'")
+    found = con.sql("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM z WHERE hour(ts) = 5', 'y')")
+    assert json.loads(found.fetchall()[0][0])["rows"] == 10
+    con.close()

@@ -51,11 +51,14 @@ def capture_sql() -> str:
     """A SQL expression of the session, evaluated where the caller's statement runs: a JSON object of the
     database and schemas in use and the values of ``CARRIED`` as text."""
     # current_setting, not duckdb_settings(): the latter leaves some settings out (error_on_division_by_zero).
-    settings = ", ".join(f"{quote_string(n)}, CAST(current_setting({quote_string(n)}) AS VARCHAR)" for n in CARRIED)
+    # Qualified, as every function here: a caller's macro of the name must not answer for DuckDB.
+    settings = ", ".join(
+        f"{quote_string(n)}, CAST(system.main.current_setting({quote_string(n)}) AS VARCHAR)" for n in CARRIED
+    )
     return (
-        f"json_object({quote_string(DATABASE)}, system.main.current_database(), "
+        f"system.main.json_object({quote_string(DATABASE)}, system.main.current_database(), "
         f"{quote_string(SCHEMA)}, system.main.current_schema(), "
-        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', json_object({settings}))"
+        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', system.main.json_object({settings}))"
     )
 
 
@@ -89,8 +92,10 @@ def _parse(session: Any) -> tuple[str, str, Any, dict[str, str | None]]:
 def apply_session(cursor: duckdb.DuckDBPyConnection, session: str) -> None:
     """Make ``cursor``'s session the caller's (``session`` from :func:`capture_sql`), or refuse with why."""
     database, schema, schemas, settings = _parse(session)
+    before = _captured(cursor)
     try:
-        cursor.execute(f"USE {quote_identifier(database)}.{quote_identifier(schema)}")
+        if (before[DATABASE], before[SCHEMA]) != (database, schema):  # a USE adds to the schemas looked in
+            cursor.execute(f"USE {quote_identifier(database)}.{quote_identifier(schema)}")
     except duckdb.Error as err:
         raise IlargiError(
             f"the database and schema in use, {database}.{schema}, cannot be used by ilargi_db's own connection "
@@ -122,10 +127,15 @@ def apply_session(cursor: duckdb.DuckDBPyConnection, session: str) -> None:
             ) from None
     found = _captured(cursor)  # what a SET or USE left otherwise would go unnoticed
     wanted = {DATABASE: database, SCHEMA: schema, SCHEMAS: schemas}
-    differ = [key for key, value in wanted.items() if found[key] != value]
+    differ = [key for key, value in wanted.items() if _first_each(found[key]) != _first_each(value)]
     differ += [n for n, v in settings.items() if n != "search_path" and found["settings"].get(n) != v]
     if differ:
         raise IlargiError(
             f"ilargi_db's SQL functions could not carry {', '.join(differ)} of this session to their own "
             "connection: RESET it, or call ilargi_db from Python on this connection."
         )
+
+
+def _first_each(value: Any) -> Any:
+    """A list of schemas as a name is looked up in them: a schema listed again changes nothing."""
+    return list(dict.fromkeys(map(str, value))) if isinstance(value, list) else value
