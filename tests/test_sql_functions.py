@@ -235,7 +235,7 @@ def test_a_function_smuggled_through_a_view_is_refused():
     (udf,) = con.sql(
         "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE '__ilargi_drop_model%'"
     ).fetchall()[0]
-    con.execute(f"CREATE VIEW sneaky AS SELECT x, y FROM t WHERE {udf}('keep') IS NOT NULL")
+    con.execute(f"CREATE VIEW sneaky AS SELECT x, y FROM t WHERE {udf}('keep', '{{}}') IS NOT NULL")  # its session
     with pytest.raises(duckdb.Error, match="another ilargi_db SQL function is running"):
         con.execute("SELECT ilargi_train('other', 'linear_regression', 'SELECT x, y FROM sneaky', 'y')").fetchall()
     assert con.sql("SELECT name FROM ilargi.models").fetchall() == [("keep",)]

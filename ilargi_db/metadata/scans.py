@@ -105,9 +105,26 @@ def join_columns(graph: JoinGraph) -> dict[str, list[str]]:
     return {alias: list(cols.values()) for alias, cols in needed.items()}
 
 
+ZONED = "TIMESTAMP WITH TIME ZONE"  # the one type whose text depends on the session (SET TimeZone)
+
+
+def group_text(expression: str, duckdb_type: str | None) -> str:
+    """A group's value as text, the same in every session: training keys its models by it, scoring and the
+    macros look them up by it. DuckDB's cast to VARCHAR, except a TIMESTAMPTZ, which it writes in the session's
+    time zone: here always as the cast writes it in UTC ('2024-01-01 00:00:00+00'), whatever the time zone.
+
+    >>> group_text('"g"', "BIGINT")
+    'CAST("g" AS VARCHAR)'
+    """
+    if duckdb_type is not None and duckdb_type.upper() == ZONED:
+        # UTC's wall clock, then its offset after the time ('infinity' has no time and keeps its text).
+        return f"regexp_replace(CAST(timezone('UTC', {expression}) AS VARCHAR), '^(\\S+ \\S+)', '\\1+00')"
+    return f"CAST({expression} AS VARCHAR)"
+
+
 def group_item(graph: JoinGraph) -> str:
     """The group_by column as the joins return it: its value as text, as a model's macro compares it."""
-    return f"CAST(({graph.group.sql}) AS VARCHAR) AS {quote(GROUP)}"
+    return f"{group_text(f'({graph.group.sql})', graph.group.duckdb_type)} AS {quote(GROUP)}"
 
 
 def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str = "") -> bool:

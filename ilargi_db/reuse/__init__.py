@@ -27,7 +27,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.byte_sizes import size_in_bytes
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import IlargiError, worded
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse
 from ilargi_db.reuse.payload_files import file_name
@@ -36,6 +36,7 @@ from ilargi_db.reuse.store import (
     MEMORY,
     DatabaseTier,
     database_file,
+    database_path,
     database_scope,
     refuse_foreign,
 )
@@ -100,9 +101,16 @@ def set_artifact_budget(
     memory_budget = None if memory is None else size_in_bytes(memory, "the memory budget")
     if storage is not None:
         if con is None or database_file(con) is None:
+            read_only = con is not None and database_path(con) is not None  # a file, but opened read-only
             raise IlargiError(
-                "a storage budget needs a connection to a database file opened for writing: an in-memory "
-                "database keeps no artifacts beyond the process (set the memory budget instead)."
+                "a storage budget needs a connection to a database file opened for writing: "
+                + (
+                    "this one is open read-only, so nothing can be stored in it (reopen it writable: "
+                    + worded("without read_only=True", "ATTACH it without READ_ONLY")
+                    + ", or set the memory budget instead)."
+                    if read_only
+                    else "an in-memory database keeps no artifacts beyond the process (set the memory budget instead)."
+                )
             )
         budget = size_in_bytes(storage, "the storage budget")
         DatabaseTier.set_budget(con, budget)  # first: a refusal leaves both budgets as they were

@@ -271,6 +271,11 @@ def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
     return None if read_only else path
 
 
+def database_path(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The file of ``con``'s current database, writable or not (None in memory)."""
+    return _current_database(con)[0]
+
+
 # In-memory databases have no path, and DuckDB names none of them apart: each one installed gets a name here
 # (its connection, and the cursors ilargi_db's SQL functions open on it, carry it).
 _MEMORY_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -5,7 +5,9 @@ otherwise fold a call with constant arguments at plan time, so EXPLAIN would
 train) and ``null_handling="special"`` (a NULL target means "unsupervised",
 not "return NULL"). A UDF may not query the connection running it, so the work
 runs on ``con.cursor()``, a second connection to the same database: it sees
-committed tables and views, not TEMP tables or registered DataFrames. The
+committed tables and views, not TEMP tables or registered DataFrames. Its
+session is made the caller's first (``session.py``: the database in use, the
+search path, the time zone, ...), passed by the TEMP macro as a last argument. The
 optional ``options`` argument comes from a TEMP macro with a default, since
 Python UDFs cannot be overloaded. Every function returns JSON; those of
 ``TABLE_RESULTS`` (``ilargi_cross_validate``) a JSON array that their TEMP
@@ -46,6 +48,7 @@ from ilargi_db.sql_functions.registry import (
     load_model,
     save_models,
 )
+from ilargi_db.sql_functions.session import apply_session, capture_sql
 
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
@@ -72,8 +75,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
-    """Run ``work`` on a second connection to ``con()``; explain a table only the outer connection can see."""
+def _on_cursor(con: weakref.ref, session: str, work: Callable[[duckdb.DuckDBPyConnection], Any]) -> Any:
+    """Run ``work`` on a second connection to ``con()`` in the caller's ``session`` (:func:`capture_sql`);
+    explain a table only the outer connection can see."""
     outer = con()
     if outer is None:
         raise IlargiError("the connection these functions were installed on is closed: install them on a new one.")
@@ -86,6 +90,7 @@ def _on_cursor(con: weakref.ref, work: Callable[[duckdb.DuckDBPyConnection], Any
         cursor = outer.cursor()
         name_database(cursor, like=outer)
         try:
+            apply_session(cursor, session)
             with interruptible(cursor):  # Ctrl-C and interrupt_training() reach it on DuckDB's thread too
                 return work(cursor)
         finally:
@@ -222,25 +227,37 @@ def parse_batch(models: str) -> list[tuple[str, str, dict]]:
     return specs
 
 
-def sql_train_batch(con: weakref.ref, query: str, target: str | None, models: str | None, options: str | None) -> str:
+def sql_train_batch(
+    con: weakref.ref, query: str, target: str | None, models: str | None, options: str | None, session: str
+) -> str:
     """``ilargi_train_batch``: several models on one read of the training query; a JSON array of summaries."""
-    return json.dumps(_on_cursor(con, lambda cursor: train_batch_and_store(cursor, query, target, models, options)))
+    return json.dumps(
+        _on_cursor(con, session, lambda cursor: train_batch_and_store(cursor, query, target, models, options))
+    )
 
 
-def sql_train(con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+def sql_train(
+    con: weakref.ref, name: str, algorithm: str, query: str, target: str | None, options: str | None, session: str
+) -> str:
     """``ilargi_train``: train, store as the next version of ``name``, create the macros; a JSON summary."""
-    return json.dumps(_on_cursor(con, lambda cursor: train_and_store(cursor, name, algorithm, query, target, options)))
+    return json.dumps(
+        _on_cursor(con, session, lambda cursor: train_and_store(cursor, name, algorithm, query, target, options))
+    )
 
 
-def sql_explain(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+def sql_explain(
+    con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None, session: str
+) -> str:
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
     kwargs = explain_options(required(algorithm, "the algorithm"), options)
     query = required(query, "the training query")
-    explanation = _on_cursor(con, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs))
+    explanation = _on_cursor(
+        con, session, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs)
+    )
     return json.dumps(_finite(explanation.to_dict()))
 
 
-def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
+def sql_evaluate(con: weakref.ref, name: str, query: str, session: str) -> str:
     """``ilargi_evaluate``: the current version of ``name`` scored on the rows of ``query``."""
 
     query = required(query, "the query to evaluate on")
@@ -249,37 +266,39 @@ def sql_evaluate(con: weakref.ref, name: str, query: str) -> str:
         model = load_model(cursor, name)
         return model, evaluate(cursor, model, query)
 
-    model, metrics = _on_cursor(con, work)
+    model, metrics = _on_cursor(con, session, work)
     return json.dumps(_finite({"name": model.name_, "version": model.version_, "metrics": metrics}))
 
 
-def sql_cross_validate(con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None) -> str:
+def sql_cross_validate(
+    con: weakref.ref, algorithm: str, query: str, target: str | None, options: str | None, session: str
+) -> str:
     """``ilargi_cross_validate``: the scores of every parameter set on every fold; stores nothing."""
-    rows = _on_cursor(con, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options))
+    rows = _on_cursor(con, session, lambda cursor: cross_validate_rows(cursor, algorithm, query, target, options))
     return json.dumps([_finite(row) for row in rows])
 
 
-def sql_drop_model(con: weakref.ref, name: str) -> str:
+def sql_drop_model(con: weakref.ref, name: str, session: str) -> str:
     """``ilargi_drop_model``: every version of ``name`` and its macros, gone."""
-    versions = _on_cursor(con, lambda cursor: drop_model(cursor, name))  # drop_model checks writability
+    versions = _on_cursor(con, session, lambda cursor: drop_model(cursor, name))  # drop_model checks writability
     return json.dumps({"dropped": check_model_name(name), "versions": versions})
 
 
-def sql_artifacts(con: weakref.ref) -> str:
+def sql_artifacts(con: weakref.ref, session: str) -> str:
     """``ilargi_artifacts()``: the artifacts of this process and of the database (``ilargi.artifacts`` lists
     the database's alone, for any client)."""
-    found = _on_cursor(con, lambda cursor: artifacts(cursor))
+    found = _on_cursor(con, session, lambda cursor: artifacts(cursor))
     return json.dumps(_finite(found), default=str)
 
 
-def sql_clear_artifacts(con: weakref.ref) -> str:
+def sql_clear_artifacts(con: weakref.ref, session: str) -> str:
     """``ilargi_clear_artifacts()``: forget every stored artifact; how many went from each tier."""
-    return json.dumps(_on_cursor(con, lambda cursor: clear_artifacts(cursor)))
+    return json.dumps(_on_cursor(con, session, lambda cursor: clear_artifacts(cursor)))
 
 
-def sql_artifact_budget(con: weakref.ref, memory: str | None, storage: str | None) -> str:
+def sql_artifact_budget(con: weakref.ref, memory: str | None, storage: str | None, session: str) -> str:
     """``ilargi_artifact_budget(memory, storage)``: set the byte budgets (NULL keeps one as it is)."""
-    return json.dumps(_on_cursor(con, lambda cursor: set_artifact_budget(cursor, memory, storage)))
+    return json.dumps(_on_cursor(con, session, lambda cursor: set_artifact_budget(cursor, memory, storage)))
 
 
 # SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
@@ -319,7 +338,7 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         # Connections to one database file share its function catalog: each connection gets UDFs of its own
         # names, and TEMP macros (which are per connection) give them the public names.
         udf = f"__{sql_name}_{suffix}"
-        arity = len(params) + (sql_name in WITH_OPTIONS)
+        arity = len(params) + (sql_name in WITH_OPTIONS) + 1  # the caller's session, last
         con.create_function(
             udf,
             _in_sql_terms(functools.partial(impl, ref)),
@@ -330,7 +349,7 @@ def register_functions(con: duckdb.DuckDBPyConnection) -> None:
         )
         signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
         arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
-        body = f"{udf}({arguments})"
+        body = f"{udf}({arguments}{', ' if arguments else ''}{capture_sql()})"  # evaluated where it is called
         body = f"TABLE {TABLE_RESULTS[sql_name](body)}" if sql_name in TABLE_RESULTS else body
         con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {body}")
     register_table_macros(con)  # plain SQL over the registry: nothing of this process

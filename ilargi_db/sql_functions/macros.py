@@ -30,7 +30,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from ilargi_db.errors import IlargiError, speaking_of
-from ilargi_db.metadata.scans import quote
+from ilargi_db.metadata.scans import group_text, quote
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import build_join_graph
 from ilargi_db.preprocess import ColumnSpec
@@ -460,7 +460,7 @@ class GroupedMacroWriter:
         group = quote_identifier(self.group_by)
         if self.group_type and SQL_TYPE.fullmatch(self.group_type):  # as training cast it: 1 is '1', not '1.0'
             group = f"CAST({group} AS {self.group_type})"
-        group = category_text(group)
+        group = category_text(group_text(group, self.group_type))  # as training wrote it, in any time zone
         bodies = {label: writer.bodies() for label, writer in self.writers.items()}
         macros = next(iter(bodies.values()))
         if any(set(found) != set(macros) for found in bodies.values()):  # checked when fitted and when read back

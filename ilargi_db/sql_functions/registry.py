@@ -150,8 +150,9 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
     """Functions with a macro's name that no version of model ``name`` created (never overwrite them)."""
     ours = _macros_of(con, name)
     taken = con.execute(
+        # Built-ins and the database in use: another database's macro of that name is not called from here.
         "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE lower(function_name) IN "
-        "(SELECT lower(unnest(?::VARCHAR[])))",
+        "(SELECT lower(unnest(?::VARCHAR[]))) AND database_name IN ('system', 'temp', system.main.current_database())",
         [macros],
     ).fetchall()
     return sorted(f for (f,) in taken if f.lower() not in ours)
