@@ -2,9 +2,10 @@
 
 A tree model is stored as one SQL macro that DuckDB binds on every query calling it, so its size bounds the
 model: every node of every tree, every category an ``IN`` list names and every group's model count against one
-budget (:data:`MACRO_NODES`). It is checked twice: from the options before anything is read or allocated
-(``n_estimators`` x the most nodes a tree may have x the groups, an upper bound), and exactly before the macro
-is written. A search's parameter sets are counted before any is built (:data:`GRID_SETS`).
+budget (:data:`MACRO_NODES`). It is checked from the options before anything is read or allocated
+(``n_estimators`` x the most nodes a tree may have, an upper bound), for a model per group as its groups' trees
+grow (the nodes grown so far: a bound times the groups would refuse most such models), and exactly before the
+macro is written. A search's parameter sets are counted before any is built (:data:`GRID_SETS`).
 
 Each limit is raised by an environment variable read when it is checked (``ILARGI_MAX_MACRO_NODES=400000``),
 the same for Python, SQL and the command line: a larger macro binds slower (DuckDB takes about a second for
