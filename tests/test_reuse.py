@@ -771,3 +771,19 @@ def test_a_read_assembled_from_its_artifacts_is_laid_out_as_a_cold_read(star):
     for got, want in zip(back.blocks, cold.blocks):
         np.testing.assert_array_equal(got.data, want.data)
         assert got.data.flags.f_contiguous == want.data.flags.f_contiguous
+
+
+def test_a_relative_file_is_read_again_under_another_file_search_path(tmp_path):
+    # file_search_path decides which file 'part.parquet' is: a read under one is never reused under another.
+    for name, scale in (("one", 1.0), ("two", 3.0)):
+        (tmp_path / name).mkdir()
+        duckdb.sql(
+            f"COPY (SELECT range * 1.0 AS x, {scale} * range AS y FROM range(50)) TO '{tmp_path / name}/part.parquet'"
+        )
+    con = ilargi_db.connect()
+    query = "SELECT p.x, p.y FROM 'part.parquet' p"
+    run = dict(backend="numpy", strategy="factorized")
+    con.execute(f"SET file_search_path = '{tmp_path / 'one'}'")
+    assert ilargi_db.train(con, query, "y", **run).coef_[0] == pytest.approx(1.0)
+    con.execute(f"SET file_search_path = '{tmp_path / 'two'}'")
+    assert ilargi_db.train(con, query, "y", **run).coef_[0] == pytest.approx(3.0)

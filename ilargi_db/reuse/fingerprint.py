@@ -41,6 +41,7 @@ from sqlglot import exp
 from ilargi_db.metadata.scans import quote, supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.sources import scalar_values, with_prefix
+from ilargi_db.query_settings import MEANING, current_values_sql
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.remembered import remembered
 
@@ -48,20 +49,9 @@ ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside 
 # Part of every key: a release that changes what an artifact holds (or how a read computes it) bumps it,
 # and artifacts an older release stored in a database are then never served.
 REUSE_FORMAT = 3
-# Settings that change what an expression returns for the same columns (time zones and calendars for
-# timestamps, collations for comparisons and ORDER BY, integer division...): part of every key.
-SETTINGS = (
-    "timezone",
-    "calendar",
-    "default_collation",
-    "integer_division",
-    "default_order",
-    "default_null_order",
-    "ieee_floating_point_ops",
-    "scalar_subquery_error_on_multiple_rows",
-    "order_by_non_integer_literal",
-    "preserve_insertion_order",
-)
+# Settings that change what a read returns for the same columns: every setting that changes a query's meaning
+# (ilargi_db.query_settings, the list the SQL functions carry too), and the row order of a read without ORDER BY.
+SETTINGS = (*MEANING, "preserve_insertion_order")
 
 
 def digest(*parts: Any) -> str:
@@ -260,11 +250,8 @@ def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
 
 def _settings(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     """The caller's values of the settings that change what an expression returns (:data:`SETTINGS`)."""
-    return con.execute(
-        "SELECT lower(name), value FROM system.main.duckdb_settings() "
-        "WHERE lower(name) IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1",
-        [list(SETTINGS)],
-    ).fetchall()
+    values = json.loads(con.execute(f"SELECT CAST({current_values_sql(SETTINGS)} AS VARCHAR)").fetchall()[0][0])
+    return sorted((name.lower(), value) for name, value in values.items())
 
 
 ALL_COLUMNS = "*"  # a reference to every column of a source: a star, COLUMNS(...) or a position (#2)

@@ -20,28 +20,12 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.query_settings import MEANING, current_values_sql
 from ilargi_db.sql_functions.macros import quote_identifier, quote_string
 
-# The per-connection settings that change what a query means, carried from the caller's connection. Those
-# that change only how fast it runs, what it prints (progress bar, profiling) or the parser's dialect are not.
-CARRIED: tuple[str, ...] = (
-    "search_path",  # after USE, which sets the database and schema, since USE resets it
-    "TimeZone",  # TIMESTAMPTZ's fields, casts and text (hour(ts), ts::DATE)
-    "Calendar",
-    "integer_division",  # a / b of integers: an integer or a DOUBLE
-    "default_collation",  # comparisons, DISTINCT, joins and ORDER BY on text
-    "default_order",  # ORDER BY without ASC/DESC (a LIMIT's rows)
-    "default_null_order",  # ORDER BY's NULLs first or last (a LIMIT's rows)
-    "ieee_floating_point_ops",  # 1.0 / 0: Infinity, or an error or NULL (below)
-    "error_on_division_by_zero",
-    "order_by_non_integer_literal",  # ORDER BY 'x': an error or a constant
-    "scalar_subquery_error_on_multiple_rows",  # (SELECT ...) of several rows: an error or its first
-    "disable_timestamptz_casts",
-    "preserve_identifier_case",  # the output names: the features' names
-    "file_search_path",  # where read_csv('f.csv') looks
-    "home_directory",  # what ~ stands for in a path
-    "binary_as_string",  # Parquet BINARY read as VARCHAR or BLOB
-)
+# What is carried from the caller's connection: the search path (after USE, which sets the database and schema,
+# since USE resets it) and every setting that changes what a query means.
+CARRIED: tuple[str, ...] = ("search_path", *MEANING)
 # The session's keys besides the settings: where USE points, and the schemas a name is looked up in (checked:
 # the search path's text reads differently after USE, for the same schemas).
 DATABASE, SCHEMA, SCHEMAS = "database", "schema", "schemas"
@@ -50,15 +34,10 @@ DATABASE, SCHEMA, SCHEMAS = "database", "schema", "schemas"
 def capture_sql() -> str:
     """A SQL expression of the session, evaluated where the caller's statement runs: a JSON object of the
     database and schemas in use and the values of ``CARRIED`` as text."""
-    # current_setting, not duckdb_settings(): the latter leaves some settings out (error_on_division_by_zero).
-    # Qualified, as every function here: a caller's macro of the name must not answer for DuckDB.
-    settings = ", ".join(
-        f"{quote_string(n)}, CAST(system.main.current_setting({quote_string(n)}) AS VARCHAR)" for n in CARRIED
-    )
     return (
         f"system.main.json_object({quote_string(DATABASE)}, system.main.current_database(), "
         f"{quote_string(SCHEMA)}, system.main.current_schema(), "
-        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', system.main.json_object({settings}))"
+        f"{quote_string(SCHEMAS)}, system.main.current_schemas(true), 'settings', {current_values_sql(CARRIED)})"
     )
 
 
