@@ -6,7 +6,8 @@ on every run. A read's row order does not repeat: DuckDB's parallel scans and jo
 values: its features (as read and encoded, before any scaling; the encoder's statistics are exact, so the same
 on every run), its label and its group. :func:`row_keys` hashes them, with a seed, into one 64-bit key per row;
 :func:`first_by_key` and :func:`folds_by_key` select by key. Rows with the same key are the same values (up to a
-2^-64 collision): which of them is picked changes no fit and no score.
+2^-64 collision): which of them is picked changes no fit and no score. The k-th copy of a row is keyed by k too,
+so a share takes about its share of a repeated row's copies, not all or none of them.
 """
 
 from __future__ import annotations
@@ -147,9 +148,24 @@ def row_keys(X: Any, labels: Sequence[Any] = (), seed: int = 0) -> np.ndarray:
         return _mix(keys ^ _mix(np.uint64(seed) * _GOLDEN + _GOLDEN))
 
 
-def first_by_key(keys: np.ndarray, count: int) -> np.ndarray:
-    """The positions of the ``count`` rows of smallest key, sorted (ties, equal rows, in row order)."""
+def _spread(keys: np.ndarray) -> np.ndarray:
+    """``keys`` with each copy of a row told apart by its rank among them: rows of one key are the same values, so
+    which of them is the k-th changes nothing, and keying the k-th by k too spreads a row's copies over a
+    selection as other rows are spread (a share takes about its share of them, not all or none)."""
     order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(first)
+    ranks = np.empty(len(keys), dtype=np.uint64)
+    ranks[order] = (np.arange(len(keys)) - np.repeat(starts, np.diff(np.append(starts, len(keys))))).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return _mix(keys ^ _mix((ranks + np.uint64(1)) * _GOLDEN))
+
+
+def first_by_key(keys: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the ``count`` rows of smallest key (copies of a row spread: :func:`_spread`), sorted."""
+    order = np.argsort(_spread(keys), kind="stable")
     return np.sort(order[:count])
 
 
