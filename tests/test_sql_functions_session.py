@@ -128,3 +128,24 @@ def test_a_callers_macros_named_as_duckdbs_functions_do_not_change_the_session_c
     found = con.sql("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM z WHERE hour(ts) = 5', 'y')")
     assert json.loads(found.fetchall()[0][0])["rows"] == 10
     con.close()
+
+
+def macros_named(con, name: str) -> list[tuple[str, str]]:
+    return con.execute(
+        "SELECT schema_name, function_name FROM duckdb_functions() WHERE function_name = ? ORDER BY 1", [name]
+    ).fetchall()
+
+
+def test_a_models_macros_live_in_its_databases_main_schema_whatever_the_search_path():
+    # The registry holds a database's models; their macros are its main schema's, so that a search path or USE of
+    # another schema neither makes a second copy on retraining nor reaches a user's function of the name there.
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range + 1 AS y FROM range(20)")
+    con.execute("CREATE SCHEMA x; CREATE MACRO x.m_predict(a) AS 42")
+    con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM main.t', 'y')")
+    con.execute("SET search_path = 'x,main'")
+    con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM main.t', 'y')")  # version 2
+    assert macros_named(con, "m_predict") == [("main", "m_predict"), ("x", "m_predict")]
+    assert con.execute("SELECT x.m_predict(1.0), main.m_predict(1.0)").fetchall()[0] == pytest.approx((42, 3.0))
+    con.execute("SELECT ilargi_drop_model('m')")
+    assert macros_named(con, "m_predict") == [("x", "m_predict")]  # the user's, untouched

@@ -388,7 +388,7 @@ class MacroWriter:
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}`` for this model (none for NMF: its transform iterates)."""
-        return macro_statements([s.name for s in self.specs], self.bodies())
+        return macro_statements(self.database, [s.name for s in self.specs], self.bodies())
 
     def bodies(self) -> dict[str, str]:
         """``{macro name: its body}``: the SQL expression each macro computes from the features."""
@@ -431,11 +431,20 @@ class MacroWriter:
         return pa.Table.from_arrays(columns, schema=WEIGHTS_SCHEMA)
 
 
-def macro_statements(parameters: list[str], bodies: dict[str, str]) -> dict[str, str]:
-    """``{macro name: CREATE OR REPLACE MACRO name(parameters) AS (body)}``."""
+MACRO_SCHEMA = "main"  # a model's macros live in its database's main schema, whatever the session's search path
+
+
+def qualified_macro(database: str, macro: str) -> str:
+    """Where model macro ``macro`` of ``database``'s registry lives: one place, whatever schema is in use, so that
+    retraining or dropping the model reaches the same macro (and never a function of another schema)."""
+    return f"{quote_identifier(database)}.{MACRO_SCHEMA}.{quote_identifier(macro)}"
+
+
+def macro_statements(database: str, parameters: list[str], bodies: dict[str, str]) -> dict[str, str]:
+    """``{macro name: CREATE OR REPLACE MACRO database.main.name(parameters) AS (body)}``."""
     params = ", ".join(quote_identifier(p) for p in parameters)
     return {
-        macro: f"CREATE OR REPLACE MACRO {quote_identifier(macro)}({params}) AS ({body})"
+        macro: f"CREATE OR REPLACE MACRO {qualified_macro(database, macro)}({params}) AS ({body})"
         for macro, body in bodies.items()
     }
 
@@ -449,7 +458,7 @@ class GroupedMacroWriter:
     """
 
     def __init__(self, name: str, version: int, model: Any, database: str, writer: type) -> None:
-        self.name, self.group_by, self.group_type = name, model.group_by_, model.group_type_
+        self.name, self.group_by, self.group_type, self.database = name, model.group_by_, model.group_type_, database
         self.specs = model.encoder_.specs_
         unlimited = {} if writer is not MacroWriter else {"inline_categories": np.iinfo(np.int64).max}
         self.writers = {
@@ -471,7 +480,7 @@ class GroupedMacroWriter:
             + " END"
             for macro in macros
         }
-        return macro_statements([*(s.name for s in self.specs), self.group_by], dispatched)
+        return macro_statements(self.database, [*(s.name for s in self.specs), self.group_by], dispatched)
 
     def weights_table(self) -> pa.Table:
         return WEIGHTS_SCHEMA.empty_table()  # every category inline

@@ -26,7 +26,13 @@ from ilargi_db.errors import (
 )
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
-from ilargi_db.sql_functions.macros import GroupedMacroWriter, MacroWriter, model_macro_names, quote_identifier
+from ilargi_db.sql_functions.macros import (
+    MACRO_SCHEMA,
+    GroupedMacroWriter,
+    MacroWriter,
+    model_macro_names,
+    qualified_macro,
+)
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
@@ -150,10 +156,12 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
     """Functions with a macro's name that no version of model ``name`` created (never overwrite them)."""
     ours = _macros_of(con, name)
     taken = con.execute(
-        # Built-ins and the database in use: another database's macro of that name is not called from here.
+        # Built-ins, TEMP functions (both answer for the name first) and the macros' own schema (MACRO_SCHEMA of the
+        # database in use); a function of another schema or database of the name is not replaced, nor called.
         "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE lower(function_name) IN "
-        "(SELECT lower(unnest(?::VARCHAR[]))) AND database_name IN ('system', 'temp', system.main.current_database())",
-        [macros],
+        "(SELECT lower(unnest(?::VARCHAR[]))) AND (database_name IN ('system', 'temp') OR "
+        "(database_name = system.main.current_database() AND schema_name = ?))",
+        [macros, MACRO_SCHEMA],
     ).fetchall()
     return sorted(f for (f,) in taken if f.lower() not in ours)
 
@@ -261,7 +269,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         finally:
             con.unregister("__ilargi_category_weights")
     for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
-        con.execute(f"DROP MACRO IF EXISTS {quote_identifier(stale)}")
+        con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, stale)}")
     for statement in statements.values():
         con.execute(statement)
     model.macros_ = list(statements)
@@ -326,8 +334,9 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         )
     con.begin()
     try:
+        (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
         for macro in sorted(_macros_of(con, name)):
-            con.execute(f"DROP MACRO IF EXISTS {quote_identifier(macro)}")
+            con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, macro)}")
         con.execute("DELETE FROM ilargi.category_weights WHERE model = ?", [name])
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()

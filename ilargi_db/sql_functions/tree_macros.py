@@ -138,7 +138,7 @@ class TreeMacroWriter:
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
-        return macro_statements([b.name for b in self.bins], self.bodies())
+        return macro_statements(self.database, [b.name for b in self.bins], self.bodies())
 
     def bodies(self) -> dict[str, str]:
         """``{macro name: its body}``."""
