@@ -130,3 +130,20 @@ def test_class_labels_a_double_cannot_keep_exact_are_refused_before_training(alg
     # a label the model can keep exact is trained as before
     model = ilargi_db.train(con, "SELECT x, label - 9007199254740000 AS label FROM t", "label", algorithm)
     assert set(model.classes_) == {993.0, 995.0}
+
+
+def test_a_row_edited_to_another_algorithm_drops_no_function_the_model_did_not_make():
+    # The row now claims a logistic model, whose macros include m_predict_class: a user's macro of that name
+    # carries no mark of model m, so dropping m leaves it, as retraining would refuse to replace it.
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range * 1.0 AS x, 2.0 * range + 1 AS y FROM range(20)")
+    con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y')")
+    con.execute("CREATE MACRO m_predict_class(a) AS 'mine'")
+    con.execute(
+        "UPDATE ilargi.models SET algorithm = 'logistic_regression', macros = ['m_predict', 'm_predict_class'] "
+        "WHERE name = 'm'"
+    )
+    con.execute("SELECT ilargi_drop_model('m')")
+    left = "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE 'm\\_%' ESCAPE '\\' ORDER BY 1"
+    assert con.execute(left).fetchall() == [("m_predict_class",)]
+    assert con.execute("SELECT m_predict_class(1)").fetchall() == [("mine",)]

@@ -440,6 +440,12 @@ def qualified_macro(database: str, macro: str) -> str:
     return f"{quote_identifier(database)}.{MACRO_SCHEMA}.{quote_identifier(macro)}"
 
 
+def macro_marker(name: str) -> str:
+    """The comment on every macro of model ``name``: what tells its macros from a user's function of the same name
+    (a registry row is not trusted to say which functions are the model's)."""
+    return f"ilargi_db model {name}"
+
+
 def macro_statements(database: str, parameters: list[str], bodies: dict[str, str]) -> dict[str, str]:
     """``{macro name: CREATE OR REPLACE MACRO database.main.name(parameters) AS (body)}``."""
     params = ", ".join(quote_identifier(p) for p in parameters)

@@ -30,8 +30,10 @@ from ilargi_db.sql_functions.macros import (
     MACRO_SCHEMA,
     GroupedMacroWriter,
     MacroWriter,
+    macro_marker,
     model_macro_names,
     qualified_macro,
+    quote_string,
 )
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -140,30 +142,43 @@ def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(found)
 
 
+def _marked_macros(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
+    """The macros, lower case, that ilargi_db made for model ``name``: those of the database's MACRO_SCHEMA carrying
+    its marker (``COMMENT ON MACRO``, set when they were created)."""
+    found = con.execute(
+        "SELECT DISTINCT lower(function_name) FROM system.main.duckdb_functions() WHERE function_type = 'macro' "
+        "AND database_name = system.main.current_database() AND schema_name = ? AND comment = ?",
+        [MACRO_SCHEMA, macro_marker(name)],
+    ).fetchall()
+    return {f for (f,) in found}
+
+
 def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
-    """Every macro some version of model ``name`` created: those its rows list that a model of that name and
-    algorithm makes (a row edited, or from a file made elsewhere, names no other function to drop)."""
+    """Every macro some version of model ``name`` created that still exists: those its rows list that a model of
+    that name and algorithm makes, and that carry the model's marker (a row edited, or from a file made elsewhere,
+    names no user's function to drop)."""
     listed = con.execute("SELECT algorithm, macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
-    return {
+    allowed = {
         m.lower()
         for algorithm, macros in listed
         for m in macros or []
         if m.lower() in model_macro_names(name, algorithm)
     }
+    return allowed & _marked_macros(con, name)
 
 
 def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[str]) -> list[str]:
-    """Functions with a macro's name that no version of model ``name`` created (never overwrite them)."""
-    ours = _macros_of(con, name)
+    """Functions with a macro's name that are not model ``name``'s own macros (never overwrite them)."""
+    ours = _marked_macros(con, name)
     taken = con.execute(
         # Built-ins, TEMP functions (both answer for the name first) and the macros' own schema (MACRO_SCHEMA of the
         # database in use); a function of another schema or database of the name is not replaced, nor called.
-        "SELECT DISTINCT function_name FROM system.main.duckdb_functions() WHERE lower(function_name) IN "
-        "(SELECT lower(unnest(?::VARCHAR[]))) AND (database_name IN ('system', 'temp') OR "
+        "SELECT DISTINCT database_name, function_name FROM system.main.duckdb_functions() WHERE lower(function_name) "
+        "IN (SELECT lower(unnest(?::VARCHAR[]))) AND (database_name IN ('system', 'temp') OR "
         "(database_name = system.main.current_database() AND schema_name = ?))",
         [macros, MACRO_SCHEMA],
     ).fetchall()
-    return sorted(f for (f,) in taken if f.lower() not in ours)
+    return sorted(f for database, f in taken if database in ("system", "temp") or f.lower() not in ours)
 
 
 def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
@@ -252,8 +267,9 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     foreign = _foreign_functions(con, name, list(statements))
     if foreign:
         raise IlargiError(
-            f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s: "
-            "choose another model name."
+            f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s (its macros carry "
+            f"the comment {macro_marker(name)!r}): choose another model name, or DROP MACRO that function first if "
+            "it is yours to lose."
         )
     record = {"name": name, "version": version, **model.to_record(), "macros": list(statements)}
     give_back_freed_memory()  # writing the JSON freed several times its size, before DuckDB copies it
@@ -270,8 +286,9 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             con.unregister("__ilargi_category_weights")
     for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
         con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, stale)}")
-    for statement in statements.values():
+    for macro, statement in statements.items():
         con.execute(statement)
+        con.execute(f"COMMENT ON MACRO {qualified_macro(database, macro)} IS {quote_string(macro_marker(name))}")
     model.macros_ = list(statements)
     return version
 
