@@ -147,3 +147,19 @@ def test_a_row_edited_to_another_algorithm_drops_no_function_the_model_did_not_m
     left = "SELECT function_name FROM duckdb_functions() WHERE function_name LIKE 'm\\_%' ESCAPE '\\' ORDER BY 1"
     assert con.execute(left).fetchall() == [("m_predict_class",)]
     assert con.execute("SELECT m_predict_class(1)").fetchall() == [("mine",)]
+
+
+def test_a_model_per_timestamptz_group_finds_its_groups_whatever_the_database_shadows():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE g AS SELECT range * 1.0 AS x, TIMESTAMPTZ '2024-01-01 00:00:00+00' + to_days(range % 2) AS ts, "
+        "(range % 2) * 10.0 + range AS y FROM range(40)"
+    )
+    con.execute("""SELECT ilargi_train('per_day', 'linear_regression', 'SELECT x, ts, y FROM g', 'y',
+        '{"group_by": "ts"}')""").fetchall()
+    scored = "SELECT per_day_predict(x, ts) FROM g ORDER BY x"
+    before = con.sql(scored).fetchall()
+    assert None not in {p for (p,) in before}
+    for function in ("timezone", "regexp_replace"):
+        con.execute(shadow(function))
+    assert con.sql(scored).fetchall() == before

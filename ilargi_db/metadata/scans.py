@@ -117,8 +117,11 @@ def group_text(expression: str, duckdb_type: str | None) -> str:
     'CAST("g" AS VARCHAR)'
     """
     if duckdb_type is not None and duckdb_type.upper() == ZONED:
-        # UTC's wall clock, then its offset after the time ('infinity' has no time and keeps its text).
-        return f"regexp_replace(CAST(timezone('UTC', {expression}) AS VARCHAR), '^(\\S+ \\S+)', '\\1+00')"
+        # UTC's wall clock, then its offset after the time ('infinity' has no time and keeps its text). The
+        # built-ins by their catalog name: this text is in every grouped model's macro, which a database's own
+        # macro named timezone or regexp_replace must not change.
+        utc = f"CAST(system.main.timezone('UTC', {expression}) AS VARCHAR)"
+        return f"system.main.regexp_replace({utc}, '^(\\S+ \\S+)', '\\1+00')"
     return f"CAST({expression} AS VARCHAR)"
 
 
