@@ -2,10 +2,11 @@
 
 A tree model is stored as one SQL macro that DuckDB binds on every query calling it, so its size bounds the
 model: every node of every tree, every category an ``IN`` list names and every group's model count against one
-budget (:data:`MACRO_NODES`). It is checked from the options before anything is read or allocated
-(``n_estimators`` x the most nodes a tree may have, an upper bound), for a model per group as its groups' trees
-grow (the nodes grown so far: a bound times the groups would refuse most such models), and exactly before the
-macro is written. A search's parameter sets are counted before any is built (:data:`GRID_SETS`).
+budget (:data:`MACRO_NODES`). A model the SQL functions or the command line train (to be written as a macro:
+``ModelSpec.as_macro``) is checked from its options before anything is read or allocated (``n_estimators`` x the
+most nodes a tree may have, an upper bound), and for a model per group as its groups' trees grow (the nodes grown
+so far: a bound times the groups would refuse most such models); every model exactly before its macro is written
+(``save_model`` too). A search's parameter sets are counted before any is built (:data:`GRID_SETS`).
 
 Each limit is raised by an environment variable read when it is checked (``ILARGI_MAX_MACRO_NODES=400000``),
 the same for Python, SQL and the command line: a larger macro binds slower (DuckDB takes about a second for
@@ -33,10 +34,10 @@ class Limit:
         text = os.environ.get(self.variable, "").strip().replace("_", "")
         if not text:
             return self.default
-        if not text.isdigit() or len(text) > 15 or int(text) < 1:
+        if not (text.isascii() and text.isdigit()) or len(text) > 15 or int(text) < 1:
             raise IlargiError(
-                f"environment variable {self.variable}={os.environ[self.variable]!r} must be a positive integer "
-                f"(the {self.counts} at most; {self.default:,} if unset)."
+                f"environment variable {self.variable}={os.environ[self.variable]!r} must be a positive integer: "
+                f"the most {self.counts}, {self.default:,} if unset."
             )
         return int(text)
 

@@ -111,6 +111,12 @@ def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
     return KeyedFolds(int(cv), stratify=_classifies(algorithm), random_state=random_state)
 
 
+def _label(value: Any) -> Any:
+    """A class label as the caller wrote it: a Python value, and a whole number read as a double an integer."""
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _classifies(algorithm: str) -> bool:
     return algorithm_facts(algorithm).metrics in CLASSIFYING_METRICS
 
@@ -131,13 +137,12 @@ def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
     labels, counts = np.unique(y, return_counts=True)
     if len(labels) < 2:
         raise IlargiError(
-            f"{algorithm} needs two classes or more to fit, and every row of the target is {labels[0]!r}: check the "
-            "query's target and WHERE clause."
+            f"{algorithm} needs two classes or more to fit, and every row of the target is {_label(labels[0])!r}: "
+            "check the query's target and WHERE clause."
         )
     fewest = int(counts.min())
     if fewest < cv:
-        few = labels[int(np.argmin(counts))].item()
-        few = int(few) if isinstance(few, float) and few.is_integer() else few  # a label read as a double
+        few = _label(labels[int(np.argmin(counts))])
         fix = (
             f"pass {spell('cv', fewest)} or fewer folds"
             if fewest >= MIN_FOLDS

@@ -4,6 +4,8 @@ the limit and the environment variable that raises it; and tree options that wou
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import pytest
 
@@ -13,6 +15,7 @@ from ilargi_db.limits import GRID_SETS, MACRO_NODES
 from ilargi_db.sql_functions.tree_macros import macro_nodes
 
 QUERY = "SELECT counted(f.x) AS x, d.kind, f.store, f.y FROM f JOIN d USING (k)"
+NUMERIC = "SELECT counted(f.x) AS x, f.store, f.y FROM f"  # no category: a macro of its trees' nodes alone
 
 
 @pytest.fixture()
@@ -39,44 +42,53 @@ def con(reads) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def sql_train(con: duckdb.DuckDBPyConnection, query: str = QUERY, **options) -> dict:
+    """``ilargi_train`` of a tree model named m from SQL, whose macro bounds its size; its summary."""
+    found = con.execute("SELECT ilargi_train('m', 'gradient_boosting', ?, 'y', ?)", [query, json.dumps(options)])
+    return json.loads(found.fetchall()[0][0])
+
+
 def test_more_trees_than_a_macro_holds_are_refused_before_anything_is_read(con, reads):
     # 2,000 trees of up to 31 leaves: up to 122,000 nodes, more than the 100,000 by default.
-    with pytest.raises(IlargiError, match=r"n_estimators=2000 .* 122,000 nodes.*ILARGI_MAX_MACRO_NODES=") as err:
-        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=2000, min_samples_leaf=600)
+    with pytest.raises(duckdb.Error, match=r"n_estimators=2000 .* 122,000 nodes.*ILARGI_MAX_MACRO_NODES=") as err:
+        sql_train(con, n_estimators=2000, min_samples_leaf=600)
     assert "100,000" in str(err.value) and reads == [0]
+
+
+def test_a_model_trained_in_python_is_bounded_only_when_saved(con):
+    # No macro is written: as LightGBM, any n_estimators (early stopping often stops far below it).
+    model = ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=2000, min_samples_leaf=600)
+    assert model.n_iter_ == 2000  # each tree a leaf: 600 rows a leaf cannot split 1,200
+    ilargi_db.save_model(con, "leaves", model)  # 2,000 nodes: the exact count fits
 
 
 def test_max_depth_bounds_a_trees_nodes_as_max_leaves_does(con, monkeypatch):
     monkeypatch.setenv(MACRO_NODES.variable, "70")  # 10 trees of depth 2: 4 leaves, 7 nodes each
-    model = ilargi_db.train(
-        con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10, max_depth=2, min_samples_leaf=600
-    )
-    assert model.n_iter_ == 10
-    with pytest.raises(IlargiError, match=r"max_depth=3 may grow 150 nodes, more than the 70 "):
-        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10, max_depth=3)
+    assert sql_train(con, NUMERIC, n_estimators=10, max_depth=2, min_samples_leaf=600)["version"] == 1
+    with pytest.raises(duckdb.Error, match=r"max_depth=3 may grow 150 nodes, more than the 70 "):
+        sql_train(con, n_estimators=10, max_depth=3)
 
 
 def test_the_limit_is_raised_by_its_environment_variable_and_a_bad_one_is_named(con, monkeypatch):
     monkeypatch.setenv(MACRO_NODES.variable, "200_000")
-    model = ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=2000, min_samples_leaf=600)
-    assert model.n_iter_ == 2000  # each tree a leaf: 600 rows a leaf cannot split 1,200
+    assert sql_train(con, n_estimators=2000, min_samples_leaf=600)["version"] == 1
     monkeypatch.setenv(MACRO_NODES.variable, "lots")
-    with pytest.raises(IlargiError, match=r"ILARGI_MAX_MACRO_NODES='lots' must be a positive integer"):
-        ilargi_db.train(con, QUERY, "y", algorithm="gradient_boosting")
+    with pytest.raises(duckdb.Error, match=r"ILARGI_MAX_MACRO_NODES='lots' must be a positive integer"):
+        sql_train(con)
 
 
 def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeypatch):
     # Six stores' models go into one macro: their nodes are counted as each group is fitted, and the training
     # stops at the first group that takes the total over the limit (the groups after it are not fitted).
-    params = {"algorithm": "gradient_boosting", "n_estimators": 10, "max_leaves": 4}
-    grouped = ilargi_db.train(con, QUERY, "y", group_by="store", **params)
+    params = {"n_estimators": 10, "max_leaves": 4, "group_by": "store"}
+    grouped = ilargi_db.train(con, NUMERIC, "y", algorithm="gradient_boosting", **params)  # Python: not bounded
     sizes = [len(one.trees_["feature"]) for one in grouped.models_.values()]
     assert len(sizes) == 6
     monkeypatch.setenv(MACRO_NODES.variable, str(sum(sizes[:3])))  # each model alone fits, three of them too
-    with pytest.raises(IlargiError, match=rf"first 4 of 6 groups \(group_by\) grew {sum(sizes[:4]):,} tree nodes"):
-        ilargi_db.train(con, QUERY, "y", group_by="store", **params)
+    with pytest.raises(duckdb.Error, match=rf"first 4 of 6 groups \(group_by\) grew {sum(sizes[:4]):,} tree nodes"):
+        sql_train(con, NUMERIC, **params)
     monkeypatch.setenv(MACRO_NODES.variable, str(sum(sizes)))
-    assert len(ilargi_db.train(con, QUERY, "y", group_by="store", **params).models_) == 6
+    assert sql_train(con, NUMERIC, **params)["groups"] == 6
 
 
 def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
@@ -127,8 +139,9 @@ def test_early_stopping_on_one_row_says_so(con):
 
 
 def test_explain_refuses_what_train_would(con, reads):
-    with pytest.raises(IlargiError, match=r"may grow 6,100,000,000 nodes.*ILARGI_MAX_MACRO_NODES"):
-        ilargi_db.explain(con, QUERY, "y", algorithm="gradient_boosting", n_estimators=10**8)
+    explained = "SELECT ilargi_explain('gradient_boosting', ?, 'y', '{\"n_estimators\": 100000000}')"
+    with pytest.raises(duckdb.Error, match=r"may grow 6,100,000,000 nodes.*ILARGI_MAX_MACRO_NODES"):
+        con.execute(explained, [QUERY]).fetchall()
     assert reads == [0]
 
 

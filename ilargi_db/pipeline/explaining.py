@@ -13,7 +13,7 @@ from ilargi_db.cost_model.explain import Explanation, explain_graph
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts, make_estimator
-from ilargi_db.pipeline.options import check_model_size, check_validation, is_share
+from ilargi_db.pipeline.options import check_validation, is_share
 from ilargi_db.pipeline.placement import check_streamable, placed_choice, stream_plan
 from ilargi_db.pipeline.planning import counted_stats, plan_graph, stored_stats
 from ilargi_db.pipeline.validation import check_validation_query
@@ -54,8 +54,7 @@ def explain(
     >>> any("reuses the encoded matrix" in r for r in e.reasons)
     True
     """
-    # An unknown algorithm or parameter, or a model no macro holds, fails before the query is planned.
-    check_model_size(algorithm, make_estimator(algorithm, params))
+    make_estimator(algorithm, params)  # an unknown algorithm or parameter fails before the query is planned
     check_validation(validation)
     with ReadSnapshot(con):  # every read sees one committed state of the database
         graph, flags = plan_graph(con, query, target, group_by)  # as train plans it: the same checks, the same graph

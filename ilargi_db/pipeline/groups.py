@@ -51,7 +51,7 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
                 f"the model of group {column} = {label!r} ({len(rows)} rows) cannot be fitted: {err} Leave the group "
                 f"out (WHERE {column} IS DISTINCT FROM ...) or change the parameters."
             ) from err
-        if CATALOG[model.spec.algorithm].macro == "trees":
+        if model.spec.as_macro and CATALOG[model.spec.algorithm].macro == "trees":
             fitted_nodes += models[label].estimator_.node_count()
             check_grouped_size(model.spec.algorithm, fitted_nodes, len(models), len(each) - len(without))
     if not models:

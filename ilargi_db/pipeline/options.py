@@ -34,6 +34,10 @@ class ModelSpec(NamedTuple):
 
     algorithm: str
     params: dict[str, Any]
+    # Written as a SQL macro once trained (the SQL functions, the command line): its size is bounded by what a macro
+    # holds (ilargi_db.limits.MACRO_NODES) from its options, and as its groups grow. A model trained in Python is
+    # bounded only when saved (save_model), as LightGBM bounds no n_estimators.
+    as_macro: bool = False
 
     @property
     def supervised(self) -> bool:
@@ -136,7 +140,8 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
     for i, spec in enumerate(specs, start=1):
         try:
             estimators.append(make_estimator(spec.algorithm, spec.params))
-            check_model_size(spec.algorithm, estimators[-1])
+            if spec.as_macro:
+                check_model_size(spec.algorithm, estimators[-1])
         except ValueError as err:  # ours, or scikit-learn's parameter validation
             if len(specs) == 1:
                 raise

@@ -159,7 +159,7 @@ def plan_job(
         con,
         graph,
         strategy,
-        list(specs),
+        [(spec.algorithm, spec.params) for spec in specs],
         options.backend,
         stats=stats,
         reuse=held,

@@ -31,9 +31,9 @@ import duckdb
 from ilargi_db.cluster import registered_cluster
 from ilargi_db.errors import IlargiError, PlanError, speaking_to
 from ilargi_db.interruption import check_interrupted, interruptible
-from ilargi_db.models.catalog import SETTINGS
+from ilargi_db.models.catalog import SETTINGS, make_estimator
 from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
-from ilargi_db.pipeline.options import check_target
+from ilargi_db.pipeline.options import check_model_size, check_target
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
 from ilargi_db.reuse.store import name_database
@@ -121,7 +121,7 @@ def train_and_store(
     _resolve_cluster(con, kwargs)
     options = TrainOptions(**{key: kwargs.pop(key) for key in SETTINGS if key in kwargs})
     check_target(algorithm, target)
-    specs = [ModelSpec(algorithm, kwargs)]
+    specs = [ModelSpec(algorithm, kwargs, as_macro=True)]
     (model,) = run_training(con, query, target, specs, options, check_graph=_macro_parameters)  # warnings summarized
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model)], checked=store)
@@ -192,7 +192,7 @@ def train_batch_and_store(
     shared = parse_options(specs[0][1], options)  # types checked as ilargi_train checks them
     store = check_store(con)  # read-only, or someone else's ilargi.models: refused before, not after, training
     _resolve_cluster(con, shared)
-    models = [ModelSpec(a, p) for _, a, p in specs]
+    models = [ModelSpec(a, p, as_macro=True) for _, a, p in specs]
     trained = run_training(con, query, target, models, TrainOptions(**shared), check_graph=_macro_parameters)
     check_interrupted()  # the last point where stopping leaves nothing stored
     save_models(con, [(name, model) for (name, _, _), model in zip(specs, trained)], checked=store)  # all or none
@@ -251,6 +251,8 @@ def sql_explain(
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
     kwargs = explain_options(required(algorithm, "the algorithm"), options)
     query = required(query, "the training query")
+    params = {k: v for k, v in kwargs.items() if k not in SETTINGS and k not in ("group_by", "validation")}
+    check_model_size(algorithm, make_estimator(algorithm, params))  # what ilargi_train would refuse, refused here
     explanation = _on_cursor(
         con, session, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs)
     )

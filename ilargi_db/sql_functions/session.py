@@ -93,16 +93,18 @@ def apply_session(cursor: duckdb.DuckDBPyConnection, session: str) -> None:
         try:
             cursor.execute(statement)
         except duckdb.Error as err:
-            locked = "locked" in str(err)  # lock_configuration: nothing can be SET, even per session
-            raise IlargiError(
-                f"setting {name} is {quote_string(value or '')} in this session, and ilargi_db's SQL functions, which "
-                f"run on a connection of their own, cannot set it there ({err}). "
-                + (
+            if "locked" in str(err):  # lock_configuration: nothing can be SET, even per session
+                fix = (
                     "The configuration is locked (lock_configuration): set it with SET GLOBAL before locking, for "
                     "every connection, or RESET it in this session before locking."
-                    if locked
-                    else "A schema created in a transaction not yet committed is your connection's alone: COMMIT it."
                 )
+            elif isinstance(err, duckdb.CatalogException):
+                fix = "A schema created in a transaction not yet committed is your connection's alone: COMMIT it."
+            else:
+                fix = f"SET {name} to a value DuckDB accepts, or RESET it, then call the function again."
+            raise IlargiError(
+                f"setting {name} is {quote_string(value or '')} in this session, and ilargi_db's SQL functions, which "
+                f"run on a connection of their own, cannot set it there ({err}). {fix}"
             ) from None
     found = _captured(cursor)  # what a SET or USE left otherwise would go unnoticed
     wanted = {DATABASE: database, SCHEMA: schema, SCHEMAS: schemas}
