@@ -23,6 +23,7 @@ from ilargi_db.errors import DamagedModelError, IlargiError
 from ilargi_db.linalg.binned_matrix import MAX_BINS
 from ilargi_db.metadata.di_metadata import group_order
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
+from ilargi_db.models.losses import LOSSES
 from ilargi_db.models.tree_ensemble import check_trees
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.preprocess.binning import FeatureBinner
@@ -373,9 +374,9 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
         raise TypeError(f"baseline_ {value!r:.60} is not a finite number")
     estimator.baseline_ = float(value)
     estimator.objective_ = _text(fitted["objective_"])
-    if estimator.objective_ not in ("squared_error", "log_loss"):
-        raise ValueError(f"objective_ {estimator.objective_!r:.60} is not squared_error or log_loss")
-    if estimator.objective_ == "log_loss":
+    if estimator.objective_ not in LOSSES:
+        raise ValueError(f"objective_ {estimator.objective_!r:.60} is not one of {', '.join(LOSSES)}")
+    if LOSSES[estimator.objective_].classifies:
         classes = np.asarray(fitted["classes_"], dtype=float)
         if classes.shape != (2,) or not np.isfinite(classes).all():
             raise ValueError("classes_ are not the two classes of a binary classifier")

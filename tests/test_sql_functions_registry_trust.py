@@ -24,6 +24,7 @@ MODELS = [
     ("km", None, "kmeans", {"n_clusters": 3, "random_state": 0}),
     ("gb", "y", "gradient_boosting", {"n_estimators": 5}),
     ("gbc", "big", "gradient_boosting", {"n_estimators": 5, "objective": "log_loss"}),
+    ("gbp", "y", "gradient_boosting", {"n_estimators": 5, "objective": "poisson"}),
 ]
 
 

@@ -17,7 +17,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -31,48 +30,9 @@ from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins, 
 from ilargi_db.linalg.row_identity import first_by_key, row_keys
 from ilargi_db.models._base import exact_classes
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
+from ilargi_db.models.losses import LOSSES, Loss
 
-OBJECTIVES = ("squared_error", "log_loss")
-
-
-class SquaredError:
-    name = "squared_error"
-    unit_hessian = True  # every row's hessian is 1
-
-    @staticmethod
-    def baseline(y: np.ndarray) -> float:
-        return float(y.mean())
-
-    @staticmethod
-    def gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
-        np.subtract(raw, y, out=g)  # h stays 1
-
-    @staticmethod
-    def loss(raw: np.ndarray, y: np.ndarray) -> float:
-        return float(0.5 * np.mean((raw - y) ** 2))
-
-
-class LogLoss:
-    name = "log_loss"
-    unit_hessian = False
-
-    @staticmethod
-    def baseline(y: np.ndarray) -> float:
-        p = float(np.clip(y.mean(), 1e-12, 1 - 1e-12))
-        return float(np.log(p / (1 - p)))
-
-    @staticmethod
-    def gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
-        p = expit(raw)
-        np.subtract(p, y, out=g)
-        np.multiply(p, 1.0 - p, out=h)
-
-    @staticmethod
-    def loss(raw: np.ndarray, y: np.ndarray) -> float:
-        return float(np.mean(np.logaddexp(0.0, raw) - y * raw))
-
-
-LOSSES = {"squared_error": SquaredError, "log_loss": LogLoss}
+OBJECTIVES = tuple(LOSSES)
 
 
 def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) -> dict[str, list]:
@@ -98,7 +58,8 @@ def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) ->
 def _classifies(estimator: Any) -> bool:
     """Whether ``estimator`` classifies (or may: ``objective="auto"`` before fitting): it has predict_proba and
     decision_function then, as scikit-learn's regressors have neither."""
-    return getattr(estimator, "objective_", estimator.objective) != "squared_error"
+    objective = getattr(estimator, "objective_", estimator.objective)
+    return objective == "auto" or LOSSES[objective].classifies
 
 
 class GradientBoosting(BaseEstimator):
@@ -106,9 +67,10 @@ class GradientBoosting(BaseEstimator):
 
     Parameters
     ----------
-    objective : {"auto", "squared_error", "log_loss"}
+    objective : {"auto", "squared_error", "log_loss", "poisson"}
         "auto": a target with exactly two distinct values (a BOOLEAN one too) is binary classification
-        (log loss), any other regression (squared error); ``objective_`` says which ran.
+        (log loss), any other regression (squared error); ``objective_`` says which ran. "poisson": counts
+        (a target of 0 or more), predicted as ``exp`` of the trees' sum (:mod:`.losses`).
     n_estimators : int
         Boosting rounds (trees), fewer when early stopping stops.
     learning_rate : float
@@ -237,9 +199,18 @@ class GradientBoosting(BaseEstimator):
         self._boost(X, y)
         return self
 
+    @property
+    def loss_(self) -> Loss:
+        """The fitted objective's loss: its gradients, link and whether it classifies."""
+        check_is_fitted(self, "objective_")
+        return LOSSES[self.objective_]
+
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
-        if self.objective_ != "log_loss":
-            return y.astype(np.float64)
+        if not self.loss_.classifies:
+            y = y.astype(np.float64)
+            if np.isfinite(y).all():
+                self.loss_.check_target(y)
+            return y
         if self.objective == "log_loss":  # asked for ("auto" found two values): a continuous target is refused
             check_classification_targets(y)
         self.classes_ = exact_classes(np.unique(y), "gradient boosting")
@@ -271,7 +242,7 @@ class GradientBoosting(BaseEstimator):
         return np.flatnonzero(~is_held), np.flatnonzero(is_held)
 
     def _boost(self, X: BinnedMatrix, y: np.ndarray) -> None:
-        loss = LOSSES[self.objective_]
+        loss = self.loss_
         train_rows, held_rows = self._split_rows(X, y)
         if len(train_rows) == 0:
             raise ValueError("no training rows are left after the validation rows were held out.")
@@ -305,7 +276,7 @@ class GradientBoosting(BaseEstimator):
                     if since_best >= self.n_iter_no_change:
                         break
         self.n_iter_ = len(trees)
-        self.fit_metrics_ = score_metrics(raw, y, self.objective_ == "log_loss")
+        self.fit_metrics_ = loss.fit_metrics(raw, y)
         self.trees_ = _flat_trees(trees, X.missing_bin, X.categorical)
         gains = np.zeros(X.shape[1])
         for tree in trees:
@@ -367,35 +338,20 @@ class GradientBoosting(BaseEstimator):
     @available_if(_classifies)
     def predict_proba(self, X: Any) -> np.ndarray:
         """(rows, 2) probabilities of ``classes_[0]`` and ``classes_[1]`` (classification only)."""
-        p = expit(self._raw_scores(X))
+        p = self.loss_.to_target_scale(self._raw_scores(X))
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: Any) -> np.ndarray:
         """Regression: the predicted values. Classification: the more probable class of each row."""
         raw = self._raw_scores(X)
-        if self.objective_ == "log_loss":
+        if self.loss_.classifies:
             return self.classes_[(raw > 0).astype(np.int64)]
-        return raw
+        return self.loss_.to_target_scale(raw)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_ensemble", None)
         return state
-
-
-def score_metrics(raw: np.ndarray, y: np.ndarray, binary: bool) -> dict[str, float]:
-    """The cheap metrics of raw scores against the (0/1, for ``binary``) targets: what a training reports."""
-    if binary:
-        log_loss = float(np.mean(np.logaddexp(0.0, raw) - y * raw))
-        return {"accuracy": float(np.mean((raw > 0) == (y > 0.5))), "log_loss": log_loss}
-    r = raw - y
-    total = float(((y - y.mean()) ** 2).sum())
-    squares = float(r @ r)
-    return {
-        "r2": 1.0 - squares / total if total > 0 and len(y) > 1 else float("nan"),
-        "rmse": float(np.sqrt(squares / len(y))),
-        "mae": float(np.abs(r).mean()),
-    }
 
 
 def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:

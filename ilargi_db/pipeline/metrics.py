@@ -49,7 +49,7 @@ def metrics_kind(model: Any) -> str:
     """What metrics describe ``model``: its algorithm's, or for boosting its fitted objective's."""
     kind = algorithm_facts(model.algorithm_).metrics
     if kind == "objective":
-        return "classification" if model.objective_ == "log_loss" else "regression"
+        return "classification" if model.loss_.classifies else "regression"
     return kind
 
 

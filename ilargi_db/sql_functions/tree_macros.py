@@ -142,10 +142,10 @@ class TreeMacroWriter:
 
     def bodies(self) -> dict[str, str]:
         """``{macro name: its body}``."""
-        score = self.score()
-        if self.model.objective_ == "log_loss":
+        score, loss = self.score(), self.model.loss_
+        if loss.classifies:
             return binary_bodies(self.name, self.model, score)
-        return {f"{self.name}_predict": score}
+        return {f"{self.name}_predict": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:
         """No category weights: a tree's categories are in its CASEs."""
