@@ -137,12 +137,13 @@ def bound(variable: str, value: str, body: str) -> str:
 
 # The macros a model of each kind (``AlgorithmFacts.macro``) may create, by their name's suffix after the model's
 # name: what the registry drops or replaces of a model is derived from these, never from the row's own list.
+PREDICT, PREDICT_CLASS, DECISION = "_predict", "_predict_class", "_decision"  # N_predict, ...: the writers' names
 MACRO_SUFFIXES: dict[str | None, tuple[str, ...]] = {
-    "linear": ("_predict",),
-    "logistic": ("_predict", "_predict_class"),
-    "margin": ("_predict", "_decision"),
-    "nearest_centroid": ("_predict",),
-    "trees": ("_predict", "_predict_class"),
+    "linear": (PREDICT,),
+    "logistic": (PREDICT, PREDICT_CLASS),
+    "margin": (PREDICT, DECISION),
+    "nearest_centroid": (PREDICT,),
+    "trees": (PREDICT, PREDICT_CLASS),
     None: (),  # no macro (NMF: its transform iterates)
 }
 
@@ -222,8 +223,8 @@ def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, st
     # a NULL score (a missing numeric without imputation) gives NULL, not the class of the others' largest
     chosen = element(class_labels(model), call("list_position", "__ilargi_s", largest))
     return {
-        f"{name}_predict": bound("__ilargi_es", bound("__ilargi_s", listed, exps), shares),
-        f"{name}_predict_class": bound(
+        f"{name}{PREDICT}": bound("__ilargi_es", bound("__ilargi_s", listed, exps), shares),
+        f"{name}{PREDICT_CLASS}": bound(
             "__ilargi_s", listed, f"CASE WHEN {call('list_count', '__ilargi_s')} = {k} THEN {chosen} END"
         ),
     }
@@ -233,7 +234,7 @@ def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
     """A binary classifier's macro bodies from its log-odds ``score``: ``N_predict`` the probability of
     ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
     half = call("*", "0.5", call("+", "1.0", call("tanh", call("*", "0.5", score))))  # P(classes_[1]), no overflow
-    return {f"{name}_predict": half, f"{name}_predict_class": chosen_class(model, score)}
+    return {f"{name}{PREDICT}": half, f"{name}{PREDICT_CLASS}": chosen_class(model, score)}
 
 
 def chosen_class(model: Any, score: str) -> str:
@@ -398,17 +399,17 @@ class MacroWriter:
         kind = algorithm_facts(self.model.algorithm_).macro
         bodies: dict[str, str] = {}
         if kind == "linear":
-            bodies[f"{self.name}_predict"] = self.linear_score()
+            bodies[f"{self.name}{PREDICT}"] = self.linear_score()
         elif kind == "logistic" and np.ndim(self.model.coef_) == 2:  # more than two classes
             bodies.update(multinomial_bodies(self.name, self.model, self.linear_scores()))
         elif kind == "logistic":
             bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
         elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)
             score = self.linear_score()
-            bodies[f"{self.name}_predict"] = chosen_class(self.model, score)
-            bodies[f"{self.name}_decision"] = score
+            bodies[f"{self.name}{PREDICT}"] = chosen_class(self.model, score)
+            bodies[f"{self.name}{DECISION}"] = score
         elif kind == "nearest_centroid":
-            bodies[f"{self.name}_predict"] = self.nearest_centroid()
+            bodies[f"{self.name}{PREDICT}"] = self.nearest_centroid()
         return bodies
 
     def weights_table(self) -> pa.Table:

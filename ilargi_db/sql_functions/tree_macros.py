@@ -26,6 +26,7 @@ from ilargi_db.limits import MACRO_NODES
 from ilargi_db.linalg.binned_matrix import FeatureBins
 from ilargi_db.models.tree_ensemble import tree_slices
 from ilargi_db.sql_functions.macros import (
+    PREDICT,
     WEIGHTS_SCHEMA,
     balanced_sum,
     binary_bodies,
@@ -145,7 +146,7 @@ class TreeMacroWriter:
         score, loss = self.score(), self.model.loss_
         if loss.classifies:
             return binary_bodies(self.name, self.model, score)
-        return {f"{self.name}_predict": score if loss.inverse_link is None else call(loss.inverse_link, score)}
+        return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:
         """No category weights: a tree's categories are in its CASEs."""
