@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from ilargi_db.errors import IlargiError
 
@@ -58,6 +59,23 @@ def _raised(count: int) -> int:
     return (count // step + 1) * step
 
 
+@runtime_checkable
+class NodeBounded(Protocol):
+    """An estimator whose SQL macro grows with its nodes (a tree ensemble): what :data:`MACRO_NODES` bounds."""
+
+    def max_nodes(self) -> int:
+        """The most nodes its options let it grow, known before any row is read."""
+        ...
+
+    def node_count(self) -> int:
+        """The nodes it grew (fitted)."""
+        ...
+
+    def size_options(self) -> str:
+        """The options that bound :meth:`max_nodes`, in words (``n_estimators=100 trees of max_leaves=31``)."""
+        ...
+
+
 # DuckDB binds a CASE ensemble of 500 trees of 63 leaves (62,500 nodes) in about a second (docs/benchmarks.md).
 MACRO_NODES = Limit(
     "ILARGI_MAX_MACRO_NODES",
@@ -67,4 +85,4 @@ MACRO_NODES = Limit(
 # Each set is fitted once per fold; ten thousand already takes hours on any real join.
 GRID_SETS = Limit("ILARGI_MAX_GRID_SETS", 10_000, "a search tries")
 
-__all__ = ["GRID_SETS", "MACRO_NODES", "Limit"]
+__all__ = ["GRID_SETS", "MACRO_NODES", "Limit", "NodeBounded"]

@@ -289,7 +289,7 @@ def cross_validate(
     y = to_host(y) if hasattr(y, "get") else np.asarray(y)
     check_fold_counts(cv, algorithm, y)
     if _classifies(algorithm):
-        check_scorer(scorer, scoring, algorithm, make_estimator(algorithm, {**params, **candidates[0]}), y)
+        check_scorer(scorer, scoring, algorithm, first, y)  # again with the classes read
     # Keyed folds hash the rows' values; a splitter of the caller's sees only how many rows (it may not take X).
     rows = X if isinstance(splitter, KeyedFolds) else np.zeros((len(y), 1))
     folds = [(np.asarray(train), np.asarray(test)) for train, test in splitter.split(rows, y)]

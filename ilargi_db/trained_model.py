@@ -9,6 +9,7 @@ provenance of ours.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
@@ -176,19 +177,13 @@ class TrainedModel:
         preprocessing = _json_object(record["preprocessing"], "preprocessing")
         if algorithm_facts(algorithm).reads == "bins":
             encoder = _binner(preprocessing)
-            _restore_trees(estimator, fitted, encoder, len(names))
+            restore = functools.partial(_restore_trees, estimator, fitted, encoder)
         else:
             encoder = FeatureEncoder.from_state(preprocessing)
-            facts = algorithm_facts(algorithm)
-            for attr in facts.fitted:
-                if attr in facts.optional_fitted and attr not in fitted:
-                    continue  # a fit that did not learn it (k-means trained on the columns as they are)
-                value = fitted[attr]
-                setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
+            restore = functools.partial(_restore_fitted, estimator, fitted, algorithm_facts(algorithm))
         if list(encoder.feature_names_out_) != names:
             raise ValueError(f"the model learned {len(names)} columns its preprocessing does not make")
-        if algorithm_facts(algorithm).reads != "bins":  # trees: checked by _restore_trees
-            _check_fitted(estimator, len(names))
+        restore(len(names))  # the fitted state, each value checked against the columns
         features = json.loads(record["features"])
         if not isinstance(features, list) or len(features) != len(encoder.specs_):
             raise TypeError("features is not a list of the preprocessed columns")
@@ -327,6 +322,16 @@ def _numbers(estimator: Any, attr: str, shape: tuple[int | None, ...]) -> np.nda
     if not np.isfinite(array).all():
         raise ValueError(f"{attr} holds a number that is not finite")
     return array
+
+
+def _restore_fitted(estimator: Any, fitted: dict, facts: Any, n_columns: int) -> None:
+    """The fitted arrays of a linear model, k-means or NMF (``facts.fitted``) set on ``estimator``, each checked."""
+    for attr in facts.fitted:
+        if attr in facts.optional_fitted and attr not in fitted:
+            continue  # a fit that did not learn it (k-means trained on the columns as they are)
+        value = fitted[attr]
+        setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
+    _check_fitted(estimator, n_columns)
 
 
 def _check_fitted(estimator: Any, n_columns: int) -> None:

@@ -145,6 +145,11 @@ class GradientBoosting(BaseEstimator):
         check_is_fitted(self, "trees_")
         return len(self.trees_["feature"])
 
+    def size_options(self) -> str:
+        """The options :meth:`max_nodes` counts from, in words."""
+        words = f"n_estimators={self.n_estimators} trees of max_leaves={self.max_leaves}"
+        return words + (f" and max_depth={self.max_depth}" if self.max_depth is not None else "")
+
     # -- fitting ------------------------------------------------------------------------------------------
 
     def __sklearn_tags__(self):

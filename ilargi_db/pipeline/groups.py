@@ -23,7 +23,7 @@ import numpy as np
 from sklearn.base import clone
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import CATALOG
+from ilargi_db.limits import NodeBounded
 from ilargi_db.pipeline.fit import fit_model
 from ilargi_db.pipeline.options import check_grouped_size
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
@@ -51,8 +51,9 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
                 f"the model of group {column} = {label!r} ({len(rows)} rows) cannot be fitted: {err} Leave the group "
                 f"out (WHERE {column} IS DISTINCT FROM ...) or change the parameters."
             ) from err
-        if model.spec.as_macro and CATALOG[model.spec.algorithm].macro == "trees":
-            fitted_nodes += models[label].estimator_.node_count()
+        fitted = models[label].estimator_
+        if model.spec.as_macro and isinstance(fitted, NodeBounded):
+            fitted_nodes += fitted.node_count()
             check_grouped_size(model.spec.algorithm, fitted_nodes, len(models), len(each) - len(without))
     if not models:
         raise IlargiError(f"no row has a group: every value of group_by {column!r} is NULL. Group by another column.")

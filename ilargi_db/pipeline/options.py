@@ -17,7 +17,7 @@ import numpy as np
 
 from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError, spell
-from ilargi_db.limits import MACRO_NODES
+from ilargi_db.limits import MACRO_NODES, NodeBounded
 from ilargi_db.models.catalog import (
     AUTO,
     CATALOG,
@@ -152,18 +152,14 @@ def make_estimators(specs: Sequence[ModelSpec], target: str | None) -> list[Any]
 
 
 def check_model_size(algorithm: str, estimator: Any) -> None:
-    """Refuse, before anything is read or allocated, a tree model whose trees may grow more nodes than a SQL macro
-    holds (ilargi_db.limits.MACRO_NODES): counted from its options. A model per group is counted as it grows
-    (:func:`check_grouped_size`)."""
-    if CATALOG[algorithm].macro != "trees":
+    """Refuse, before anything is read or allocated, a model whose macro may grow more nodes than a SQL macro
+    holds (ilargi_db.limits.MACRO_NODES): counted from its options (a tree ensemble's). A model per group is
+    counted as it grows (:func:`check_grouped_size`)."""
+    if not isinstance(estimator, NodeBounded):
         return
-    params = estimator.get_params()
-    shape = f"n_estimators={params['n_estimators']} trees of max_leaves={params['max_leaves']}"
-    if params["max_depth"] is not None:
-        shape += f" and max_depth={params['max_depth']}"
     MACRO_NODES.check(
         estimator.max_nodes(),
-        f"{algorithm} with {shape} may grow {{count}} nodes",
+        f"{algorithm} with {estimator.size_options()} may grow {{count}} nodes",
         "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)",
     )
 

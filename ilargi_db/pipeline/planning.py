@@ -148,7 +148,6 @@ def plan_job(
     if check_graph is not None:
         check_graph(graph)
     check_validation_query(con, graph, options.validation)  # before anything is read, not after the fits
-    strategy = options.strategy  # a validation share is held out by the rows' values: any read order will do
     # A grouped job's rows carry their groups, which no artifact holds yet: it reads cold and keeps nothing.
     off = "a model per group keeps no artifacts (no artifact holds the rows' groups yet)" if graph.group else ""
     artifacts = JobReuse.open(con, graph, flags, enabled=options.reuse, persist=True, off_because=off)
@@ -158,7 +157,7 @@ def plan_job(
     chosen, why, explanations = choose_batch_strategy(
         con,
         graph,
-        strategy,
+        options.strategy,  # a validation share is held out by the rows' values: any read order will do
         [(spec.algorithm, spec.params) for spec in specs],
         options.backend,
         stats=stats,
@@ -167,9 +166,6 @@ def plan_job(
     )
     if options.strategy != AUTO:
         chosen_by = "the caller"
-    elif strategy != AUTO:
-        chosen_by = "the validation share (the same rows held out on every run: the factorized read's row order)"
-        why = f"{chosen}: chosen by {chosen_by}."
     elif graph.cross_source_features:
         chosen_by = "the query (a feature mixes sources)"
     elif explanations[0] is None:

@@ -251,7 +251,7 @@ def sql_explain(
     """``ilargi_explain``: the strategy ``ilargi_train`` would choose, both predicted times, and why."""
     kwargs = explain_options(required(algorithm, "the algorithm"), options)
     query = required(query, "the training query")
-    params = {k: v for k, v in kwargs.items() if k not in SETTINGS and k not in ("group_by", "validation")}
+    params = {k: v for k, v in kwargs.items() if k not in SETTINGS}
     check_model_size(algorithm, make_estimator(algorithm, params))  # what ilargi_train would refuse, refused here
     explanation = _on_cursor(
         con, session, lambda cursor: explain(cursor, query, target=target, algorithm=algorithm, **kwargs)

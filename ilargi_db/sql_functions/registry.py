@@ -24,6 +24,7 @@ from ilargi_db.errors import (
     literal,
     worded,
 )
+from ilargi_db.limits import NodeBounded
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import (
@@ -224,7 +225,7 @@ def save_models(
     for _, model in named:
         grouping = [model.group_by_] if isinstance(model, GroupedModel) else []  # its macros' last parameter
         check_macro_parameters([s.name for s in model.encoder_.specs_] + grouping)
-        if algorithm_facts(model.algorithm_).macro == "trees":  # one macro: its nodes of every group counted
+        if isinstance(model.estimator_, NodeBounded):  # one macro: its nodes of every group counted together
             check_macro_size(list(model.models_.values()) if isinstance(model, GroupedModel) else [model])
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
