@@ -67,14 +67,14 @@ class FeatureBinner:
         numbers: dict[int, list] = {}
         for block in meta.blocks:
             weights, empty = row_weights(block.indicator, block.n_source_rows)
-            for k, j in enumerate(block.columns):
-                values = np.append(block.data[:, k].astype(np.float64, copy=False), block.fill[k])
-                numbers.setdefault(int(j), []).append((values, np.append(weights, empty)))
+            for k, j in enumerate(block.columns):  # the column (a view) and the empty rows' fill, as two parts
+                fill = (np.array([block.fill[k]], dtype=np.float64), np.array([empty]))
+                numbers.setdefault(int(j), []).extend([(block.data[:, k], weights), fill])
         texts: dict[int, list] = {}
         for cat in meta.categoricals:
             weights, empty = row_weights(cat.indicator, cat.n_source_rows)
-            values = pa.concat_arrays([cat.values.cast(pa.string()), pa.array([cat.fill], type=pa.string())])
-            texts.setdefault(cat.feature, []).append((values, np.append(weights, empty)))
+            fill = (pa.array([cat.fill], type=pa.string()), np.array([empty]))
+            texts.setdefault(cat.feature, []).extend([(cat.values.cast(pa.string()), weights), fill])
         return self._fit(feature_names, numbers, texts)
 
     def fit_table(self, table: pa.Table, feature_names: list[str]) -> FeatureBinner:
@@ -101,7 +101,7 @@ class FeatureBinner:
                 values = pa.concat_arrays([v for v, _ in parts]) if parts else pa.array([], type=pa.string())
                 bins.append(FeatureBins(name, True, categories=weighted_categories(values, weights, MAX_CATEGORIES)))
             else:
-                values = np.concatenate([v for v, _ in parts]) if parts else np.empty(0)
+                values = np.concatenate([v for v, _ in parts]).astype(np.float64, copy=False) if parts else np.empty(0)
                 bins.append(FeatureBins(name, False, weighted_numeric_edges(values, weights, self.max_bins)))
         self.bins_ = bins
         return self
