@@ -357,25 +357,19 @@ class Session:
         if not argument:
             self.write(f"maxrows: {self.maxrows}")
             return
-        maxrows = whole_number(argument, 1, MAX_ROWS)
-        if maxrows is None:
-            raise IlargiError(
-                f".maxrows takes a positive number of rows, got {_shown(argument)}: say .maxrows 100 (at most "
-                f"{MAX_ROWS}; .mode csv writes every row)."
-            )
-        self.maxrows = maxrows
+        self.maxrows = _number_argument(
+            ".maxrows", argument, 1, MAX_ROWS, "a positive number of rows", f"say .maxrows 100 (at most {MAX_ROWS}; "
+            ".mode csv writes every row)"
+        )  # fmt: skip
 
     def set_maxwidth(self, argument: str) -> None:
         if not argument:
             self.write(f"maxwidth: {self.maxwidth or 'the terminal'}")
             return
-        maxwidth = whole_number(argument, 0, MAX_WIDTH)
-        if maxwidth is None:
-            raise IlargiError(
-                f".maxwidth takes a number of characters, got {_shown(argument)}: say .maxwidth 120 (at most "
-                f"{MAX_WIDTH}; 0: the terminal's width)."
-            )
-        self.maxwidth = maxwidth
+        self.maxwidth = _number_argument(
+            ".maxwidth", argument, 0, MAX_WIDTH, "a number of characters", f"say .maxwidth 120 (at most {MAX_WIDTH}; "
+            "0: the terminal's width)"
+        )  # fmt: skip
 
     def output(self, argument: str) -> None:
         self.redirect(self.reachable(".output", argument) if argument else None)
@@ -487,6 +481,14 @@ def _metrics_cell(text: str) -> str:
     if not isinstance(metrics, dict):
         return "(damaged: not a JSON object)"
     return metrics_line(metrics)
+
+
+def _number_argument(command: str, argument: str, low: int, high: int, what: str, example: str) -> int:
+    """A dot command's whole-number argument from ``low`` to ``high``, or an error saying ``what`` it takes."""
+    number = whole_number(argument, low, high)
+    if number is None:
+        raise IlargiError(f"{command} takes {what}, got {_shown(argument)}: {example}.")
+    return number
 
 
 def _shown(argument: str, most: int = 40) -> str:
