@@ -7,7 +7,7 @@ it instead of testing the objective's name:
 - ``loss(raw, y)``: the mean loss early stopping watches;
 - ``classifies``: whether the model predicts classes (``classes_``, ``predict_proba``, classification metrics);
 - ``inverse_link``: the raw score to the target's scale (``predict`` of a regression, the probability of a
-  classifier), named as both NumPy and DuckDB call it (``exp``), or None for the identity.
+  classifier), by name (a regression's as NumPy and DuckDB both call it: ``exp``), or None for the identity.
 
 Every array is (rows,) for now, one tree per round; a loss of several trees a round (softmax) gives its
 gradients (trees per round, rows).
@@ -25,7 +25,9 @@ class Loss:
     name: str = ""
     classifies: bool = False
     unit_hessian: bool = False  # every row's hessian is 1: histograms need no hessian sums
-    inverse_link: str | None = None  # "exp", "expit": NumPy's name (DuckDB's: macros.call); None the identity
+    # A regression's is a function NumPy and DuckDB both name ("exp": the macro writer calls it by that name); a
+    # classifier's ("expit") is its probability, which the classifier's macro writes itself. None: the identity.
+    inverse_link: str | None = None
 
     def check_target(self, y: np.ndarray) -> None:
         """Refuse targets the loss is not defined on (a ValueError, in the caller's terms)."""
