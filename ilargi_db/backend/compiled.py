@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 KERNEL_MODULES = {  # the modules that define kernels, by what a training reads (the catalog's Algorithm.reads)
-    "matrix": "ilargi_db.backend.numba_kernels",
-    "bins": "ilargi_db.backend.tree_kernels",
+    "matrix": ("ilargi_db.backend.numba_kernels",),
+    "bins": ("ilargi_db.backend.tree_kernels", "ilargi_db.backend.tree_grower"),
 }
 
 _KERNELS: dict[str, list[Kernel]] = {}  # module name -> its kernels, in definition order
@@ -81,9 +81,9 @@ def kernels(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> list[Kernel]:
     """Every kernel of these kinds (``"matrix"``, ``"bins"``), their modules imported."""
     out = []
     for kind in kinds:
-        module = KERNEL_MODULES[kind]
-        importlib.import_module(module)
-        out.extend(_KERNELS.get(module, []))
+        for module in KERNEL_MODULES[kind]:
+            importlib.import_module(module)
+            out.extend(_KERNELS.get(module, []))
     return out
 
 

@@ -24,21 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 from numba import types as nt
 
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
+from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, feature_split
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
 PARTITION_CHUNK_ROWS = 1 << 13  # a partition pass reads a row's bins once: threads pay off on fewer rows
 PREDICT_ROWS = 1 << 15  # rows per thread at least of a prediction pass
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
-CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
-MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
-TIE = 1e-9  # gains within this relative distance are a tie: the first feature and bin win (strategies agree)
 
 # One type per role (the kernels' explicit signatures): bins uint8 or uint16 (bin_dtype), source positions int32
 # or int64 (FlatBins.index), training rows int64, sums float64, flags bool; arrays C order.
@@ -324,94 +321,23 @@ def _partition_write(rows, start, stop, codes, column, goes_left, scratch, lefts
                 right += 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _score(g, h, l2):  # pragma: no cover - compiled
-    return g * g / (h + l2)
-
-
 @kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1])])
 def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
-    """Best (gain, column) over the columns of ``hist``; ``goes_left[b]`` of the winner filled in place."""
+    """Best (gain, feature) over the features of a spread histogram; ``goes_left[b]`` of the winner filled in place."""
     c, width = hist.shape[0], hist.shape[1]
     total = hist[0].sum(axis=0)
-    parent = _score(total[0], total[1], l2)
     best_gain, best_column = 0.0, -1
     mask = np.zeros(width, dtype=np.bool_)
     order = np.empty(width, dtype=np.int64)
     keys = np.empty(width)
     for f in range(c):
-        hf = hist[f]
-        nb = n_bins[f]
-        mg, mh, mn = hf[missing_bin, 0], hf[missing_bin, 1], hf[missing_bin, 2]
-        found, cut, cut_missing_left, gain_f = False, -1, False, 0.0
-        if not categorical[f]:
-            for missing_left in (False, True):
-                if missing_left and mn == 0.0:
-                    continue  # no missing rows here: sending them left or right gains the same
-                gl = mg if missing_left else 0.0
-                hl = mh if missing_left else 0.0
-                nl = mn if missing_left else 0.0
-                for b in range(nb):
-                    gl += hf[b, 0]
-                    hl += hf[b, 1]
-                    nl += hf[b, 2]
-                    nr = total[2] - nl
-                    if nl < min_rows or nr < min_rows:
-                        continue
-                    hr = total[1] - hl
-                    if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
-                        continue
-                    left, right = _score(gl, hl, l2), _score(total[0] - gl, hr, l2)
-                    gain = left + right - parent
-                    if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
-                        found, cut, cut_missing_left, gain_f = True, b, missing_left, gain
-            if found and gain_f > best_gain * (1.0 + TIE):
-                best_gain, best_column = gain_f, f
-                mask[:] = False
-                mask[: cut + 1] = True
-                if mn > 0.0:
-                    mask[missing_bin] = cut_missing_left
-                else:  # no missing rows here: at prediction they follow the larger side (as HistGradientBoosting)
-                    on_left = hf[: cut + 1, 2].sum()
-                    mask[missing_bin] = on_left >= total[2] - on_left
-        else:
-            k = 0
-            for b in range(nb):
-                if hf[b, 2] > 0.0:
-                    order[k] = b
-                    keys[k] = hf[b, 0] / (hf[b, 1] + CATEGORY_SMOOTHING)
-                    k += 1
-            if mn > 0.0:  # NULL is a category of its own: it joins the side it sorts into
-                order[k] = missing_bin
-                keys[k] = mg / (mh + CATEGORY_SMOOTHING)
-                k += 1
-            sorted_order = order[:k][np.argsort(keys[:k], kind="mergesort")]
-            gl = hl = nl = 0.0
-            for j in range(k - 1):
-                b = sorted_order[j]
-                gl += hf[b, 0]
-                hl += hf[b, 1]
-                nl += hf[b, 2]
-                nr = total[2] - nl
-                if nl < min_rows or nr < min_rows:
-                    continue
-                hr = total[1] - hl
-                if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
-                    continue
-                left, right = _score(gl, hl, l2), _score(total[0] - gl, hr, l2)
-                gain = left + right - parent
-                if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
-                    found, cut, gain_f = True, j, gain
-            if found and gain_f > best_gain * (1.0 + TIE):
-                best_gain, best_column = gain_f, f
-                mask[:] = False
-                on_left = 0.0
-                for j in range(cut + 1):
-                    mask[sorted_order[j]] = True
-                    on_left += hf[sorted_order[j], 2]
-                if mn == 0.0:  # no missing rows here: NULL and unseen categories follow the larger side
-                    mask[missing_bin] = on_left >= total[2] - on_left
-    goes_left[:] = mask
+        gain = feature_split(hist[f], n_bins[f], missing_bin, missing_bin, categorical[f], total, l2, min_rows,
+                             order, keys, mask)  # fmt: skip
+        if gain > best_gain * (1.0 + TIE):
+            best_gain, best_column = gain, f
+            goes_left[:] = mask
+    if best_column < 0:
+        goes_left[:] = False
     return best_gain, best_column
 
 
@@ -463,6 +389,33 @@ def _positions(index: Any) -> np.ndarray:
 
 class NumbaTreeKernels:
     """The tree kernels, each one fused numba pass (on the free cores for a node of several chunks of rows)."""
+
+    grows_whole_trees = True  # grow_tree: a tree in one call on a row-wise layout
+
+    def grow_tree(
+        self, flat, rows, scratch, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
+        learning_rate: float, raw, hists,
+    ) -> tuple[np.ndarray, ...]:  # fmt: skip
+        """One tree grown on a row-wise layout (:attr:`FlatBins.rowwise`) from ``rows`` (partitioned in place), its
+        leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays.
+        ``hists``: (max_leaves, slots, HIST_FIELDS) float64 scratch, the histograms of the leaves."""
+        from ilargi_db.backend.tree_grower import _grow_tree
+
+        codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
+        max_nodes = 2 * limits.max_leaves - 1
+        out = (
+            np.empty(max_nodes, np.int64), np.empty(max_nodes, np.int64), np.empty(max_nodes, np.int64),
+            np.empty(max_nodes), np.empty(max_nodes), np.empty(max_nodes, np.int64),
+            np.empty((max_nodes, flat.n_bins), np.bool_),
+        )  # fmt: skip
+        n_nodes = _grow_tree(
+            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), _i64(flat.columns), _i64(flat.slot_start),
+            _i64(flat.value_bins), _flags(categorical), flat.n_bins - 1, int(limits.max_leaves),
+            -1 if limits.max_depth is None else int(limits.max_depth), float(limits.min_samples_leaf),
+            float(limits.l2_regularization), float(floor_abs),
+            float(learning_rate), hists, *out, raw,
+        )  # fmt: skip
+        return tuple(a[:n_nodes] for a in out)
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source

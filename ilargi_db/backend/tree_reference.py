@@ -11,6 +11,8 @@ import numpy as np
 class ReferenceTreeKernels:
     """The tree kernels as plain array operations of ``xp`` (the oracle, several passes each)."""
 
+    grows_whole_trees = False  # trees grow one node at a time, through the steps below
+
     def __init__(self, xp: Any = np):
         self.xp = xp
 

@@ -41,10 +41,9 @@ def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) ->
     out.update(threshold=[], missing_left=[], category_bins=[])
     for tree in trees:
         out["tree_start"].append(len(out["feature"]))
-        for i in range(len(tree.feature)):
-            for key in ("feature", "left", "right", "value", "gain", "count"):
-                out[key].append(getattr(tree, key)[i])
-            mask, f = tree.goes_left[i], tree.feature[i]
+        for key in ("feature", "left", "right", "value", "gain", "count"):
+            out[key].extend(getattr(tree, key).tolist())
+        for f, mask in zip(tree.feature.tolist(), tree.goes_left):
             split = f >= 0
             out["missing_left"].append(bool(mask[missing_bin]) if split else False)
             numeric = split and not categorical[f]
@@ -264,14 +263,12 @@ class GradientBoosting(BaseEstimator):
         with progress(self.n_estimators, "gradient boosting") as bar:
             for _ in range(self.n_estimators):
                 loss.gradients(raw, y, g, h)
-                tree, leaves = grower.grow(g, h, float(self.learning_rate))
-                trees.append(tree)
-                grower.add_leaf_values(tree, leaves, raw)
+                trees.append(grower.grow(g, h, float(self.learning_rate), raw))
                 bar.update()
                 if held_bins is None:
                     continue
                 self.train_score_.append(loss.loss(raw[train_rows], y[train_rows]))
-                raw[held_rows] += _tree_output(held_bins, tree, X.missing_bin, X.categorical, kernels)
+                raw[held_rows] += _tree_output(held_bins, trees[-1], kernels)
                 held_loss = loss.loss(raw[held_rows], y[held_rows])
                 self.validation_score_.append(held_loss)
                 if held_loss < best - self.tol:
@@ -285,9 +282,8 @@ class GradientBoosting(BaseEstimator):
         self.trees_ = _flat_trees(trees, X.missing_bin, X.categorical)
         gains = np.zeros(X.shape[1])
         for tree in trees:
-            for f, gain in zip(tree.feature, tree.gain):
-                if f >= 0:
-                    gains[f] += gain
+            split = tree.feature >= 0
+            np.add.at(gains, tree.feature[split], tree.gain[split])
         self.feature_importances_ = gains / gains.sum() if gains.sum() > 0 else gains
         self._ensemble = None
         self._arrays()  # built now: predicting leaves the fitted estimator as it is
@@ -366,22 +362,10 @@ def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:
             setattr(estimator, name, value)
 
 
-def _tree_output(codes: np.ndarray, tree: Tree, missing_bin: int, categorical: np.ndarray, kernels) -> np.ndarray:
+def _tree_output(codes: np.ndarray, tree: Tree, kernels) -> np.ndarray:
     """One tree's values for rows given as dense bins (the held-out rows of early stopping)."""
-    masks = np.zeros((len(tree.feature), missing_bin + 1), dtype=np.bool_)
-    for i, mask in enumerate(tree.goes_left):
-        if mask is not None:
-            masks[i] = mask
     out = np.zeros(len(codes))
-    kernels.add_tree(
-        np.ascontiguousarray(codes),
-        np.asarray(tree.feature, dtype=np.int64),
-        masks,
-        np.asarray(tree.left, dtype=np.int64),
-        np.asarray(tree.right, dtype=np.int64),
-        np.asarray(tree.value, dtype=np.float64),
-        out,
-    )
+    kernels.add_tree(np.ascontiguousarray(codes), tree.feature, tree.goes_left, tree.left, tree.right, tree.value, out)
     return out
 
 

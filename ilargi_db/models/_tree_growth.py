@@ -10,21 +10,12 @@ gain splits next, as LightGBM and HistGradientBoosting grow, until ``max_leaves`
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from ilargi_db.backend.tree_split import HIST_FIELDS, GrowthLimits
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
-
-
-@dataclass(frozen=True)
-class GrowthLimits:
-    """What bounds a tree: its leaves and depth, the rows and the L2 penalty of a leaf."""
-
-    max_leaves: int
-    max_depth: int | None
-    min_samples_leaf: int
-    l2_regularization: float
 
 
 @dataclass(eq=False)  # compared by identity: a node is one range of rows
@@ -43,27 +34,53 @@ class Node:
         return self.hist[0].sum(axis=0)  # every row is in one bin of each feature
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tree:
-    """A fitted tree's nodes (node 0 the root); ``left[i] == -1`` marks a leaf, whose ``value`` is its output."""
+    """A fitted tree's nodes (node 0 the root), one array per field: ``left[i] == -1`` marks a leaf, whose ``value``
+    is its output; a split's ``goes_left[i]`` flags the bins (the missing values' last) that go to ``left[i]``."""
 
-    feature: list[int] = field(default_factory=list)
-    left: list[int] = field(default_factory=list)
-    right: list[int] = field(default_factory=list)
-    value: list[float] = field(default_factory=list)
-    gain: list[float] = field(default_factory=list)
-    count: list[int] = field(default_factory=list)
-    goes_left: list[np.ndarray | None] = field(default_factory=list)
+    feature: np.ndarray  # int64, -1 at a leaf
+    left: np.ndarray  # int64
+    right: np.ndarray  # int64
+    value: np.ndarray  # float64, 0 at a split
+    gain: np.ndarray  # float64, 0 at a leaf
+    count: np.ndarray  # int64, the training rows of each node
+    goes_left: np.ndarray  # (nodes, missing_bin + 1) bool, all False at a leaf
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.feature)
+
+
+class _TreeBuilder:
+    """A tree's nodes as they are added one split at a time (the per-node grower's), then frozen as a :class:`Tree`."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self.fields: dict[str, list] = {k: [] for k in ("feature", "left", "right", "value", "gain", "count")}
+        self.masks: list[np.ndarray | None] = []
 
     def add(self, count: int) -> int:
-        self.feature.append(-1)
-        self.left.append(-1)
-        self.right.append(-1)
-        self.value.append(0.0)
-        self.gain.append(0.0)
-        self.count.append(count)
-        self.goes_left.append(None)
-        return len(self.feature) - 1
+        for key, empty in (("feature", -1), ("left", -1), ("right", -1), ("value", 0.0), ("gain", 0.0)):
+            self.fields[key].append(empty)
+        self.fields["count"].append(count)
+        self.masks.append(None)
+        return len(self.masks) - 1
+
+    def split(self, i: int, feature: int, left: int, right: int, gain: float, goes_left: np.ndarray) -> None:
+        f = self.fields
+        f["feature"][i], f["left"][i], f["right"][i], f["gain"][i] = feature, left, right, gain
+        self.masks[i] = goes_left
+
+    def freeze(self) -> Tree:
+        goes_left = np.zeros((len(self.masks), self.width), dtype=np.bool_)
+        for i, mask in enumerate(self.masks):
+            if mask is not None:
+                goes_left[i] = mask
+        f = self.fields
+        ints = {k: np.asarray(f[k], dtype=np.int64) for k in ("feature", "left", "right", "count")}
+        floats = {k: np.asarray(f[k], dtype=np.float64) for k in ("value", "gain")}
+        return Tree(**ints, **floats, goes_left=goes_left)
 
 
 # A split must gain more than the rounding of its gradient sums can: (GAIN_FLOOR x the sum of |g|)^2 / (the sum of
@@ -86,7 +103,12 @@ def segmented_blocks(flat: FlatBins, n_node_rows: int) -> np.ndarray:
 
 
 class TreeGrower:
-    """Grows trees on one binned matrix: the blocks' lookups, the split search's inputs and scratch, kept."""
+    """Grows trees on one binned matrix: the blocks' lookups, the split search's inputs and scratch, kept.
+
+    A layout of one block read row by row (:attr:`FlatBins.rowwise`) grows each tree in one compiled call where the
+    kernels have one (``kernels.grows_whole_trees``); any other grows one node at a time, through the kernels'
+    histogram, partition and split steps. Both grow the same trees.
+    """
 
     def __init__(self, X: BinnedMatrix, rows: np.ndarray, limits: GrowthLimits, kernels, unit_hessian: bool = False):
         self.X, self.limits, self.kernels, self.unit_hessian = X, limits, kernels, unit_hessian
@@ -96,6 +118,10 @@ class TreeGrower:
         self.n_bins = X.n_bins
         self.categorical = X.categorical
         self.flat = FlatBins.of(X)
+        self.whole_trees = self.flat.rowwise and kernels.grows_whole_trees
+        # A whole tree's leaf histograms (compact: each feature's bins, then its missing row), kept across trees.
+        shape = (limits.max_leaves, int(self.flat.slot_start[-1]), HIST_FIELDS)
+        self.hists = np.empty(shape) if self.whole_trees else None
         self.min_gain = 0.0  # set by each tree from its gradients (GAIN_FLOOR)
         self._abs_g: np.ndarray | None = None
 
@@ -104,21 +130,11 @@ class TreeGrower:
         segment = segmented_blocks(self.flat, len(rows))
         return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
-    def add_leaf_values(self, tree: Tree, leaves: list[Node], raw: np.ndarray) -> None:
-        """Add each leaf's value to the raw scores of its rows (a leaf's rows are one range of the permutation)."""
-        starts = np.array([leaf.start for leaf in leaves], dtype=np.int64)
-        stops = np.array([leaf.stop for leaf in leaves], dtype=np.int64)
-        values = np.array([tree.value[leaf.id] for leaf in leaves])
-        self.kernels.add_leaf_values(self.rows, starts, stops, values, raw)
-
-    def _gain_floor(self, g: np.ndarray, root: Node) -> float:
-        """:data:`GAIN_FLOOR`'s gain for this tree: from the sum of |g| (into a buffer kept across trees, not a new
-        n-vector per tree) and the hessian sum the root's histogram already holds."""
+    def _gain_floor_sum(self, g: np.ndarray) -> float:
+        """:data:`GAIN_FLOOR` times the sum of |g| (into a buffer kept across trees, not a new n-vector per tree)."""
         if self._abs_g is None or self._abs_g.shape != g.shape:
             self._abs_g = np.empty_like(g)
-        total_abs = float(np.abs(g, out=self._abs_g).sum())
-        hessian = float(root.sums[1])
-        return (GAIN_FLOOR * total_abs) ** 2 / (hessian + self.limits.l2_regularization)
+        return GAIN_FLOOR * float(np.abs(g, out=self._abs_g).sum())
 
     def _split(self, node: Node) -> Node:
         limits = self.limits
@@ -140,14 +156,26 @@ class TreeGrower:
             node.gain, node.feature, node.goes_left = gain, feature, mask
         return node
 
-    def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float) -> tuple[Tree, list[Node]]:
-        """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``)."""
-        limits, tree = self.limits, Tree()
+    def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray) -> Tree:
+        """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``), its
+        leaves' values added to the raw scores ``raw`` of their training rows."""
         # Every tree starts from the rows in order: a node's rows then come in order (stable partitions), and
         # each pass reads g, h and the bins forward instead of in the last tree's leaf order (5x slower measured).
         np.copyto(self.rows, self.train_rows)
+        if self.whole_trees:
+            floor = self._gain_floor_sum(g)
+            nodes = self.kernels.grow_tree(
+                self.flat, self.rows, self.scratch, g, h, self.unit_hessian, self.categorical, self.limits, floor,
+                learning_rate, raw, self.hists,
+            )  # fmt: skip
+            return Tree(*nodes)
+        return self._grow_per_node(g, h, learning_rate, raw)
+
+    def _grow_per_node(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray) -> Tree:
+        limits, tree = self.limits, _TreeBuilder(self.X.missing_bin + 1)
         root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
-        self.min_gain = self._gain_floor(g, root)
+        floor = self._gain_floor_sum(g)
+        self.min_gain = floor**2 / (float(root.sums[1]) + limits.l2_regularization)
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]
         heap = [(-root.gain, root.id, root)] if root.feature >= 0 else []
@@ -160,10 +188,15 @@ class TreeGrower:
                     heapq.heappush(heap, (-child.gain, child.id, child))
         for leaf in leaves:
             grad, hess, _ = leaf.sums
-            tree.value[leaf.id] = -learning_rate * grad / (hess + limits.l2_regularization)
-        return tree, leaves
+            tree.fields["value"][leaf.id] = -learning_rate * grad / (hess + limits.l2_regularization)
+        # Each leaf's value added to the raw scores of its rows (a leaf's rows are one range of the permutation).
+        starts = np.array([leaf.start for leaf in leaves], dtype=np.int64)
+        stops = np.array([leaf.stop for leaf in leaves], dtype=np.int64)
+        values = np.array([tree.fields["value"][leaf.id] for leaf in leaves])
+        self.kernels.add_leaf_values(self.rows, starts, stops, values, raw)
+        return tree.freeze()
 
-    def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: Tree) -> tuple[Node, Node]:
+    def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: _TreeBuilder) -> tuple[Node, Node]:
         # The smaller child's rows, counted from the parent's histogram, get a histogram of their own (in the
         # pass that partitions the rows, where it can); the larger child's is the parent's less it.
         n_left_rows = node.hist[node.feature, node.goes_left, 2].sum()
@@ -185,9 +218,7 @@ class TreeGrower:
         left = Node(node.start, middle, node.depth + 1, left_hist)
         right = Node(middle, node.stop, node.depth + 1, right_hist)
         left.id, right.id = tree.add(middle - node.start), tree.add(node.stop - middle)
-        i = node.id
-        tree.feature[i], tree.left[i], tree.right[i] = node.feature, left.id, right.id
-        tree.gain[i], tree.goes_left[i] = node.gain, node.goes_left
+        tree.split(node.id, node.feature, left.id, right.id, node.gain, node.goes_left)
         node.hist = None  # the parent's histogram is no longer needed
         return left, right
 

@@ -1,0 +1,134 @@
+"""The split search of histogram boosting: one feature's best split from its histogram, shared by every grower.
+
+A feature's histogram is a (bins, :data:`HIST_FIELDS`) block of sums: its bins of values, then one row of
+missing values at ``missing_at`` (the last row of its compact block, or ``missing_bin`` in the spread layout of
+``(features, missing_bin + 1, HIST_FIELDS)``). The split it finds is written as a mask over bins (``missing_bin``
+the missing values' bin): numeric thresholds with missing values sent where they gain most, categorical sets
+sorted by their gradient statistics, as LightGBM and HistGradientBoosting split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+# The histogram layout, declared once: per bin, the sums of gradient, hessian and rows, float64.
+GRADIENT, HESSIAN, COUNT = 0, 1, 2
+HIST_FIELDS = 3
+
+CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
+MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
+TIE = 1e-9  # gains within this relative distance are a tie: the first feature and bin win (strategies agree)
+
+
+@dataclass(frozen=True)
+class GrowthLimits:
+    """What bounds a tree: its leaves and depth, the rows and the L2 penalty of a leaf."""
+
+    max_leaves: int
+    max_depth: int | None
+    min_samples_leaf: int
+    l2_regularization: float
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def split_score(g, h, l2):  # pragma: no cover - compiled
+    """A side's score: its loss reduction with its Newton step (the split's gain is left + right - parent)."""
+    return g * g / (h + l2)
+
+
+@numba.njit(cache=True, nogil=True)
+def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_rows, order, keys, mask):
+    """The best split of one feature (``hf``: its bins' sums, its missing values' at ``missing_at``): its gain, or 0.0
+    when none is valid; the bins going left written into ``mask`` (``missing_bin + 1`` flags) when one is."""  # noqa: D401
+    parent = split_score(total[GRADIENT], total[HESSIAN], l2)
+    mg, mh, mn = hf[missing_at, GRADIENT], hf[missing_at, HESSIAN], hf[missing_at, COUNT]
+    found, cut, cut_missing_left, gain_f = False, -1, False, 0.0
+    if not categorical:
+        for missing_left in (False, True):
+            if missing_left and mn == 0.0:
+                continue  # no missing rows here: sending them left or right gains the same
+            gl = mg if missing_left else 0.0
+            hl = mh if missing_left else 0.0
+            nl = mn if missing_left else 0.0
+            for b in range(nb):
+                gl += hf[b, GRADIENT]
+                hl += hf[b, HESSIAN]
+                nl += hf[b, COUNT]
+                nr = total[COUNT] - nl
+                if nl < min_rows or nr < min_rows:
+                    continue
+                hr = total[HESSIAN] - hl
+                if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
+                    continue
+                left, right = split_score(gl, hl, l2), split_score(total[GRADIENT] - gl, hr, l2)
+                gain = left + right - parent
+                if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
+                    found, cut, cut_missing_left, gain_f = True, b, missing_left, gain
+        if not found:
+            return 0.0
+        mask[:] = False
+        mask[: cut + 1] = True
+        if mn > 0.0:
+            mask[missing_bin] = cut_missing_left
+        else:  # no missing rows here: at prediction they follow the larger side (as HistGradientBoosting)
+            on_left = 0.0
+            for b in range(cut + 1):
+                on_left += hf[b, COUNT]
+            mask[missing_bin] = on_left >= total[COUNT] - on_left
+        return gain_f
+    k = 0
+    for b in range(nb):
+        if hf[b, COUNT] > 0.0:
+            order[k] = b
+            keys[k] = hf[b, GRADIENT] / (hf[b, HESSIAN] + CATEGORY_SMOOTHING)
+            k += 1
+    if mn > 0.0:  # NULL is a category of its own: it joins the side it sorts into
+        order[k] = missing_bin
+        keys[k] = mg / (mh + CATEGORY_SMOOTHING)
+        k += 1
+    sorted_order = order[:k][np.argsort(keys[:k], kind="mergesort")]
+    gl = hl = nl = 0.0
+    for j in range(k - 1):
+        b = sorted_order[j]
+        row = missing_at if b == missing_bin else b
+        gl += hf[row, GRADIENT]
+        hl += hf[row, HESSIAN]
+        nl += hf[row, COUNT]
+        nr = total[COUNT] - nl
+        if nl < min_rows or nr < min_rows:
+            continue
+        hr = total[HESSIAN] - hl
+        if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
+            continue
+        left, right = split_score(gl, hl, l2), split_score(total[GRADIENT] - gl, hr, l2)
+        gain = left + right - parent
+        if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
+            found, cut, gain_f = True, j, gain
+    if not found:
+        return 0.0
+    mask[:] = False
+    on_left = 0.0
+    for j in range(cut + 1):
+        b = sorted_order[j]
+        mask[b] = True
+        on_left += hf[missing_at if b == missing_bin else b, COUNT]
+    if mn == 0.0:  # no missing rows here: NULL and unseen categories follow the larger side
+        mask[missing_bin] = on_left >= total[COUNT] - on_left
+    return gain_f
+
+
+__all__ = [
+    "CATEGORY_SMOOTHING",
+    "COUNT",
+    "GRADIENT",
+    "GrowthLimits",
+    "HESSIAN",
+    "HIST_FIELDS",
+    "MIN_HESSIAN",
+    "TIE",
+    "feature_split",
+    "split_score",
+]

@@ -1,0 +1,72 @@
+"""The tree grower: a whole tree grown in one compiled call is the tree the per-node steps grow.
+
+The per-node grower runs on the NumPy reference kernels (:class:`ReferenceTreeKernels`: bincounts, boolean
+partitions), the whole-tree one on the fused kernels: the same splits, children and row counts, the same leaf
+values to rounding, and the same raw scores after the leaves' values are added.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ilargi_db.backend.tree_kernels import NumbaTreeKernels
+from ilargi_db.backend.tree_reference import ReferenceTreeKernels
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, bin_dtype
+from ilargi_db.models._tree_growth import GrowthLimits, TreeGrower
+
+
+@st.composite
+def growth_cases(draw):
+    """A row-wise binned matrix (numeric and categorical features, missing values), training rows, gradients and
+    limits."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.sampled_from([1, 40, 500, 5000]))
+    c = draw(st.integers(1, 6))
+    missing_bin = draw(st.sampled_from([4, 32, 255, 1024]))
+    categorical = rng.random(c) < 0.3
+    value_bins = rng.integers(1, missing_bin + 1, c)  # a feature's bins of values: fewer than the most at times
+    codes = np.empty((n, c), dtype=bin_dtype(missing_bin))
+    for j in range(c):
+        column = rng.integers(0, value_bins[j], n)
+        column[rng.random(n) < draw(st.sampled_from([0.0, 0.1]))] = missing_bin
+        codes[:, j] = column
+    bins = [
+        FeatureBins(f"x{j}", True, categories=tuple(f"c{k}" for k in range(value_bins[j])))
+        if categorical[j]
+        else FeatureBins(f"x{j}", False, np.arange(value_bins[j] - 1, dtype=float))
+        for j in range(c)
+    ]
+    order = rng.permutation(c)  # the block's columns in another order than the features'
+    block = BinnedBlock(np.ascontiguousarray(codes[:, order]), None, order, np.zeros(c, dtype=codes.dtype))
+    X = BinnedMatrix([block], n, bins, missing_bin)
+    rows = np.sort(rng.permutation(n)[: max(1, int(n * draw(st.sampled_from([1.0, 0.7]))))])
+    g = rng.normal(size=n) * draw(st.sampled_from([1.0, 1e-6]))
+    unit_hessian = draw(st.booleans())
+    h = np.ones(n) if unit_hessian else rng.random(n) + 0.01
+    limits = GrowthLimits(
+        max_leaves=draw(st.sampled_from([2, 7, 31, 63])),
+        max_depth=draw(st.sampled_from([None, 1, 3, 6])),
+        min_samples_leaf=draw(st.sampled_from([1, 5, 20])),
+        l2_regularization=draw(st.sampled_from([0.0, 1.0])),
+    )
+    return X, rows, g, h, unit_hessian, limits
+
+
+@settings(max_examples=60, deadline=None)
+@given(growth_cases())
+def test_a_whole_tree_in_one_call_is_the_tree_grown_node_by_node(case):
+    X, rows, g, h, unit_hessian, limits = case
+    compiled = TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian)
+    per_node = TreeGrower(X, rows, limits, ReferenceTreeKernels(np), unit_hessian)
+    assert compiled.whole_trees and not per_node.whole_trees
+    raw_compiled, raw_per_node = np.full(X.n_rows, 0.5), np.full(X.n_rows, 0.5)
+    for _ in range(2):  # a second tree on the same grower: its buffers start over
+        a = compiled.grow(g, h, 0.1, raw_compiled)
+        b = per_node.grow(g, h, 0.1, raw_per_node)
+        for field in ("feature", "left", "right", "count", "goes_left"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+        np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a.gain, b.gain, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(raw_compiled, raw_per_node, rtol=1e-9, atol=1e-12)
