@@ -391,32 +391,6 @@ def test_missing_values_go_to_the_side_that_gains_most(null_target):
     assert bool(mask[missing_bin]) == (null_target == 0.0)  # NULLs join the rows they resemble
 
 
-@settings(max_examples=30, deadline=None)
-@given(binned_blocks(), st.integers(0, 2**32 - 1), st.booleans())
-def test_partition_with_the_smaller_sides_histogram_matches_reference(block, seed, build_left):
-    """Partitioning a node's rows and adding one side's rows to a histogram in the same pass equals the two
-    apart: the same order of rows, the same histogram (the one-block layout, where the pass is fused)."""
-    rng, codes, index, fill, rows, g, h, width = block
-    if len(rows) == 0:
-        return
-    rng = np.random.default_rng(seed)
-    flat = flat_of(codes, index, fill, len(g), width, gather_width=16)  # every block gathered into one
-    assert flat.rowwise
-    column = int(rng.integers(0, codes.shape[1]))
-    goes_left = rng.random(width) < 0.5
-    start = int(rng.integers(0, len(rows)))
-    stop = int(rng.integers(start, len(rows) + 1))
-    fused_rows, reference_rows = rows.copy(), rows.copy()
-    scratch = np.empty(len(rows), dtype=np.int64)
-    args = (start, stop, flat, column, goes_left, scratch, build_left, g, h)
-    n_left, hist = FUSED.partition_histogram(fused_rows, *args)
-    want_left, want = REFERENCE.partition_histogram(reference_rows, *args)
-    assert n_left == want_left
-    np.testing.assert_array_equal(fused_rows, reference_rows)
-    np.testing.assert_allclose(hist, want, atol=1e-8)
-    np.testing.assert_array_equal(hist[..., 2], want[..., 2])
-
-
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([1, 50, 140_000]), st.integers(1, 63))
 def test_leaf_values_are_added_to_their_rows_as_the_reference_adds_them(seed, n, leaves):

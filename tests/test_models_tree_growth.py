@@ -11,6 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ilargi_db.backend.parallel import kernel_threads
 from ilargi_db.backend.tree_kernels import NumbaTreeKernels
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, bin_dtype
@@ -22,7 +23,7 @@ def growth_cases(draw):
     """A row-wise binned matrix (numeric and categorical features, missing values), training rows, gradients and
     limits."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    n = draw(st.sampled_from([1, 40, 500, 5000]))
+    n = draw(st.sampled_from([1, 40, 500, 5000, 70_000]))  # 70,000: the root and large nodes split in row chunks
     c = draw(st.integers(1, 6))
     missing_bin = draw(st.sampled_from([4, 32, 255, 1024]))
     categorical = rng.random(c) < 0.3
@@ -70,3 +71,19 @@ def test_a_whole_tree_in_one_call_is_the_tree_grown_node_by_node(case):
         np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(a.gain, b.gain, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(raw_compiled, raw_per_node, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(growth_cases())
+def test_a_tree_does_not_depend_on_the_thread_count(case):
+    X, rows, g, h, unit_hessian, limits = case
+    trees, raws = [], []
+    for threads in (1, 2, 3):
+        raw = np.zeros(X.n_rows)
+        with kernel_threads(threads):
+            trees.append(TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian).grow(g, h, 0.1, raw))
+        raws.append(raw)
+    for tree, raw in zip(trees[1:], raws[1:]):
+        for field in ("feature", "left", "right", "count", "goes_left", "value", "gain"):
+            np.testing.assert_array_equal(getattr(tree, field), getattr(trees[0], field), err_msg=field)
+        np.testing.assert_array_equal(raw, raws[0])

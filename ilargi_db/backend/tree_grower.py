@@ -18,182 +18,333 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types as nt
+from numba.extending import intrinsic
 
 from ilargi_db.backend.compiled import kernel, read_only
-from ilargi_db.backend.tree_split import COUNT, GRADIENT, HESSIAN, HIST_FIELDS, TIE, feature_split
+from ilargi_db.backend.parallel import run
+from ilargi_db.backend.tree_split import COUNT, GRADIENT, HESSIAN, HIST_FIELDS, best_split
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 BINS = (nt.uint8, nt.uint16)
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
 
+# A node's rows are an ascending subset of the training rows: reading their bins and gradients skips through
+# memory, each read a cache miss the hardware does not foresee. Each pass asks for the row this many ahead
+# first (measured on 1M rows x 12 features: the histograms of a tree's smaller children 2.4x faster).
+PREFETCH_AHEAD = 48
+CHUNK_ROWS = 1 << 14  # rows per chunk of a root's histogram or a split done on several threads
+MAX_CHUNKS = 8
+PARALLEL_ROWS = 2 * CHUNK_ROWS  # a histogram of this many rows or more is built in chunks, on the free cores
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _add_row(codes, r, gi, hi, unit_hessian, slots, bins, acc):  # pragma: no cover - compiled
-    for j in range(codes.shape[1]):
-        b = np.int64(codes[r, j])
-        slot = slots[j] + (b if b < bins[j] else bins[j])  # a value's bin, or the feature's missing row
-        acc[slot, GRADIENT] += gi
-        if not unit_hessian:
-            acc[slot, HESSIAN] += hi
-        acc[slot, COUNT] += 1.0
+
+@intrinsic
+def _prefetch(typingctx, array, offset):
+    """Ask the CPU to bring ``array``'s element ``offset`` (counted in a C-order array's elements) into its caches
+    (LLVM's prefetch: a read, kept close); it reads nothing and cannot fault."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
+        function = builder.module.declare_intrinsic("llvm.prefetch", [byte_pointer], fnty)
+        address = builder.bitcast(builder.gep(data, [args[1]]), byte_pointer)
+        builder.call(function, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return nt.void(array, offset), codegen
 
 
 @numba.njit(cache=True, nogil=True)
-def _partition_add(codes, rows, scratch, start, stop, column, goes_left, build_left, g, h, unit_hessian, slots, bins,
-                   acc):  # fmt: skip  # pragma: no cover - compiled
-    """Order ``rows[start:stop]`` stably, left rows first, adding the rows of the built side to ``acc``; the left
-    rows' count."""
+def _rows_histogram(codes, rows, lo, hi, g, h, unit_hessian, offsets, ordered, acc):  # pragma: no cover
+    """Add ``rows[lo:hi]`` to ``acc`` ((features x bins, HIST_FIELDS): block column j's bin b at ``offsets[j] + b``):
+    their gradients (and hessians) gathered in order first (LightGBM's ordered gradients), then each row's bins read
+    once for every feature."""
+    m, w = hi - lo, codes.shape[1]
+    for i in range(m):
+        if i + PREFETCH_AHEAD < m:
+            _prefetch(g, rows[lo + i + PREFETCH_AHEAD])
+            if not unit_hessian:
+                _prefetch(h, rows[lo + i + PREFETCH_AHEAD])
+        r = rows[lo + i]
+        ordered[i, GRADIENT] = g[r]
+        if not unit_hessian:
+            ordered[i, HESSIAN] = h[r]
+    for i in range(m):
+        if i + PREFETCH_AHEAD < m:
+            _prefetch(codes, rows[lo + i + PREFETCH_AHEAD] * w)
+        r, gi, hi_ = rows[lo + i], ordered[i, GRADIENT], ordered[i, HESSIAN]
+        for j in range(w):
+            slot = offsets[j] + np.int64(codes[r, j])
+            acc[slot, GRADIENT] += gi
+            if not unit_hessian:
+                acc[slot, HESSIAN] += hi_
+            acc[slot, COUNT] += 1.0
+    if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
+        for s in range(acc.shape[0]):
+            acc[s, HESSIAN] = acc[s, COUNT]
+
+
+@numba.njit(cache=True, nogil=True)
+def _partition(codes, rows, scratch, start, stop, column, goes_left):  # pragma: no cover - compiled
+    """Order ``rows[start:stop]`` stably, the rows whose bin of block column ``column`` goes left first; their count.
+    Without a branch on the side (each row written to both, the counts advanced by its side): a split's side
+    is as hard to foresee as a coin's."""
     left = 0
     right = 0
+    w = codes.shape[1]
     for i in range(start, stop):
+        if i + PREFETCH_AHEAD < stop:
+            _prefetch(codes, rows[i + PREFETCH_AHEAD] * w + column)
         r = rows[i]
-        to_left = goes_left[codes[r, column]]
-        if to_left:
-            rows[start + left] = r  # never ahead of i: an entry already read
-            left += 1
-        else:
-            scratch[right] = r
-            right += 1
-        if to_left == build_left:
-            _add_row(codes, r, g[r], h[r], unit_hessian, slots, bins, acc)
+        to_left = np.int64(goes_left[codes[r, column]])
+        rows[start + left] = r  # never ahead of i: an entry already read
+        scratch[right] = r
+        left += to_left
+        right += 1 - to_left
     rows[start + left : stop] = scratch[:right]
-    if unit_hessian:
-        acc[:, HESSIAN] = acc[:, COUNT]
     return left
 
 
-@numba.njit(cache=True, nogil=True)
-def _totals(hist, slot_start, total):  # pragma: no cover - compiled
-    """A node's sums: those of its first feature's bins (every row is in one bin of each feature)."""
-    total[:] = 0.0
-    for s in range(slot_start[0], slot_start[1]):
-        for q in range(HIST_FIELDS):
-            total[q] += hist[s, q]
-
-
-@numba.njit(cache=True, nogil=True)
-def _best_split(hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
-                best_mask):  # fmt: skip  # pragma: no cover - compiled
-    """Best (gain, feature) over a compact histogram's features, the winner's bins going left in ``best_mask``."""
-    best_gain, best_feature = 0.0, -1
-    for f in range(value_bins.shape[0]):
-        nb = value_bins[f]
-        hf = hist[slot_start[f] : slot_start[f] + nb + 1]
-        gain = feature_split(hf, nb, nb, missing_bin, categorical[f], total, l2, min_rows, order, keys, mask)
-        if gain > best_gain * (1.0 + TIE):
-            best_gain, best_feature = gain, f
-            best_mask[:] = mask
-    return best_gain, best_feature
+@kernel([nt.void(read_only(b[:, ::1]), IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, F64[:, :, ::1], I64, I64)
+         for b in BINS])  # fmt: skip
+def _chunk_histograms(codes, rows, lo, hi, g, h, unit_hessian, offsets, acc, first, last):  # pragma: no cover
+    """:func:`_rows_histogram` of ``rows[lo:hi]`` cut into ``acc.shape[0]`` chunks, chunk k's into ``acc[k]``."""
+    chunks = acc.shape[0]
+    size = (hi - lo + chunks - 1) // chunks
+    ordered = np.empty((size, 2))
+    for k in range(first, last):
+        a = lo + k * size
+        _rows_histogram(codes, rows, a, min(hi, a + size), g, h, unit_hessian, offsets, ordered, acc[k])
 
 
 # fmt: off
-_GROW_TREE_TYPES = [
-    I64(read_only(b[:, ::1]), I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_I64, IN_I64, IN_BOOL, I64,
-        I64, I64, F64, F64, F64, F64, F64[:, :, ::1],
-        I64[::1], I64[::1], I64[::1], F64[::1], F64[::1], I64[::1], BOOL[:, ::1], F64[::1])
+@kernel([nt.void(read_only(b[:, ::1]), I64[::1], I64[::1], I64, I64, I64, IN_BOOL, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
+                 F64[:, :, ::1], I64[::1], I64, I64)
+         for b in BINS])
+# fmt: on
+def _chunk_splits(codes, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, offsets, acc,
+                  lefts, first, last):  # fmt: skip  # pragma: no cover - compiled
+    """A split of ``rows[lo:hi]`` cut into chunks, first pass: each chunk partitioned in place (its left rows, then
+    its right ones), the rows of its built side added to ``acc[k]``, its left rows counted in ``lefts[k]``."""
+    chunks = acc.shape[0]
+    size = (hi - lo + chunks - 1) // chunks
+    ordered = np.empty((size, 2))
+    for k in range(first, last):
+        a = lo + k * size
+        z = min(hi, a + size)
+        n_left = _partition(codes, rows, scratch[a:z], a, z, column, goes_left)
+        lefts[k] = n_left
+        if build_left:
+            _rows_histogram(codes, rows, a, a + n_left, g, h, unit_hessian, offsets, ordered, acc[k])
+        else:
+            _rows_histogram(codes, rows, a + n_left, z, g, h, unit_hessian, offsets, ordered, acc[k])
+
+
+@kernel([nt.void(I64[::1], I64[::1], I64, I64, IN_I64, I64, I64)])
+def _chunk_merge(rows, scratch, lo, hi, lefts, first, last):  # pragma: no cover - compiled
+    """Second pass: each chunk's left rows, then its right ones, copied where the chunks before it end (into
+    ``scratch``): both sides in the node's order, as one stable partition leaves them."""
+    chunks = lefts.shape[0]
+    size = (hi - lo + chunks - 1) // chunks
+    n_left = lefts.sum()
+    for k in range(first, last):
+        a = lo + k * size
+        z = min(hi, a + size)
+        before = lefts[:k].sum()
+        to_left, to_right = lo + before, lo + n_left + (a - lo - before)
+        scratch[to_left : to_left + lefts[k]] = rows[a : a + lefts[k]]
+        scratch[to_right : to_right + (z - a - lefts[k])] = rows[a + lefts[k] : z]
+
+
+# A node's int fields, one row per node (the grower's record, kept across its steps).
+START, STOP, DEPTH, POOL, FEATURE, LEFT, RIGHT, COUNT_ROWS = range(8)
+NODE_INTS = 8
+VALUE, GAIN = 0, 1
+# The grower's state between steps: what it does next, its sizes, the split under way and what it asks for.
+PHASE, N_NODES, N_LEAVES, N_FREE, SPLITTING, SMALL, SMALL_LEFT, N_LEFT = range(8)
+ASK_FIRST, ASK_LAST, ASK_BUFFER, ASK_COLUMN = range(8, 12)
+STATE_INTS = 12
+MIN_GAIN = 0  # the float state
+# Phases; a step returns DONE or asks for the ROOT's histogram (into hists[ASK_BUFFER], of rows[ASK_FIRST:ASK_LAST])
+# or a SPLIT of node SPLITTING (its rows partitioned, N_LEFT set, the smaller side's histogram into hists[SMALL]).
+BEGIN, ROOT_BUILT, CHILD_BUILT = 0, 1, 2
+DONE, ROOT, SPLIT = 0, 1, 2
+
+# fmt: off
+_GROW_STEP_TYPES = [
+    I64(read_only(b[:, ::1]), I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_I64, IN_I64, IN_BOOL,
+        I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
+        I64[:, ::1], F64[:, ::1], BOOL[:, ::1], I64[::1], I64[::1], I64[::1], F64[::1], F64[::1])
     for b in BINS
 ]
 # fmt: on
 
 
-@kernel(_GROW_TREE_TYPES)
-def _grow_tree(
-    codes, rows, scratch, g, h, unit_hessian, columns, slot_start, value_bins, categorical, missing_bin,
-    max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, hists,
-    feature, left, right, value, gain, count, goes_left, raw,
+@kernel(_GROW_STEP_TYPES)
+def _grow_step(
+    codes, rows, scratch, g, h, unit_hessian, offsets, column_of, value_bins, categorical,
+    max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
+    nodes, floats, goes_left, leaves, free, state, min_gain_state, raw,
 ):  # fmt: skip  # pragma: no cover - compiled
-    n, w, n_features, max_nodes = rows.shape[0], codes.shape[1], value_bins.shape[0], feature.shape[0]
-    slots, bins, column_of = np.empty(w, np.int64), np.empty(w, np.int64), np.empty(n_features, np.int64)
-    for j in range(w):
-        slots[j], bins[j], column_of[columns[j]] = slot_start[columns[j]], value_bins[columns[j]], j
-    start, stop = np.zeros(max_nodes, np.int64), np.zeros(max_nodes, np.int64)
-    depth, pool = np.zeros(max_nodes, np.int64), np.full(max_nodes, -1, np.int64)
-    leaves = np.empty(max_leaves, np.int64)
-    free = np.arange(hists.shape[0])  # histogram buffers not in use: a leaf holds one
-    n_free = hists.shape[0]
-    order, keys = np.empty(missing_bin + 1, np.int64), np.empty(missing_bin + 1)
-    mask = np.zeros(missing_bin + 1, np.bool_)
-    total = np.zeros(HIST_FIELDS)
-    feature[:], left[:], right[:], value[:], gain[:], count[:], goes_left[:] = -1, -1, -1, 0.0, 0.0, 0, False
-
-    n_free -= 1
-    pool[0] = free[n_free]
-    root = hists[pool[0]]
-    root[:] = 0.0
-    for i in range(n):
-        r = rows[i]
-        _add_row(codes, r, g[r], h[r], unit_hessian, slots, bins, root)
-    if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
-        root[:, HESSIAN] = root[:, COUNT]
-    _totals(root, slot_start, total)
-    min_gain = floor_abs * floor_abs / (total[HESSIAN] + l2)  # see _tree_growth.GAIN_FLOOR
-    stop[0], count[0], leaves[0] = n, n, 0
-    n_nodes, n_leaves = 1, 1
-    candidates = np.zeros(1, np.int64)  # the nodes whose best split is searched next
+    """Grow the tree in ``nodes`` from where ``state`` says until it is done (DONE), or until the root's histogram
+    or a split of a node of at least ``ask_rows`` rows is wanted (ROOT, SPLIT: done by the caller on the free
+    cores, which then calls again)."""
+    n_features, n_bins = value_bins.shape[0], goes_left.shape[1]
+    n = rows.shape[0]
+    ordered = np.empty((min(n, ask_rows), 2))  # a node's gradients and hessians in its rows' order
+    phase = state[PHASE]
+    if phase == BEGIN:
+        nodes[:, :] = -1
+        nodes[:, START] = nodes[:, STOP] = nodes[:, DEPTH] = nodes[:, COUNT_ROWS] = 0
+        floats[:, :], goes_left[:, :] = 0.0, False
+        free[:] = np.arange(free.shape[0])
+        state[N_FREE] = free.shape[0] - 1
+        nodes[0, POOL] = free[state[N_FREE]]
+        nodes[0, STOP] = nodes[0, COUNT_ROWS] = n
+        leaves[0] = 0
+        state[N_NODES], state[N_LEAVES] = 1, 1
+        hists[nodes[0, POOL]] = 0.0
+        state[PHASE] = ROOT_BUILT
+        if n >= ask_rows:
+            state[ASK_FIRST], state[ASK_LAST], state[ASK_BUFFER] = 0, n, nodes[0, POOL]
+            return ROOT
+        _rows_histogram(codes, rows, 0, n, g, h, unit_hessian, offsets, ordered, hists[nodes[0, POOL]])
+        phase = ROOT_BUILT
+    candidates = np.zeros(2, np.int64)  # the nodes whose best split is searched next
+    n_candidates = 0
+    if phase == ROOT_BUILT:
+        total = hists[nodes[0, POOL], :n_bins].sum(axis=0)  # the first feature's bins: every row is in one
+        min_gain_state[MIN_GAIN] = floor_abs * floor_abs / (total[HESSIAN] + l2)  # see _tree_growth.GAIN_FLOOR
+        n_candidates = 1
+    min_gain = min_gain_state[MIN_GAIN]
     while True:
-        for node in candidates:  # a leaf's split, kept as its candidate (feature >= 0) if it may be taken
-            if (max_depth >= 0 and depth[node] >= max_depth) or stop[node] - start[node] < 2 * min_rows:
+        if phase == CHILD_BUILT:  # the larger child's histogram is the parent's less the smaller's
+            best, small = state[SPLITTING], state[SMALL]
+            parent = hists[nodes[best, POOL]]
+            parent -= hists[small]
+            lo, hi = state[N_NODES], state[N_NODES] + 1
+            state[N_NODES] += 2
+            middle = nodes[best, START] + state[N_LEFT]
+            nodes[best, LEFT], nodes[best, RIGHT] = lo, hi
+            nodes[lo, START], nodes[lo, STOP] = nodes[best, START], middle
+            nodes[hi, START], nodes[hi, STOP] = middle, nodes[best, STOP]
+            nodes[lo, DEPTH] = nodes[hi, DEPTH] = nodes[best, DEPTH] + 1
+            nodes[lo, COUNT_ROWS], nodes[hi, COUNT_ROWS] = middle - nodes[best, START], nodes[best, STOP] - middle
+            if state[SMALL_LEFT]:
+                nodes[lo, POOL], nodes[hi, POOL] = small, nodes[best, POOL]
+            else:
+                nodes[lo, POOL], nodes[hi, POOL] = nodes[best, POOL], small
+            nodes[best, POOL] = -1
+            for k in range(state[N_LEAVES]):
+                if leaves[k] == best:
+                    leaves[k] = lo
+            leaves[state[N_LEAVES]] = hi
+            state[N_LEAVES] += 1
+            candidates[0], candidates[1], n_candidates = lo, hi, 2
+        for c in range(n_candidates):  # a leaf's split, kept as its candidate (FEATURE >= 0) if it may be taken
+            node = candidates[c]
+            if (max_depth >= 0 and nodes[node, DEPTH] >= max_depth) or (
+                nodes[node, STOP] - nodes[node, START] < 2 * min_rows
+            ):
                 continue
-            hist = hists[pool[node]]
-            _totals(hist, slot_start, total)
-            best_gain, best_feature = _best_split(
-                hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
-                goes_left[node],
-            )  # fmt: skip
+            hist = hists[nodes[node, POOL]].reshape(n_features, n_bins, HIST_FIELDS)
+            best_gain, best_feature = best_split(hist, value_bins, categorical, n_bins - 1, l2, min_rows,
+                                                 goes_left[node])  # fmt: skip
             if best_feature >= 0 and best_gain > min_gain:
-                feature[node], gain[node] = best_feature, best_gain
+                nodes[node, FEATURE], floats[node, GAIN] = best_feature, best_gain
             else:
                 goes_left[node, :] = False
-        if n_leaves >= max_leaves:
+        n_candidates = 0
+        if state[N_LEAVES] >= max_leaves:
             break
         best = -1
-        for k in range(n_leaves):  # the leaf of largest gain, ties to the lowest id
+        for k in range(state[N_LEAVES]):  # the leaf of largest gain, ties to the lowest id
             i = leaves[k]
-            if feature[i] >= 0 and (best < 0 or gain[i] > gain[best] or (gain[i] == gain[best] and i < best)):
+            if nodes[i, FEATURE] >= 0 and (
+                best < 0 or floats[i, GAIN] > floats[best, GAIN] or (floats[i, GAIN] == floats[best, GAIN] and i < best)
+            ):
                 best = i
         if best < 0:
             break
-        f = feature[best]
-        s0, nb = slot_start[f], value_bins[f]
-        parent = hists[pool[best]]
-        n_left_rows = parent[s0 + nb, COUNT] if goes_left[best, missing_bin] else 0.0
-        for b in range(nb):
+        f = nodes[best, FEATURE]
+        parent = hists[nodes[best, POOL]]
+        n_left_rows = 0.0
+        for b in range(n_bins):
             if goes_left[best, b]:
-                n_left_rows += parent[s0 + b, COUNT]
-        small_left = n_left_rows <= (stop[best] - start[best]) - n_left_rows
-        n_free -= 1
-        small = free[n_free]
-        hists[small, :, :] = 0.0
-        n_left = _partition_add(
-            codes, rows, scratch, start[best], stop[best], column_of[f], goes_left[best], small_left, g, h,
-            unit_hessian, slots, bins, hists[small],
-        )  # fmt: skip
-        parent -= hists[small]  # the larger child's histogram, in the parent's buffer
-        lo, hi = n_nodes, n_nodes + 1
-        n_nodes += 2
-        middle = start[best] + n_left
-        left[best], right[best] = lo, hi
-        start[lo], stop[lo], start[hi], stop[hi] = start[best], middle, middle, stop[best]
-        depth[lo] = depth[hi] = depth[best] + 1
-        count[lo], count[hi] = middle - start[best], stop[best] - middle
-        pool[lo], pool[hi] = (small, pool[best]) if small_left else (pool[best], small)
-        pool[best] = -1
-        for k in range(n_leaves):
-            if leaves[k] == best:
-                leaves[k] = lo
-        leaves[n_leaves] = hi
-        n_leaves += 1
-        candidates = np.array([lo, hi])
-    for k in range(n_leaves):  # leaf values, added to the raw scores of the leaf's rows
+                n_left_rows += parent[f * n_bins + b, COUNT]
+        first, last = nodes[best, START], nodes[best, STOP]
+        small_left = n_left_rows <= (last - first) - n_left_rows
+        state[N_FREE] -= 1
+        small = free[state[N_FREE]]
+        hists[small] = 0.0
+        state[SPLITTING], state[SMALL], state[SMALL_LEFT] = best, small, small_left
+        phase = state[PHASE] = CHILD_BUILT
+        if last - first >= ask_rows:
+            state[ASK_FIRST], state[ASK_LAST], state[ASK_COLUMN] = first, last, column_of[f]
+            return SPLIT
+        n_left = _partition(codes, rows, scratch, first, last, column_of[f], goes_left[best])
+        state[N_LEFT] = n_left
+        a, z = (first, first + n_left) if small_left else (first + n_left, last)
+        _rows_histogram(codes, rows, a, z, g, h, unit_hessian, offsets, ordered, hists[small])
+    for k in range(state[N_LEAVES]):  # leaf values, added to the raw scores of the leaf's rows
         i = leaves[k]
-        _totals(hists[pool[i]], slot_start, total)
-        feature[i], gain[i] = -1, 0.0
+        total = hists[nodes[i, POOL], :n_bins].sum(axis=0)
+        nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False
-        value[i] = -learning_rate * total[GRADIENT] / (total[HESSIAN] + l2)
-        for q in range(start[i], stop[i]):
-            raw[rows[q]] += value[i]
-    return n_nodes
+        floats[i, VALUE] = -learning_rate * total[GRADIENT] / (total[HESSIAN] + l2)
+        for q in range(nodes[i, START], nodes[i, STOP]):
+            raw[rows[q]] += floats[i, VALUE]
+    return DONE
 
 
-__all__ = ["_grow_tree"]
+def grow_tree(
+    codes, rows, scratch, g, h, unit_hessian: bool, columns, value_bins, categorical, limits, floor_abs: float,
+    learning_rate: float, raw, hists,
+) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """One tree on ``codes`` (training row r's bins in row r, block column j feature ``columns[j]``) from ``rows``
+    (partitioned in place), its leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain,
+    count, goes_left) arrays. A histogram of many rows is built here over row chunks on the free cores."""
+    n_features, n_bins = len(value_bins), hists.shape[1] // len(value_bins)
+    max_nodes = 2 * limits.max_leaves - 1
+    nodes, floats = np.empty((max_nodes, NODE_INTS), np.int64), np.empty((max_nodes, 2))
+    goes_left = np.empty((max_nodes, n_bins), np.bool_)
+    leaves, free = np.empty(limits.max_leaves, np.int64), np.empty(hists.shape[0], np.int64)
+    state, min_gain = np.zeros(STATE_INTS, np.int64), np.zeros(1)
+    offsets, column_of = columns * n_bins, np.empty(n_features, np.int64)
+    column_of[columns] = np.arange(len(columns))
+    max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
+    args = (
+        codes, rows, scratch, g, h, unit_hessian, offsets, column_of, value_bins, categorical, int(limits.max_leaves),
+        max_depth, float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs),
+        float(learning_rate), PARALLEL_ROWS, hists, nodes, floats, goes_left, leaves, free, state, min_gain, raw,
+    )  # fmt: skip
+    while (step := _grow_step(*args)) != DONE:
+        lo, hi = int(state[ASK_FIRST]), int(state[ASK_LAST])
+        chunks = min(MAX_CHUNKS, (hi - lo) // CHUNK_ROWS)  # set by the shapes: the same sums on any thread count
+        acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
+        if step == ROOT:
+            run(_chunk_histograms.dispatcher, chunks, codes, rows, lo, hi, g, h, unit_hessian, offsets, acc)
+            merged = hists[int(state[ASK_BUFFER])]
+        else:
+            node, lefts = int(state[SPLITTING]), np.zeros(chunks, np.int64)
+            column, build_left = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT])
+            run(
+                _chunk_splits.dispatcher, chunks, codes, rows, scratch, lo, hi, column, goes_left[node], build_left,
+                g, h, unit_hessian, offsets, acc, lefts,
+            )  # fmt: skip
+            run(_chunk_merge.dispatcher, chunks, rows, scratch, lo, hi, lefts)
+            rows[lo:hi] = scratch[lo:hi]
+            state[N_LEFT] = lefts.sum()
+            merged = hists[int(state[SMALL])]
+        for k in range(chunks):  # chunk order
+            merged += acc[k]
+    n_nodes = int(state[N_NODES])
+    nodes, floats = nodes[:n_nodes], floats[:n_nodes]
+    return (nodes[:, FEATURE].copy(), nodes[:, LEFT].copy(), nodes[:, RIGHT].copy(), floats[:, VALUE].copy(),
+            floats[:, GAIN].copy(), nodes[:, COUNT_ROWS].copy(), goes_left[:n_nodes])  # fmt: skip
+
+
+__all__ = ["grow_tree"]

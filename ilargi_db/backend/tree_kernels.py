@@ -11,8 +11,8 @@ n_bins, 3)`` float64 (the kernels add rows into each feature's compact slots, th
   factorized way for a small dimension, (g, h, 1) summed per source row over the node's rows
   (``I^T v``) and then each source row's sums added to its bins, so its columns are never repeated per row;
 - :func:`partition_rows`: a node's rows split stably by a split's bin mask, read through the index;
-- :func:`best_split`: the split of largest gain over every column's histogram (numeric thresholds with
-  missing values sent where they gain most, categorical sets sorted by gradient statistics);
+- ``best_split``: the split of largest gain over every column's histogram (:mod:`.tree_split`);
+- ``grow_tree``: a whole tree in one compiled call on a layout of one block read row by row (:mod:`.tree_grower`);
 - :func:`add_tree`: a tree's leaf values added to the raw scores of rows given as dense bins.
 
 Reductions run over a number of row chunks that depends on the shapes only, merged in chunk order: the
@@ -29,11 +29,10 @@ from numba import types as nt
 
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
-from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, feature_split
+from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
-PARTITION_CHUNK_ROWS = 1 << 13  # a partition pass reads a row's bins once: threads pay off on fewer rows
 PREDICT_ROWS = 1 << 15  # rows per thread at least of a prediction pass
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
 
@@ -63,11 +62,6 @@ _NODE_HISTOGRAM_TYPES = [
 _NODE_HISTOGRAM_TOTAL_TYPES = [
     (IN_BINS[b], IN_I64, IN_I64, IN_I64, IN_BINS[b], IN_BOOL, IN_I64, I64, IN_I64, IN_I64, IN_I64, IN_I64, BOOL,
      read_only(F64[:, :, ::1]), read_only(F64[:, ::1]), F64[:, :, ::1])  # seg: merged into its first chunk
-    for b in BINS
-]
-_PARTITION_COUNTS_TYPES = [
-    nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, BOOL, IN_F64, IN_F64, IN_I64, IN_I64, BOOL,
-            F64[:, :, ::1], I64[::1], I64, I64)
     for b in BINS
 ]
 # fmt: on
@@ -235,110 +229,9 @@ def _partition_rows(
     return left
 
 
-_PARTITION_HISTOGRAM_ARGS = [
-    (I64[::1], I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], BOOL, IN_F64, IN_F64, IN_I64, IN_I64, I64, BOOL)
-    for b in BINS
-]
-
-
-@kernel(_PARTITION_HISTOGRAM_ARGS)
-def _partition_histogram(
-    rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots, unit_hessian
-):  # pragma: no cover - compiled
-    """:func:`_partition_rows` on one block of every feature, adding the rows of one side to its histogram in the
-    same pass (the smaller child's, known from the parent's histogram): each row read once per split."""
-    acc = np.zeros((n_slots, 3))
-    left = 0
-    right = 0
-    w = codes.shape[1]
-    for i in range(start, stop):
-        r = rows[i]
-        to_left = goes_left[codes[r, column]]
-        if to_left:
-            rows[start + left] = r
-            left += 1
-        else:
-            scratch[right] = r
-            right += 1
-        if to_left == build_left:
-            gi, hi = g[r], h[r]
-            for f in range(w):
-                slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
-                acc[slot, 0] += gi
-                if not unit_hessian:
-                    acc[slot, 1] += hi
-                acc[slot, 2] += 1.0
-    rows[start + left : stop] = scratch[:right]
-    if unit_hessian:
-        acc[:, 1] = acc[:, 2]
-    return left, acc
-
-
-@kernel(_PARTITION_COUNTS_TYPES)
-def _partition_counts(
-    rows, start, stop, codes, column, goes_left, build_left, g, h, slots, bins, unit_hessian, acc, lefts, first, last
-):  # pragma: no cover - compiled
-    """:func:`_partition_histogram` over row chunks, first pass: each chunk counts its rows going left and adds its
-    rows of the built side to its own histogram (merged in chunk order by the caller)."""
-    m, chunks = stop - start, acc.shape[0]
-    size = (m + chunks - 1) // chunks
-    w = codes.shape[1]
-    for k in range(first, last):
-        part = acc[k]
-        count = 0
-        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
-            r = rows[i]
-            to_left = goes_left[codes[r, column]]
-            count += to_left
-            if to_left == build_left:
-                gi, hi = g[r], h[r]
-                for f in range(w):
-                    slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
-                    part[slot, 0] += gi
-                    if not unit_hessian:
-                        part[slot, 1] += hi
-                    part[slot, 2] += 1.0
-        lefts[k] = count
-
-
-@kernel([nt.void(IN_I64, I64, I64, IN_ROWS_BINS[b], I64, IN_BOOL, I64[::1], IN_I64, I64, I64) for b in BINS])
-def _partition_write(rows, start, stop, codes, column, goes_left, scratch, lefts, first, last):  # pragma: no cover
-    """Second pass: each chunk writes its rows where the counts before it say (both sides in the node's order, as
-    the one-pass kernel leaves them)."""
-    m, chunks = stop - start, lefts.shape[0]
-    size = (m + chunks - 1) // chunks
-    n_left = lefts.sum()
-    for k in range(first, last):
-        left = lefts[:k].sum()
-        right = n_left + (k * size - left)
-        for i in range(start + k * size, min(stop, start + (k + 1) * size)):
-            r = rows[i]
-            if goes_left[codes[r, column]]:
-                scratch[left] = r
-                left += 1
-            else:
-                scratch[right] = r
-                right += 1
-
-
 @kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1])])
 def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
-    """Best (gain, feature) over the features of a spread histogram; ``goes_left[b]`` of the winner filled in place."""
-    c, width = hist.shape[0], hist.shape[1]
-    total = hist[0].sum(axis=0)
-    best_gain, best_column = 0.0, -1
-    mask = np.zeros(width, dtype=np.bool_)
-    order = np.empty(width, dtype=np.int64)
-    keys = np.empty(width)
-    for f in range(c):
-        gain = feature_split(hist[f], n_bins[f], missing_bin, missing_bin, categorical[f], total, l2, min_rows,
-                             order, keys, mask)  # fmt: skip
-        if gain > best_gain * (1.0 + TIE):
-            best_gain, best_column = gain, f
-            goes_left[:] = mask
-    if best_column < 0:
-        goes_left[:] = False
-    return best_gain, best_column
+    return best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
 
 
 @kernel(
@@ -398,24 +291,14 @@ class NumbaTreeKernels:
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
         """One tree grown on a row-wise layout (:attr:`FlatBins.rowwise`) from ``rows`` (partitioned in place), its
         leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays.
-        ``hists``: (max_leaves, slots, HIST_FIELDS) float64 scratch, the histograms of the leaves."""
-        from ilargi_db.backend.tree_grower import _grow_tree
+        ``hists``: (max_leaves, features x bins, HIST_FIELDS) float64 scratch, the histograms of the leaves."""
+        from ilargi_db.backend.tree_grower import grow_tree
 
         codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
-        max_nodes = 2 * limits.max_leaves - 1
-        out = (
-            np.empty(max_nodes, np.int64), np.empty(max_nodes, np.int64), np.empty(max_nodes, np.int64),
-            np.empty(max_nodes), np.empty(max_nodes), np.empty(max_nodes, np.int64),
-            np.empty((max_nodes, flat.n_bins), np.bool_),
+        return grow_tree(
+            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), _i64(flat.columns), _i64(flat.value_bins),
+            _flags(categorical), limits, floor_abs, learning_rate, raw, hists,
         )  # fmt: skip
-        n_nodes = _grow_tree(
-            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), _i64(flat.columns), _i64(flat.slot_start),
-            _i64(flat.value_bins), _flags(categorical), flat.n_bins - 1, int(limits.max_leaves),
-            -1 if limits.max_depth is None else int(limits.max_depth), float(limits.min_samples_leaf),
-            float(limits.l2_regularization), float(floor_abs),
-            float(learning_rate), hists, *out, raw,
-        )  # fmt: skip
-        return tuple(a[:n_nodes] for a in out)
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source
@@ -473,49 +356,6 @@ class NumbaTreeKernels:
                 scratch,
             )
         )
-
-    def partition_histogram(
-        self,
-        rows,
-        start: int,
-        stop: int,
-        flat,
-        feature: int,
-        goes_left,
-        scratch,
-        build_left: bool,
-        g,
-        h,
-        unit_hessian: bool = False,
-    ) -> tuple[int, np.ndarray]:
-        """:meth:`partition_rows`, and the histogram of the left (``build_left``) or right rows, in one pass: for
-        a layout of one block read row by row (:attr:`FlatBins.rowwise`)."""
-        codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
-        _, column = flat.feature_at(feature)
-        g, h, goes_left = _f64(g), _f64(h), _flags(goes_left)
-        slots, bins, n_slots = _i64(flat.column_slot), _i64(flat.column_bins), int(flat.slot_start[-1])
-        chunks = _chunks(stop - start, n_slots * 24, PARTITION_CHUNK_ROWS)
-        if chunks == 1:
-            n_left, compact = _partition_histogram(
-                rows, start, stop, codes, column, goes_left, scratch, build_left, g, h, slots, bins, n_slots,
-                unit_hessian,
-            )  # fmt: skip
-        else:
-            acc, lefts = np.zeros((chunks, n_slots, 3)), np.zeros(chunks, dtype=np.int64)
-            run(
-                _partition_counts.dispatcher, chunks, rows, start, stop, codes, column, goes_left, build_left, g, h,
-                slots, bins, unit_hessian, acc, lefts,
-            )  # fmt: skip
-            run(_partition_write.dispatcher, chunks, rows, start, stop, codes, column, goes_left, scratch, lefts)
-            n_left = int(lefts.sum())
-            rows[start:stop] = scratch[: stop - start]
-            compact = acc[0]
-            for k in range(1, chunks):  # chunk order
-                compact += acc[k]
-            if unit_hessian:
-                compact[:, 1] = compact[:, 2]
-        columns, slot_start, value_bins = _i64(flat.columns), _i64(flat.slot_start), _i64(flat.value_bins)
-        return int(n_left), _spread(compact, columns, slot_start, value_bins, flat.n_bins)
 
     def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
         args = (_f64(hist), _i64(n_bins), _flags(categorical), int(missing_bin), float(l2), float(min_rows))

@@ -120,6 +120,29 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
     return gain_f
 
 
+@numba.njit(cache=True, nogil=True)
+def best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
+    """Best (gain, feature) over a spread histogram (features, ``missing_bin + 1``, :data:`HIST_FIELDS`): the first
+    feature wins a tie; ``goes_left`` (the winner's bins going left) filled in place, all False when none splits."""
+    width = hist.shape[1]
+    total = np.zeros(HIST_FIELDS)
+    for b in range(width):  # every row is in one bin of each feature: the node's sums are its first feature's
+        for q in range(HIST_FIELDS):
+            total[q] += hist[0, b, q]
+    best_gain, best_feature = 0.0, -1
+    mask = np.zeros(width, dtype=np.bool_)
+    order = np.empty(width, dtype=np.int64)
+    keys = np.empty(width)
+    goes_left[:] = False
+    for f in range(hist.shape[0]):
+        gain = feature_split(hist[f], n_bins[f], missing_bin, missing_bin, categorical[f], total, l2, min_rows, order,
+                             keys, mask)  # fmt: skip
+        if gain > best_gain * (1.0 + TIE):
+            best_gain, best_feature = gain, f
+            goes_left[:] = mask
+    return best_gain, best_feature
+
+
 __all__ = [
     "CATEGORY_SMOOTHING",
     "COUNT",
@@ -129,6 +152,7 @@ __all__ = [
     "HIST_FIELDS",
     "MIN_HESSIAN",
     "TIE",
+    "best_split",
     "feature_split",
     "split_score",
 ]

@@ -119,8 +119,8 @@ class TreeGrower:
         self.categorical = X.categorical
         self.flat = FlatBins.of(X)
         self.whole_trees = self.flat.rowwise and kernels.grows_whole_trees
-        # A whole tree's leaf histograms (compact: each feature's bins, then its missing row), kept across trees.
-        shape = (limits.max_leaves, int(self.flat.slot_start[-1]), HIST_FIELDS)
+        # A whole tree's leaf histograms (each feature's bins, the missing values' last), kept across trees.
+        shape = (limits.max_leaves, X.shape[1] * (X.missing_bin + 1), HIST_FIELDS)
         self.hists = np.empty(shape) if self.whole_trees else None
         self.min_gain = 0.0  # set by each tree from its gradients (GAIN_FLOOR)
         self._abs_g: np.ndarray | None = None
