@@ -22,8 +22,10 @@ from llvmlite import ir
 from numba import types as nt
 from numba.extending import intrinsic
 
+from ilargi_db.backend import quantization
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
+from ilargi_db.backend.quantization import CLIP, GOLDEN, LOW_BITS, MIX_1, MIX_2, SEED_MASK
 from ilargi_db.backend.tree_split import COUNT, GRADIENT, HESSIAN, HIST_FIELDS, best_split
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
@@ -58,24 +60,25 @@ def _prefetch(typingctx, array, offset):
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows_histogram(codes, rows, lo, hi, g, h, unit_hessian, offsets, ordered, acc):  # pragma: no cover
-    """Add ``rows[lo:hi]`` to ``acc`` ((features x bins, HIST_FIELDS): block column j's bin b at ``offsets[j] + b``):
-    their gradients (and hessians) gathered in order first (LightGBM's ordered gradients), then each row's bins read
-    once for every feature."""
-    m, w = hi - lo, codes.shape[1]
-    for i in range(m):
-        if i + PREFETCH_AHEAD < m:
-            _prefetch(g, rows[lo + i + PREFETCH_AHEAD])
+def _rows_histogram(codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets, acc):  # pragma: no cover
+    """Add ``rows[lo:hi]`` to ``acc`` ((features x bins, HIST_FIELDS): block column j's bin b at ``offsets[j] + b``),
+    each row's bins read once for every feature, the gradients and bins of the row ``PREFETCH_AHEAD`` on asked for
+    first (measured faster than gathering a node's gradients in order first, LightGBM's ordered gradients).
+    Quantized gradients (``packed`` not empty: :func:`quantize`) are summed as integers, then scaled."""
+    if packed.shape[0] > 0:
+        _packed_histogram(codes, rows, lo, hi, packed, unit_hessian, scales, offsets, acc)
+        return
+    w = codes.shape[1]
+    for i in range(lo, hi):
+        if i + PREFETCH_AHEAD < hi:
+            ahead = rows[i + PREFETCH_AHEAD]
+            _prefetch(codes, ahead * w)
+            _prefetch(g, ahead)
             if not unit_hessian:
-                _prefetch(h, rows[lo + i + PREFETCH_AHEAD])
-        r = rows[lo + i]
-        ordered[i, GRADIENT] = g[r]
-        if not unit_hessian:
-            ordered[i, HESSIAN] = h[r]
-    for i in range(m):
-        if i + PREFETCH_AHEAD < m:
-            _prefetch(codes, rows[lo + i + PREFETCH_AHEAD] * w)
-        r, gi, hi_ = rows[lo + i], ordered[i, GRADIENT], ordered[i, HESSIAN]
+                _prefetch(h, ahead)
+        r = rows[i]
+        gi = g[r]
+        hi_ = 1.0 if unit_hessian else h[r]
         for j in range(w):
             slot = offsets[j] + np.int64(codes[r, j])
             acc[slot, GRADIENT] += gi
@@ -85,6 +88,83 @@ def _rows_histogram(codes, rows, lo, hi, g, h, unit_hessian, offsets, ordered, a
     if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
         for s in range(acc.shape[0]):
             acc[s, HESSIAN] = acc[s, COUNT]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_packed(codes, rows, i, hi, packed, unit_hessian, stride, sums, counts):  # pragma: no cover - compiled
+    w = codes.shape[1]
+    if i + PREFETCH_AHEAD < hi:
+        ahead = rows[i + PREFETCH_AHEAD]
+        _prefetch(codes, ahead * w)
+        _prefetch(packed, ahead)
+    r = rows[i]
+    v = packed[r]
+    for j in range(w):
+        b = j * stride + np.int64(codes[r, j])
+        sums[b] += v
+        if not unit_hessian:
+            counts[b] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _packed_histogram(codes, rows, lo, hi, packed, unit_hessian, scales, offsets, acc):  # pragma: no cover
+    """:func:`_rows_histogram` of quantized gradients: one integer add per row and feature (its gradient in the high
+    32 bits, its hessian, or 1, in the low ones), the counts apart only for a hessian that is not 1."""
+    w = codes.shape[1]
+    n_bins = acc.shape[0] // w  # one block of every feature
+    one_byte = codes.itemsize == 1
+    stride = 256 if one_byte else n_bins
+    sums = np.zeros(w * stride, np.int64)
+    counts = np.zeros(0 if unit_hessian else w * stride, np.int64)
+    if one_byte:  # a constant stride: the compiler sees that features never share a slot (measured 2x faster)
+        for i in range(lo, hi):
+            _add_packed(codes, rows, i, hi, packed, unit_hessian, 256, sums, counts)
+    else:
+        for i in range(lo, hi):
+            _add_packed(codes, rows, i, hi, packed, unit_hessian, stride, sums, counts)
+    for j in range(w):
+        for b in range(n_bins):
+            v = sums[j * stride + b]
+            low = v & LOW_BITS
+            slot = offsets[j] + b
+            acc[slot, GRADIENT] += (v >> 32) * scales[GRADIENT]
+            if unit_hessian:
+                acc[slot, HESSIAN] += low
+                acc[slot, COUNT] += low
+            else:
+                acc[slot, HESSIAN] += low * scales[HESSIAN]
+                acc[slot, COUNT] += counts[j * stride + b]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _uniform(seed, r):  # pragma: no cover - compiled
+    """A number in [0, 1) from (seed, draw r): splitmix64 (:func:`~ilargi_db.backend.quantization.uniform`)."""
+    z = np.uint64(seed) + np.uint64(r) * np.uint64(GOLDEN)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_2)
+    z = z ^ (z >> np.uint64(31))
+    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@kernel([nt.void(IN_F64, IN_F64, BOOL, F64, F64, I64, F64[::1], F64[::1], I64[::1], I64, I64)])
+def _quantize(g, h, unit_hessian, scale_g, scale_h, seed, g_out, h_out, packed, first, last):  # pragma: no cover
+    for r in range(first, last):
+        gq = np.int64(np.floor(min(max(g[r] / scale_g, -CLIP), CLIP) + _uniform(seed, 2 * r)))
+        hq = np.int64(1) if unit_hessian else np.int64(np.floor(min(h[r] / scale_h, CLIP) + _uniform(seed, 2 * r + 1)))
+        g_out[r] = gq * scale_g
+        h_out[r] = 1.0 if unit_hessian else hq * scale_h
+        packed[r] = (gq << 32) + hq
+
+
+def quantize(g, h, unit_hessian: bool, rows, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`ilargi_db.backend.quantization.quantize`, fused: (g rounded, h rounded, the levels packed, the
+    scales), over the training ``rows``' largest gradient and hessian."""
+    scales = quantization.scales(g, h, unit_hessian, rows)
+    n = len(g)
+    g_out, h_out, packed = np.empty(n), np.empty(n), np.empty(n, np.int64)
+    run(_quantize.dispatcher, n, g, h, bool(unit_hessian), scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
+        g_out, h_out, packed, min_tasks=1 << 16)  # fmt: skip
+    return g_out, h_out, packed, scales
 
 
 @numba.njit(cache=True, nogil=True)
@@ -108,39 +188,39 @@ def _partition(codes, rows, scratch, start, stop, column, goes_left):  # pragma:
     return left
 
 
-@kernel([nt.void(read_only(b[:, ::1]), IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, F64[:, :, ::1], I64, I64)
+@kernel([nt.void(read_only(b[:, ::1]), IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, IN_I64,
+                 F64[:, :, ::1], I64, I64)
          for b in BINS])  # fmt: skip
-def _chunk_histograms(codes, rows, lo, hi, g, h, unit_hessian, offsets, acc, first, last):  # pragma: no cover
+def _chunk_histograms(codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets, acc, first,
+                      last):  # fmt: skip  # pragma: no cover - compiled
     """:func:`_rows_histogram` of ``rows[lo:hi]`` cut into ``acc.shape[0]`` chunks, chunk k's into ``acc[k]``."""
     chunks = acc.shape[0]
     size = (hi - lo + chunks - 1) // chunks
-    ordered = np.empty((size, 2))
     for k in range(first, last):
         a = lo + k * size
-        _rows_histogram(codes, rows, a, min(hi, a + size), g, h, unit_hessian, offsets, ordered, acc[k])
+        _rows_histogram(codes, rows, a, min(hi, a + size), g, h, unit_hessian, packed, scales, offsets, acc[k])
 
 
 # fmt: off
 @kernel([nt.void(read_only(b[:, ::1]), I64[::1], I64[::1], I64, I64, I64, IN_BOOL, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
-                 F64[:, :, ::1], I64[::1], I64, I64)
+                 IN_F64, IN_I64, F64[:, :, ::1], I64[::1], I64, I64)
          for b in BINS])
 # fmt: on
-def _chunk_splits(codes, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, offsets, acc,
-                  lefts, first, last):  # fmt: skip  # pragma: no cover - compiled
+def _chunk_splits(codes, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, packed, scales,
+                  offsets, acc, lefts, first, last):  # fmt: skip  # pragma: no cover - compiled
     """A split of ``rows[lo:hi]`` cut into chunks, first pass: each chunk partitioned in place (its left rows, then
     its right ones), the rows of its built side added to ``acc[k]``, its left rows counted in ``lefts[k]``."""
     chunks = acc.shape[0]
     size = (hi - lo + chunks - 1) // chunks
-    ordered = np.empty((size, 2))
     for k in range(first, last):
         a = lo + k * size
         z = min(hi, a + size)
         n_left = _partition(codes, rows, scratch[a:z], a, z, column, goes_left)
         lefts[k] = n_left
         if build_left:
-            _rows_histogram(codes, rows, a, a + n_left, g, h, unit_hessian, offsets, ordered, acc[k])
+            _rows_histogram(codes, rows, a, a + n_left, g, h, unit_hessian, packed, scales, offsets, acc[k])
         else:
-            _rows_histogram(codes, rows, a + n_left, z, g, h, unit_hessian, offsets, ordered, acc[k])
+            _rows_histogram(codes, rows, a + n_left, z, g, h, unit_hessian, packed, scales, offsets, acc[k])
 
 
 @kernel([nt.void(I64[::1], I64[::1], I64, I64, IN_I64, I64, I64)])
@@ -159,6 +239,16 @@ def _chunk_merge(rows, scratch, lo, hi, lefts, first, last):  # pragma: no cover
         scratch[to_right : to_right + (z - a - lefts[k])] = rows[a + lefts[k] : z]
 
 
+@kernel([nt.void(I64[::1], IN_I64, I64, I64, I64, I64, I64)])
+def _chunk_copy(rows, scratch, lo, hi, chunks, first, last):  # pragma: no cover - compiled
+    """Third pass: the merged rows copied back, a chunk per task."""
+    size = (hi - lo + chunks - 1) // chunks
+    for k in range(first, last):
+        a = lo + k * size
+        z = min(hi, a + size)
+        rows[a:z] = scratch[a:z]
+
+
 # A node's int fields, one row per node (the grower's record, kept across its steps).
 START, STOP, DEPTH, POOL, FEATURE, LEFT, RIGHT, COUNT_ROWS = range(8)
 NODE_INTS = 8
@@ -175,9 +265,9 @@ DONE, ROOT, SPLIT = 0, 1, 2
 
 # fmt: off
 _GROW_STEP_TYPES = [
-    I64(read_only(b[:, ::1]), I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_I64, IN_I64, IN_BOOL,
+    I64(read_only(b[:, ::1]), I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, IN_I64, IN_I64, IN_I64, IN_BOOL,
         I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
-        I64[:, ::1], F64[:, ::1], BOOL[:, ::1], I64[::1], I64[::1], I64[::1], F64[::1], F64[::1])
+        I64[:, ::1], F64[:, ::1], BOOL[:, ::1], I64[::1], I64[::1], I64[::1], F64[::1])
     for b in BINS
 ]
 # fmt: on
@@ -185,16 +275,15 @@ _GROW_STEP_TYPES = [
 
 @kernel(_GROW_STEP_TYPES)
 def _grow_step(
-    codes, rows, scratch, g, h, unit_hessian, offsets, column_of, value_bins, categorical,
+    codes, rows, scratch, g, h, unit_hessian, packed, scales, offsets, column_of, value_bins, categorical,
     max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
-    nodes, floats, goes_left, leaves, free, state, min_gain_state, raw,
+    nodes, floats, goes_left, leaves, free, state, min_gain_state,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Grow the tree in ``nodes`` from where ``state`` says until it is done (DONE), or until the root's histogram
     or a split of a node of at least ``ask_rows`` rows is wanted (ROOT, SPLIT: done by the caller on the free
     cores, which then calls again)."""
     n_features, n_bins = value_bins.shape[0], goes_left.shape[1]
     n = rows.shape[0]
-    ordered = np.empty((min(n, ask_rows), 2))  # a node's gradients and hessians in its rows' order
     phase = state[PHASE]
     if phase == BEGIN:
         nodes[:, :] = -1
@@ -211,7 +300,7 @@ def _grow_step(
         if n >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_BUFFER] = 0, n, nodes[0, POOL]
             return ROOT
-        _rows_histogram(codes, rows, 0, n, g, h, unit_hessian, offsets, ordered, hists[nodes[0, POOL]])
+        _rows_histogram(codes, rows, 0, n, g, h, unit_hessian, packed, scales, offsets, hists[nodes[0, POOL]])
         phase = ROOT_BUILT
     candidates = np.zeros(2, np.int64)  # the nodes whose best split is searched next
     n_candidates = 0
@@ -288,25 +377,25 @@ def _grow_step(
         n_left = _partition(codes, rows, scratch, first, last, column_of[f], goes_left[best])
         state[N_LEFT] = n_left
         a, z = (first, first + n_left) if small_left else (first + n_left, last)
-        _rows_histogram(codes, rows, a, z, g, h, unit_hessian, offsets, ordered, hists[small])
-    for k in range(state[N_LEAVES]):  # leaf values, added to the raw scores of the leaf's rows
+        _rows_histogram(codes, rows, a, z, g, h, unit_hessian, packed, scales, offsets, hists[small])
+    for k in range(state[N_LEAVES]):  # leaf values (added to their rows' raw scores by the caller)
         i = leaves[k]
         total = hists[nodes[i, POOL], :n_bins].sum(axis=0)
         nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False
         floats[i, VALUE] = -learning_rate * total[GRADIENT] / (total[HESSIAN] + l2)
-        for q in range(nodes[i, START], nodes[i, STOP]):
-            raw[rows[q]] += floats[i, VALUE]
     return DONE
 
 
 def grow_tree(
-    codes, rows, scratch, g, h, unit_hessian: bool, columns, value_bins, categorical, limits, floor_abs: float,
-    learning_rate: float, raw, hists,
-) -> tuple[np.ndarray, ...]:  # fmt: skip
+    codes, rows, scratch, g, h, unit_hessian: bool, packed, scales, columns, value_bins, categorical, limits,
+    floor_abs: float, learning_rate: float, hists,
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:  # fmt: skip
     """One tree on ``codes`` (training row r's bins in row r, block column j feature ``columns[j]``) from ``rows``
-    (partitioned in place), its leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain,
-    count, goes_left) arrays. A histogram of many rows is built here over row chunks on the free cores."""
+    (partitioned in place): its nodes' (feature, left, right, value, gain, count, goes_left) arrays, and its leaves'
+    (start, stop, value): each leaf's rows are ``rows[start:stop]``. The root's histogram and the splits of many
+    rows run here over row chunks, on the free cores. ``packed`` and ``scales``: the gradients quantized
+    (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty."""
     n_features, n_bins = len(value_bins), hists.shape[1] // len(value_bins)
     max_nodes = 2 * limits.max_leaves - 1
     nodes, floats = np.empty((max_nodes, NODE_INTS), np.int64), np.empty((max_nodes, 2))
@@ -317,34 +406,39 @@ def grow_tree(
     column_of[columns] = np.arange(len(columns))
     max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
     args = (
-        codes, rows, scratch, g, h, unit_hessian, offsets, column_of, value_bins, categorical, int(limits.max_leaves),
+        codes, rows, scratch, g, h, unit_hessian, packed, scales, offsets, column_of, value_bins, categorical,
+        int(limits.max_leaves),
         max_depth, float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs),
-        float(learning_rate), PARALLEL_ROWS, hists, nodes, floats, goes_left, leaves, free, state, min_gain, raw,
+        float(learning_rate), PARALLEL_ROWS, hists, nodes, floats, goes_left, leaves, free, state, min_gain,
     )  # fmt: skip
     while (step := _grow_step(*args)) != DONE:
         lo, hi = int(state[ASK_FIRST]), int(state[ASK_LAST])
         chunks = min(MAX_CHUNKS, (hi - lo) // CHUNK_ROWS)  # set by the shapes: the same sums on any thread count
         acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
         if step == ROOT:
-            run(_chunk_histograms.dispatcher, chunks, codes, rows, lo, hi, g, h, unit_hessian, offsets, acc)
+            run(_chunk_histograms.dispatcher, chunks, codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets,
+                acc)  # fmt: skip
             merged = hists[int(state[ASK_BUFFER])]
         else:
             node, lefts = int(state[SPLITTING]), np.zeros(chunks, np.int64)
             column, build_left = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT])
             run(
                 _chunk_splits.dispatcher, chunks, codes, rows, scratch, lo, hi, column, goes_left[node], build_left,
-                g, h, unit_hessian, offsets, acc, lefts,
+                g, h, unit_hessian, packed, scales, offsets, acc, lefts,
             )  # fmt: skip
             run(_chunk_merge.dispatcher, chunks, rows, scratch, lo, hi, lefts)
-            rows[lo:hi] = scratch[lo:hi]
+            run(_chunk_copy.dispatcher, chunks, rows, scratch, lo, hi, chunks)
             state[N_LEFT] = lefts.sum()
             merged = hists[int(state[SMALL])]
         for k in range(chunks):  # chunk order
             merged += acc[k]
+    leaves = leaves[: int(state[N_LEAVES])]
+    leaf_rows = (nodes[leaves, START], nodes[leaves, STOP], floats[leaves, VALUE])
     n_nodes = int(state[N_NODES])
     nodes, floats = nodes[:n_nodes], floats[:n_nodes]
-    return (nodes[:, FEATURE].copy(), nodes[:, LEFT].copy(), nodes[:, RIGHT].copy(), floats[:, VALUE].copy(),
+    tree = (nodes[:, FEATURE].copy(), nodes[:, LEFT].copy(), nodes[:, RIGHT].copy(), floats[:, VALUE].copy(),
             floats[:, GAIN].copy(), nodes[:, COUNT_ROWS].copy(), goes_left[:n_nodes])  # fmt: skip
+    return tree, leaf_rows
 
 
-__all__ = ["grow_tree"]
+__all__ = ["grow_tree", "quantize"]

@@ -287,18 +287,29 @@ class NumbaTreeKernels:
 
     def grow_tree(
         self, flat, rows, scratch, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
-        learning_rate: float, raw, hists,
+        learning_rate: float, raw, hists, quantized=None,
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
         """One tree grown on a row-wise layout (:attr:`FlatBins.rowwise`) from ``rows`` (partitioned in place), its
         leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays.
-        ``hists``: (max_leaves, features x bins, HIST_FIELDS) float64 scratch, the histograms of the leaves."""
+        ``hists``: (max_leaves, features x bins, HIST_FIELDS) float64 scratch, the histograms of the leaves;
+        ``quantized``: (packed, scales) of :func:`~ilargi_db.backend.tree_grower.quantize` (``g`` and ``h`` its
+        rounded values), or None."""
         from ilargi_db.backend.tree_grower import grow_tree
 
         codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
-        return grow_tree(
-            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), _i64(flat.columns), _i64(flat.value_bins),
-            _flags(categorical), limits, floor_abs, learning_rate, raw, hists,
+        packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
+        tree, (starts, stops, values) = grow_tree(
+            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _i64(flat.columns),
+            _i64(flat.value_bins), _flags(categorical), limits, floor_abs, learning_rate, hists,
         )  # fmt: skip
+        self.add_leaf_values(rows, starts, stops, values, raw)
+        return tree
+
+    def quantize(self, g, h, unit_hessian: bool, rows, seed: int):
+        """(g rounded, h rounded, the levels packed, the scales): :mod:`~ilargi_db.backend.quantization`'s rule."""
+        from ilargi_db.backend.tree_grower import quantize
+
+        return quantize(_f64(g), _f64(h), unit_hessian, _i64(rows), int(seed))
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source

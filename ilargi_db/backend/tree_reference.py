@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ilargi_db.backend import quantization
+
 
 class ReferenceTreeKernels:
     """The tree kernels as plain array operations of ``xp`` (the oracle, several passes each)."""
@@ -26,6 +28,9 @@ class ReferenceTreeKernels:
             return table[rows]
         taken = flat.index[rows, b].astype(xp.int64)
         return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
+
+    def quantize(self, g, h, unit_hessian: bool, rows, seed: int):
+        return quantization.quantize(g, h, unit_hessian, rows, seed)
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
         xp = self.xp

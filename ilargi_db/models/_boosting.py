@@ -91,8 +91,12 @@ class GradientBoosting(BaseEstimator):
         counted in ``n_iter_``, as scikit-learn keeps them); the losses per round on the training
         and the held-out rows are kept (``train_score_``, ``validation_score_``, empty without early stopping).
     random_state : int, RandomState or None
-        The seed of the validation rows' keys (the only randomness): each row is keyed by its bins and target,
-        so a seed holds out the same rows whatever order they come in.
+        The seed of the validation rows' keys and of the quantized gradients' rounding (the only randomness): each
+        row is keyed by its bins and target, so a seed holds out the same rows whatever order they come in.
+    quantized_gradients : bool
+        Grow each tree on its gradients rounded at random, without bias, to a few thousand levels (LightGBM's
+        ``use_quantized_grad``): histograms summed as integers, two to a machine word, faster; leaf values from
+        the rounded sums. Off by default: see docs/benchmarks.md for its effect on speed and held-out scores.
     """
 
     _parameter_constraints: dict = {
@@ -110,6 +114,7 @@ class GradientBoosting(BaseEstimator):
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
+        "quantized_gradients": ["boolean"],
     }
 
     def __init__(
@@ -127,6 +132,7 @@ class GradientBoosting(BaseEstimator):
         n_iter_no_change: int = 10,
         tol: float = 1e-7,
         random_state: Any = None,
+        quantized_gradients: bool = False,
     ):
         _keep(self, locals())
 
@@ -237,13 +243,17 @@ class GradientBoosting(BaseEstimator):
                 f"least) to watch the loss, and {n} row leaves none to train on: train on more rows, or without "
                 "early_stopping."
             )
-        seed = self.random_state
-        if not isinstance(seed, Integral):  # None or a RandomState: a seed drawn from it, as a permutation was
-            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
-        held = first_by_key(row_keys(X, (y,), int(seed)), max(1, int(n * self.validation_fraction)))
+        held = first_by_key(row_keys(X, (y,), self._seed()), max(1, int(n * self.validation_fraction)))
         is_held = np.zeros(n, dtype=bool)
         is_held[held] = True
         return np.flatnonzero(~is_held), np.flatnonzero(is_held)
+
+    def _seed(self) -> int:
+        """``random_state`` as a seed (None or a RandomState: one drawn from it)."""
+        seed = self.random_state
+        if not isinstance(seed, Integral):
+            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        return int(seed)
 
     def _boost(self, X: BinnedMatrix, y: np.ndarray) -> None:
         loss = self.loss_
@@ -253,7 +263,8 @@ class GradientBoosting(BaseEstimator):
         self.baseline_ = loss.baseline(y[train_rows])
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
         kernels = get_backend("numpy").tree_kernels
-        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian)
+        quantized_seed = self._seed() if self.quantized_gradients else None
+        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, quantized_seed)
         raw = np.full(X.n_rows, self.baseline_)
         g, h = np.zeros(X.n_rows), np.ones(X.n_rows)
         held_bins = X.dense_bins(held_rows) if len(held_rows) else None
@@ -390,6 +401,7 @@ class GradientBoostingRegressor(RegressorMixin, GradientBoosting):
         n_iter_no_change: int = 10,
         tol: float = 1e-7,
         random_state: Any = None,
+        quantized_gradients: bool = False,
     ):
         _keep(self, locals())
 
