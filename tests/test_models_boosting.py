@@ -132,6 +132,8 @@ def load(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
             "min_samples_leaf": st.integers(1, 4),
             "l2_regularization": st.sampled_from([0.0, 1.0]),
             "max_bins": st.sampled_from([2, 5, 255]),
+            "quantized_gradients": st.booleans(),
+            "random_state": st.just(3),
         }
     ),
 )
@@ -318,10 +320,15 @@ def oracle_scores(con: duckdb.DuckDBPyConnection, target: str) -> dict[str, floa
     return scores
 
 
+@pytest.mark.parametrize("quantized", [False, True])
 @pytest.mark.parametrize(("target", "metric"), [("amount", "r2"), ("bought", "roc_auc")])
-def test_held_out_quality_matches_lightgbm_and_hist_gradient_boosting(retail, target, metric):
+def test_held_out_quality_matches_lightgbm_and_hist_gradient_boosting(retail, target, metric, quantized):
+    """On exact gradients and on quantized ones (quantized_gradients=True)."""
     oracles = oracle_scores(retail, target)
-    model = ilargi_db.train(retail, retail_query(target, False), target, algorithm="gradient_boosting", **SETTINGS)
+    query = retail_query(target, False)
+    model = ilargi_db.train(
+        retail, query, target, algorithm="gradient_boosting", quantized_gradients=quantized, random_state=0, **SETTINGS
+    )
     assert model.objective_ == ("log_loss" if target == "bought" else "squared_error")
     ours = ilargi_db.evaluate(retail, model, retail_query(target, True))[metric]
     for name, score in oracles.items():

@@ -54,16 +54,17 @@ def growth_cases(draw):
         l2_regularization=draw(st.sampled_from([0.0, 1.0])),
     )
     quantized_seed = draw(st.sampled_from([None, 7]))
-    return X, rows, g, h, unit_hessian, limits, quantized_seed
+    keys = rng.integers(0, 2**63, n).astype(np.uint64)
+    return X, rows, g, h, unit_hessian, limits, quantized_seed, keys
 
 
 @settings(max_examples=60, deadline=None)
 @given(growth_cases())
 def test_a_whole_tree_in_one_call_is_the_tree_grown_node_by_node(case):
     """The same tree; on quantized gradients the very same (integer sums, exact in any order)."""
-    X, rows, g, h, unit_hessian, limits, quantized_seed = case
-    compiled = TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian, quantized_seed)
-    per_node = TreeGrower(X, rows, limits, ReferenceTreeKernels(np), unit_hessian, quantized_seed)
+    X, rows, g, h, unit_hessian, limits, quantized_seed, keys = case
+    compiled = TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian, quantized_seed, keys)
+    per_node = TreeGrower(X, rows, limits, ReferenceTreeKernels(np), unit_hessian, quantized_seed, keys)
     assert compiled.whole_trees and not per_node.whole_trees
     raw_compiled, raw_per_node = np.full(X.n_rows, 0.5), np.full(X.n_rows, 0.5)
     rtol = 0.0 if quantized_seed is not None else 1e-9
@@ -80,12 +81,12 @@ def test_a_whole_tree_in_one_call_is_the_tree_grown_node_by_node(case):
 @settings(max_examples=10, deadline=None)
 @given(growth_cases())
 def test_a_tree_does_not_depend_on_the_thread_count(case):
-    X, rows, g, h, unit_hessian, limits, quantized_seed = case
+    X, rows, g, h, unit_hessian, limits, quantized_seed, keys = case
     trees, raws = [], []
     for threads in (1, 2, 3):
         raw = np.zeros(X.n_rows)
         with kernel_threads(threads):
-            grower = TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian, quantized_seed)
+            grower = TreeGrower(X, rows, limits, NumbaTreeKernels(), unit_hessian, quantized_seed, keys)
             trees.append(grower.grow(g, h, 0.1, raw))
         raws.append(raw)
     for tree, raw in zip(trees[1:], raws[1:]):
@@ -101,8 +102,9 @@ def test_quantized_gradients_are_the_reference_rounding_unbiased_and_within_thei
     g = rng.normal(size=n) * rng.choice([1e-8, 1.0, 1e6])
     h = np.ones(n) if unit_hessian else rng.random(n) * 3
     rows = np.sort(rng.permutation(n)[: max(1, n // 2)])
-    got = NumbaTreeKernels().quantize(g, h, unit_hessian, rows, draw)
-    want = ReferenceTreeKernels(np).quantize(g, h, unit_hessian, rows, draw)
+    keys = rng.integers(0, 2**63, n).astype(np.uint64) * np.uint64(2)  # the high bit too
+    got = NumbaTreeKernels().quantize(g, h, unit_hessian, rows, keys, draw)
+    want = ReferenceTreeKernels(np).quantize(g, h, unit_hessian, rows, keys, draw)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     g_q, h_q, packed, scales = got

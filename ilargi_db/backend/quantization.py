@@ -1,12 +1,13 @@
 """Quantized gradients (LightGBM's ``use_quantized_grad``), the rule shared by every implementation.
 
 Each row's gradient is rounded at random, without bias, to a multiple of a power of two (its hessian too, unless
-every hessian is 1): ``floor(g / scale + u)``, ``u`` uniform in [0, 1) drawn from (seed, row) by splitmix64, so
-the same row gets the same draw on any thread and in any implementation. A histogram's sums of rounded values
-are then exact: the same in any order (whichever strategy, chunks or threads summed them) and the same as a
-float histogram of the rounded values. The fused kernels sum them as integers, two packed to an int64: the
-gradient's levels in the high 32 bits, the hessian's (or 1, the row) in the low 32; the levels are as many as
-keep a histogram of every training row within those bits.
+every hessian is 1): ``floor(g / scale + u)``, ``u`` uniform in [0, 1) drawn by splitmix64 from (seed, the row's
+key): a key of its values (:func:`~ilargi_db.linalg.row_identity.row_keys`), not its position, so that a row gets
+the same draw whatever order the rows came in (either strategy), on any thread and in any implementation. A
+histogram's sums of rounded values are then exact: the same in any order (whichever chunks or threads summed
+them) and the same as a float histogram of the rounded values. The fused kernels sum them as integers, two packed
+to an int64: the gradient's levels in the high 32 bits, the hessian's (or 1, the row) in the low 32; the levels
+are as many as keep a histogram of every training row within those bits.
 """
 
 from __future__ import annotations
@@ -44,19 +45,20 @@ def scales(g: np.ndarray, h: np.ndarray, unit_hessian: bool, rows: np.ndarray) -
 def uniform(seed: int, draws: np.ndarray) -> np.ndarray:
     """splitmix64's numbers in [0, 1) for (seed, draw): the reference of the fused kernels' draw."""
     with np.errstate(over="ignore"):
-        z = np.uint64(seed & SEED_MASK) + draws.astype(np.uint64) * np.uint64(GOLDEN)
+        z = np.uint64(seed & SEED_MASK) + draws * np.uint64(GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_1)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_2)
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
 
 
-def quantize(g: np.ndarray, h: np.ndarray, unit_hessian: bool, rows: np.ndarray, seed: int):
-    """The rule with NumPy: (g rounded, h rounded, the levels packed, the scales)."""
+def quantize(g: np.ndarray, h: np.ndarray, unit_hessian: bool, rows: np.ndarray, keys: np.ndarray, seed: int):
+    """The rule with NumPy: (g rounded, h rounded, the levels packed, the scales); ``keys``: each row's (uint64)."""
     s = scales(g, h, unit_hessian, rows)
-    r = np.arange(len(g))
-    gq = np.floor(np.clip(g / s[0], -CLIP, CLIP) + uniform(seed, 2 * r)).astype(np.int64)
-    hq = np.floor(np.minimum(h / s[1], CLIP) + uniform(seed, 2 * r + 1)).astype(np.int64)
+    with np.errstate(over="ignore"):
+        draws = keys.astype(np.uint64) * np.uint64(2)
+    gq = np.floor(np.clip(g / s[0], -CLIP, CLIP) + uniform(seed, draws)).astype(np.int64)
+    hq = np.floor(np.minimum(h / s[1], CLIP) + uniform(seed, draws + np.uint64(1))).astype(np.int64)
     if unit_hessian:
         hq = np.ones(len(g), np.int64)
     h_out = np.ones(len(g)) if unit_hessian else hq * s[1]

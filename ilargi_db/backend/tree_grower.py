@@ -137,32 +137,36 @@ def _packed_histogram(codes, rows, lo, hi, packed, unit_hessian, scales, offsets
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _uniform(seed, r):  # pragma: no cover - compiled
-    """A number in [0, 1) from (seed, draw r): splitmix64 (:func:`~ilargi_db.backend.quantization.uniform`)."""
-    z = np.uint64(seed) + np.uint64(r) * np.uint64(GOLDEN)
+def _uniform(seed, draw):  # pragma: no cover - compiled
+    """A number in [0, 1) from (seed, draw): splitmix64 (:func:`~ilargi_db.backend.quantization.uniform`)."""
+    z = np.uint64(seed) + draw * np.uint64(GOLDEN)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_1)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_2)
     z = z ^ (z >> np.uint64(31))
     return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@kernel([nt.void(IN_F64, IN_F64, BOOL, F64, F64, I64, F64[::1], F64[::1], I64[::1], I64, I64)])
-def _quantize(g, h, unit_hessian, scale_g, scale_h, seed, g_out, h_out, packed, first, last):  # pragma: no cover
+@kernel([nt.void(IN_F64, IN_F64, BOOL, read_only(nt.uint64[::1]), F64, F64, I64, F64[::1], F64[::1], I64[::1], I64,
+                 I64)])  # fmt: skip
+def _quantize(g, h, unit_hessian, keys, scale_g, scale_h, seed, g_out, h_out, packed, first, last):  # pragma: no cover
     for r in range(first, last):
-        gq = np.int64(np.floor(min(max(g[r] / scale_g, -CLIP), CLIP) + _uniform(seed, 2 * r)))
-        hq = np.int64(1) if unit_hessian else np.int64(np.floor(min(h[r] / scale_h, CLIP) + _uniform(seed, 2 * r + 1)))
+        draw = keys[r] * np.uint64(2)
+        gq = np.int64(np.floor(min(max(g[r] / scale_g, -CLIP), CLIP) + _uniform(seed, draw)))
+        hq = np.int64(1)
+        if not unit_hessian:
+            hq = np.int64(np.floor(min(h[r] / scale_h, CLIP) + _uniform(seed, draw + np.uint64(1))))
         g_out[r] = gq * scale_g
         h_out[r] = 1.0 if unit_hessian else hq * scale_h
         packed[r] = (gq << 32) + hq
 
 
-def quantize(g, h, unit_hessian: bool, rows, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def quantize(g, h, unit_hessian: bool, rows, keys, seed: int) -> tuple[np.ndarray, ...]:
     """:func:`ilargi_db.backend.quantization.quantize`, fused: (g rounded, h rounded, the levels packed, the
-    scales), over the training ``rows``' largest gradient and hessian."""
+    scales), over the training ``rows``' largest gradient and hessian; ``keys``: each row's (uint64)."""
     scales = quantization.scales(g, h, unit_hessian, rows)
     n = len(g)
     g_out, h_out, packed = np.empty(n), np.empty(n), np.empty(n, np.int64)
-    run(_quantize.dispatcher, n, g, h, bool(unit_hessian), scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
+    run(_quantize.dispatcher, n, g, h, bool(unit_hessian), keys, scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
         g_out, h_out, packed, min_tasks=1 << 16)  # fmt: skip
     return g_out, h_out, packed, scales
 

@@ -305,11 +305,13 @@ class NumbaTreeKernels:
         self.add_leaf_values(rows, starts, stops, values, raw)
         return tree
 
-    def quantize(self, g, h, unit_hessian: bool, rows, seed: int):
-        """(g rounded, h rounded, the levels packed, the scales): :mod:`~ilargi_db.backend.quantization`'s rule."""
+    def quantize(self, g, h, unit_hessian: bool, rows, keys, seed: int):
+        """(g rounded, h rounded, the levels packed, the scales): :mod:`~ilargi_db.backend.quantization`'s rule;
+        ``keys``: each row's uint64 key (its draws)."""
         from ilargi_db.backend.tree_grower import quantize
 
-        return quantize(_f64(g), _f64(h), unit_hessian, _i64(rows), int(seed))
+        keys = np.ascontiguousarray(keys, dtype=np.uint64)
+        return quantize(_f64(g), _f64(h), unit_hessian, _i64(rows), keys, int(seed))
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source

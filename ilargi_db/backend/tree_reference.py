@@ -29,8 +29,8 @@ class ReferenceTreeKernels:
         taken = flat.index[rows, b].astype(xp.int64)
         return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
 
-    def quantize(self, g, h, unit_hessian: bool, rows, seed: int):
-        return quantization.quantize(g, h, unit_hessian, rows, seed)
+    def quantize(self, g, h, unit_hessian: bool, rows, keys, seed: int):
+        return quantization.quantize(g, h, unit_hessian, rows, keys, seed)
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
         xp = self.xp

@@ -263,8 +263,11 @@ class GradientBoosting(BaseEstimator):
         self.baseline_ = loss.baseline(y[train_rows])
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
         kernels = get_backend("numpy").tree_kernels
-        quantized_seed = self._seed() if self.quantized_gradients else None
-        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, quantized_seed)
+        seed, keys = None, None
+        if self.quantized_gradients:  # each row's draws keyed by its values and target: any row order, one model
+            seed = self._seed()
+            keys = row_keys(X, (y,), seed)
+        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, seed, keys)
         raw = np.full(X.n_rows, self.baseline_)
         g, h = np.zeros(X.n_rows), np.ones(X.n_rows)
         held_bins = X.dense_bins(held_rows) if len(held_rows) else None

@@ -118,11 +118,15 @@ class TreeGrower:
         kernels,
         unit_hessian: bool = False,
         quantized_seed: int | None = None,
+        row_keys: np.ndarray | None = None,
     ):
         """``quantized_seed``: grow on quantized gradients (:mod:`ilargi_db.backend.quantization`), tree k's drawn
-        from this seed plus k; None: on the gradients as they are."""
+        from this seed plus k and each row's key in ``row_keys`` (uint64, of the row's values: the same rows get the
+        same draws in any order); None: on the gradients as they are."""
         self.X, self.limits, self.kernels, self.unit_hessian = X, limits, kernels, unit_hessian
-        self.quantized_seed, self.n_trees = quantized_seed, 0
+        self.quantized_seed, self.n_trees, self.row_keys = quantized_seed, 0, row_keys
+        if quantized_seed is not None and (row_keys is None or len(row_keys) != X.n_rows):
+            raise ValueError("quantized gradients draw from a key per row: pass row_keys, one per row of X.")
         self.train_rows = np.array(rows, dtype=np.int64)  # ascending
         self.rows = self.train_rows.copy()  # partitioned in place; each node's rows stay ascending
         self.scratch = np.empty(len(self.rows), dtype=np.int64)
@@ -176,7 +180,7 @@ class TreeGrower:
         quantized = None
         if self.quantized_seed is not None:  # the splits and leaf values of the rounded gradients, in either grower
             seed = self.quantized_seed + self.n_trees
-            g, h, packed, scales = self.kernels.quantize(g, h, self.unit_hessian, self.train_rows, seed)
+            g, h, packed, scales = self.kernels.quantize(g, h, self.unit_hessian, self.train_rows, self.row_keys, seed)
             quantized = (packed, scales)
         self.n_trees += 1
         if self.whole_trees:
