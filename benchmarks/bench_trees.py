@@ -7,9 +7,11 @@ read-only; its seconds are the first run's, from the query to the fitted model, 
 resident memory it adds (VmHWM). Sides:
 
 - ilargi (``factorized``, ``materialized``, ``auto``): ``ilargi_db.train(con, query, target,
-  algorithm="gradient_boosting", strategy=...)``, scored by ``ilargi_db.evaluate`` on the held-out query.
+  algorithm="gradient_boosting", strategy=...)``, scored by ``ilargi_db.evaluate`` on the held-out query;
+  ``quantized``: ``auto`` with ``quantized_gradients=True``.
 - ``lightgbm``: ``con.sql(query).to_arrow_table().to_pandas()``, VARCHAR columns as pandas ``category``
-  (LightGBM's native categorical splits), ``LGBMRegressor`` / ``LGBMClassifier``.
+  (LightGBM's native categorical splits), ``LGBMRegressor`` / ``LGBMClassifier``; ``lightgbm_quantized``: the
+  same with ``use_quantized_grad=True``.
 - ``xgboost``: the same frame, ``tree_method="hist"``, ``grow_policy="lossguide"``, ``enable_categorical``.
 - ``joinboost`` (Favorita only): JoinBoost's ``GradientBoosting`` in its own virtual environment, on the
   Favorita sample its repository ships (regression; it has no binary objective).
@@ -48,7 +50,8 @@ from ilargi_db.models.catalog import NAMES as ALGORITHMS  # noqa: E402
 
 ALGORITHM = "gradient_boosting"
 STRATEGIES = ("factorized", "materialized", "auto")
-BASELINES = ("lightgbm", "xgboost")
+QUANTIZED = "quantized"  # ilargi, strategy auto, quantized_gradients=True
+BASELINES = ("lightgbm", "lightgbm_quantized", "xgboost")  # lightgbm_quantized: use_quantized_grad=True
 REFERENCE = "lightgbm"  # the side the targets compare with
 # Issue 22's targets against DuckDB join + LightGBM.
 TARGET_SPEEDUP, TARGET_PEAK, TARGET_SCORE = 2.0, 0.6, 0.005
@@ -221,8 +224,9 @@ def fit_baseline(con, task: dict, side: str):
 
     X, y = frame(con, task["train"], task["target"])
     regression = task["task"] == "regression"
-    if side == "lightgbm":
-        model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(**LIGHTGBM)
+    if side.startswith("lightgbm"):
+        quantized = {"use_quantized_grad": True} if side == "lightgbm_quantized" else {}
+        model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(**LIGHTGBM, **quantized)
     else:
         model = (xgboost.XGBRegressor if regression else xgboost.XGBClassifier)(**XGBOOST)
     model.fit(X, y)
@@ -259,13 +263,14 @@ def child(side: str, spec: str) -> None:
     if side in BASELINES:
         fitted = fit_baseline(con, task, side)
     else:
-        fitted = ilargi_db.train(con, task["train"], task["target"], algorithm=ALGORITHM, strategy=side, **ILARGI)
+        options = {"strategy": "auto", "quantized_gradients": True} if side == QUANTIZED else {"strategy": side}
+        fitted = ilargi_db.train(con, task["train"], task["target"], algorithm=ALGORITHM, **options, **ILARGI)
     seconds, bytes_ = time.perf_counter() - start, peak()
     if side in BASELINES:
         score = score_baseline(con, task, fitted)
     else:
         score = float(ilargi_db.evaluate(con, fitted, task["holdout"])[METRIC[task["task"]]])
-    chose = getattr(fitted, "strategy_", None) if side == "auto" else None
+    chose = getattr(fitted, "strategy_", None) if side in ("auto", QUANTIZED) else None
     print(json.dumps({"seconds": seconds, "peak": bytes_, "score": score, "chose": chose}))
 
 
@@ -369,7 +374,7 @@ def verdicts(tasks: list[dict], results: list[dict]) -> list[str]:
     lines = []
     for task, found in zip(tasks, results):
         ref = found.get(REFERENCE, {})
-        for side in STRATEGIES:
+        for side in (*STRATEGIES, QUANTIZED):
             r = found.get(side)
             if not r or "error" in r or not ref or "error" in ref:
                 continue
@@ -446,6 +451,7 @@ def plot(tasks: list[dict], results: list[dict], folder: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     found = parser(__doc__, quick="small sizes (100k fact rows, TPC-H SF 0.05), for a smoke run", child=2)
     found.add_argument("--datasets", nargs="+", default=["star", "tpch", "retail", "favorita"])
+    found.add_argument("--sides", nargs="+", help="the sides to run (default: every one)")
     found.add_argument("--tpch-scale", type=float, help="TPC-H scale factor (default 0.5, 0.05 with --quick)")
     found.add_argument("--favorita", type=Path, help="JoinBoost's data/favorita folder (its shipped sample)")
     found.add_argument("--joinboost-python", help="a Python with JoinBoost installed (its own virtual environment)")
@@ -458,13 +464,15 @@ def main(argv: list[str] | None = None) -> int:
     sides = list(BASELINES)
     notes = []
     if ALGORITHM in ALGORITHMS:
-        sides += list(STRATEGIES)
+        sides += [*STRATEGIES, QUANTIZED]
     else:
         print("ilargi: not available", flush=True)
         notes.append(
             f"ilargi: not available (no `{ALGORITHM}` in this build): the baselines alone, a smoke run of the "
             "script whose seconds are not figures to quote."
         )
+    if args.sides:
+        sides = [side for side in sides if side in args.sides]
     if args.favorita and not args.joinboost_python:
         notes.append("JoinBoost: not run (no --joinboost-python).")
     started = time.perf_counter()
