@@ -1,20 +1,23 @@
-"""One boosting tree grown in compiled code, start to finish, on a block of bins read row by row.
+"""One boosting tree grown in compiled code, start to finish, on bins read row by row.
 
-:func:`grow_tree` is the whole of a tree in one call: the root's histogram, then leaf-wise (the leaf of largest
-gain first, ties to the lowest node id, as LightGBM and HistGradientBoosting grow) until ``max_leaves``: each split
-partitions its node's rows stably and adds the smaller child's rows to that child's histogram in the same pass,
-the larger child's histogram being the parent's less it (in the parent's buffer). No interpreter runs between the
-steps of a tree. It is the row-wise layout of :class:`~ilargi_db.linalg.binned_matrix.FlatBins`: one block of
-every feature, one row per training row (the materialized join's, or the fact's with its narrow dimensions
-gathered in); other layouts grow through :class:`~ilargi_db.models._tree_growth.TreeGrower`'s per-node steps,
-which split alike (the same search, :mod:`.tree_split`).
+:func:`grow_tree` grows a tree leaf-wise (the leaf of largest gain first, ties to the lowest node id, as LightGBM
+and HistGradientBoosting grow) until ``max_leaves``: each split partitions its node's rows stably and builds the
+smaller child's histogram from its rows, the larger child's being the parent's less it (in the parent's buffer).
+The steps of a tree run in one compiled function; it hands back only the passes over many rows (the root's
+histogram, a large node's split), which run over a number of row chunks set by the shapes (on the free cores),
+merged in chunk order: the tree does not depend on the thread count.
 
-Histograms are compact: feature f's bins of values at ``slot_start[f]``, then its missing values' row, each row
-:data:`~ilargi_db.backend.tree_split.HIST_FIELDS` sums. A pass over many rows runs over a number of row chunks set
-by the shapes only (on the free cores), merged in chunk order: the tree does not depend on the thread count.
+It reads a :class:`RowLayout`: every feature's bin per training row, row by row, one byte where the feature's
+bins fit (two where a categorical keeps more), its missing values in the bin after its values, so that a
+feature's histogram is compact (its bins of values, then its missing row; :data:`~.tree_split.HIST_FIELDS`
+sums each). It is built from a binned matrix whose blocks are one (:attr:`FlatBins.rowwise`: the materialized
+join's, or the fact's with its narrow dimensions gathered in); other layouts grow through
+:class:`~ilargi_db.models._tree_growth.TreeGrower`'s per-node steps, which split alike (:mod:`.tree_split`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -26,11 +29,12 @@ from ilargi_db.backend import quantization
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.parallel import run
 from ilargi_db.backend.quantization import CLIP, GOLDEN, LOW_BITS, MIX_1, MIX_2, SEED_MASK
-from ilargi_db.backend.tree_split import COUNT, GRADIENT, HESSIAN, HIST_FIELDS, best_split
+from ilargi_db.backend.tree_split import COUNT, GRADIENT, HESSIAN, HIST_FIELDS, TIE, feature_split
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
-BINS = (nt.uint8, nt.uint16)
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
+NARROW, WIDE = read_only(nt.uint8[:, ::1]), read_only(nt.uint16[:, ::1])  # a RowLayout's two matrices
+META = read_only(I64[:, ::1])  # a RowLayout's columns' (SLOT, WIDTH)
 
 # A node's rows are an ascending subset of the training rows: reading their bins and gradients skips through
 # memory, each read a cache miss the hardware does not foresee. Each pass asks for the row this many ahead
@@ -57,83 +61,6 @@ def _prefetch(typingctx, array, offset):
         return context.get_dummy_value()
 
     return nt.void(array, offset), codegen
-
-
-@numba.njit(cache=True, nogil=True)
-def _rows_histogram(codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets, acc):  # pragma: no cover
-    """Add ``rows[lo:hi]`` to ``acc`` ((features x bins, HIST_FIELDS): block column j's bin b at ``offsets[j] + b``),
-    each row's bins read once for every feature, the gradients and bins of the row ``PREFETCH_AHEAD`` on asked for
-    first (measured faster than gathering a node's gradients in order first, LightGBM's ordered gradients).
-    Quantized gradients (``packed`` not empty: :func:`quantize`) are summed as integers, then scaled."""
-    if packed.shape[0] > 0:
-        _packed_histogram(codes, rows, lo, hi, packed, unit_hessian, scales, offsets, acc)
-        return
-    w = codes.shape[1]
-    for i in range(lo, hi):
-        if i + PREFETCH_AHEAD < hi:
-            ahead = rows[i + PREFETCH_AHEAD]
-            _prefetch(codes, ahead * w)
-            _prefetch(g, ahead)
-            if not unit_hessian:
-                _prefetch(h, ahead)
-        r = rows[i]
-        gi = g[r]
-        hi_ = 1.0 if unit_hessian else h[r]
-        for j in range(w):
-            slot = offsets[j] + np.int64(codes[r, j])
-            acc[slot, GRADIENT] += gi
-            if not unit_hessian:
-                acc[slot, HESSIAN] += hi_
-            acc[slot, COUNT] += 1.0
-    if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
-        for s in range(acc.shape[0]):
-            acc[s, HESSIAN] = acc[s, COUNT]
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _add_packed(codes, rows, i, hi, packed, unit_hessian, stride, sums, counts):  # pragma: no cover - compiled
-    w = codes.shape[1]
-    if i + PREFETCH_AHEAD < hi:
-        ahead = rows[i + PREFETCH_AHEAD]
-        _prefetch(codes, ahead * w)
-        _prefetch(packed, ahead)
-    r = rows[i]
-    v = packed[r]
-    for j in range(w):
-        b = j * stride + np.int64(codes[r, j])
-        sums[b] += v
-        if not unit_hessian:
-            counts[b] += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _packed_histogram(codes, rows, lo, hi, packed, unit_hessian, scales, offsets, acc):  # pragma: no cover
-    """:func:`_rows_histogram` of quantized gradients: one integer add per row and feature (its gradient in the high
-    32 bits, its hessian, or 1, in the low ones), the counts apart only for a hessian that is not 1."""
-    w = codes.shape[1]
-    n_bins = acc.shape[0] // w  # one block of every feature
-    one_byte = codes.itemsize == 1
-    stride = 256 if one_byte else n_bins
-    sums = np.zeros(w * stride, np.int64)
-    counts = np.zeros(0 if unit_hessian else w * stride, np.int64)
-    if one_byte:  # a constant stride: the compiler sees that features never share a slot (measured 2x faster)
-        for i in range(lo, hi):
-            _add_packed(codes, rows, i, hi, packed, unit_hessian, 256, sums, counts)
-    else:
-        for i in range(lo, hi):
-            _add_packed(codes, rows, i, hi, packed, unit_hessian, stride, sums, counts)
-    for j in range(w):
-        for b in range(n_bins):
-            v = sums[j * stride + b]
-            low = v & LOW_BITS
-            slot = offsets[j] + b
-            acc[slot, GRADIENT] += (v >> 32) * scales[GRADIENT]
-            if unit_hessian:
-                acc[slot, HESSIAN] += low
-                acc[slot, COUNT] += low
-            else:
-                acc[slot, HESSIAN] += low * scales[HESSIAN]
-                acc[slot, COUNT] += counts[j * stride + b]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -171,11 +98,156 @@ def quantize(g, h, unit_hessian: bool, rows, keys, seed: int) -> tuple[np.ndarra
     return g_out, h_out, packed, scales
 
 
+@dataclass(frozen=True)
+class RowLayout:
+    """Every feature's bin per training row, read row by row: ``narrow`` (rows x the features whose bins, missing
+    bin included, fit a byte: uint8) and ``wide`` (the others: uint16), a feature's missing values in bin
+    ``value_bins[f]``. Column j of ``narrow`` is feature ``narrow_features[j]``; ``narrow_meta[j]`` is where its
+    compact histogram starts and its width (its bins of values and its missing bin); ``wide`` likewise."""
+
+    narrow: np.ndarray
+    wide: np.ndarray
+    narrow_features: np.ndarray
+    wide_features: np.ndarray
+    narrow_meta: np.ndarray  # (narrow columns, 2): SLOT, WIDTH
+    wide_meta: np.ndarray
+    slot_start: np.ndarray  # (features + 1,) where each feature's compact histogram starts
+    value_bins: np.ndarray  # (features,)
+
+    @classmethod
+    def of(cls, codes: np.ndarray, columns: np.ndarray, value_bins: np.ndarray) -> RowLayout:
+        """From a block of every feature (``codes``: training rows x block columns, column j feature ``columns[j]``,
+        missing values in any bin past a feature's values)."""
+        value_bins = np.ascontiguousarray(value_bins, dtype=np.int64)
+        slot_start = np.concatenate([[0], np.cumsum(value_bins + 1)]).astype(np.int64)
+        fits = value_bins[columns] < 256  # its values' bins and its missing bin in a byte
+        parts = []
+        for keep, dtype in ((fits, np.uint8), (~fits, np.uint16)):
+            js = np.flatnonzero(keep)
+            part = np.empty((codes.shape[0], len(js)), dtype=dtype)
+            for k, j in enumerate(js):
+                np.minimum(codes[:, j], value_bins[columns[j]], out=part[:, k], casting="unsafe")
+            features = np.ascontiguousarray(columns[js], dtype=np.int64)
+            meta = np.ascontiguousarray(np.column_stack([slot_start[features], value_bins[features] + 1]))
+            parts.append((part, features, meta.astype(np.int64).reshape(-1, 2)))
+        (narrow, narrow_features, narrow_meta), (wide, wide_features, wide_meta) = parts
+        return cls(narrow, wide, narrow_features, wide_features, narrow_meta, wide_meta, slot_start, value_bins)
+
+    @property
+    def n_slots(self) -> int:
+        return int(self.slot_start[-1])
+
+    def column_of(self) -> np.ndarray:
+        """Per feature: its column, ``narrow`` ones first then ``wide`` ones (index - narrow width)."""
+        out = np.empty(len(self.value_bins), np.int64)
+        out[self.narrow_features] = np.arange(len(self.narrow_features))
+        out[self.wide_features] = len(self.narrow_features) + np.arange(len(self.wide_features))
+        return out
+
+
+SLOT, WIDTH = 0, 1  # a column's meta
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_histogram(narrow, wide, rows, lo, hi, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
+                    acc):  # fmt: skip  # pragma: no cover - compiled
+    """Add ``rows[lo:hi]`` to the compact histogram ``acc``, each row's bins read once for every feature, the
+    gradients and bins of the row ``PREFETCH_AHEAD`` on asked for first (measured faster than gathering a node's
+    gradients in order first, LightGBM's ordered gradients). Quantized gradients (``packed`` not empty:
+    :func:`quantize`) are summed as integers, then scaled."""
+    if packed.shape[0] > 0:
+        _packed_histogram(narrow, wide, rows, lo, hi, packed, unit_hessian, scales, narrow_meta, wide_meta, acc)
+        return
+    w8, w16 = narrow.shape[1], wide.shape[1]
+    for i in range(lo, hi):
+        if i + PREFETCH_AHEAD < hi:  # written out: a helper taking the arrays costs their reference counts per row
+            ahead = rows[i + PREFETCH_AHEAD]
+            if w8 > 0:
+                _prefetch(narrow, ahead * w8)
+            if w16 > 0:
+                _prefetch(wide, ahead * w16)
+            _prefetch(g, ahead)
+            if not unit_hessian:
+                _prefetch(h, ahead)
+        r = rows[i]
+        gi = g[r]
+        hi_ = 1.0 if unit_hessian else h[r]
+        for j in range(narrow.shape[1]):
+            slot = narrow_meta[j, SLOT] + np.int64(narrow[r, j])
+            acc[slot, GRADIENT] += gi
+            if not unit_hessian:
+                acc[slot, HESSIAN] += hi_
+            acc[slot, COUNT] += 1.0
+        for j in range(wide.shape[1]):
+            slot = wide_meta[j, SLOT] + np.int64(wide[r, j])
+            acc[slot, GRADIENT] += gi
+            if not unit_hessian:
+                acc[slot, HESSIAN] += hi_
+            acc[slot, COUNT] += 1.0
+    if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
+        for s in range(acc.shape[0]):
+            acc[s, HESSIAN] = acc[s, COUNT]
+
+
+@numba.njit(cache=True, nogil=True)
+def _packed_histogram(narrow, wide, rows, lo, hi, packed, unit_hessian, scales, narrow_meta, wide_meta,
+                      acc):  # fmt: skip  # pragma: no cover - compiled
+    """:func:`_rows_histogram` of quantized gradients: one integer add per row and feature (its gradient in the high
+    32 bits, its hessian, or 1, in the low ones), the counts apart only for a hessian that is not 1. The one-byte
+    features' sums at a constant stride of 256: the compiler then sees that two features never share a slot
+    (measured 2x faster than a stride it cannot see)."""
+    w8, w16, n_slots = narrow.shape[1], wide.shape[1], acc.shape[0]
+    sums, wide_sums = np.zeros(w8 * 256, np.int64), np.zeros(n_slots, np.int64)
+    counts = np.zeros(0 if unit_hessian else w8 * 256, np.int64)
+    wide_counts = np.zeros(0 if unit_hessian else n_slots, np.int64)
+    for i in range(lo, hi):
+        if i + PREFETCH_AHEAD < hi:
+            ahead = rows[i + PREFETCH_AHEAD]
+            if w8 > 0:
+                _prefetch(narrow, ahead * w8)
+            if w16 > 0:
+                _prefetch(wide, ahead * w16)
+            _prefetch(packed, ahead)
+        r = rows[i]
+        v = packed[r]
+        for j in range(w8):
+            b = j * 256 + np.int64(narrow[r, j])
+            sums[b] += v
+            if not unit_hessian:
+                counts[b] += 1
+        for j in range(wide.shape[1]):
+            slot = wide_meta[j, SLOT] + np.int64(wide[r, j])
+            wide_sums[slot] += v
+            if not unit_hessian:
+                wide_counts[slot] += 1
+    for j in range(w8):
+        for b in range(narrow_meta[j, WIDTH]):
+            count = 0 if unit_hessian else counts[j * 256 + b]
+            _unpack(sums[j * 256 + b], count, unit_hessian, scales, acc, narrow_meta[j, SLOT] + b)
+    for j in range(wide.shape[1]):
+        for slot in range(wide_meta[j, SLOT], wide_meta[j, SLOT] + wide_meta[j, WIDTH]):
+            count = 0 if unit_hessian else wide_counts[slot]
+            _unpack(wide_sums[slot], count, unit_hessian, scales, acc, slot)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _unpack(v, count, unit_hessian, scales, acc, slot):  # pragma: no cover - compiled
+    """A packed sum into a float histogram's slot (exact: integers times powers of two)."""
+    low = v & LOW_BITS
+    acc[slot, GRADIENT] += (v >> 32) * scales[GRADIENT]
+    if unit_hessian:
+        acc[slot, HESSIAN] += low
+        acc[slot, COUNT] += low
+    else:
+        acc[slot, HESSIAN] += low * scales[HESSIAN]
+        acc[slot, COUNT] += count
+
+
 @numba.njit(cache=True, nogil=True)
 def _partition(codes, rows, scratch, start, stop, column, goes_left):  # pragma: no cover - compiled
-    """Order ``rows[start:stop]`` stably, the rows whose bin of block column ``column`` goes left first; their count.
-    Without a branch on the side (each row written to both, the counts advanced by its side): a split's side
-    is as hard to foresee as a coin's."""
+    """Order ``rows[start:stop]`` stably, the rows whose bin of ``codes``' column ``column`` goes left first; their
+    count. Without a branch on the side (each row written to both, the counts advanced by its side): a split's
+    side is as hard to foresee as a coin's."""
     left = 0
     right = 0
     w = codes.shape[1]
@@ -192,26 +264,31 @@ def _partition(codes, rows, scratch, start, stop, column, goes_left):  # pragma:
     return left
 
 
-@kernel([nt.void(read_only(b[:, ::1]), IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, IN_I64,
-                 F64[:, :, ::1], I64, I64)
-         for b in BINS])  # fmt: skip
-def _chunk_histograms(codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets, acc, first,
-                      last):  # fmt: skip  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True, inline="always")
+def _partition_column(narrow, wide, rows, scratch, start, stop, column, goes_left):  # pragma: no cover - compiled
+    """:func:`_partition` by a column of either matrix (:meth:`RowLayout.column_of`'s numbering)."""
+    if column < narrow.shape[1]:
+        return _partition(narrow, rows, scratch, start, stop, column, goes_left)
+    return _partition(wide, rows, scratch, start, stop, column - narrow.shape[1], goes_left)
+
+
+@kernel([nt.void(NARROW, WIDE, IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, F64[:, :, ::1],
+                 I64, I64)])  # fmt: skip
+def _chunk_histograms(narrow, wide, rows, lo, hi, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, acc,
+                      first, last):  # fmt: skip  # pragma: no cover - compiled
     """:func:`_rows_histogram` of ``rows[lo:hi]`` cut into ``acc.shape[0]`` chunks, chunk k's into ``acc[k]``."""
     chunks = acc.shape[0]
     size = (hi - lo + chunks - 1) // chunks
     for k in range(first, last):
         a = lo + k * size
-        _rows_histogram(codes, rows, a, min(hi, a + size), g, h, unit_hessian, packed, scales, offsets, acc[k])
+        _rows_histogram(narrow, wide, rows, a, min(hi, a + size), g, h, unit_hessian, packed, scales, narrow_meta,
+                        wide_meta, acc[k])  # fmt: skip
 
 
-# fmt: off
-@kernel([nt.void(read_only(b[:, ::1]), I64[::1], I64[::1], I64, I64, I64, IN_BOOL, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
-                 IN_F64, IN_I64, F64[:, :, ::1], I64[::1], I64, I64)
-         for b in BINS])
-# fmt: on
-def _chunk_splits(codes, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, packed, scales,
-                  offsets, acc, lefts, first, last):  # fmt: skip  # pragma: no cover - compiled
+@kernel([nt.void(NARROW, WIDE, I64[::1], I64[::1], I64, I64, I64, IN_BOOL, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
+                 IN_F64, META, META, F64[:, :, ::1], I64[::1], I64, I64)])  # fmt: skip
+def _chunk_splits(narrow, wide, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, packed,
+                  scales, narrow_meta, wide_meta, acc, lefts, first, last):  # fmt: skip  # pragma: no cover
     """A split of ``rows[lo:hi]`` cut into chunks, first pass: each chunk partitioned in place (its left rows, then
     its right ones), the rows of its built side added to ``acc[k]``, its left rows counted in ``lefts[k]``."""
     chunks = acc.shape[0]
@@ -219,12 +296,10 @@ def _chunk_splits(codes, rows, scratch, lo, hi, column, goes_left, build_left, g
     for k in range(first, last):
         a = lo + k * size
         z = min(hi, a + size)
-        n_left = _partition(codes, rows, scratch[a:z], a, z, column, goes_left)
+        n_left = _partition_column(narrow, wide, rows, scratch[a:z], a, z, column, goes_left)
         lefts[k] = n_left
-        if build_left:
-            _rows_histogram(codes, rows, a, a + n_left, g, h, unit_hessian, packed, scales, offsets, acc[k])
-        else:
-            _rows_histogram(codes, rows, a + n_left, z, g, h, unit_hessian, packed, scales, offsets, acc[k])
+        b, e = (a, a + n_left) if build_left else (a + n_left, z)
+        _rows_histogram(narrow, wide, rows, b, e, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, acc[k])
 
 
 @kernel([nt.void(I64[::1], I64[::1], I64, I64, IN_I64, I64, I64)])
@@ -267,27 +342,54 @@ MIN_GAIN = 0  # the float state
 BEGIN, ROOT_BUILT, CHILD_BUILT = 0, 1, 2
 DONE, ROOT, SPLIT = 0, 1, 2
 
+
+@numba.njit(cache=True, nogil=True)
+def _best_split(hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
+                best_mask):  # fmt: skip  # pragma: no cover - compiled
+    """Best (gain, feature) over a compact histogram's features (the first wins a tie, as
+    :func:`~.tree_split.best_split` on a spread one), the winner's bins going left in ``best_mask``."""
+    best_gain, best_feature = 0.0, -1
+    for f in range(value_bins.shape[0]):
+        nb = value_bins[f]
+        hf = hist[slot_start[f] : slot_start[f] + nb + 1]
+        gain = feature_split(hf, nb, nb, missing_bin, categorical[f], total, l2, min_rows, order, keys, mask)
+        if gain > best_gain * (1.0 + TIE):
+            best_gain, best_feature = gain, f
+            best_mask[:] = mask
+    return best_gain, best_feature
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _totals(hist, slot_start, total):  # pragma: no cover - compiled
+    """A node's sums: its first feature's (every row is in one of its bins)."""
+    total[:] = 0.0
+    for s in range(slot_start[0], slot_start[1]):
+        for q in range(HIST_FIELDS):
+            total[q] += hist[s, q]
+
+
 # fmt: off
 _GROW_STEP_TYPES = [
-    I64(read_only(b[:, ::1]), I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, IN_I64, IN_I64, IN_I64, IN_BOOL,
-        I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
-        I64[:, ::1], F64[:, ::1], BOOL[:, ::1], I64[::1], I64[::1], I64[::1], F64[::1])
-    for b in BINS
+    I64(NARROW, WIDE, I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, IN_I64, IN_I64,
+        IN_I64, IN_BOOL, I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
+        I64[:, ::1], F64[:, ::1], BOOL[:, ::1], BOOL[::1], I64[::1], I64[::1], I64[::1], F64[::1])
 ]
 # fmt: on
 
 
 @kernel(_GROW_STEP_TYPES)
 def _grow_step(
-    codes, rows, scratch, g, h, unit_hessian, packed, scales, offsets, column_of, value_bins, categorical,
-    max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
-    nodes, floats, goes_left, leaves, free, state, min_gain_state,
+    narrow, wide, rows, scratch, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, column_of, slot_start,
+    value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
+    nodes, floats, goes_left, split_mask, leaves, free, state, min_gain_state,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Grow the tree in ``nodes`` from where ``state`` says until it is done (DONE), or until the root's histogram
     or a split of a node of at least ``ask_rows`` rows is wanted (ROOT, SPLIT: done by the caller on the free
-    cores, which then calls again)."""
-    n_features, n_bins = value_bins.shape[0], goes_left.shape[1]
-    n = rows.shape[0]
+    cores, which then calls again). ``split_mask``: the split under way's bins going left, in its feature's
+    compact bins (the missing values' last)."""
+    n, missing_bin = rows.shape[0], goes_left.shape[1] - 1
+    order, keys = np.empty(missing_bin + 1, np.int64), np.empty(missing_bin + 1)
+    mask, total = np.zeros(missing_bin + 1, np.bool_), np.zeros(HIST_FIELDS)
     phase = state[PHASE]
     if phase == BEGIN:
         nodes[:, :] = -1
@@ -304,12 +406,13 @@ def _grow_step(
         if n >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_BUFFER] = 0, n, nodes[0, POOL]
             return ROOT
-        _rows_histogram(codes, rows, 0, n, g, h, unit_hessian, packed, scales, offsets, hists[nodes[0, POOL]])
+        _rows_histogram(narrow, wide, rows, 0, n, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
+                        hists[nodes[0, POOL]])  # fmt: skip
         phase = ROOT_BUILT
     candidates = np.zeros(2, np.int64)  # the nodes whose best split is searched next
     n_candidates = 0
     if phase == ROOT_BUILT:
-        total = hists[nodes[0, POOL], :n_bins].sum(axis=0)  # the first feature's bins: every row is in one
+        _totals(hists[nodes[0, POOL]], slot_start, total)
         min_gain_state[MIN_GAIN] = floor_abs * floor_abs / (total[HESSIAN] + l2)  # see _tree_growth.GAIN_FLOOR
         n_candidates = 1
     min_gain = min_gain_state[MIN_GAIN]
@@ -343,9 +446,12 @@ def _grow_step(
                 nodes[node, STOP] - nodes[node, START] < 2 * min_rows
             ):
                 continue
-            hist = hists[nodes[node, POOL]].reshape(n_features, n_bins, HIST_FIELDS)
-            best_gain, best_feature = best_split(hist, value_bins, categorical, n_bins - 1, l2, min_rows,
-                                                 goes_left[node])  # fmt: skip
+            hist = hists[nodes[node, POOL]]
+            _totals(hist, slot_start, total)
+            best_gain, best_feature = _best_split(
+                hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
+                goes_left[node],
+            )  # fmt: skip
             if best_feature >= 0 and best_gain > min_gain:
                 nodes[node, FEATURE], floats[node, GAIN] = best_feature, best_gain
             else:
@@ -363,11 +469,15 @@ def _grow_step(
         if best < 0:
             break
         f = nodes[best, FEATURE]
+        s0, nb = slot_start[f], value_bins[f]
         parent = hists[nodes[best, POOL]]
+        for b in range(nb):  # the split in the feature's compact bins: its missing values' bin is nb
+            split_mask[b] = goes_left[best, b]
+        split_mask[nb] = goes_left[best, missing_bin]
         n_left_rows = 0.0
-        for b in range(n_bins):
-            if goes_left[best, b]:
-                n_left_rows += parent[f * n_bins + b, COUNT]
+        for b in range(nb + 1):
+            if split_mask[b]:
+                n_left_rows += parent[s0 + b, COUNT]
         first, last = nodes[best, START], nodes[best, STOP]
         small_left = n_left_rows <= (last - first) - n_left_rows
         state[N_FREE] -= 1
@@ -378,13 +488,14 @@ def _grow_step(
         if last - first >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_COLUMN] = first, last, column_of[f]
             return SPLIT
-        n_left = _partition(codes, rows, scratch, first, last, column_of[f], goes_left[best])
+        n_left = _partition_column(narrow, wide, rows, scratch, first, last, column_of[f], split_mask)
         state[N_LEFT] = n_left
         a, z = (first, first + n_left) if small_left else (first + n_left, last)
-        _rows_histogram(codes, rows, a, z, g, h, unit_hessian, packed, scales, offsets, hists[small])
+        _rows_histogram(narrow, wide, rows, a, z, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
+                        hists[small])  # fmt: skip
     for k in range(state[N_LEAVES]):  # leaf values (added to their rows' raw scores by the caller)
         i = leaves[k]
-        total = hists[nodes[i, POOL], :n_bins].sum(axis=0)
+        _totals(hists[nodes[i, POOL]], slot_start, total)
         nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False
         floats[i, VALUE] = -learning_rate * total[GRADIENT] / (total[HESSIAN] + l2)
@@ -392,43 +503,39 @@ def _grow_step(
 
 
 def grow_tree(
-    codes, rows, scratch, g, h, unit_hessian: bool, packed, scales, columns, value_bins, categorical, limits,
-    floor_abs: float, learning_rate: float, hists,
+    layout: RowLayout, rows, scratch, g, h, unit_hessian: bool, packed, scales, categorical, limits,
+    floor_abs: float, learning_rate: float, missing_bin: int, hists,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:  # fmt: skip
-    """One tree on ``codes`` (training row r's bins in row r, block column j feature ``columns[j]``) from ``rows``
-    (partitioned in place): its nodes' (feature, left, right, value, gain, count, goes_left) arrays, and its leaves'
-    (start, stop, value): each leaf's rows are ``rows[start:stop]``. The root's histogram and the splits of many
-    rows run here over row chunks, on the free cores. ``packed`` and ``scales``: the gradients quantized
-    (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty."""
-    n_features, n_bins = len(value_bins), hists.shape[1] // len(value_bins)
+    """One tree on ``layout`` from ``rows`` (partitioned in place): its nodes' (feature, left, right, value, gain,
+    count, goes_left) arrays, and its leaves' (start, stop, value): each leaf's rows are ``rows[start:stop]``.
+    ``hists``: (max_leaves, layout.n_slots, HIST_FIELDS) scratch; ``packed`` and ``scales``: the gradients
+    quantized (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty."""
     max_nodes = 2 * limits.max_leaves - 1
     nodes, floats = np.empty((max_nodes, NODE_INTS), np.int64), np.empty((max_nodes, 2))
-    goes_left = np.empty((max_nodes, n_bins), np.bool_)
+    goes_left, split_mask = np.empty((max_nodes, missing_bin + 1), np.bool_), np.zeros(missing_bin + 1, np.bool_)
     leaves, free = np.empty(limits.max_leaves, np.int64), np.empty(hists.shape[0], np.int64)
     state, min_gain = np.zeros(STATE_INTS, np.int64), np.zeros(1)
-    offsets, column_of = columns * n_bins, np.empty(n_features, np.int64)
-    column_of[columns] = np.arange(len(columns))
     max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
+    meta = (layout.narrow_meta, layout.wide_meta)
     args = (
-        codes, rows, scratch, g, h, unit_hessian, packed, scales, offsets, column_of, value_bins, categorical,
-        int(limits.max_leaves),
-        max_depth, float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs),
-        float(learning_rate), PARALLEL_ROWS, hists, nodes, floats, goes_left, leaves, free, state, min_gain,
+        layout.narrow, layout.wide, rows, scratch, g, h, unit_hessian, packed, scales, *meta, layout.column_of(),
+        layout.slot_start, layout.value_bins, categorical, int(limits.max_leaves), max_depth,
+        float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs), float(learning_rate),
+        PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain,
     )  # fmt: skip
     while (step := _grow_step(*args)) != DONE:
         lo, hi = int(state[ASK_FIRST]), int(state[ASK_LAST])
         chunks = min(MAX_CHUNKS, (hi - lo) // CHUNK_ROWS)  # set by the shapes: the same sums on any thread count
         acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
+        gradients = (g, h, unit_hessian, packed, scales, *meta, acc)
         if step == ROOT:
-            run(_chunk_histograms.dispatcher, chunks, codes, rows, lo, hi, g, h, unit_hessian, packed, scales, offsets,
-                acc)  # fmt: skip
+            run(_chunk_histograms.dispatcher, chunks, layout.narrow, layout.wide, rows, lo, hi, *gradients)
             merged = hists[int(state[ASK_BUFFER])]
         else:
-            node, lefts = int(state[SPLITTING]), np.zeros(chunks, np.int64)
-            column, build_left = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT])
+            column, build_left, lefts = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT]), np.zeros(chunks, np.int64)
             run(
-                _chunk_splits.dispatcher, chunks, codes, rows, scratch, lo, hi, column, goes_left[node], build_left,
-                g, h, unit_hessian, packed, scales, offsets, acc, lefts,
+                _chunk_splits.dispatcher, chunks, layout.narrow, layout.wide, rows, scratch, lo, hi, column,
+                split_mask, build_left, *gradients, lefts,
             )  # fmt: skip
             run(_chunk_merge.dispatcher, chunks, rows, scratch, lo, hi, lefts)
             run(_chunk_copy.dispatcher, chunks, rows, scratch, lo, hi, chunks)
@@ -445,4 +552,4 @@ def grow_tree(
     return tree, leaf_rows
 
 
-__all__ = ["grow_tree", "quantize"]
+__all__ = ["RowLayout", "grow_tree", "quantize"]

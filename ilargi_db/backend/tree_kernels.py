@@ -285,22 +285,28 @@ class NumbaTreeKernels:
 
     grows_whole_trees = True  # grow_tree: a tree in one call on a row-wise layout
 
+    def row_layout(self, flat):
+        """The bins of a row-wise layout (:attr:`FlatBins.rowwise`) as :meth:`grow_tree` reads them (a
+        :class:`~ilargi_db.backend.tree_grower.RowLayout`, built once per training)."""
+        from ilargi_db.backend.tree_grower import RowLayout
+
+        codes = np.asarray(flat.codes).reshape(-1, int(flat.widths[0]))
+        return RowLayout.of(codes, _i64(flat.columns), _i64(flat.value_bins))
+
     def grow_tree(
-        self, flat, rows, scratch, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
-        learning_rate: float, raw, hists, quantized=None,
+        self, layout, rows, scratch, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
+        learning_rate: float, missing_bin: int, raw, hists, quantized=None,
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
-        """One tree grown on a row-wise layout (:attr:`FlatBins.rowwise`) from ``rows`` (partitioned in place), its
-        leaves' values added to ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays.
-        ``hists``: (max_leaves, features x bins, HIST_FIELDS) float64 scratch, the histograms of the leaves;
-        ``quantized``: (packed, scales) of :func:`~ilargi_db.backend.tree_grower.quantize` (``g`` and ``h`` its
-        rounded values), or None."""
+        """One tree grown on a :meth:`row_layout` from ``rows`` (partitioned in place), its leaves' values added to
+        ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays. ``hists``: (max_leaves,
+        layout.n_slots, HIST_FIELDS) float64 scratch, the histograms of the leaves; ``quantized``: (packed, scales)
+        of :meth:`quantize` (``g`` and ``h`` its rounded values), or None."""
         from ilargi_db.backend.tree_grower import grow_tree
 
-        codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
         packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
         tree, (starts, stops, values) = grow_tree(
-            codes, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _i64(flat.columns),
-            _i64(flat.value_bins), _flags(categorical), limits, floor_abs, learning_rate, hists,
+            layout, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical),
+            limits, floor_abs, learning_rate, int(missing_bin), hists,
         )  # fmt: skip
         self.add_leaf_values(rows, starts, stops, values, raw)
         return tree

@@ -134,9 +134,9 @@ class TreeGrower:
         self.categorical = X.categorical
         self.flat = FlatBins.of(X)
         self.whole_trees = self.flat.rowwise and kernels.grows_whole_trees
-        # A whole tree's leaf histograms (each feature's bins, the missing values' last), kept across trees.
-        shape = (limits.max_leaves, X.shape[1] * (X.missing_bin + 1), HIST_FIELDS)
-        self.hists = np.empty(shape) if self.whole_trees else None
+        self.layout = kernels.row_layout(self.flat) if self.whole_trees else None
+        # A whole tree's leaf histograms (compact: each feature's bins, its missing values' last), kept across trees.
+        self.hists = np.empty((limits.max_leaves, self.layout.n_slots, HIST_FIELDS)) if self.whole_trees else None
         self.min_gain = 0.0  # set by each tree from its gradients (GAIN_FLOOR)
         self._abs_g: np.ndarray | None = None
 
@@ -186,8 +186,8 @@ class TreeGrower:
         if self.whole_trees:
             floor = self._gain_floor_sum(g)
             nodes = self.kernels.grow_tree(
-                self.flat, self.rows, self.scratch, g, h, self.unit_hessian, self.categorical, self.limits, floor,
-                learning_rate, raw, self.hists, quantized,
+                self.layout, self.rows, self.scratch, g, h, self.unit_hessian, self.categorical, self.limits, floor,
+                learning_rate, self.X.missing_bin, raw, self.hists, quantized,
             )  # fmt: skip
             return Tree(*nodes)
         return self._grow_per_node(g, h, learning_rate, raw)
