@@ -16,6 +16,8 @@ optional operand leaves unused comes with a ``has_*`` flag that is 0.
 
 from __future__ import annotations
 
+from ilargi_db.backend.histogram import LAYOUT
+
 # The thread's work item: a 1-D grid of 1-D blocks.
 _ITEM = "const long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (item >= total) return;"
 
@@ -171,10 +173,10 @@ extern "C" __global__ void node_histogram(const long long* __restrict__ rows, co
         const long long source = (long long)index[b * index_rows + row];
         bin = source < 0 ? (long long)fills[c] : (long long)codes[code_start[b] + source * w + j];
     }
-    const long long at = (columns[c] * n_bins + bin) * 3;
-    atomicAdd(&hist[at], g[row]);
-    atomicAdd(&hist[at + 1], unit_hessian ? 1.0 : h[row]);
-    atomicAdd(&hist[at + 2], 1.0);
+    const long long at = (columns[c] * n_bins + bin) * HIST_FIELDS;
+    atomicAdd(&hist[at + GRADIENT], g[row]);
+    atomicAdd(&hist[at + HESSIAN], unit_hessian ? 1.0 : h[row]);
+    atomicAdd(&hist[at + COUNT], 1.0);
 }
 """,
 }
@@ -186,7 +188,8 @@ def source(name: str, positions: str = "int64", bins: str = "uint8") -> str:
     """Kernel ``name``'s CUDA C, its positions (``idx_t``) of dtype ``positions`` ("int32" or "int64") and its
     bin codes (``bin_t``, the tree kernels') of dtype ``bins`` ("uint8" or "uint16")."""
     body = _SOURCES[name].replace("ITEM", _ITEM)
-    return f"typedef {_C_TYPES[positions]} idx_t;\ntypedef {_C_TYPES[bins]} bin_t;\n{body}"
+    layout = "".join(f"#define {k} {v}\n" for k, v in LAYOUT.items())  # backend/histogram.py's, declared once
+    return f"typedef {_C_TYPES[positions]} idx_t;\ntypedef {_C_TYPES[bins]} bin_t;\n{layout}{body}"
 
 
 KERNEL_NAMES = tuple(_SOURCES)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ilargi_db.backend.cuda_kernels import Launcher
+from ilargi_db.backend.histogram import HIST_FIELDS
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 
 
@@ -26,11 +27,11 @@ class CudaTreeKernels(ReferenceTreeKernels):
         self._launch = Launcher(xp)
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
-        """(features, bins, 3) sums of ``g``, ``h`` and rows per bin over ``rows`` (``segment``: a CPU choice,
+        """(features, bins, HIST_FIELDS) sums of ``g``, ``h`` and rows per bin over ``rows`` (``segment``: a CPU choice,
         unused here)."""
         xp = self.xp
         n_columns, blocks = flat.columns.shape[0], flat.widths.shape[0]
-        hist = xp.zeros((n_columns, flat.n_bins, 3), dtype=xp.float64)
+        hist = xp.zeros((n_columns, flat.n_bins, HIST_FIELDS), dtype=xp.float64)
         positions = "int32" if flat.index.dtype == xp.int32 else "int64"
         bins = "uint8" if flat.codes.dtype == xp.uint8 else "uint16"
         index = xp.asfortranarray(flat.index, dtype=positions)

@@ -28,6 +28,7 @@ import numpy as np
 from numba import types as nt
 
 from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
 from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split
 
@@ -46,6 +47,9 @@ BINS_AND_POSITIONS = [(b, p) for b in BINS for p in POSITIONS]
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
 IN_BINS = {b: read_only(b[::1]) for b in BINS}  # FlatBins.codes, fills
 IN_ROWS_BINS = {b: read_only(b[:, ::1]) for b in BINS}  # one block's bins, a row per training row
+
+
+ACC_GRADIENT, ACC_ROWS = 0, 1  # node_histogram's per-chunk accumulator: (g, rows) per slot, h apart unless it is 1
 
 
 def _chunks(m: int, accumulator_bytes: int, chunk_rows: int = CHUNK_ROWS) -> int:
@@ -104,17 +108,17 @@ def _node_histogram(
                 s = r if identity[b] else index[r, b]
                 if segment[b]:  # the factorized way: (g, h, 1) summed per source row, binned below
                     slot = seg_start[b] + s if s >= 0 else seg_start[b + 1] - 1
-                    sums[slot, 0] += gi
-                    sums[slot, 1] += hi
-                    sums[slot, 2] += 1.0
+                    sums[slot, GRADIENT] += gi
+                    sums[slot, HESSIAN] += hi
+                    sums[slot, COUNT] += 1.0
                     continue
                 w, col0 = widths[b], first_column[b]
                 base = code_start[b] + s * w
                 for f in range(col0, col0 + w):
                     bin_ = fills[f] if s < 0 else codes[base + f - col0]
                     slot = column_slot[f] + min(bin_, column_bins[f])
-                    part[slot, 0] += gi
-                    part[slot, 1] += 1.0
+                    part[slot, ACC_GRADIENT] += gi
+                    part[slot, ACC_ROWS] += 1.0
                     if not unit_hessian:
                         part_h[slot] += hi
 
@@ -140,16 +144,16 @@ def _node_histogram_total(
 ):  # pragma: no cover - compiled
     """:func:`_node_histogram`'s chunks merged in chunk order, segment sums binned, spread to (features, bins, 3)."""
     t, n_features, chunks = widths.shape[0], value_bins.shape[0], acc.shape[0]
-    compact = np.zeros((slot_start[n_features], 3))
+    compact = np.zeros((slot_start[n_features], HIST_FIELDS))
     for k in range(chunks):
-        compact[:, 0] += acc[k, :, 0]
-        compact[:, 2] += acc[k, :, 1]
+        compact[:, GRADIENT] += acc[k, :, ACC_GRADIENT]
+        compact[:, COUNT] += acc[k, :, ACC_ROWS]
         if not unit_hessian:
-            compact[:, 1] += hess[k]
+            compact[:, HESSIAN] += hess[k]
         if k > 0:
             seg[0] += seg[k]
     if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
-        compact[:, 1] = compact[:, 2]
+        compact[:, HESSIAN] = compact[:, COUNT]
     for b in range(t):
         if not segment[b]:
             continue
@@ -161,10 +165,10 @@ def _node_histogram_total(
             for f in range(col0, col0 + w):
                 bin_ = fills[f] if s == n_source_rows else codes[code_start[b] + s * w + f - col0]
                 slot = column_slot[f] + min(bin_, column_bins[f])
-                compact[slot, 0] += total[0]
-                compact[slot, 1] += 1.0 * total[2] if unit_hessian else total[1]
-                compact[slot, 2] += total[2]
-    out = np.zeros((n_features, n_bins, 3))
+                compact[slot, GRADIENT] += total[GRADIENT]
+                compact[slot, HESSIAN] += 1.0 * total[COUNT] if unit_hessian else total[HESSIAN]
+                compact[slot, COUNT] += total[COUNT]
+    out = np.zeros((n_features, n_bins, HIST_FIELDS))
     for f in range(n_features):
         nb = value_bins[f]
         out[f, :nb] = compact[slot_start[f] : slot_start[f] + nb]
@@ -187,15 +191,15 @@ def _rows_histogram(codes, rows, g, h, slots, bins, unit_hessian, acc, first, la
             gi, hi = g[r], h[r]
             for f in range(w):
                 slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
-                part[slot, 0] += gi
+                part[slot, GRADIENT] += gi
                 if not unit_hessian:
-                    part[slot, 1] += hi
-                part[slot, 2] += 1.0
+                    part[slot, HESSIAN] += hi
+                part[slot, COUNT] += 1.0
 
 
 @kernel([(read_only(F64[:, ::1]), IN_I64, IN_I64, IN_I64, I64)])
 def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cover - compiled
-    out = np.zeros((value_bins.shape[0], n_bins, 3))
+    out = np.zeros((value_bins.shape[0], n_bins, HIST_FIELDS))
     for j in range(columns.shape[0]):
         f = columns[j]
         nb = value_bins[f]
@@ -328,20 +332,20 @@ class NumbaTreeKernels:
         slots, bins = _i64(flat.column_slot), _i64(flat.column_bins)
         if flat.rowwise:
             codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
-            acc = np.zeros((chunks, n_slots, 3))
+            acc = np.zeros((chunks, n_slots, HIST_FIELDS))
             run(_rows_histogram.dispatcher, chunks, codes, rows, g, h, slots, bins, unit_hessian, acc)
             compact = acc[0]
             for k in range(1, chunks):  # chunk order
                 compact += acc[k]
             if unit_hessian:
-                compact[:, 1] = compact[:, 2]
+                compact[:, HESSIAN] = compact[:, COUNT]
             return _spread(compact, _i64(flat.columns), _i64(flat.slot_start), _i64(flat.value_bins), flat.n_bins)
         codes, fills = _bins(flat.codes), _bins(flat.fills)
         code_start, widths, first_column = _i64(flat.code_start), _i64(flat.widths), _i64(flat.first_column)
         segment = _flags(segment)
         acc = np.zeros((chunks, n_slots, 2))  # (g, rows); h is summed apart unless it is 1
         hess = np.zeros((chunks, 1 if unit_hessian else n_slots))
-        seg = np.zeros((chunks, int(seg_start[-1]), 3))
+        seg = np.zeros((chunks, int(seg_start[-1]), HIST_FIELDS))
         run(
             _node_histogram.dispatcher, chunks, codes, code_start, widths, first_column, fills,
             _positions(flat.index), _flags(flat.identity), segment, seg_start, rows, g, h, slots, bins, unit_hessian,

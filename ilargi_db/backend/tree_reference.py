@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_db.backend import quantization
+from ilargi_db.backend.histogram import HIST_FIELDS
 
 
 class ReferenceTreeKernels:
@@ -34,7 +35,7 @@ class ReferenceTreeKernels:
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
         xp = self.xp
-        out = xp.zeros((flat.columns.shape[0], flat.n_bins, 3))
+        out = xp.zeros((flat.columns.shape[0], flat.n_bins, HIST_FIELDS))
         for b in range(len(flat.widths)):
             bins = self._bins(flat, b, rows).astype(xp.int64)
             for j in range(int(flat.widths[b])):

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-# The histogram layout, declared once: per bin, the sums of gradient, hessian and rows, float64.
-GRADIENT, HESSIAN, COUNT = 0, 1, 2
-HIST_FIELDS = 3
+from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 
 CATEGORY_SMOOTHING = 10.0  # hessian added when categories are sorted by g / h (HistGradientBoosting's support)
 MIN_HESSIAN = 1e-3  # a child needs at least this hessian (LightGBM's min_sum_hessian_in_leaf)
@@ -145,11 +143,7 @@ def best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):
 
 __all__ = [
     "CATEGORY_SMOOTHING",
-    "COUNT",
-    "GRADIENT",
     "GrowthLimits",
-    "HESSIAN",
-    "HIST_FIELDS",
     "MIN_HESSIAN",
     "TIE",
     "best_split",

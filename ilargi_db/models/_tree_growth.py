@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ilargi_db.backend.tree_split import HIST_FIELDS, GrowthLimits
+from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
+from ilargi_db.backend.tree_split import GrowthLimits
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
 
 
@@ -23,7 +24,7 @@ class Node:
     start: int
     stop: int
     depth: int
-    hist: np.ndarray  # (features, bins + 1, 3)
+    hist: np.ndarray  # (features, bins + 1, HIST_FIELDS)
     gain: float = 0.0
     feature: int = -1
     goes_left: np.ndarray | None = None
@@ -141,7 +142,7 @@ class TreeGrower:
         self._abs_g: np.ndarray | None = None
 
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
-        """(features, bins + 1, 3) sums of g, h and rows per bin over ``rows``."""
+        """(features, bins + 1, HIST_FIELDS) sums of g, h and rows per bin over ``rows``."""
         segment = segmented_blocks(self.flat, len(rows))
         return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
@@ -196,7 +197,7 @@ class TreeGrower:
         limits, tree = self.limits, _TreeBuilder(self.X.missing_bin + 1)
         root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
         floor = self._gain_floor_sum(g)
-        self.min_gain = floor**2 / (float(root.sums[1]) + limits.l2_regularization)
+        self.min_gain = floor**2 / (float(root.sums[HESSIAN]) + limits.l2_regularization)
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]
         heap = [(-root.gain, root.id, root)] if root.feature >= 0 else []
@@ -208,7 +209,7 @@ class TreeGrower:
                 if child.feature >= 0:
                     heapq.heappush(heap, (-child.gain, child.id, child))
         for leaf in leaves:
-            grad, hess, _ = leaf.sums
+            grad, hess = leaf.sums[GRADIENT], leaf.sums[HESSIAN]
             tree.fields["value"][leaf.id] = -learning_rate * grad / (hess + limits.l2_regularization)
         # Each leaf's value added to the raw scores of its rows (a leaf's rows are one range of the permutation).
         starts = np.array([leaf.start for leaf in leaves], dtype=np.int64)
@@ -220,7 +221,7 @@ class TreeGrower:
     def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: _TreeBuilder) -> tuple[Node, Node]:
         # The smaller child's rows, counted from the parent's histogram, get a histogram of their own (in the
         # pass that partitions the rows, where it can); the larger child's is the parent's less it.
-        n_left_rows = node.hist[node.feature, node.goes_left, 2].sum()
+        n_left_rows = node.hist[node.feature, node.goes_left, COUNT].sum()
         small_left = n_left_rows <= (node.stop - node.start) - n_left_rows
         if self.flat.rowwise:
             n_left, small_hist = self.kernels.partition_histogram(
