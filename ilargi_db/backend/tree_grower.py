@@ -245,32 +245,73 @@ def _unpack(v, count, unit_hessian, scales, acc, slot):  # pragma: no cover - co
 
 
 @numba.njit(cache=True, nogil=True)
-def _partition(codes, rows, scratch, start, stop, column, goes_left):  # pragma: no cover - compiled
-    """Order ``rows[start:stop]`` stably, the rows whose bin of ``codes``' column ``column`` goes left first; their
-    count. Without a branch on the side (each row written to both, the counts advanced by its side): a split's
-    side is as hard to foresee as a coin's."""
-    left = 0
-    right = 0
+def _distribute(codes, src, dst, start, stop, to_left, to_right, column, goes_left):  # pragma: no cover - compiled
+    """``src[start:stop]`` written stably into ``dst``: the rows whose bin of ``codes``' column ``column`` goes left
+    from ``to_left`` on, the others from ``to_right`` on. Each row written once, where a select (not a branch: a
+    split's side is as hard to foresee as a coin's) says."""
     w = codes.shape[1]
+    left, right = to_left, to_right
     for i in range(start, stop):
         if i + PREFETCH_AHEAD < stop:
-            _prefetch(codes, rows[i + PREFETCH_AHEAD] * w + column)
-        r = rows[i]
-        to_left = np.int64(goes_left[codes[r, column]])
-        rows[start + left] = r  # never ahead of i: an entry already read
-        scratch[right] = r
-        left += to_left
-        right += 1 - to_left
-    rows[start + left : stop] = scratch[:right]
-    return left
+            _prefetch(codes, src[i + PREFETCH_AHEAD] * w + column)
+        r = src[i]
+        side = np.int64(goes_left[codes[r, column]])
+        dst[left if side else right] = r
+        left += side
+        right += 1 - side
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_left(codes, src, start, stop, column, goes_left):  # pragma: no cover - compiled
+    """The rows of ``src[start:stop]`` whose bin of ``codes``' column ``column`` goes left."""
+    w, n_left = codes.shape[1], 0
+    for i in range(start, stop):
+        if i + PREFETCH_AHEAD < stop:
+            _prefetch(codes, src[i + PREFETCH_AHEAD] * w + column)
+        n_left += goes_left[codes[src[i], column]]
+    return n_left
+
+
+@kernel([nt.void(NARROW, WIDE, IN_I64, I64, I64, I64, IN_BOOL, I64[::1], I64, I64)])
+def _chunk_counts(narrow, wide, src, lo, hi, column, goes_left, lefts, first, last):  # pragma: no cover - compiled
+    """A split of ``src[lo:hi]`` cut into ``lefts.shape[0]`` chunks, first pass: each chunk's rows going left."""
+    chunks = lefts.shape[0]
+    size = (hi - lo + chunks - 1) // chunks
+    for k in range(first, last):
+        a = lo + k * size
+        z = min(hi, a + size)
+        if column < narrow.shape[1]:
+            lefts[k] = _count_left(narrow, src, a, z, column, goes_left)
+        else:
+            lefts[k] = _count_left(wide, src, a, z, column - narrow.shape[1], goes_left)
+
+
+@kernel([nt.void(NARROW, WIDE, IN_I64, I64[::1], I64, I64, I64, IN_BOOL, IN_I64, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
+                 IN_F64, META, META, F64[:, :, ::1], I64, I64)])  # fmt: skip
+def _chunk_splits(narrow, wide, src, dst, lo, hi, column, goes_left, lefts, build_left, g, h, unit_hessian, packed,
+                  scales, narrow_meta, wide_meta, acc, first, last):  # fmt: skip  # pragma: no cover - compiled
+    """Second pass: each chunk's rows written where the chunks before it end (both sides in the node's order, as one
+    stable partition leaves them), then the rows it wrote to the built side added to ``acc[k]``."""
+    chunks = lefts.shape[0]
+    size = (hi - lo + chunks - 1) // chunks
+    n_left = lefts.sum()
+    for k in range(first, last):
+        a = lo + k * size
+        z = min(hi, a + size)
+        before = lefts[:k].sum()
+        to_left, to_right = lo + before, lo + n_left + (a - lo - before)
+        _distribute_column(narrow, wide, src, dst, a, z, to_left, to_right, column, goes_left)
+        b, e = (to_left, to_left + lefts[k]) if build_left else (to_right, to_right + (z - a - lefts[k]))
+        _rows_histogram(narrow, wide, dst, b, e, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, acc[k])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _partition_column(narrow, wide, rows, scratch, start, stop, column, goes_left):  # pragma: no cover - compiled
-    """:func:`_partition` by a column of either matrix (:meth:`RowLayout.column_of`'s numbering)."""
+def _distribute_column(narrow, wide, src, dst, start, stop, to_left, to_right, column, goes_left):  # pragma: no cover
+    """:func:`_distribute` by a column of either matrix (:meth:`RowLayout.column_of`'s numbering)."""
     if column < narrow.shape[1]:
-        return _partition(narrow, rows, scratch, start, stop, column, goes_left)
-    return _partition(wide, rows, scratch, start, stop, column - narrow.shape[1], goes_left)
+        _distribute(narrow, src, dst, start, stop, to_left, to_right, column, goes_left)
+    else:
+        _distribute(wide, src, dst, start, stop, to_left, to_right, column - narrow.shape[1], goes_left)
 
 
 @kernel([nt.void(NARROW, WIDE, IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, F64[:, :, ::1],
@@ -286,52 +327,10 @@ def _chunk_histograms(narrow, wide, rows, lo, hi, g, h, unit_hessian, packed, sc
                         wide_meta, acc[k])  # fmt: skip
 
 
-@kernel([nt.void(NARROW, WIDE, I64[::1], I64[::1], I64, I64, I64, IN_BOOL, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
-                 IN_F64, META, META, F64[:, :, ::1], I64[::1], I64, I64)])  # fmt: skip
-def _chunk_splits(narrow, wide, rows, scratch, lo, hi, column, goes_left, build_left, g, h, unit_hessian, packed,
-                  scales, narrow_meta, wide_meta, acc, lefts, first, last):  # fmt: skip  # pragma: no cover
-    """A split of ``rows[lo:hi]`` cut into chunks, first pass: each chunk partitioned in place (its left rows, then
-    its right ones), the rows of its built side added to ``acc[k]``, its left rows counted in ``lefts[k]``."""
-    chunks = acc.shape[0]
-    size = (hi - lo + chunks - 1) // chunks
-    for k in range(first, last):
-        a = lo + k * size
-        z = min(hi, a + size)
-        n_left = _partition_column(narrow, wide, rows, scratch[a:z], a, z, column, goes_left)
-        lefts[k] = n_left
-        b, e = (a, a + n_left) if build_left else (a + n_left, z)
-        _rows_histogram(narrow, wide, rows, b, e, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, acc[k])
-
-
-@kernel([nt.void(I64[::1], I64[::1], I64, I64, IN_I64, I64, I64)])
-def _chunk_merge(rows, scratch, lo, hi, lefts, first, last):  # pragma: no cover - compiled
-    """Second pass: each chunk's left rows, then its right ones, copied where the chunks before it end (into
-    ``scratch``): both sides in the node's order, as one stable partition leaves them."""
-    chunks = lefts.shape[0]
-    size = (hi - lo + chunks - 1) // chunks
-    n_left = lefts.sum()
-    for k in range(first, last):
-        a = lo + k * size
-        z = min(hi, a + size)
-        before = lefts[:k].sum()
-        to_left, to_right = lo + before, lo + n_left + (a - lo - before)
-        scratch[to_left : to_left + lefts[k]] = rows[a : a + lefts[k]]
-        scratch[to_right : to_right + (z - a - lefts[k])] = rows[a + lefts[k] : z]
-
-
-@kernel([nt.void(I64[::1], IN_I64, I64, I64, I64, I64, I64)])
-def _chunk_copy(rows, scratch, lo, hi, chunks, first, last):  # pragma: no cover - compiled
-    """Third pass: the merged rows copied back, a chunk per task."""
-    size = (hi - lo + chunks - 1) // chunks
-    for k in range(first, last):
-        a = lo + k * size
-        z = min(hi, a + size)
-        rows[a:z] = scratch[a:z]
-
-
-# A node's int fields, one row per node (the grower's record, kept across its steps).
-START, STOP, DEPTH, POOL, FEATURE, LEFT, RIGHT, COUNT_ROWS = range(8)
-NODE_INTS = 8
+# A node's int fields, one row per node (the grower's record, kept across its steps). A node's rows are
+# buffers[BUFFER][START:STOP]: a split writes its children's rows into the other buffer, at the same places.
+START, STOP, DEPTH, POOL, FEATURE, LEFT, RIGHT, COUNT_ROWS, BUFFER = range(9)
+NODE_INTS = 9
 VALUE, GAIN = 0, 1
 # The grower's state between steps: what it does next, its sizes, the split under way and what it asks for.
 PHASE, N_NODES, N_LEAVES, N_FREE, SPLITTING, SMALL, SMALL_LEFT, N_LEFT = range(8)
@@ -371,7 +370,7 @@ def _totals(hist, slot_start, total):  # pragma: no cover - compiled
 
 # fmt: off
 _GROW_STEP_TYPES = [
-    I64(NARROW, WIDE, I64[::1], I64[::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, IN_I64, IN_I64,
+    I64(NARROW, WIDE, I64[:, ::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, IN_I64, IN_I64,
         IN_I64, IN_BOOL, I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
         I64[:, ::1], F64[:, ::1], BOOL[:, ::1], BOOL[::1], I64[::1], I64[::1], I64[::1], F64[::1])
 ]
@@ -380,7 +379,7 @@ _GROW_STEP_TYPES = [
 
 @kernel(_GROW_STEP_TYPES)
 def _grow_step(
-    narrow, wide, rows, scratch, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, column_of, slot_start,
+    narrow, wide, buffers, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, column_of, slot_start,
     value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
     nodes, floats, goes_left, split_mask, leaves, free, state, min_gain_state,
 ):  # fmt: skip  # pragma: no cover - compiled
@@ -388,13 +387,13 @@ def _grow_step(
     or a split of a node of at least ``ask_rows`` rows is wanted (ROOT, SPLIT: done by the caller on the free
     cores, which then calls again). ``split_mask``: the split under way's bins going left, in its feature's
     compact bins (the missing values' last)."""
-    n, missing_bin = rows.shape[0], goes_left.shape[1] - 1
+    n, missing_bin = buffers.shape[1], goes_left.shape[1] - 1
     order, keys = np.empty(missing_bin + 1, np.int64), np.empty(missing_bin + 1)
     mask, total = np.zeros(missing_bin + 1, np.bool_), np.zeros(HIST_FIELDS)
     phase = state[PHASE]
     if phase == BEGIN:
         nodes[:, :] = -1
-        nodes[:, START] = nodes[:, STOP] = nodes[:, DEPTH] = nodes[:, COUNT_ROWS] = 0
+        nodes[:, START] = nodes[:, STOP] = nodes[:, DEPTH] = nodes[:, COUNT_ROWS] = nodes[:, BUFFER] = 0
         floats[:, :], goes_left[:, :] = 0.0, False
         free[:] = np.arange(free.shape[0])
         state[N_FREE] = free.shape[0] - 1
@@ -407,7 +406,7 @@ def _grow_step(
         if n >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_BUFFER] = 0, n, nodes[0, POOL]
             return ROOT
-        _rows_histogram(narrow, wide, rows, 0, n, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
+        _rows_histogram(narrow, wide, buffers[0], 0, n, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
                         hists[nodes[0, POOL]])  # fmt: skip
         phase = ROOT_BUILT
     candidates = np.zeros(2, np.int64)  # the nodes whose best split is searched next
@@ -429,6 +428,7 @@ def _grow_step(
             nodes[lo, START], nodes[lo, STOP] = nodes[best, START], middle
             nodes[hi, START], nodes[hi, STOP] = middle, nodes[best, STOP]
             nodes[lo, DEPTH] = nodes[hi, DEPTH] = nodes[best, DEPTH] + 1
+            nodes[lo, BUFFER] = nodes[hi, BUFFER] = 1 - nodes[best, BUFFER]
             nodes[lo, COUNT_ROWS], nodes[hi, COUNT_ROWS] = middle - nodes[best, START], nodes[best, STOP] - middle
             if state[SMALL_LEFT]:
                 nodes[lo, POOL], nodes[hi, POOL] = small, nodes[best, POOL]
@@ -489,13 +489,17 @@ def _grow_step(
         if last - first >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_COLUMN] = first, last, column_of[f]
             return SPLIT
-        n_left = _partition_column(narrow, wide, rows, scratch, first, last, column_of[f], split_mask)
+        n_left = np.int64(n_left_rows)  # the parent's histogram counts them exactly
         state[N_LEFT] = n_left
+        src, dst = buffers[nodes[best, BUFFER]], buffers[1 - nodes[best, BUFFER]]
+        _distribute_column(narrow, wide, src, dst, first, last, first, first + n_left, column_of[f], split_mask)
         a, z = (first, first + n_left) if small_left else (first + n_left, last)
-        _rows_histogram(narrow, wide, rows, a, z, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
+        _rows_histogram(narrow, wide, dst, a, z, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
                         hists[small])  # fmt: skip
     for k in range(state[N_LEAVES]):  # leaf values (added to their rows' raw scores by the caller)
         i = leaves[k]
+        if nodes[i, BUFFER] == 1:  # every leaf's rows in buffers[0], where the caller reads them
+            buffers[0, nodes[i, START] : nodes[i, STOP]] = buffers[1, nodes[i, START] : nodes[i, STOP]]
         _totals(hists[nodes[i, POOL]], slot_start, total)
         nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False
@@ -504,11 +508,12 @@ def _grow_step(
 
 
 def grow_tree(
-    layout: RowLayout, rows, scratch, g, h, unit_hessian: bool, packed, scales, categorical, limits,
-    floor_abs: float, learning_rate: float, missing_bin: int, hists,
+    layout: RowLayout, buffers, g, h, unit_hessian: bool, packed, scales, categorical, limits, floor_abs: float,
+    learning_rate: float, missing_bin: int, hists,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:  # fmt: skip
-    """One tree on ``layout`` from ``rows`` (partitioned in place): its nodes' (feature, left, right, value, gain,
-    count, goes_left) arrays, and its leaves' (start, stop, value): each leaf's rows are ``rows[start:stop]``.
+    """One tree on ``layout`` from the training rows in ``buffers[0]`` (``buffers``: (2, rows) int64, both written):
+    its nodes' (feature, left, right, value, gain, count, goes_left) arrays, and its leaves' (start, stop, value):
+    each leaf's rows are ``buffers[0][start:stop]``.
     ``hists``: (max_leaves, layout.n_slots, HIST_FIELDS) scratch; ``packed`` and ``scales``: the gradients
     quantized (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty."""
     max_nodes = 2 * limits.max_leaves - 1
@@ -519,7 +524,7 @@ def grow_tree(
     max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
     meta = (layout.narrow_meta, layout.wide_meta)
     args = (
-        layout.narrow, layout.wide, rows, scratch, g, h, unit_hessian, packed, scales, *meta, layout.column_of(),
+        layout.narrow, layout.wide, buffers, g, h, unit_hessian, packed, scales, *meta, layout.column_of(),
         layout.slot_start, layout.value_bins, categorical, int(limits.max_leaves), max_depth,
         float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs), float(learning_rate),
         PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain,
@@ -530,16 +535,17 @@ def grow_tree(
         acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
         gradients = (g, h, unit_hessian, packed, scales, *meta, acc)
         if step == ROOT:
-            run(_chunk_histograms.dispatcher, chunks, layout.narrow, layout.wide, rows, lo, hi, *gradients)
+            run(_chunk_histograms.dispatcher, chunks, layout.narrow, layout.wide, buffers[0], lo, hi, *gradients)
             merged = hists[int(state[ASK_BUFFER])]
         else:
+            node = int(state[SPLITTING])
+            src, dst = buffers[nodes[node, BUFFER]], buffers[1 - nodes[node, BUFFER]]
             column, build_left, lefts = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT]), np.zeros(chunks, np.int64)
+            run(_chunk_counts.dispatcher, chunks, layout.narrow, layout.wide, src, lo, hi, column, split_mask, lefts)
             run(
-                _chunk_splits.dispatcher, chunks, layout.narrow, layout.wide, rows, scratch, lo, hi, column,
-                split_mask, build_left, *gradients, lefts,
+                _chunk_splits.dispatcher, chunks, layout.narrow, layout.wide, src, dst, lo, hi, column, split_mask,
+                lefts, build_left, *gradients,
             )  # fmt: skip
-            run(_chunk_merge.dispatcher, chunks, rows, scratch, lo, hi, lefts)
-            run(_chunk_copy.dispatcher, chunks, rows, scratch, lo, hi, chunks)
             state[N_LEFT] = lefts.sum()
             merged = hists[int(state[SMALL])]
         for k in range(chunks):  # chunk order

@@ -298,21 +298,22 @@ class NumbaTreeKernels:
         return RowLayout.of(codes, _i64(flat.columns), _i64(flat.value_bins))
 
     def grow_tree(
-        self, layout, rows, scratch, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
+        self, layout, buffers, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
         learning_rate: float, missing_bin: int, raw, hists, quantized=None,
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
-        """One tree grown on a :meth:`row_layout` from ``rows`` (partitioned in place), its leaves' values added to
-        ``raw``: its nodes' (feature, left, right, value, gain, count, goes_left) arrays. ``hists``: (max_leaves,
+        """One tree grown on a :meth:`row_layout` from the training rows in ``buffers[0]`` (``buffers``: (2, rows)
+        int64 scratch, both written), its leaves' values added to ``raw``: its nodes' (feature, left, right, value,
+        gain, count, goes_left) arrays. ``hists``: (max_leaves,
         layout.n_slots, HIST_FIELDS) float64 scratch, the histograms of the leaves; ``quantized``: (packed, scales)
         of :meth:`quantize` (``g`` and ``h`` its rounded values), or None."""
         from ilargi_db.backend.tree_grower import grow_tree
 
         packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
         tree, (starts, stops, values) = grow_tree(
-            layout, rows, scratch, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical),
-            limits, floor_abs, learning_rate, int(missing_bin), hists,
+            layout, buffers, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical), limits,
+            floor_abs, learning_rate, int(missing_bin), hists,
         )  # fmt: skip
-        self.add_leaf_values(rows, starts, stops, values, raw)
+        self.add_leaf_values(buffers[0], starts, stops, values, raw)
         return tree
 
     def quantize(self, g, h, unit_hessian: bool, rows, keys, seed: int):

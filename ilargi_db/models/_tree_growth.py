@@ -129,8 +129,10 @@ class TreeGrower:
         if quantized_seed is not None and (row_keys is None or len(row_keys) != X.n_rows):
             raise ValueError("quantized gradients draw from a key per row: pass row_keys, one per row of X.")
         self.train_rows = np.array(rows, dtype=np.int64)  # ascending
-        self.rows = self.train_rows.copy()  # partitioned in place; each node's rows stay ascending
-        self.scratch = np.empty(len(self.rows), dtype=np.int64)
+        # Each node's rows stay ascending: a range of rows (partitioned in place one node at a time, with scratch),
+        # or of one of two buffers (the whole-tree grower's: a split writes its children into the other one).
+        self.buffers = np.empty((2, len(self.train_rows)), dtype=np.int64)
+        self.rows, self.scratch = self.buffers[0], self.buffers[1]
         self.n_bins = X.n_bins
         self.categorical = X.categorical
         self.flat = FlatBins.of(X)
@@ -187,7 +189,7 @@ class TreeGrower:
         if self.whole_trees:
             floor = self._gain_floor_sum(g)
             nodes = self.kernels.grow_tree(
-                self.layout, self.rows, self.scratch, g, h, self.unit_hessian, self.categorical, self.limits, floor,
+                self.layout, self.buffers, g, h, self.unit_hessian, self.categorical, self.limits, floor,
                 learning_rate, self.X.missing_bin, raw, self.hists, quantized,
             )  # fmt: skip
             return Tree(*nodes)
