@@ -23,7 +23,7 @@ from typing import Any
 
 KERNEL_MODULES = {  # the modules that define kernels, by what a training reads (the catalog's Algorithm.reads)
     "matrix": ("ilargi_db.backend.numba_kernels",),
-    "bins": ("ilargi_db.backend.tree_kernels", "ilargi_db.backend.tree_grower"),
+    "bins": ("ilargi_db.backend.tree_kernels", "ilargi_db.backend.tree_grower", "ilargi_db.backend.gradient_kernels"),
 }
 
 _KERNELS: dict[str, list[Kernel]] = {}  # module name -> its kernels, in definition order

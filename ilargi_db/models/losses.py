@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ilargi_db.backend.gradient_kernels import logistic_gradients, poisson_gradients
+
 
 class Loss:
     """What every loss answers (see the module's docstring)."""
@@ -83,9 +85,7 @@ class LogLoss(Loss):
         return float(np.log(p / (1 - p)))
 
     def gradients(self, raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
-        p = expit(raw)
-        np.subtract(p, y, out=g)
-        np.multiply(p, 1.0 - p, out=h)
+        logistic_gradients(raw, y, g, h)
 
     def loss(self, raw: np.ndarray, y: np.ndarray) -> float:
         return float(np.mean(np.logaddexp(0.0, raw) - y * raw))
@@ -117,9 +117,7 @@ class Poisson(Loss):
         return float(np.log(y.mean()))
 
     def gradients(self, raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
-        np.exp(raw, out=g)
-        np.multiply(g, np.exp(POISSON_MAX_DELTA_STEP), out=h)
-        g -= y
+        poisson_gradients(raw, y, POISSON_MAX_DELTA_STEP, g, h)
 
     def loss(self, raw: np.ndarray, y: np.ndarray) -> float:
         return float(np.mean(np.exp(raw) - y * raw))

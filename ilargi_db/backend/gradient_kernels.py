@@ -1,0 +1,72 @@
+"""The gradients and hessians of the boosting losses, each one fused pass over the rows (on the free cores).
+
+A loss's gradients are computed once per tree over every row: as NumPy expressions that is several passes and
+temporaries (log loss: 7.6 ms per 1M rows, against 1 ms fused, measured). Each kernel has its NumPy reference
+beside it (``*_reference``), the oracle of tests/test_backend_gradient_kernels.py; rows are independent, so the
+result does not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import types as nt
+from scipy.special import expit
+
+from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.parallel import run
+
+ROWS_PER_THREAD = 1 << 16  # a thread pays off from this many rows
+IN_F64, F64 = read_only(nt.float64[::1]), nt.float64[::1]
+
+
+@kernel([nt.void(IN_F64, IN_F64, F64, F64, nt.int64, nt.int64)])
+def _logistic(raw, y, g, h, first, last):  # pragma: no cover - compiled
+    for i in range(first, last):
+        x = raw[i]
+        if x >= 0.0:
+            p = 1.0 / (1.0 + np.exp(-x))
+        else:
+            e = np.exp(x)
+            p = e / (1.0 + e)
+        g[i] = p - y[i]
+        h[i] = p * (1.0 - p)
+
+
+@kernel([nt.void(IN_F64, IN_F64, nt.float64, F64, F64, nt.int64, nt.int64)])
+def _poisson(raw, y, delta, g, h, first, last):  # pragma: no cover - compiled
+    scale = np.exp(delta)
+    for i in range(first, last):
+        mean = np.exp(raw[i])
+        g[i] = mean - y[i]
+        h[i] = mean * scale
+
+
+def logistic_gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
+    """Log loss on log-odds ``raw`` for 0/1 ``y``: ``g = p - y``, ``h = p (1 - p)``, ``p`` the logistic of ``raw``."""
+    run(_logistic.dispatcher, len(raw), raw, y, g, h, min_tasks=ROWS_PER_THREAD)
+
+
+def logistic_gradients_reference(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
+    p = expit(raw)
+    np.subtract(p, y, out=g)
+    np.multiply(p, 1.0 - p, out=h)
+
+
+def poisson_gradients(raw: np.ndarray, y: np.ndarray, delta: float, g: np.ndarray, h: np.ndarray) -> None:
+    """Poisson deviance on log counts ``raw``: ``g = exp(raw) - y``, ``h = exp(raw + delta)`` (LightGBM's
+    ``poisson_max_delta_step``)."""
+    run(_poisson.dispatcher, len(raw), raw, y, float(delta), g, h, min_tasks=ROWS_PER_THREAD)
+
+
+def poisson_gradients_reference(raw: np.ndarray, y: np.ndarray, delta: float, g: np.ndarray, h: np.ndarray) -> None:
+    np.exp(raw, out=g)
+    np.multiply(g, np.exp(delta), out=h)
+    g -= y
+
+
+__all__ = [
+    "logistic_gradients",
+    "logistic_gradients_reference",
+    "poisson_gradients",
+    "poisson_gradients_reference",
+]
