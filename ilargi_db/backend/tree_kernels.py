@@ -4,7 +4,8 @@ The kernels read a binned matrix's blocks laid end to end (:class:`~ilargi_db.li
 per block, its bins (source rows x width, uint8, or uint16 past 255 categories), the source row each
 training row takes (-1 where an outer join left it empty: the block's fill bins), or none (the fact's own
 block). A histogram holds, per feature and bin, the sums of gradient, hessian and rows: ``(features,
-n_bins, 3)`` float64 (the kernels add rows into each feature's compact slots, then spread them).
+n_bins, HIST_FIELDS)`` float64 (:mod:`.histogram`; the kernels add rows into each feature's compact slots, then
+spread them).
 
 - ``node_histogram``: one pass over a node's rows for every block at once: a block's bins read through
   each row's index (the materialized join's one block, the fact's, a large dimension), or, the
@@ -142,7 +143,8 @@ def _node_histogram_total(
     hess,
     seg,
 ):  # pragma: no cover - compiled
-    """:func:`_node_histogram`'s chunks merged in chunk order, segment sums binned, spread to (features, bins, 3)."""
+    """:func:`_node_histogram`'s chunks merged in chunk order, segment sums binned, spread to (features, bins,
+    HIST_FIELDS)."""
     t, n_features, chunks = widths.shape[0], value_bins.shape[0], acc.shape[0]
     compact = np.zeros((slot_start[n_features], HIST_FIELDS))
     for k in range(chunks):
@@ -298,7 +300,7 @@ class NumbaTreeKernels:
         return RowLayout.of(codes, _i64(flat.columns), _i64(flat.value_bins))
 
     def grow_tree(
-        self, layout, buffers, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_abs: float,
+        self, layout, buffers, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_sum: float,
         learning_rate: float, missing_bin: int, raw, hists, quantized=None,
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
         """One tree grown on a :meth:`row_layout` from the training rows in ``buffers[0]`` (``buffers``: (2, rows)
@@ -311,7 +313,7 @@ class NumbaTreeKernels:
         packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
         tree, (starts, stops, values) = grow_tree(
             layout, buffers, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical), limits,
-            floor_abs, learning_rate, int(missing_bin), hists,
+            floor_sum, learning_rate, int(missing_bin), hists,
         )  # fmt: skip
         self.add_leaf_values(buffers[0], starts, stops, values, raw)
         return tree
@@ -325,8 +327,8 @@ class NumbaTreeKernels:
         return quantize(_f64(g), _f64(h), unit_hessian, _i64(rows), keys, int(seed))
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
-        """(features, bins, 3) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per source
-        row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
+        """(features, bins, HIST_FIELDS) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per
+        source row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
         seg_start = flat.segment_start(segment)
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
         rows, g, h, n_slots = _i64(rows), _f64(g), _f64(h), int(flat.slot_start[-1])

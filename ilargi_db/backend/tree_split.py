@@ -119,6 +119,18 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
 
 
 @numba.njit(cache=True, nogil=True)
+def pick_leaf(gains, eligible):  # pragma: no cover - compiled
+    """The leaf to split next, leaf-wise: of the ``eligible`` nodes (indexed by node id), the one of largest gain,
+    a gain within :data:`TIE` of a lower id's being a tie that the lower id wins (as the split search's features);
+    -1 when none is eligible."""
+    best = -1
+    for i in range(gains.shape[0]):
+        if eligible[i] and (best < 0 or gains[i] > gains[best] * (1.0 + TIE)):
+            best = i
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
 def best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
     """Best (gain, feature) over a spread histogram (features, ``missing_bin + 1``, :data:`HIST_FIELDS`): the first
     feature wins a tie; ``goes_left`` (the winner's bins going left) filled in place, all False when none splits."""
@@ -147,6 +159,7 @@ __all__ = [
     "MIN_HESSIAN",
     "TIE",
     "best_split",
+    "pick_leaf",
     "feature_split",
     "split_score",
 ]

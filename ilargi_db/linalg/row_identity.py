@@ -148,7 +148,7 @@ def row_keys(X: Any, labels: Sequence[Any] = (), seed: int = 0) -> np.ndarray:
         return _mix(keys ^ _mix(np.uint64(seed) * _GOLDEN + _GOLDEN))
 
 
-def _spread(keys: np.ndarray) -> np.ndarray:
+def spread_copies(keys: np.ndarray) -> np.ndarray:
     """``keys`` with each copy of a row told apart by its rank among them: rows of one key are the same values, so
     which of them is the k-th changes nothing, and keying the k-th by k too spreads a row's copies over a
     selection as other rows are spread (a share takes about its share of them, not all or none)."""
@@ -164,8 +164,8 @@ def _spread(keys: np.ndarray) -> np.ndarray:
 
 
 def first_by_key(keys: np.ndarray, count: int) -> np.ndarray:
-    """The positions of the ``count`` rows of smallest key (copies of a row spread: :func:`_spread`), sorted."""
-    order = np.argsort(_spread(keys), kind="stable")
+    """The positions of the ``count`` rows of smallest key (copies of a row spread: :func:`spread_copies`), sorted."""
+    order = np.argsort(spread_copies(keys), kind="stable")
     return np.sort(order[:count])
 
 
@@ -181,4 +181,4 @@ def folds_by_key(keys: np.ndarray, n_folds: int, strata: Any = None) -> np.ndarr
     return folds
 
 
-__all__ = ["first_by_key", "folds_by_key", "hash_values", "label_codes", "row_keys"]
+__all__ = ["first_by_key", "folds_by_key", "hash_values", "label_codes", "row_keys", "spread_copies"]

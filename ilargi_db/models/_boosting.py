@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins, bin_array, quantile_bins
-from ilargi_db.linalg.row_identity import first_by_key, row_keys
+from ilargi_db.linalg.row_identity import first_by_key, row_keys, spread_copies
 from ilargi_db.models._base import exact_classes
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 from ilargi_db.models.losses import LOSSES, Loss
@@ -264,9 +264,9 @@ class GradientBoosting(BaseEstimator):
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
         kernels = get_backend("numpy").tree_kernels
         seed, keys = None, None
-        if self.quantized_gradients:  # each row's draws keyed by its values and target: any row order, one model
-            seed = self._seed()
-            keys = row_keys(X, (y,), seed)
+        if self.quantized_gradients:  # each row's draws keyed by its values and target (any row order, one model),
+            seed = self._seed()  # the copies of a row by their rank too: their rounding errors average out
+            keys = spread_copies(row_keys(X, (y,), seed))
         grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, seed, keys)
         raw = np.full(X.n_rows, self.baseline_)
         g, h = np.zeros(X.n_rows), np.ones(X.n_rows)

@@ -9,13 +9,12 @@ gain splits next, as LightGBM and HistGradientBoosting grow, until ``max_leaves`
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
-from ilargi_db.backend.tree_split import GrowthLimits
+from ilargi_db.backend.tree_split import GrowthLimits, pick_leaf
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
 
 
@@ -140,7 +139,7 @@ class TreeGrower:
         self.layout = kernels.row_layout(self.flat) if self.whole_trees else None
         # A whole tree's leaf histograms (compact: each feature's bins, its missing values' last), kept across trees.
         self.hists = np.empty((limits.max_leaves, self.layout.n_slots, HIST_FIELDS)) if self.whole_trees else None
-        self.min_gain = 0.0  # set by each tree from its gradients (GAIN_FLOOR)
+        self.min_gain = 0.0  # the per-node grower's, set by each tree from its gradients (GAIN_FLOOR)
         self._abs_g: np.ndarray | None = None
 
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -149,7 +148,10 @@ class TreeGrower:
         return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
     def _gain_floor_sum(self, g: np.ndarray) -> float:
-        """:data:`GAIN_FLOOR` times the sum of |g| (into a buffer kept across trees, not a new n-vector per tree)."""
+        """:data:`GAIN_FLOOR` times the sum of |g| over the training rows (into a buffer kept across trees, not a
+        new n-vector per tree; the rows early stopping holds out not counted)."""
+        if len(self.train_rows) < len(g):
+            g = g[self.train_rows]
         if self._abs_g is None or self._abs_g.shape != g.shape:
             self._abs_g = np.empty_like(g)
         return GAIN_FLOOR * float(np.abs(g, out=self._abs_g).sum())
@@ -202,14 +204,16 @@ class TreeGrower:
         self.min_gain = floor**2 / (float(root.sums[HESSIAN]) + limits.l2_regularization)
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]
-        heap = [(-root.gain, root.id, root)] if root.feature >= 0 else []
-        while heap and len(leaves) < limits.max_leaves:
-            _, _, node = heapq.heappop(heap)
+        while len(leaves) < limits.max_leaves:
+            gains, eligible = np.zeros(len(tree.masks)), np.zeros(len(tree.masks), dtype=np.bool_)
+            for leaf in leaves:
+                gains[leaf.id], eligible[leaf.id] = leaf.gain, leaf.feature >= 0
+            best = pick_leaf(gains, eligible)  # the compiled grower's rule
+            if best < 0:
+                break
+            node = next(leaf for leaf in leaves if leaf.id == best)
             leaves.remove(node)
-            for child in self._children(node, g, h, tree):
-                leaves.append(self._split(child))
-                if child.feature >= 0:
-                    heapq.heappush(heap, (-child.gain, child.id, child))
+            leaves.extend(self._split(child) for child in self._children(node, g, h, tree))
         for leaf in leaves:
             grad, hess = leaf.sums[GRADIENT], leaf.sums[HESSIAN]
             tree.fields["value"][leaf.id] = -learning_rate * grad / (hess + limits.l2_regularization)
