@@ -37,6 +37,18 @@ def split_score(g, h, l2):  # pragma: no cover - compiled
     return g * g / (h + l2)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _cut_gain(gl, hl, nl, total_g, total_h, total_n, parent, l2, min_rows):  # pragma: no cover - compiled
+    """The gain of a cut sending (gl, hl, nl) left and the rest right; -1 where a side has fewer than ``min_rows``
+    rows or less than :data:`MIN_HESSIAN` hessian, or the gain is within :data:`TIE` of nothing."""
+    nr, hr = total_n - nl, total_h - hl
+    if nl < min_rows or nr < min_rows or hl < MIN_HESSIAN or hr < MIN_HESSIAN:
+        return -1.0
+    left, right = split_score(gl, hl, l2), split_score(total_g - gl, hr, l2)
+    gain = left + right - parent
+    return gain if gain > TIE * (left + right) else -1.0
+
+
 @numba.njit(cache=True, nogil=True)
 def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_rows, order, keys, mask):
     """The best split of one feature (``hf``: its bins' sums, its missing values' at ``missing_at``): its gain, or 0.0
@@ -55,15 +67,8 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
                 gl += hf[b, GRADIENT]
                 hl += hf[b, HESSIAN]
                 nl += hf[b, COUNT]
-                nr = total[COUNT] - nl
-                if nl < min_rows or nr < min_rows:
-                    continue
-                hr = total[HESSIAN] - hl
-                if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
-                    continue
-                left, right = split_score(gl, hl, l2), split_score(total[GRADIENT] - gl, hr, l2)
-                gain = left + right - parent
-                if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
+                gain = _cut_gain(gl, hl, nl, total[GRADIENT], total[HESSIAN], total[COUNT], parent, l2, min_rows)
+                if gain > gain_f * (1.0 + TIE):
                     found, cut, cut_missing_left, gain_f = True, b, missing_left, gain
         if not found:
             return 0.0
@@ -95,15 +100,8 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
         gl += hf[row, GRADIENT]
         hl += hf[row, HESSIAN]
         nl += hf[row, COUNT]
-        nr = total[COUNT] - nl
-        if nl < min_rows or nr < min_rows:
-            continue
-        hr = total[HESSIAN] - hl
-        if hl < MIN_HESSIAN or hr < MIN_HESSIAN:
-            continue
-        left, right = split_score(gl, hl, l2), split_score(total[GRADIENT] - gl, hr, l2)
-        gain = left + right - parent
-        if gain > TIE * (left + right) and gain > gain_f * (1.0 + TIE):
+        gain = _cut_gain(gl, hl, nl, total[GRADIENT], total[HESSIAN], total[COUNT], parent, l2, min_rows)
+        if gain > gain_f * (1.0 + TIE):
             found, cut, gain_f = True, j, gain
     if not found:
         return 0.0
