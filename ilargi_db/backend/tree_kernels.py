@@ -179,38 +179,6 @@ def _node_histogram_total(
 
 
 @kernel(
-    [nt.void(IN_ROWS_BINS[b], IN_I64, IN_F64, IN_F64, IN_I64, IN_I64, BOOL, F64[:, :, ::1], I64, I64) for b in BINS]
-)
-def _rows_histogram(codes, rows, g, h, slots, bins, unit_hessian, acc, first, last):  # pragma: no cover - compiled
-    """The common case of :func:`_node_histogram`: one block of every feature, row by row (the materialized
-    join's, or the fact's with its narrow dimensions gathered in); compact (g, h, rows) per slot and chunk."""
-    m, w, chunks = rows.shape[0], codes.shape[1], acc.shape[0]
-    size = (m + chunks - 1) // chunks
-    for k in range(first, last):
-        part = acc[k]
-        for i in range(k * size, min(m, (k + 1) * size)):
-            r = rows[i]
-            gi, hi = g[r], h[r]
-            for f in range(w):
-                slot = slots[f] + min(np.int64(codes[r, f]), bins[f])
-                part[slot, GRADIENT] += gi
-                if not unit_hessian:
-                    part[slot, HESSIAN] += hi
-                part[slot, COUNT] += 1.0
-
-
-@kernel([(read_only(F64[:, ::1]), IN_I64, IN_I64, IN_I64, I64)])
-def _spread(compact, columns, slot_start, value_bins, n_bins):  # pragma: no cover - compiled
-    out = np.zeros((value_bins.shape[0], n_bins, HIST_FIELDS))
-    for j in range(columns.shape[0]):
-        f = columns[j]
-        nb = value_bins[f]
-        out[f, :nb] = compact[slot_start[f] : slot_start[f] + nb]
-        out[f, n_bins - 1] = compact[slot_start[f] + nb]
-    return out
-
-
-@kernel(
     [
         (I64[::1], I64, I64, IN_BINS[b], I64, I64, read_only(p[:]), BOOL, I64, IN_BOOL, I64[::1])  # a strided column
         for b, p in BINS_AND_POSITIONS
@@ -333,16 +301,6 @@ class NumbaTreeKernels:
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
         rows, g, h, n_slots = _i64(rows), _f64(g), _f64(h), int(flat.slot_start[-1])
         slots, bins = _i64(flat.column_slot), _i64(flat.column_bins)
-        if flat.rowwise:
-            codes = _bins(flat.codes.reshape(-1, int(flat.widths[0])))
-            acc = np.zeros((chunks, n_slots, HIST_FIELDS))
-            run(_rows_histogram.dispatcher, chunks, codes, rows, g, h, slots, bins, unit_hessian, acc)
-            compact = acc[0]
-            for k in range(1, chunks):  # chunk order
-                compact += acc[k]
-            if unit_hessian:
-                compact[:, HESSIAN] = compact[:, COUNT]
-            return _spread(compact, _i64(flat.columns), _i64(flat.slot_start), _i64(flat.value_bins), flat.n_bins)
         codes, fills = _bins(flat.codes), _bins(flat.fills)
         code_start, widths, first_column = _i64(flat.code_start), _i64(flat.widths), _i64(flat.first_column)
         segment = _flags(segment)
