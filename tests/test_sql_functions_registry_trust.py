@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ilargi_db
+from ilargi_db.reuse.fingerprint import parse_tree_nodes
 from ilargi_db.sql_functions.macros import MACRO_FUNCTIONS
 
 ROWS = """CREATE TABLE t AS SELECT range AS id, CASE WHEN range % 7 = 0 THEN 'nan'::DOUBLE
@@ -82,19 +83,9 @@ def test_a_model_macro_calls_no_function_a_database_can_shadow():
     for (body,) in bodies:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", ["SELECT " + body]).fetchall()[0][0])
         # l[i] is an operator node that binds to array_extract, [a, b] and [e FOR x IN l] are function nodes
-        calls = [n for n in _nodes(tree) if n.get("class") == "FUNCTION" or n.get("type") == "ARRAY_EXTRACT"]
+        calls = [n for n in parse_tree_nodes(tree) if n.get("class") == "FUNCTION" or n.get("type") == "ARRAY_EXTRACT"]
         assert all((n.get("catalog"), n.get("schema")) == ("system", "main") for n in calls), body[:300]
         assert {n["function_name"] for n in calls} <= MACRO_FUNCTIONS
-
-
-def _nodes(tree):
-    if isinstance(tree, dict):
-        yield tree
-        for value in tree.values():
-            yield from _nodes(value)
-    elif isinstance(tree, list):
-        for value in tree:
-            yield from _nodes(value)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose writes fail: disk full)")

@@ -169,14 +169,15 @@ def consistent_functions() -> frozenset[str]:
     return _built_ins()[1]
 
 
-def _nodes(tree: Any) -> Iterator[dict]:
+def parse_tree_nodes(tree: Any) -> Iterator[dict]:
+    """Every object of a JSON tree (DuckDB's ``json_serialize_sql``), depth first."""
     if isinstance(tree, dict):
         yield tree
         for value in tree.values():
-            yield from _nodes(value)
+            yield from parse_tree_nodes(value)
     elif isinstance(tree, list):
         for value in tree:
-            yield from _nodes(value)
+            yield from parse_tree_nodes(value)
 
 
 def impure_expression(con: duckdb.DuckDBPyConnection, expressions: list[str]) -> str | None:
@@ -226,7 +227,7 @@ def _impure(expressions: tuple[str, ...]) -> tuple[str | None, frozenset[str]]:
         return f"DuckDB could not parse an expression of the job ({tree.get('error_message')})", frozenset()
     allowed = consistent_functions()
     called = set()
-    for node in _nodes(tree.get("statements", [])):
+    for node in parse_tree_nodes(tree.get("statements", [])):
         kind = node.get("class")
         names = node.get("column_names") or []
         if kind == "COLUMN_REF" and len(names) == 1 and names[0].lower() in CLOCK_KEYWORDS:
@@ -506,6 +507,7 @@ __all__ = [
     "digest",
     "fingerprint_job",
     "impure_expression",
+    "parse_tree_nodes",
     "still_the_same",
     "volatile_expression",
 ]
