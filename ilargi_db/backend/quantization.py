@@ -52,9 +52,11 @@ def scale(largest: float, n_levels: int) -> float:
 def scales(g: np.ndarray, h: np.ndarray, unit_hessian: bool, rows: np.ndarray) -> np.ndarray:
     """(gradient scale, hessian scale) for the training ``rows`` (the hessian's 1.0 when every hessian is 1)."""
     g_levels, h_levels = levels(len(rows))
-    out = np.array([scale(float(np.abs(g[rows]).max(initial=0.0)), g_levels), 1.0])
+    if len(rows) < len(g):  # rows held out: the training rows' alone (else every row, read in place)
+        g, h = g[rows], h[rows]
+    out = np.array([scale(float(np.max(np.abs(g), initial=0.0)), g_levels), 1.0])
     if not unit_hessian:
-        out[1] = scale(float(h[rows].max(initial=0.0)), h_levels)
+        out[1] = scale(float(h.max(initial=0.0)), h_levels)
     return out
 
 

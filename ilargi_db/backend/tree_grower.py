@@ -19,6 +19,7 @@ join's, or the fact's with its narrow dimensions gathered in); other layouts gro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -141,6 +142,7 @@ class RowLayout:
     def n_slots(self) -> int:
         return int(self.slot_start[-1])
 
+    @cached_property
     def column_of(self) -> np.ndarray:
         """Per feature: its column, ``narrow`` ones first then ``wide`` ones (index - narrow width)."""
         out = np.empty(len(self.value_bins), np.int64)
@@ -310,7 +312,7 @@ def _chunk_splits(narrow, wide, src, dst, lo, hi, column, goes_left, lefts, buil
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _distribute_column(narrow, wide, src, dst, start, stop, to_left, to_right, column, goes_left):  # pragma: no cover
-    """:func:`_distribute` by a column of either matrix (:meth:`RowLayout.column_of`'s numbering)."""
+    """:func:`_distribute` by a column of either matrix (:attr:`RowLayout.column_of`'s numbering)."""
     if column < narrow.shape[1]:
         _distribute(narrow, src, dst, start, stop, to_left, to_right, column, goes_left)
     else:
@@ -529,7 +531,7 @@ def grow_tree(
     max_depth = -1 if limits.max_depth is None else int(limits.max_depth)
     meta = (layout.narrow_meta, layout.wide_meta)
     args = (
-        layout.narrow, layout.wide, buffers, g, h, unit_hessian, packed, scales, *meta, layout.column_of(),
+        layout.narrow, layout.wide, buffers, g, h, unit_hessian, packed, scales, *meta, layout.column_of,
         layout.slot_start, layout.value_bins, categorical, int(limits.max_leaves), max_depth,
         float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_sum), float(learning_rate),
         PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain,

@@ -231,9 +231,9 @@ class GradientBoosting(BaseEstimator):
             )
         return (y == self.classes_[1]).astype(np.float64)
 
-    def _split_rows(self, X: BinnedMatrix, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The training rows and early stopping's held-out rows: those of smallest key, each row keyed by its bins
-        and target seeded with ``random_state`` (not its position: the same rows in any read order)."""
+    def _split_rows(self, X: BinnedMatrix, keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The training rows and early stopping's held-out rows: those of smallest key (``keys``: each row's, of its
+        bins and target seeded with ``random_state``; not its position: the same rows in any read order)."""
         n = X.n_rows
         if not self.early_stopping:
             return np.arange(n), np.empty(0, dtype=np.int64)
@@ -243,7 +243,7 @@ class GradientBoosting(BaseEstimator):
                 f"least) to watch the loss, and {n} row leaves none to train on: train on more rows, or without "
                 "early_stopping."
             )
-        held = first_by_key(row_keys(X, (y,), self._seed()), max(1, int(n * self.validation_fraction)))
+        held = first_by_key(keys, max(1, int(n * self.validation_fraction)))
         is_held = np.zeros(n, dtype=bool)
         is_held[held] = True
         return np.flatnonzero(~is_held), np.flatnonzero(is_held)
@@ -257,17 +257,18 @@ class GradientBoosting(BaseEstimator):
 
     def _boost(self, X: BinnedMatrix, y: np.ndarray) -> None:
         loss = self.loss_
-        train_rows, held_rows = self._split_rows(X, y)
+        # Each row keyed by its values and target (any row order, one model), once: what early stopping holds out
+        # and how quantized gradients round.
+        seed = self._seed()
+        keys = row_keys(X, (y,), seed) if self.early_stopping or self.quantized_gradients else None
+        train_rows, held_rows = self._split_rows(X, keys)
         if len(train_rows) == 0:
             raise ValueError("no training rows are left after the validation rows were held out.")
         self.baseline_ = loss.baseline(y[train_rows])
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
         kernels = get_backend("numpy").tree_kernels
-        seed, keys = None, None
-        if self.quantized_gradients:  # each row's draws keyed by its values and target (any row order, one model),
-            seed = self._seed()  # the copies of a row by their rank too: their rounding errors average out
-            keys = spread_copies(row_keys(X, (y,), seed))
-        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, seed, keys)
+        quantized = (seed, spread_copies(keys)) if self.quantized_gradients else (None, None)  # copies apart by rank
+        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, *quantized)
         raw = np.full(X.n_rows, self.baseline_)
         g, h = np.zeros(X.n_rows), np.ones(X.n_rows)
         held_bins = X.dense_bins(held_rows) if len(held_rows) else None
