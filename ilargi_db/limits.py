@@ -59,6 +59,10 @@ def _raised(count: int) -> int:
     return (count // step + 1) * step
 
 
+# How to bring a tree ensemble under MACRO_NODES, in the option names every refusal gives.
+SMALLER_TREES = "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)"
+
+
 @runtime_checkable
 class NodeBounded(Protocol):
     """An estimator whose SQL macro grows with its nodes (a tree ensemble): what :data:`MACRO_NODES` bounds."""
@@ -85,4 +89,4 @@ MACRO_NODES = Limit(
 # Each set is fitted once per fold; ten thousand already takes hours on any real join.
 GRID_SETS = Limit("ILARGI_MAX_GRID_SETS", 10_000, "a search tries")
 
-__all__ = ["GRID_SETS", "MACRO_NODES", "Limit", "NodeBounded"]
+__all__ = ["GRID_SETS", "MACRO_NODES", "SMALLER_TREES", "Limit", "NodeBounded"]

@@ -29,6 +29,16 @@ def in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
     return con.execute("SELECT txid_current()").fetchall()[0][0] == first
 
 
+def roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: DuckDB ends it itself when COMMIT fails (a full disk), and its
+    "no transaction is active" (or any error of the rollback) must not replace the error that says why the write
+    failed."""
+    try:
+        con.rollback()
+    except duckdb.Error:
+        pass  # already rolled back by DuckDB; the caller raises the first error
+
+
 class ReadSnapshot:
     """Every read on ``con`` between :meth:`open` and :meth:`close` sees one committed state, and cannot write.
 
@@ -91,4 +101,4 @@ def renew_snapshot(con: duckdb.DuckDBPyConnection) -> None:
         snapshot.renew()
 
 
-__all__ = ["ReadSnapshot", "in_transaction", "renew_snapshot"]
+__all__ = ["ReadSnapshot", "in_transaction", "renew_snapshot", "roll_back"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ilargi_db.byte_sizes import size_in_bytes
 from ilargi_db.errors import IlargiError, spell
-from ilargi_db.limits import MACRO_NODES, NodeBounded
+from ilargi_db.limits import MACRO_NODES, SMALLER_TREES, NodeBounded
 from ilargi_db.models.catalog import (
     AUTO,
     CATALOG,
@@ -160,7 +160,7 @@ def check_model_size(algorithm: str, estimator: Any) -> None:
     MACRO_NODES.check(
         estimator.max_nodes(),
         f"{algorithm} with {estimator.size_options()} may grow {{count}} nodes",
-        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)",
+        SMALLER_TREES,
     )
 
 
@@ -172,7 +172,7 @@ def check_grouped_size(algorithm: str, nodes: int, fitted: int, groups: int) -> 
     MACRO_NODES.check(
         nodes,
         f"{algorithm}'s first {fitted:,} of {groups:,} groups (group_by) grew {{count}} tree nodes",
-        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth), or fewer groups (group_by)",
+        f"{SMALLER_TREES}, or fewer groups (group_by)",
     )
 
 

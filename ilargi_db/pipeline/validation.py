@@ -66,7 +66,9 @@ def held_out_rows(keys: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarra
             "hold out a share that leaves rows on both sides, or pass a query to score."
         )
     chosen = first_by_key(keys, held)
-    return np.setdiff1d(np.arange(n_rows), chosen, assume_unique=True), chosen
+    kept = np.ones(n_rows, dtype=bool)
+    kept[chosen] = False  # the complement in order, without sorting again
+    return np.flatnonzero(kept), chosen
 
 
 def training_keys(data: TrainingData) -> np.ndarray:

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.read_snapshot import in_transaction
+from ilargi_db.read_snapshot import in_transaction, roll_back
 from ilargi_db.reuse import payload_files
 from ilargi_db.reuse.remembered import remembered
 from ilargi_db.reuse.seal import artifact_secret, secret_path
@@ -354,7 +354,7 @@ class DatabaseTier:
                 con.commit()
         except BaseException:
             if own:
-                con.rollback()
+                roll_back(con)
             raise
 
     @staticmethod
@@ -443,10 +443,7 @@ class DatabaseTier:
                 stored = DatabaseTier._save_in(con, directory, secret, budget, artifacts, hits, written, leaving)
                 con.commit()
             except BaseException as err:
-                try:
-                    con.rollback()
-                except duckdb.Error:  # the failed commit already ended it
-                    pass
+                roll_back(con)  # a failed commit has already ended it
                 payload_files.remove(directory, written)
                 if not isinstance(err, Exception):  # an interruption goes on up, the transaction ended
                     raise

@@ -26,6 +26,7 @@ from ilargi_db.errors import (
 )
 from ilargi_db.limits import NodeBounded
 from ilargi_db.models.catalog import algorithm_facts
+from ilargi_db.read_snapshot import roll_back
 from ilargi_db.schema_objects import described, ilargi_objects
 from ilargi_db.sql_functions.macros import (
     MACRO_SCHEMA,
@@ -154,10 +155,10 @@ def _marked_macros(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
     return {f for (f,) in found}
 
 
-def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
+def _macros_of(con: duckdb.DuckDBPyConnection, name: str, marked: set[str] | None = None) -> set[str]:
     """Every macro some version of model ``name`` created that still exists: those its rows list that a model of
     that name and algorithm makes, and that carry the model's marker (a row edited, or from a file made elsewhere,
-    names no user's function to drop)."""
+    names no user's function to drop); ``marked``: :func:`_marked_macros`, when the caller has read it."""
     listed = con.execute("SELECT algorithm, macros FROM ilargi.models WHERE name = ?", [name]).fetchall()
     allowed = {
         m.lower()
@@ -165,12 +166,12 @@ def _macros_of(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
         for m in macros or []
         if m.lower() in model_macro_names(name, algorithm)
     }
-    return allowed & _marked_macros(con, name)
+    return allowed & (_marked_macros(con, name) if marked is None else marked)
 
 
-def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[str]) -> list[str]:
-    """Functions with a macro's name that are not model ``name``'s own macros (never overwrite them)."""
-    ours = _marked_macros(con, name)
+def _foreign_functions(con: duckdb.DuckDBPyConnection, macros: list[str], ours: set[str]) -> list[str]:
+    """Functions with a macro's name that are not the model's own macros ``ours`` (:func:`_marked_macros`: never
+    overwrite them)."""
     taken = con.execute(
         # Built-ins, TEMP functions (both answer for the name first) and the macros' own schema (MACRO_SCHEMA of the
         # database in use); a function of another schema or database of the name is not replaced, nor called.
@@ -180,15 +181,6 @@ def _foreign_functions(con: duckdb.DuckDBPyConnection, name: str, macros: list[s
         [macros, MACRO_SCHEMA],
     ).fetchall()
     return sorted(f for database, f in taken if database in ("system", "temp") or f.lower() not in ours)
-
-
-def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
-    """Roll back the open transaction, if any: DuckDB ends it itself when COMMIT fails (a full disk), and its
-    "no transaction is active" must not replace the error that says why the write failed."""
-    try:
-        con.rollback()
-    except duckdb.TransactionException:
-        pass  # already rolled back by DuckDB; the caller raises the first error
 
 
 def _concurrent_save(err: duckdb.Error) -> bool:
@@ -237,7 +229,7 @@ def save_models(
         versions = [_save(con, n, model) for n, model in named]
         con.commit()
     except (duckdb.TransactionException, duckdb.ConstraintException) as err:
-        _roll_back(con)
+        roll_back(con)
         if not _concurrent_save(err):
             raise  # e.g. the disk full at COMMIT: the database's own words
         also = "" if complete else " or created the model registry"
@@ -246,7 +238,7 @@ def save_models(
             f"({str(err).replace(chr(92) + '0', '.')})."
         ) from None
     except BaseException:
-        _roll_back(con)
+        roll_back(con)
         raise
     for (n, model), version in zip(named, versions):  # the model knows where it is stored once it is
         model.name_, model.version_ = n, version
@@ -265,7 +257,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     else:
         writer = kind(name, version, model, database)
     statements = writer.statements()
-    foreign = _foreign_functions(con, name, list(statements))
+    marked = _marked_macros(con, name)  # one read of the catalog for both checks below
+    foreign = _foreign_functions(con, list(statements), marked)
     if foreign:
         raise IlargiError(
             f"a function named {', '.join(foreign)} already exists and is not model {name!r}'s (its macros carry "
@@ -285,7 +278,7 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
             con.execute("INSERT INTO ilargi.category_weights SELECT * FROM __ilargi_category_weights")
         finally:
             con.unregister("__ilargi_category_weights")
-    for stale in sorted(_macros_of(con, name) - set(statements)):  # e.g. a former logistic model's _class
+    for stale in sorted(_macros_of(con, name, marked) - set(statements)):  # e.g. a former logistic model's _class
         con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, stale)}")
     for macro, statement in statements.items():
         con.execute(statement)
@@ -359,6 +352,6 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()
     except BaseException:
-        _roll_back(con)
+        roll_back(con)
         raise
     return int(versions)

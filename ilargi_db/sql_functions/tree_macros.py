@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.limits import MACRO_NODES
+from ilargi_db.limits import MACRO_NODES, SMALLER_TREES
 from ilargi_db.linalg.binned_matrix import FeatureBins
 from ilargi_db.models.tree_ensemble import tree_slices
 from ilargi_db.sql_functions.macros import (
@@ -79,7 +79,7 @@ def check_macro_size(models: list[Any]) -> None:
         sum(macro_nodes(m) for m in models),
         f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
         "IN-list entries",
-        "Train fewer trees (n_estimators) or smaller ones (max_leaves, max_depth)"
+        SMALLER_TREES
         + (", or fewer groups (group_by)" if len(models) > 1 else "")
         + ", or score it in Python with ilargi_db.predict",
     )
