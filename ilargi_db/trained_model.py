@@ -25,7 +25,7 @@ from ilargi_db.linalg.binned_matrix import MAX_BINS
 from ilargi_db.metadata.di_metadata import group_order
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
 from ilargi_db.models.losses import LOSSES
-from ilargi_db.models.tree_ensemble import check_trees
+from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.preprocess.binning import FeatureBinner
 
@@ -252,6 +252,8 @@ def _json(value: Any) -> str:
             return f"{token}{len(large) - 1}"
         if hasattr(o, "tolist"):
             return o.tolist()
+        if isinstance(o, TreeEnsemble):
+            return o.to_record()
         return repr(o)
 
     text = json.dumps(value, default=default, allow_nan=True)
@@ -373,7 +375,7 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
     if len(binner.bins_) != n_features:
         raise ValueError(f"the model learned {n_features} features its bins do not cover")
     estimator.bins_, estimator.missing_bin_ = list(binner.bins_), binner.missing_bin_
-    estimator.trees_ = check_trees(fitted["trees_"], binner.bins_, binner.missing_bin_)
+    estimator.trees_ = TreeEnsemble.from_record(fitted["trees_"], binner.bins_, binner.missing_bin_)
     value = fitted["baseline_"]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
         raise TypeError(f"baseline_ {value!r:.60} is not a finite number")
@@ -391,7 +393,7 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
         raise ValueError("feature_importances_ is not one number per feature")
     estimator.feature_importances_ = importances
     estimator.n_iter_ = _count(fitted["n_iter_"])
-    if estimator.n_iter_ != len(estimator.trees_["tree_start"]) - 1:
+    if estimator.n_iter_ != estimator.trees_.n_trees:
         raise ValueError("n_iter_ is not the number of trees")
 
 

@@ -126,7 +126,7 @@ def test_partition_matches_reference_and_is_stable(block, seed):
 
 
 def random_tree(rng: np.random.Generator, n_features: int, width: int, splits: int):
-    """A tree of ``splits`` random splits grown from a random leaf each time: the arrays add_tree takes."""
+    """A tree of ``splits`` random splits, each of a random leaf: (feature, goes_left, left, right, value)."""
     feature, left, right, masks = [-1], [-1], [-1], [np.zeros(width, dtype=np.bool_)]
     for _ in range(splits):
         leaves = [i for i in range(len(feature)) if left[i] < 0]
@@ -156,19 +156,24 @@ def walk(codes: np.ndarray, feature, goes_left, left, right, value) -> np.ndarra
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 50, 140_000]), st.integers(0, 40))
-def test_add_tree_matches_reference(seed, n, splits):
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 50, 140_000]), st.integers(0, 40), st.integers(1, 4))
+def test_add_trees_matches_reference(seed, n, splits, n_trees):
+    """An ensemble's trees back to back (children ids within their tree), each added to the rows' scores."""
     rng = np.random.default_rng(seed)
     n_features, width = int(rng.integers(1, 6)), int(rng.choice([4, 256]))
     codes = rng.integers(0, width, (n, n_features)).astype(np.uint8)
-    tree = random_tree(rng, n_features, width, splits)
-    start = rng.normal(size=n)
-    fused, reference = start.copy(), start.copy()
-    FUSED.add_tree(codes, *tree, fused)
-    REFERENCE.add_tree(codes, *tree, reference)
+    trees = [random_tree(rng, n_features, width, int(rng.integers(0, splits + 1))) for _ in range(n_trees)]
+    start = np.cumsum([0] + [len(t[0]) for t in trees])
+    feature, goes_left, left, right, value = (np.concatenate(parts) for parts in zip(*trees))
+    ensemble = (start, feature, goes_left, left, right, value)
+    scores = rng.normal(size=n)
+    fused, reference = scores.copy(), scores.copy()
+    FUSED.add_trees(codes, *ensemble, fused)
+    REFERENCE.add_trees(codes, *ensemble, reference)
     np.testing.assert_allclose(fused, reference, rtol=0, atol=1e-12)
-    head = slice(0, min(n, 500))  # the row-by-row walk on a few rows
-    np.testing.assert_allclose(fused[head] - start[head], walk(codes[head], *tree), atol=1e-12)
+    head = slice(0, min(n, 500))  # the row-by-row walk of each tree on a few rows
+    walked = sum(walk(codes[head], *tree) for tree in trees)
+    np.testing.assert_allclose(fused[head] - scores[head], walked, atol=1e-12)
 
 
 def test_histograms_do_not_depend_on_the_thread_count():

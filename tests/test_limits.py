@@ -82,7 +82,7 @@ def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeyp
     # stops at the first group that takes the total over the limit (the groups after it are not fitted).
     params = {"n_estimators": 10, "max_leaves": 4, "group_by": "store"}
     grouped = ilargi_db.train(con, NUMERIC, "y", algorithm="gradient_boosting", **params)  # Python: not bounded
-    sizes = [len(one.trees_["feature"]) for one in grouped.models_.values()]
+    sizes = [one.trees_.n_nodes for one in grouped.models_.values()]
     assert len(sizes) == 6
     monkeypatch.setenv(MACRO_NODES.variable, str(sum(sizes[:3])))  # each model alone fits, three of them too
     with pytest.raises(duckdb.Error, match=rf"first 4 of 6 groups \(group_by\) grew {sum(sizes[:4]):,} tree nodes"):
@@ -106,7 +106,7 @@ def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
 
 def test_categories_of_in_lists_count_as_nodes(con, monkeypatch):
     model = ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", algorithm="gradient_boosting", n_estimators=3)
-    nodes = len(model.trees_["feature"])
+    nodes = model.trees_.n_nodes
     assert macro_nodes(model) > nodes  # the kinds split natively: their IN lists name categories
     monkeypatch.setenv(MACRO_NODES.variable, str(nodes))
     with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and IN-list entries"):

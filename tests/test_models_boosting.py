@@ -34,7 +34,7 @@ TREE_STRUCTURE = ("tree_start", "feature", "left", "right", "threshold", "missin
 
 def assert_same_trees(factorized, materialized) -> None:
     """Both strategies grew the same ensemble: every node's split and children, its leaf values to 1e-9."""
-    a, b = factorized.trees_, materialized.trees_
+    a, b = factorized.trees_.to_record(), materialized.trees_.to_record()
     for key in TREE_STRUCTURE:
         assert a[key] == b[key], key
     np.testing.assert_allclose(a["value"], b["value"], rtol=1e-9, atol=1e-9)
@@ -199,7 +199,7 @@ def test_both_strategies_grow_the_same_trees_with_many_categories():
     assert len(bins["name"].categories) == MAX_CATEGORIES and bins["only"].categories == ("one",)
     assert factorized.missing_bin_ == MAX_CATEGORIES
     assert {"s1", "s2", "s3"} <= set(bins["sku"].categories)  # the most frequent are kept
-    split_on = {factorized.feature_names_in_[f] for f in factorized.trees_["feature"] if f >= 0}
+    split_on = {factorized.feature_names_in_[f] for f in factorized.trees_.feature if f >= 0}
     assert "sku" in split_on
 
 
@@ -554,10 +554,10 @@ def test_missing_values_go_to_the_side_that_gains_most(null_like):
             learning_rate=1.0,
         )
         trees = model.trees_
-        assert trees["feature"][0] == 0
+        assert trees.feature[0] == 0
         edges = model.bins_[0].edges
-        assert edges[trees["threshold"][0]] == 49  # x <= 49 left
-        assert trees["missing_left"][0] == (null_like == "low")
+        assert edges[trees.threshold(0)] == 49  # x <= 49 left
+        assert trees.missing_left(0) == (null_like == "low")
         predictions = ilargi_db.predict(con, model, query + " ORDER BY f.id")
         truth = con.execute(query + " ORDER BY f.id").fetchnumpy()["y"]
         np.testing.assert_allclose(predictions, truth, atol=1e-9)  # one split, learning rate 1: exact

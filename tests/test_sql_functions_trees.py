@@ -13,6 +13,7 @@ import ilargi_db
 from ilargi_db import DamagedModelError, IlargiError, TrainedModel
 from ilargi_db.errors import PlanError
 from ilargi_db.limits import MACRO_NODES
+from ilargi_db.models.tree_ensemble import TreeEnsemble
 
 PARAMS = {"n_estimators": 12, "learning_rate": 0.3, "max_leaves": 6, "min_samples_leaf": 3, "backend": "numpy"}
 FEATURES = "f.x, f.n, d.kind, d.w"
@@ -82,7 +83,7 @@ def test_the_registry_and_a_file_give_back_the_same_trees(con, tmp_path, query, 
     ilargi_db.save_model(con, "trees", model)
     model.save(tmp_path / "trees.json")
     for loaded in (ilargi_db.load_model(con, "trees"), TrainedModel.load(tmp_path / "trees.json")):
-        assert loaded.trees_ == json.loads(json.dumps(model.trees_, default=lambda o: o.tolist()))
+        assert loaded.trees_ == model.trees_
         np.testing.assert_array_equal(loaded.feature_importances_, model.feature_importances_)
         np.testing.assert_array_equal(ilargi_db.predict(con, loaded, query), ilargi_db.predict(con, model, query))
     stored = json.loads(con.execute("SELECT model FROM ilargi.current_models WHERE name = 'trees'").fetchone()[0])
@@ -171,12 +172,13 @@ def test_the_macros_equal_predict_from_plain_duckdb_after_a_reconnect(db, strate
 
 def test_an_ensemble_too_large_for_one_macro_is_refused_in_words(con):
     model = ilargi_db.train(con, NUMERIC, "y", "gradient_boosting", **PARAMS)
-    trees = model.trees_
+    trees = model.trees_.to_record()
     copies = MACRO_NODES.default // len(trees["feature"]) + 1
     grown = {key: [v for _ in range(copies) for v in values] for key, values in trees.items() if key != "tree_start"}
     sizes = np.tile(np.diff(trees["tree_start"]), copies)
     grown["tree_start"] = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    model.trees_ = grown  # a valid ensemble of many trees (each tree repeated), set as a user can
+    # A valid ensemble of many trees (each tree repeated), set as a user can.
+    model.trees_ = TreeEnsemble.from_record(grown, model.bins_, model.missing_bin_)
     with pytest.raises(IlargiError, match=r"more than the 100,000 a SQL macro holds .*n_estimators"):
         ilargi_db.save_model(con, "huge", model)
     assert con.execute("SELECT count(*) FROM ilargi.models WHERE name = 'huge'").fetchone()[0] == 0

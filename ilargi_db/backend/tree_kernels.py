@@ -14,7 +14,7 @@ spread them).
 - :func:`partition_rows`: a node's rows split stably by a split's bin mask, read through the index;
 - ``best_split``: the split of largest gain over every column's histogram (:mod:`.tree_split`);
 - ``grow_tree``: a whole tree in one compiled call on a layout of one block read row by row (:mod:`.tree_grower`);
-- :func:`add_tree`: a tree's leaf values added to the raw scores of rows given as dense bins.
+- :func:`add_trees`: an ensemble's leaf values added to the raw scores of rows given as dense bins.
 
 Reductions run over a number of row chunks that depends on the shapes only, merged in chunk order: the
 result does not depend on the thread count. :class:`~ilargi_db.backend.tree_reference.ReferenceTreeKernels`
@@ -210,16 +210,20 @@ def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
 
 @kernel(
     [
-        nt.void(IN_ROWS_BINS[b], IN_I64, read_only(BOOL[:, ::1]), IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)
+        nt.void(IN_ROWS_BINS[b], IN_I64, IN_I64, read_only(BOOL[:, ::1]), IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)
         for b in BINS
     ]
 )
-def _add_tree(codes, feature, goes_left, left, right, value, out, first, last):  # pragma: no cover - compiled
+def _add_trees(codes, tree_start, feature, goes_left, left, right, value, out, first, last):  # pragma: no cover
     for i in range(first, last):
-        node = 0
-        while left[node] >= 0:
-            node = left[node] if goes_left[node, codes[i, feature[node]]] else right[node]
-        out[i] += value[node]
+        total = out[i]
+        for t in range(len(tree_start) - 1):  # tree by tree: the sum in the order of adding one tree at a time
+            root = tree_start[t]
+            node = root
+            while left[node] >= 0:
+                node = root + (left[node] if goes_left[node, codes[i, feature[node]]] else right[node])
+            total += value[node]
+        out[i] = total
 
 
 @kernel([nt.void(IN_I64, IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)])
@@ -354,9 +358,9 @@ class NumbaTreeKernels:
         min_leaves = max(1, PREDICT_ROWS // rows_per_leaf)  # each thread adds PREDICT_ROWS rows at least
         run(_add_leaf_values.dispatcher, leaves, rows, starts, stops, _f64(values), raw, min_tasks=min_leaves)
 
-    def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
-        args = (_bins(codes), _i64(feature), _flags(goes_left), _i64(left), _i64(right), _f64(value), out)
-        run(_add_tree.dispatcher, len(codes), *args, min_tasks=PREDICT_ROWS)
+    def add_trees(self, codes, tree_start, feature, goes_left, left, right, value, out) -> None:
+        args = (_i64(tree_start), _i64(feature), _flags(goes_left), _i64(left), _i64(right), _f64(value), out)
+        run(_add_trees.dispatcher, len(codes), _bins(codes), *args, min_tasks=PREDICT_ROWS)
 
 
 __all__ = ["CATEGORY_SMOOTHING", "MIN_HESSIAN", "TIE", "NumbaTreeKernels"]

@@ -80,17 +80,19 @@ class ReferenceTreeKernels:
         for start, stop, value in zip(starts, stops, values):
             raw[rows[int(start) : int(stop)]] += value
 
-    def add_tree(self, codes, feature, goes_left, left, right, value, out) -> None:
+    def add_trees(self, codes, tree_start, feature, goes_left, left, right, value, out) -> None:
+        """Each tree's leaf values added to ``out``, tree by tree (children ids within their tree)."""
         xp = self.xp
-        node = xp.zeros(codes.shape[0], dtype=xp.int64)
-        for _ in range(len(feature)):  # at most one step per node
-            inner = left[node] >= 0
-            if not bool(inner.any()):
-                break
-            bins = codes[xp.arange(codes.shape[0]), xp.maximum(feature[node], 0)]
-            step = xp.where(goes_left[node, bins], left[node], right[node])
-            node = xp.where(inner, step, node)
-        out += value[node]
+        for root, end in zip(tree_start[:-1].tolist(), tree_start[1:].tolist()):
+            node = xp.full(codes.shape[0], root, dtype=xp.int64)
+            for _ in range(end - root):  # at most one step per node
+                inner = left[node] >= 0
+                if not bool(inner.any()):
+                    break
+                bins = codes[xp.arange(codes.shape[0]), xp.maximum(feature[node], 0)]
+                step = root + xp.where(goes_left[node, bins], left[node], right[node])
+                node = xp.where(inner, step, node)
+            out += value[node]
 
 
 __all__ = ["ReferenceTreeKernels"]

@@ -6,9 +6,8 @@ DuckDB's quantiles). Each tree is grown leaf-wise from per-node histograms (:mod
 numeric splits send missing values to the side that gains more, categorical ones choose a set of
 categories sorted by their gradient statistics, as LightGBM and HistGradientBoosting do, without one-hot.
 
-The fitted ensemble (``trees_``) is plain lists, as the registry stores it: per node its feature, its
-children (-1: a leaf), its value, and the split as the last bin going left (numeric) or the bins going
-left (categorical), with where missing values go.
+The fitted ensemble (``trees_``) is one :class:`~ilargi_db.models.tree_ensemble.TreeEnsemble`: every tree's nodes
+in one record of arrays, which prediction, the SQL macro writer and the registry all read.
 """
 
 from __future__ import annotations
@@ -31,27 +30,9 @@ from ilargi_db.linalg.row_identity import first_by_key, row_keys, spread_copies
 from ilargi_db.models._base import exact_classes
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 from ilargi_db.models.losses import LOSSES, Loss
+from ilargi_db.models.tree_ensemble import TreeEnsemble
 
 OBJECTIVES = tuple(LOSSES)
-
-
-def _flat_trees(trees: list[Tree], missing_bin: int, categorical: np.ndarray) -> dict[str, list]:
-    """The ensemble as the registry stores it (plain lists, node ids within each tree)."""
-    out: dict[str, list] = {k: [] for k in ("tree_start", "feature", "left", "right", "value", "gain", "count")}
-    out.update(threshold=[], missing_left=[], category_bins=[])
-    for tree in trees:
-        out["tree_start"].append(len(out["feature"]))
-        for key in ("feature", "left", "right", "value", "gain", "count"):
-            out[key].extend(getattr(tree, key).tolist())
-        for f, mask in zip(tree.feature.tolist(), tree.goes_left):
-            split = f >= 0
-            out["missing_left"].append(bool(mask[missing_bin]) if split else False)
-            numeric = split and not categorical[f]
-            out["threshold"].append(int(mask[:missing_bin].sum()) - 1 if numeric else -1)
-            bins = np.flatnonzero(mask[:missing_bin]).tolist() if split and categorical[f] else []
-            out["category_bins"].append(bins)
-    out["tree_start"].append(len(out["feature"]))
-    return out
 
 
 def _classifies(estimator: Any) -> bool:
@@ -148,7 +129,7 @@ class GradientBoosting(BaseEstimator):
     def node_count(self) -> int:
         """The nodes of the fitted trees (leaves and splits): what :meth:`max_nodes` bounds."""
         check_is_fitted(self, "trees_")
-        return len(self.trees_["feature"])
+        return self.trees_.n_nodes
 
     def size_options(self) -> str:
         """The options :meth:`max_nodes` counts from, in words."""
@@ -294,56 +275,18 @@ class GradientBoosting(BaseEstimator):
                         break
         self.n_iter_ = len(trees)
         self.fit_metrics_ = loss.fit_metrics(raw, y)
-        self.trees_ = _flat_trees(trees, X.missing_bin, X.categorical)
-        gains = np.zeros(X.shape[1])
-        for tree in trees:
-            split = tree.feature >= 0
-            np.add.at(gains, tree.feature[split], tree.gain[split])
-        self.feature_importances_ = gains / gains.sum() if gains.sum() > 0 else gains
-        self._ensemble = None
-        self._arrays()  # built now: predicting leaves the fitted estimator as it is
+        self.trees_ = TreeEnsemble.of(trees, X.categorical)
+        self.feature_importances_ = self.trees_.importances(X.shape[1])
 
     # -- predicting ---------------------------------------------------------------------------------------
-
-    def _arrays(self) -> dict[str, np.ndarray]:
-        """The stored ensemble as arrays, with each split node's bin mask (built once per fitted model)."""
-        cached = getattr(self, "_ensemble", None)
-        if cached is not None:
-            return cached
-        t = self.trees_
-        feature = np.asarray(t["feature"], dtype=np.int64)
-        masks = np.zeros((len(feature), self.missing_bin_ + 1), dtype=np.bool_)
-        for i, f in enumerate(feature):
-            if f < 0:
-                continue
-            threshold = int(t["threshold"][i])
-            if threshold >= 0:
-                masks[i, : threshold + 1] = True
-            masks[i, np.asarray(t["category_bins"][i], dtype=np.int64)] = True
-            masks[i, self.missing_bin_] = bool(t["missing_left"][i])
-        arrays = {
-            "start": np.asarray(t["tree_start"], dtype=np.int64),
-            "feature": feature,
-            "left": np.asarray(t["left"], dtype=np.int64),
-            "right": np.asarray(t["right"], dtype=np.int64),
-            "value": np.asarray(t["value"], dtype=np.float64),
-            "goes_left": masks,
-        }
-        self._ensemble = arrays
-        return arrays
 
     def _raw_scores(self, X: Any) -> np.ndarray:
         """The raw score of each row: the baseline plus every tree's value (log-odds for classification)."""
         check_is_fitted(self, "trees_")
         binned, _ = self._binned(X, reset=False)
         codes = np.ascontiguousarray(binned.dense_bins())
-        a = self._arrays()
         out = np.full(len(codes), float(self.baseline_))
-        kernels = get_backend("numpy").tree_kernels
-        for s, e in zip(a["start"][:-1], a["start"][1:]):
-            kernels.add_tree(
-                codes, a["feature"][s:e], a["goes_left"][s:e], a["left"][s:e], a["right"][s:e], a["value"][s:e], out
-            )
+        self.trees_.add_scores(codes, out, get_backend("numpy").tree_kernels)
         return out
 
     @available_if(_classifies)
@@ -364,11 +307,6 @@ class GradientBoosting(BaseEstimator):
             return self.classes_[(raw > 0).astype(np.int64)]
         return self.loss_.to_target_scale(raw)
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.pop("_ensemble", None)
-        return state
-
 
 def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:
     """Set ``__init__``'s parameters as attributes, unchanged (scikit-learn's convention)."""
@@ -380,7 +318,10 @@ def _keep(estimator: BaseEstimator, params: dict[str, Any]) -> None:
 def _tree_output(codes: np.ndarray, tree: Tree, kernels) -> np.ndarray:
     """One tree's values for rows given as dense bins (the held-out rows of early stopping)."""
     out = np.zeros(len(codes))
-    kernels.add_tree(np.ascontiguousarray(codes), tree.feature, tree.goes_left, tree.left, tree.right, tree.value, out)
+    start = np.array([0, tree.n_nodes], dtype=np.int64)
+    kernels.add_trees(
+        np.ascontiguousarray(codes), start, tree.feature, tree.goes_left, tree.left, tree.right, tree.value, out
+    )
     return out
 
 

@@ -1,22 +1,31 @@
-"""A fitted tree ensemble as the registry stores it (``GradientBoosting.trees_``): checked when read back.
+"""A fitted tree ensemble as one record of node arrays (``GradientBoosting.trees_``), and as the registry stores it.
 
-The ensemble is plain lists, one entry per node, node ids within each tree (``tree_start[t]`` is tree
-t's first node, ``tree_start[-1]`` the number of nodes): its ``feature`` (-1: a leaf), its children
-``left``/``right`` (-1 for a leaf), its ``value``, ``gain`` and ``count``, and its split: ``threshold``
-(numeric: the last bin going left, else -1), ``category_bins`` (categorical: the bins going left) and
-``missing_left``. A record read back is untrusted (a row edited by hand, a file from elsewhere):
-:func:`check_trees` refuses anything predicting could stumble on (a child outside its tree, a cycle, a
-feature or bin the model has not) with a ``TypeError`` or ``ValueError``, which the registry reports as
-a damaged model. Light: no scikit-learn.
+:class:`TreeEnsemble` holds every tree's nodes back to back (tree t's are ``tree_start[t]:tree_start[t + 1]``,
+children ids within their tree) with each split's bins going left as a mask: what prediction reads (one
+compiled call for all trees), what the SQL macro writer walks, and what the registry writes as JSON
+(:meth:`TreeEnsemble.to_record`) and checks when read back (:meth:`TreeEnsemble.from_record`).
+
+The stored form is plain lists, one entry per node: its ``feature`` (-1: a leaf), its children ``left``/``right``
+(-1 for a leaf), its ``value``, ``gain`` and ``count``, and its split: ``threshold`` (numeric: the last bin going
+left, else -1), ``category_bins`` (categorical: the bins going left) and ``missing_left``. A record read back is
+untrusted (a row edited by hand, a file from elsewhere): anything predicting could stumble on (a child outside
+its tree, a cycle, a feature or bin the model has not) is refused with a ``TypeError`` or ``ValueError``, which
+the registry reports as a damaged model. Light: no scikit-learn.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ilargi_db.linalg.binned_matrix import FeatureBins
+
+if TYPE_CHECKING:
+    from ilargi_db.models._tree_growth import Tree
 
 TREE_KEYS = (
     "tree_start",
@@ -32,6 +41,123 @@ TREE_KEYS = (
 )
 
 
+@dataclass(frozen=True, eq=False)
+class TreeEnsemble:
+    """Every tree's nodes in one record of arrays (see the module's docstring); ``categorical[f]``: feature f's
+    splits send a set of bins left (else the bins up to a threshold)."""
+
+    tree_start: np.ndarray  # int64 (trees + 1)
+    feature: np.ndarray  # int64, -1 at a leaf
+    left: np.ndarray  # int64, within the node's tree, -1 at a leaf
+    right: np.ndarray  # int64
+    value: np.ndarray  # float64, 0 at a split
+    gain: np.ndarray  # float64, 0 at a leaf
+    count: np.ndarray  # int64, the training rows of each node
+    goes_left: np.ndarray  # (nodes, missing_bin + 1) bool, all False at a leaf
+    categorical: np.ndarray  # bool, per feature
+
+    @classmethod
+    def of(cls, trees: Sequence[Tree], categorical: np.ndarray) -> TreeEnsemble:
+        """The fitted trees, in order, as one ensemble."""
+        sizes = [tree.n_nodes for tree in trees]
+        joined = {
+            key: np.concatenate([getattr(tree, key) for tree in trees])
+            for key in ("feature", "left", "right", "value", "gain", "count", "goes_left")
+        }
+        start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        return cls(start, **joined, categorical=np.asarray(categorical, dtype=np.bool_))
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.tree_start) - 1
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.feature)
+
+    @property
+    def missing_bin(self) -> int:
+        return self.goes_left.shape[1] - 1
+
+    def trees(self) -> list[range]:
+        """The node ids of each tree, in order."""
+        start = self.tree_start.tolist()
+        return [range(a, b) for a, b in zip(start, start[1:])]
+
+    def missing_left(self, node: int) -> bool:
+        """Whether split ``node`` sends missing values (NULL, NaN, a category training did not keep) left."""
+        return bool(self.goes_left[node, self.missing_bin])
+
+    def threshold(self, node: int) -> int:
+        """A numeric split's last bin going left (-1 for a categorical split or a leaf)."""
+        f = int(self.feature[node])
+        return int(self.goes_left[node, : self.missing_bin].sum()) - 1 if f >= 0 and not self.categorical[f] else -1
+
+    def category_bins(self, node: int) -> list[int]:
+        """A categorical split's bins going left (empty for a numeric split or a leaf)."""
+        f = int(self.feature[node])
+        return (
+            np.flatnonzero(self.goes_left[node, : self.missing_bin]).tolist() if f >= 0 and self.categorical[f] else []
+        )
+
+    def add_scores(self, codes: np.ndarray, out: np.ndarray, kernels: Any) -> None:
+        """Every tree's value for rows given as dense bins (rows, features) added to ``out``, tree by tree."""
+        kernels.add_trees(codes, self.tree_start, self.feature, self.goes_left, self.left, self.right, self.value, out)
+
+    def importances(self, n_features: int) -> np.ndarray:
+        """Each feature's share of the splits' total gain (zeros where no tree splits)."""
+        split = self.feature >= 0
+        gains = np.bincount(self.feature[split], weights=self.gain[split], minlength=n_features)
+        total = gains.sum()
+        return gains / total if total > 0 else gains
+
+    def __eq__(self, other: object) -> bool:
+        """The same nodes (values and gains to the bit), as arrays compare."""
+        if not isinstance(other, TreeEnsemble):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+
+    __hash__ = None  # type: ignore[assignment]  # arrays: compared, not hashed
+
+    # -- the registry's form ------------------------------------------------------------------------------
+
+    def to_record(self) -> dict[str, list]:
+        """The ensemble as the registry stores it: plain lists, node ids within each tree (JSON)."""
+        nodes = range(self.n_nodes)
+        return {
+            "tree_start": self.tree_start.tolist(),
+            **{key: getattr(self, key).tolist() for key in ("feature", "left", "right", "value", "gain", "count")},
+            "threshold": [self.threshold(i) for i in nodes],
+            "missing_left": [self.missing_left(i) if self.feature[i] >= 0 else False for i in nodes],
+            "category_bins": [self.category_bins(i) for i in nodes],
+        }
+
+    @classmethod
+    def from_record(cls, record: Any, bins: Sequence[FeatureBins], missing_bin: int) -> TreeEnsemble:
+        """``record`` (JSON read back) as an ensemble over the features ``bins``, or TypeError/ValueError.
+
+        Children must lie inside their tree with ids greater than their parent's (so no walk cycles), a split's
+        feature must be one of the model's, its threshold a bin of that numeric feature, its categories bins
+        of that categorical one, and every value finite.
+        """
+        t = check_trees(record, bins, missing_bin)
+        feature = np.asarray(t["feature"], dtype=np.int64)
+        goes_left = np.zeros((len(feature), missing_bin + 1), dtype=np.bool_)
+        for i in np.flatnonzero(feature >= 0).tolist():
+            goes_left[i, : t["threshold"][i] + 1] = True  # a categorical split's threshold is -1
+            goes_left[i, t["category_bins"][i]] = True
+            goes_left[i, missing_bin] = t["missing_left"][i]
+        return cls(
+            np.asarray(t["tree_start"], dtype=np.int64),
+            feature,
+            *(np.asarray(t[key], dtype=np.int64) for key in ("left", "right")),
+            *(np.asarray(t[key], dtype=np.float64) for key in ("value", "gain")),
+            np.asarray(t["count"], dtype=np.int64),
+            goes_left,
+            np.array([b.categorical for b in bins], dtype=np.bool_),
+        )
+
+
 def _integers(values: Any, key: str) -> list[int]:
     if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise TypeError(f"trees_[{key!r}] is not a list of integers")
@@ -45,12 +171,7 @@ def _numbers(values: Any, key: str) -> list[float]:
 
 
 def check_trees(trees: Any, bins: Sequence[FeatureBins], missing_bin: int) -> dict[str, list]:
-    """``trees`` (JSON read back) as a valid ensemble over the features ``bins``, or TypeError/ValueError.
-
-    Children must lie inside their tree with ids greater than their parent's (so no walk cycles), a split's
-    feature must be one of the model's, its threshold a bin of that numeric feature, its categories bins
-    of that categorical one, and every value finite.
-    """
+    """``trees`` (JSON read back) as valid lists (:meth:`TreeEnsemble.from_record`), or TypeError/ValueError."""
     if not isinstance(trees, dict) or set(trees) != set(TREE_KEYS):
         raise TypeError(f"trees_ is not an object with the keys {', '.join(TREE_KEYS)}")
     start = _integers(trees["tree_start"], "tree_start")
@@ -99,10 +220,4 @@ def _check_split(node: int, feature: FeatureBins, threshold: int, category_bins:
         raise ValueError(f"node {node} of trees_ splits feature {feature.name!r} at a bin it does not have")
 
 
-def tree_slices(trees: dict[str, list]) -> list[range]:
-    """The node ids of each tree, in order."""
-    start = trees["tree_start"]
-    return [range(a, b) for a, b in zip(start, start[1:])]
-
-
-__all__ = ["TREE_KEYS", "check_trees", "tree_slices"]
+__all__ = ["TREE_KEYS", "TreeEnsemble", "check_trees"]

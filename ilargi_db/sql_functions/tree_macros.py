@@ -24,7 +24,7 @@ import pyarrow as pa
 from ilargi_db.errors import IlargiError
 from ilargi_db.limits import MACRO_NODES, SMALLER_TREES
 from ilargi_db.linalg.binned_matrix import FeatureBins
-from ilargi_db.models.tree_ensemble import tree_slices
+from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.sql_functions.macros import (
     PREDICT,
     WEIGHTS_SCHEMA,
@@ -62,14 +62,14 @@ def listed_categories(feature: FeatureBins, going_left: list[int], missing_left:
 def macro_nodes(model: Any) -> int:
     """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
     each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node)."""
-    t = model.trees_
+    t: TreeEnsemble = model.trees_
     bins: list[FeatureBins] = model.encoder_.bins_
     entries = sum(
-        len(listed_categories(bins[f], t["category_bins"][node], t["missing_left"][node]))
-        for node, f in enumerate(t["feature"])
+        len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
+        for node, f in enumerate(t.feature.tolist())
         if f >= 0 and bins[f].categorical
     )
-    return len(t["feature"]) + entries
+    return t.n_nodes + entries
 
 
 def check_macro_size(models: list[Any]) -> None:
@@ -91,21 +91,26 @@ class TreeMacroWriter:
     def __init__(self, name: str, version: int, model: Any, database: str):
         self.name, self.version, self.model, self.database = name, version, model, database
         self.bins: list[FeatureBins] = model.encoder_.bins_
+        self.trees: TreeEnsemble = model.trees_
+        # The nodes' fields as Python lists, read once: the writer visits every node.
+        self.feature, self.left, self.right, self.value = (
+            a.tolist() for a in (self.trees.feature, self.trees.left, self.trees.right, self.trees.value)
+        )
 
     def _split(self, node: int, left: str, right: str) -> str:
         """The CASE of one split node, given the SQL of its two subtrees."""
-        t = self.model.trees_
-        feature = self.bins[t["feature"][node]]
+        t = self.trees
+        feature = self.bins[self.feature[node]]
         x = quote_identifier(feature.name)
-        missing_left = t["missing_left"][node]
+        missing_left = t.missing_left(node)
         if feature.categorical:
-            listed = listed_categories(feature, t["category_bins"][node], missing_left)
+            listed = listed_categories(feature, t.category_bins(node), missing_left)
             listed_side, other = (right, left) if missing_left else (left, right)
             if not listed:
                 return other
             values = ", ".join(quote_string(c) for c in listed)
             return f"CASE WHEN {category_text(x)} IN ({values}) THEN {listed_side} ELSE {other} END"
-        threshold = t["threshold"][node]
+        threshold = t.threshold(node)
         if threshold >= len(feature.edges):  # every present value goes left
             return left if missing_left else f"CASE WHEN NOT {call('isnan', x)} THEN {left} ELSE {right} END"
         edge = edge_literal(float(feature.edges[threshold]))
@@ -115,14 +120,14 @@ class TreeMacroWriter:
 
     def _tree(self, nodes: range) -> str:
         """One tree's CASE, built from the leaves up (children have larger ids than their parents)."""
-        t, first = self.model.trees_, nodes.start
+        first = nodes.start
         sql: dict[int, str] = {}
         depth: dict[int, int] = {}
         for node in reversed(nodes):
-            if t["feature"][node] < 0:
-                sql[node], depth[node] = double(t["value"][node]), 0
+            if self.feature[node] < 0:
+                sql[node], depth[node] = double(self.value[node]), 0
                 continue
-            left, right = first + t["left"][node], first + t["right"][node]
+            left, right = first + self.left[node], first + self.right[node]
             sql[node] = self._split(node, sql.pop(left), sql.pop(right))
             depth[node] = 1 + max(depth[left], depth[right])
         if depth[first] > MAX_MACRO_DEPTH:
@@ -134,8 +139,7 @@ class TreeMacroWriter:
 
     def score(self) -> str:
         """The raw score: the baseline plus every tree's value (log-odds for classification)."""
-        trees = self.model.trees_
-        return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in tree_slices(trees))])
+        return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
