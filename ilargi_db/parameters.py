@@ -14,8 +14,6 @@ import json
 from numbers import Integral, Real
 from typing import Any
 
-from sklearn.utils._param_validation import Interval, StrOptions
-
 from ilargi_db.errors import IlargiError
 
 # JSON kinds: "boolean", "integer", "number", "string", "null", "array".
@@ -31,6 +29,8 @@ _KIND_WORDS = {
 
 def _json_kinds(constraint: Any) -> set[str] | None:
     """The JSON kinds one constraint accepts; None when it is not one of the declarations ilargi_db uses."""
+    from sklearn.utils._param_validation import Interval, StrOptions  # the estimators' own: loaded with them
+
     if constraint == "boolean" or constraint is bool:
         return {"boolean"}
     if constraint is None:

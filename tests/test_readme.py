@@ -214,9 +214,9 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.shell import DEFAULT_MAXROWS
     from ilargi_db.shell.render import MODES
     from ilargi_db.sql_functions.coefficients import TABLE_MACROS
-    from ilargi_db.sql_functions.functions import FUNCTIONS
     from ilargi_db.sql_functions.install import MIN_DUCKDB
     from ilargi_db.sql_functions.macros import INLINE_CATEGORIES
+    from ilargi_db.sql_functions.udfs import FUNCTIONS
 
     root = README.parent
     (duckdb_requirement,) = re.findall(r'^\s*"duckdb>=([\d.]+)"', (root / "pyproject.toml").read_text(), re.M)

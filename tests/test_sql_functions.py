@@ -342,7 +342,7 @@ def test_install_never_replaces_a_users_objects_in_schema_ilargi(theirs):
 
 def test_install_accepts_its_registry_from_an_earlier_version(tmp_path):
     """A registry made by the earlier DDL (CREATE OR REPLACE VIEW) is ilargi_db's: kept, models and all."""
-    from ilargi_db.sql_functions.registry import registry_ddl
+    from ilargi_db.sql_functions.registry_schema import registry_ddl
 
     path = str(tmp_path / "old.duckdb")
     con = duckdb.connect(path)

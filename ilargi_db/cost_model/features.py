@@ -25,11 +25,12 @@ from sqlglot import exp
 
 from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata.scans import join_columns, quote, supports_rowid
+from ilargi_db.metadata.scans import join_columns, supports_rowid
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import JoinGraph, is_categorical
 from ilargi_db.plan.sampling import limited_rows
 from ilargi_db.plan.sources import scalar_values, with_prefix
+from ilargi_db.sql_text import quote_identifier
 
 SAMPLE_JOIN_ROWS = 100_000  # above this many fact rows the statistics join reads a rowid-hash sample of them
 SAMPLE_ROWS = 2048  # prefix of each source read to estimate the share of zeros
@@ -122,7 +123,7 @@ def _source_items(graph: JoinGraph, parts: dict[str, list[tuple[str, bool]]]) ->
 def _sample(select: exp.Select, alias: str, every: int) -> None:
     """Keep one row in ``every`` of source ``alias`` in ``select``, the same rows on every run (by rowid hash)."""
     # hash(rowid + 1), not hash(rowid): approx_count_distinct hashes rowid too, and must see random bits.
-    select.where(f"hash({quote(alias)}.rowid + 1) % {int(every)} = 0", dialect="duckdb", copy=False)
+    select.where(f"hash({quote_identifier(alias)}.rowid + 1) % {int(every)} = 0", dialect="duckdb", copy=False)
 
 
 def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, sample: tuple[str, int] | None = None) -> str:
@@ -135,10 +136,10 @@ def _join_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, sample: tuple[
     items = ["count(*)"]
     for s in graph.sources:
         if supports_rowid(con, s, prefix):
-            row = f"{quote(s.alias)}.rowid"
+            row = f"{quote_identifier(s.alias)}.rowid"
             items += [f"approx_count_distinct({row})", f"count({row})"]
         elif keys[s.alias]:
-            cols = [f"{quote(s.alias)}.{quote(c)}" for c in keys[s.alias]]
+            cols = [f"{quote_identifier(s.alias)}.{quote_identifier(c)}" for c in keys[s.alias]]
             # A view or subquery has no rowid: its distinct join keys stand for its rows.
             items += [f"approx_count_distinct(({', '.join(cols)}))", f"count({cols[0]})"]
         else:

@@ -16,9 +16,9 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.metadata.indicator import indicator_sql
-from ilargi_db.metadata.scans import quote
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
+from ilargi_db.sql_text import quote_identifier
 
 FILE_ROW = "file_row_number"  # read_parquet's row number within a file: a partition's fixed order
 PARQUET_FUNCTIONS = ("read_parquet", "parquet_scan", "readparquet")
@@ -45,7 +45,7 @@ def file_sql(
     function = exp.Anonymous(this="read_parquet", expressions=[exp.Literal.string(file), *options])
     from_items(select)[0].set("this", function)
     select.set("order", None)
-    return select.order_by(f"{quote(graph.sources[0].alias)}.{FILE_ROW}", dialect="duckdb").sql("duckdb")
+    return select.order_by(f"{quote_identifier(graph.sources[0].alias)}.{FILE_ROW}", dialect="duckdb").sql("duckdb")
 
 
 def parquet_call(graph: JoinGraph) -> exp.Expression | None:

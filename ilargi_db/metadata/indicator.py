@@ -9,9 +9,10 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, group_item, part_column, quote
+from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, group_item, part_column
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
+from ilargi_db.sql_text import quote_identifier
 
 
 def row_column(position: int) -> str:
@@ -50,11 +51,11 @@ def indicator_sql(
         )
     items = list(streamed_items)  # the streamed source's feature columns, already in output order
     if streamed is not None and streamed_rowid:  # a base table's rowid (a Parquet file has none)
-        items.append(f"{quote(streamed)}.rowid AS {STREAMED_ROWID}")
+        items.append(f"{quote_identifier(streamed)}.rowid AS {STREAMED_ROWID}")
     for position, source in enumerate(graph.sources):
         if source.alias == streamed:
             continue
-        row = f"{quote(source.alias)}.{ROW if source.alias in registered else 'rowid'}"
+        row = f"{quote_identifier(source.alias)}.{ROW if source.alias in registered else 'rowid'}"
         value = f"COALESCE({row}, -1)" if source.nullable else row
         items.append(f"{value} AS {row_column(position)}")
     if graph.target is not None:
@@ -64,7 +65,7 @@ def indicator_sql(
     for j, feature in enumerate(graph.features):
         if feature.kind == "coalesce":
             cases = " ".join(
-                f"WHEN {quote(p.source)}.{quote(part_column(j, k))} IS NOT NULL THEN {k}"
+                f"WHEN {quote_identifier(p.source)}.{quote_identifier(part_column(j, k))} IS NOT NULL THEN {k}"
                 for k, p in enumerate(feature.parts)
             )
             items.append(f"CAST(CASE {cases} ELSE -1 END AS INTEGER) AS {winner_column(j)}")

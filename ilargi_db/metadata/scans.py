@@ -15,6 +15,7 @@ from ilargi_db.metadata.arrow_blocks import fetch_arrow
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.joins import conjuncts
 from ilargi_db.plan.sources import with_prefix
+from ilargi_db.sql_text import quote_identifier
 
 ROW = "__ilargi_row"
 ROWID = "__ilargi_rowid"
@@ -25,10 +26,6 @@ GROUP = "__ilargi_group"  # the group_by column, as VARCHAR, in the key-only and
 def part_column(feature_index: int, part_index: int) -> str:
     """Name, inside a scan, of part ``part_index`` of feature ``feature_index``."""
     return f"__ilargi_f{feature_index}_{part_index}"
-
-
-def quote(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql("duckdb")
 
 
 @dataclass
@@ -127,7 +124,7 @@ def group_text(expression: str, duckdb_type: str | None) -> str:
 
 def group_item(graph: JoinGraph) -> str:
     """The group_by column as the joins return it: its value as text, as a model's macro compares it."""
-    return f"{group_text(f'({graph.group.sql})', graph.group.duckdb_type)} AS {quote(GROUP)}"
+    return f"{group_text(f'({graph.group.sql})', graph.group.duckdb_type)} AS {quote_identifier(GROUP)}"
 
 
 def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str = "") -> bool:
@@ -143,7 +140,7 @@ def supports_rowid(con: duckdb.DuckDBPyConnection, source: Source, prefix: str =
 
 def cast_part(name: str, sql: str, categorical: frozenset[str]) -> str:
     """A feature part as DuckDB should return it: DOUBLE, or VARCHAR for a categorical one."""
-    return f"CAST(({sql}) AS {'VARCHAR' if name in categorical else 'DOUBLE'}) AS {quote(name)}"
+    return f"CAST(({sql}) AS {'VARCHAR' if name in categorical else 'DOUBLE'}) AS {quote_identifier(name)}"
 
 
 def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
@@ -156,7 +153,7 @@ def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
     names = {part_column(j, 0) for j, flag in enumerate(categorical) if flag}
     items = [cast_part(part_column(j, 0), f.sql, names) for j, f in enumerate(graph.features)]
     if graph.target is not None:
-        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote(TARGET)}")
+        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote_identifier(TARGET)}")
     if graph.group is not None:
         items.append(group_item(graph))
     select = graph.select.copy()
@@ -173,8 +170,11 @@ def scan_sql(
     categorical: frozenset[str] = frozenset(),
 ) -> str:
     """``SELECT <keys>, CAST(<part> AS DOUBLE) ... FROM <source> WHERE <pushed filters>``."""
-    alias = quote(source.alias)
-    items = [f"{alias}.rowid AS {ROWID}"] if native else [f"{alias}.{quote(c)} AS {quote(c)}" for c in keys]
+    alias = quote_identifier(source.alias)
+    if native:
+        items = [f"{alias}.rowid AS {ROWID}"]
+    else:
+        items = [f"{alias}.{quote_identifier(c)} AS {quote_identifier(c)}" for c in keys]
     items += [cast_part(name, sql, categorical) for name, sql in parts.items()]
     if not items:
         items = ["NULL AS __ilargi_empty"]
@@ -194,9 +194,9 @@ def null_row_values(
     """
     if not parts:
         return {}
-    nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote(c)}" for c, t in zip(source.columns, source.types))
+    nulls = ", ".join(f"CAST(NULL AS {t}) AS {quote_identifier(c)}" for c, t in zip(source.columns, source.types))
     items = ", ".join(cast_part(name, sql, categorical) for name, sql in parts.items())
-    row = con.sql(f"SELECT {items} FROM (SELECT {nulls}) AS {quote(source.alias)}").fetchall()[0]
+    row = con.sql(f"SELECT {items} FROM (SELECT {nulls}) AS {quote_identifier(source.alias)}").fetchall()[0]
     values: dict[str, float | str | None] = {}
     for name, value in zip(parts, row):
         values[name] = value if name in categorical else (np.nan if value is None else float(value))

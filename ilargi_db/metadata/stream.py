@@ -43,12 +43,12 @@ from ilargi_db.metadata.scans import (
     cast_part,
     join_columns,
     part_column,
-    quote,
     scan_source,
     supports_rowid,
 )
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
+from ilargi_db.sql_text import quote_identifier
 
 PARTITION = "__ilargi_partition"
 
@@ -105,10 +105,10 @@ class FactStream:
         items = tuple(self.fact_parts.values())
         if file is not None and self.files is not None:
             sql = file_sql(self.graph, self.registered, items, self.files.call, self.files.files[file])
-            row = f"{quote(self.fact)}.{FILE_ROW}"
+            row = f"{quote_identifier(self.fact)}.{FILE_ROW}"
         else:
             sql = indicator_sql(self.graph, self.registered, self.fact, items, streamed_rowid=self.by_rowid)
-            row = f"{quote(self.fact)}.rowid"
+            row = f"{quote_identifier(self.fact)}.rowid"
         select = sqlglot.parse_one(sql, read="duckdb")
         if file is not None:
             select = select.where(f"{row} >= ? AND {row} < ?", dialect="duckdb")
@@ -273,7 +273,8 @@ def open_stream(
             low, high = (0, -1) if low is None else (int(low), int(high))
             count = max(math.ceil((high - low + 1) / step), 1)
             stream.bounds = [(low + k * step, low + (k + 1) * step) for k in range(count)]
-            stream.sizes, stream.unlabelled = _partition_sizes(con, stream, f"({quote(fact)}.rowid - {low}) // {step}")
+            partition = f"({quote_identifier(fact)}.rowid - {low}) // {step}"
+            stream.sizes, stream.unlabelled = _partition_sizes(con, stream, partition)
             stream.sizes += [0] * (count - len(stream.sizes))
         else:
             (labelled,), stream.unlabelled = _partition_sizes(con, stream, "0")
@@ -361,7 +362,7 @@ def _cut_files(con: duckdb.DuckDBPyConnection, stream: FactStream, files: Parque
         sizes, unlabelled = _partition_sizes(
             con,
             stream,
-            f"{quote(stream.fact)}.{FILE_ROW} // {step}",
+            f"{quote_identifier(stream.fact)}.{FILE_ROW} // {step}",
             file_sql(stream.graph, stream.registered, (), files.call, files.files[index]),
         )
         stream.sizes += sizes + [0] * (count - len(sizes))

@@ -17,7 +17,7 @@ from ilargi_db.errors import NotStreamable, SpillLost
 from ilargi_db.linalg import PartitionedMatrix, PartitionSource
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.indicator import indicator_sql
-from ilargi_db.metadata.scans import TARGET, quote
+from ilargi_db.metadata.scans import TARGET
 from ilargi_db.metadata.stream import FactPartition, FactStream, open_stream
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.pipeline.placement import StreamPlan
@@ -25,6 +25,7 @@ from ilargi_db.pipeline.readers import ReadSettings, TrainingData
 from ilargi_db.pipeline.spill import SpillBuffers, read_spill, write_spill
 from ilargi_db.plan import JoinGraph
 from ilargi_db.preprocess import PartitionBuilder
+from ilargi_db.sql_text import quote_identifier
 
 
 def read_streamed(
@@ -151,4 +152,4 @@ def _only_target(graph: JoinGraph, stream: FactStream) -> str:
     value = f"CAST(({graph.target.sql}) AS DOUBLE)"
     select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
     select.set("order", None)
-    return select.order_by(f"{quote(stream.fact)}.rowid", dialect="duckdb").sql("duckdb")
+    return select.order_by(f"{quote_identifier(stream.fact)}.rowid", dialect="duckdb").sql("duckdb")

@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.byte_sizes import size_in_bytes
+from ilargi_db.database_identity import database_file, database_path, database_scope
 from ilargi_db.errors import IlargiError, worded
 from ilargi_db.reuse.fingerprint import JobFingerprint, fingerprint_job
 from ilargi_db.reuse.job import JobReuse
@@ -35,9 +36,6 @@ from ilargi_db.reuse.store import (
     ARTIFACTS_TABLE,
     MEMORY,
     DatabaseTier,
-    database_file,
-    database_path,
-    database_scope,
     refuse_foreign,
 )
 

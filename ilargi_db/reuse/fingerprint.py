@@ -38,12 +38,13 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from ilargi_db.metadata.scans import quote, supports_rowid
+from ilargi_db.metadata.scans import supports_rowid
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.sources import scalar_values, with_prefix
 from ilargi_db.query_settings import MEANING, current_values_sql
 from ilargi_db.read_snapshot import renew_snapshot
 from ilargi_db.reuse.remembered import remembered
+from ilargi_db.sql_text import quote_identifier
 
 ROWS = "__rows"  # the hash of a base table's rowids (which rows exist), beside each column's
 # Part of every key: a release that changes what an artifact holds (or how a read computes it) bumps it,
@@ -425,11 +426,11 @@ def _hash_query(
         types = {c.lower(): t for c, t in zip(s.columns, s.types)}
 
         def named(columns: list[str], alias: str = s.alias, real: dict = real, types: dict = types) -> list[str]:
-            return [as_compared(f"{quote(alias)}.{quote(real[c])}", types[c]) for c in columns]
+            return [as_compared(f"{quote_identifier(alias)}.{quote_identifier(real[c])}", types[c]) for c in columns]
 
         native = supports_rowid(con, s, prefix)
         if native:
-            row = f"{quote(s.alias)}.rowid"
+            row = f"{quote_identifier(s.alias)}.rowid"
             others = sorted(read[s.alias] - rows[s.alias])
             sums = [f"sum(hash({', '.join([row, *named(sorted(rows[s.alias]))])}))"]
             sums += [f"sum(hash({row}, {n}))" for n in named(others)]

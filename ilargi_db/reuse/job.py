@@ -29,6 +29,7 @@ import duckdb
 import numpy as np
 
 from ilargi_db.backend import to_host
+from ilargi_db.database_identity import database_file, database_scope
 from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.linalg import CROSSPROD, NormalizedMatrix
 from ilargi_db.metadata import DIMetadata
@@ -43,8 +44,6 @@ from ilargi_db.reuse.store import (
     MEMORY,
     Artifact,
     DatabaseTier,
-    database_file,
-    database_scope,
     nbytes_of,
     store_warnings,
 )

@@ -18,10 +18,11 @@ import pyarrow as pa
 
 from ilargi_db.errors import IlargiError, StaleArtifact
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
-from ilargi_db.metadata.scans import ROWID, cast_part, null_row_values, part_column, quote
+from ilargi_db.metadata.scans import ROWID, cast_part, null_row_values, part_column
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.read_snapshot import renew_snapshot
+from ilargi_db.sql_text import quote_identifier
 
 
 def read_columns(
@@ -61,7 +62,7 @@ def fetch_columns(
     """
     source = graph.source(alias)
     text = frozenset(part_column(j, 0) for j in features if j in categorical)
-    items = [f"{quote(alias)}.rowid AS {ROWID}"] + [
+    items = [f"{quote_identifier(alias)}.rowid AS {ROWID}"] + [
         cast_part(part_column(j, 0), graph.features[j].parts[0].sql, text) for j in features
     ]
     wanted = f"__ilargi_rowids_{uuid.uuid4().hex}"
@@ -69,7 +70,7 @@ def fetch_columns(
     try:
         sql = (
             f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql} "
-            f"WHERE {quote(alias)}.rowid IN (SELECT r FROM {wanted})"
+            f"WHERE {quote_identifier(alias)}.rowid IN (SELECT r FROM {wanted})"
         )
         table = fetch_arrow(con, sql, what=f"new feature columns of {alias!r}")
     except (IlargiError, duckdb.Error):

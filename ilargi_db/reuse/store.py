@@ -22,11 +22,8 @@ loaded (:meth:`DatabaseTier.worth_loading`).
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
-import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +32,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ilargi_db.database_identity import database_file
 from ilargi_db.errors import IlargiError
 from ilargi_db.read_snapshot import in_transaction, roll_back
 from ilargi_db.reuse import payload_files
@@ -250,50 +248,6 @@ def store_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
             "it again, private."
         )
     return found + ([why] if why else [])
-
-
-def _current_database(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
-    """The file of ``con``'s current database (None in memory, or where it cannot be read), and if read-only."""
-    try:
-        row = con.execute(
-            "SELECT path, readonly FROM system.main.duckdb_databases() "
-            "WHERE database_name = system.main.current_database()"
-        ).fetchall()
-    except duckdb.Error:
-        return None, True
-    return (str(row[0][0]), bool(row[0][1])) if row and row[0][0] else (None, bool(row and row[0][1]))
-
-
-def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The file of ``con``'s current database when it can hold artifacts (a writable file), else None (in
-    memory, where it dies with the process, or read-only)."""
-    path, read_only = _current_database(con)
-    return None if read_only else path
-
-
-def database_path(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The file of ``con``'s current database, writable or not (None in memory)."""
-    return _current_database(con)[0]
-
-
-# In-memory databases have no path, and DuckDB names none of them apart: each one installed gets a name here
-# (its connection, and the cursors ilargi_db's SQL functions open on it, carry it).
-_MEMORY_NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def name_database(con: duckdb.DuckDBPyConnection, like: duckdb.DuckDBPyConnection | None = None) -> None:
-    """Give the in-memory database of ``con`` a scope of its own, or that of ``like`` (a connection to the same
-    database, such as the one ``con`` is a cursor of)."""
-    if con not in _MEMORY_NAMES:
-        found = _MEMORY_NAMES.get(like) if like is not None else None
-        _MEMORY_NAMES[con] = found or f":memory:{uuid.uuid4().hex}"
-
-
-def database_scope(con: duckdb.DuckDBPyConnection) -> str:
-    """Which database ``con`` is on, for the in-process tier's listing and clearing: its file; for an in-memory
-    database the name :func:`name_database` gave it, else ``":memory:"`` (shared by every unnamed one)."""
-    path = _current_database(con)[0]
-    return os.path.realpath(path) if path else _MEMORY_NAMES.get(con, ":memory:")
 
 
 class DatabaseTier:
@@ -577,9 +531,6 @@ __all__ = [
     "MEMORY",
     "MemoryTier",
     "STORE_DDL",
-    "database_file",
-    "database_scope",
-    "name_database",
     "foreign_objects",
     "not_ours",
     "nbytes_of",

@@ -1,7 +1,35 @@
-"""ilargi_db inside DuckDB: the SQL functions, the model registry and models as SQL macros."""
+"""ilargi_db inside DuckDB: the SQL functions, the model registry and models as SQL macros.
+
+``connect`` and ``install`` need DuckDB only and load now (the function ``install`` bound over its module's
+name); the registry's and the macro writer's names load on first use, as the package's own do: they bring the
+training stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from ilargi_db.sql_functions.install import connect, install
-from ilargi_db.sql_functions.macros import prediction_sql
-from ilargi_db.sql_functions.registry import ModelNotFoundError, drop_model, load_model, save_model
 
-__all__ = ["ModelNotFoundError", "connect", "drop_model", "install", "load_model", "prediction_sql", "save_model"]
+_LAZY = {
+    "prediction_sql": "ilargi_db.sql_functions.macros",
+    "ModelNotFoundError": "ilargi_db.sql_functions.registry",
+    "drop_model": "ilargi_db.sql_functions.registry",
+    "load_model": "ilargi_db.sql_functions.registry",
+    "save_model": "ilargi_db.sql_functions.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ilargi_db.sql_functions' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["connect", "install", *_LAZY]

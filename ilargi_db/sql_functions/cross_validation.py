@@ -16,7 +16,6 @@ from typing import Any
 import duckdb
 
 from ilargi_db.errors import CALLER, IlargiError
-from ilargi_db.model_selection import MIN_FOLDS, check_cross_validated, cross_validate
 from ilargi_db.models.catalog import SETTINGS, check_known_settings, estimator_class
 from ilargi_db.parameters import check_json_types
 from ilargi_db.sql_functions.options import load_json, parse_options, required
@@ -46,6 +45,8 @@ def cross_validate_rows(
 
     ``ilargi_cross_validate`` runs it on its own cursor; ``ilargi cross-validate`` calls it directly.
     """
+    from ilargi_db.model_selection import check_cross_validated, cross_validate  # the training stack: on first use
+
     algorithm = required(algorithm, "the algorithm")
     query = required(query, "the training query")
     check_cross_validated(algorithm, target)
@@ -80,6 +81,8 @@ def search_arguments(algorithm: str, given: dict[str, Any]) -> dict[str, Any]:
     """``cross_validate``'s keyword arguments from the search options in ``given`` (``SEARCH_OPTIONS``), each
     checked in JSON terms: the grid's names and values against ``algorithm``'s parameters, the scorer's name
     against scikit-learn's."""
+    from ilargi_db.model_selection import MIN_FOLDS
+
     arguments: dict[str, Any] = {}
     if "cv" in given:
         cv = given["cv"]

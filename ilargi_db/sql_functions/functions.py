@@ -1,8 +1,8 @@
-"""The SQL functions: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ``ilargi_drop_model``, ...
+"""The SQL functions' implementations: ``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ...
 
-Each is a scalar Python UDF registered with ``side_effects=True`` (DuckDB would
-otherwise fold a call with constant arguments at plan time, so EXPLAIN would
-train) and ``null_handling="special"`` (a NULL target means "unsupervised",
+Each is a scalar Python UDF (registered by :mod:`.udfs`, which imports this module on a function's first
+call) with ``side_effects=True`` (DuckDB would otherwise fold a call with constant arguments at plan time,
+so EXPLAIN would train) and ``null_handling="special"`` (a NULL target means "unsupervised",
 not "return NULL"). A UDF may not query the connection running it, so the work
 runs on ``con.cursor()``, a second connection to the same database: it sees
 committed tables and views, not TEMP tables or registered DataFrames. Its
@@ -10,14 +10,12 @@ session is made the caller's first (``session.py``: the database in use, the
 search path, the time zone, ...), passed by the TEMP macro as a last argument. The
 optional ``options`` argument comes from a TEMP macro with a default, since
 Python UDFs cannot be overloaded. Every function returns JSON; those of
-``TABLE_RESULTS`` (``ilargi_cross_validate``) a JSON array that their TEMP
+``udfs.TABLE_RESULTS`` (``ilargi_cross_validate``) a JSON array that their TEMP
 table macro unnests into rows (Python cannot register a table function).
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import json
 import math
 import threading
@@ -29,16 +27,15 @@ from typing import Any
 import duckdb
 
 from ilargi_db.cluster import registered_cluster
-from ilargi_db.errors import IlargiError, PlanError, speaking_to
+from ilargi_db.database_identity import name_database
+from ilargi_db.errors import IlargiError, PlanError
 from ilargi_db.interruption import check_interrupted, interruptible
 from ilargi_db.models.catalog import SETTINGS, make_estimator
 from ilargi_db.pipeline import ModelSpec, TrainOptions, evaluate, explain, run_training
 from ilargi_db.pipeline.options import check_model_size, check_target
 from ilargi_db.plan import JoinGraph
 from ilargi_db.reuse import artifacts, clear_artifacts, set_artifact_budget
-from ilargi_db.reuse.store import name_database
-from ilargi_db.sql_functions.coefficients import register_table_macros
-from ilargi_db.sql_functions.cross_validation import cross_validate_rows, table_select
+from ilargi_db.sql_functions.cross_validation import cross_validate_rows
 from ilargi_db.sql_functions.options import load_json, parse_options, required
 from ilargi_db.sql_functions.registry import (
     check_macro_parameters,
@@ -48,12 +45,11 @@ from ilargi_db.sql_functions.registry import (
     load_model,
     save_models,
 )
-from ilargi_db.sql_functions.session import apply_session, capture_sql
+from ilargi_db.sql_functions.session import apply_session
 
 # A UDF that queried DuckDB could call these functions again, on a DuckDB thread this one waits for:
 # one call at a time per process, refused (not queued) so that such a call errors instead of hanging.
 _RUNNING = threading.Lock()
-_UDF_IDS = itertools.count()
 
 
 def explain_options(algorithm: str, options: str | None) -> dict:
@@ -301,57 +297,3 @@ def sql_clear_artifacts(con: weakref.ref, session: str) -> str:
 def sql_artifact_budget(con: weakref.ref, memory: str | None, storage: str | None, session: str) -> str:
     """``ilargi_artifact_budget(memory, storage)``: set the byte budgets (NULL keeps one as it is)."""
     return json.dumps(_on_cursor(con, session, lambda cursor: set_artifact_budget(cursor, memory, storage)))
-
-
-# SQL name -> (implementation, required parameters); those in WITH_OPTIONS also take options := '{}'.
-FUNCTIONS: dict[str, tuple[Callable[..., str], list[str]]] = {
-    "ilargi_train": (sql_train, ["name", "algorithm", "training_query", "target"]),
-    "ilargi_train_batch": (sql_train_batch, ["training_query", "target", "models"]),
-    "ilargi_explain": (sql_explain, ["algorithm", "training_query", "target"]),
-    "ilargi_evaluate": (sql_evaluate, ["name", "query"]),
-    "ilargi_cross_validate": (sql_cross_validate, ["algorithm", "training_query", "target"]),
-    "ilargi_drop_model": (sql_drop_model, ["name"]),
-    "ilargi_artifacts": (sql_artifacts, []),
-    "ilargi_clear_artifacts": (sql_clear_artifacts, []),
-    "ilargi_artifact_budget": (sql_artifact_budget, ["memory", "storage"]),
-}
-WITH_OPTIONS = {"ilargi_train", "ilargi_train_batch", "ilargi_explain", "ilargi_cross_validate"}
-# Those whose public name is a table macro: the SELECT that makes rows of the UDF's JSON array.
-TABLE_RESULTS: dict[str, Callable[[str], str]] = {"ilargi_cross_validate": table_select}
-
-
-def _in_sql_terms(impl: Callable[..., str]) -> Callable[..., str]:
-    """``impl`` run on DuckDB's thread with its errors worded for SQL (arguments, JSON options)."""
-
-    @functools.wraps(impl)  # keeps impl's signature: DuckDB counts its parameters
-    def udf(*args: Any) -> str:
-        with speaking_to("sql"):
-            return impl(*args)
-
-    return udf
-
-
-def register_functions(con: duckdb.DuckDBPyConnection) -> None:
-    """Register the SQL functions on ``con`` (``install`` calls it once per connection)."""
-    ref = weakref.ref(con)  # the UDF must not keep its own connection alive
-
-    suffix = next(_UDF_IDS)
-    for sql_name, (impl, params) in FUNCTIONS.items():
-        # Connections to one database file share its function catalog: each connection gets UDFs of its own
-        # names, and TEMP macros (which are per connection) give them the public names.
-        udf = f"__{sql_name}_{suffix}"
-        arity = len(params) + (sql_name in WITH_OPTIONS) + 1  # the caller's session, last
-        con.create_function(
-            udf,
-            _in_sql_terms(functools.partial(impl, ref)),
-            ["VARCHAR"] * arity,
-            "JSON",
-            side_effects=True,
-            null_handling="special",
-        )
-        signature = ", ".join(params) + (", options := '{}'" if sql_name in WITH_OPTIONS else "")
-        arguments = ", ".join(params) + (", options" if sql_name in WITH_OPTIONS else "")
-        body = f"{udf}({arguments}{', ' if arguments else ''}{capture_sql()})"  # evaluated where it is called
-        body = f"TABLE {TABLE_RESULTS[sql_name](body)}" if sql_name in TABLE_RESULTS else body
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {sql_name}({signature}) AS {body}")
-    register_table_macros(con)  # plain SQL over the registry: nothing of this process

@@ -7,11 +7,11 @@ import weakref
 
 import duckdb
 
+from ilargi_db.database_identity import name_database
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import watch_sigint
-from ilargi_db.reuse.store import name_database
-from ilargi_db.sql_functions.functions import register_functions
-from ilargi_db.sql_functions.registry import check_registry, ensure_registry, is_read_only
+from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry, is_read_only
+from ilargi_db.sql_functions.udfs import register_functions
 
 MIN_DUCKDB = (2, 0)
 _INSTALLED: weakref.WeakSet = weakref.WeakSet()
@@ -35,7 +35,7 @@ def _close_installed() -> None:
 def install(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """Register ilargi_db's SQL functions on ``con``, create the registry if missing, and return ``con``.
 
-    Adds the SQL functions of ``ilargi_db.sql_functions.functions.FUNCTIONS``
+    Adds the SQL functions of ``ilargi_db.sql_functions.udfs.FUNCTIONS``
     (``ilargi_train``, ``ilargi_explain``, ``ilargi_evaluate``, ...) and schema
     ``ilargi`` (``sql/registry.sql``; skipped on a read-only database).
     Idempotent. Refuses (``ForeignRegistryError``) a table or view of a

@@ -30,10 +30,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from ilargi_db.errors import IlargiError, speaking_of
-from ilargi_db.metadata.scans import group_text, quote
+from ilargi_db.metadata.scans import group_text
 from ilargi_db.models.catalog import algorithm_facts
 from ilargi_db.plan import build_join_graph
 from ilargi_db.preprocess import ColumnSpec
+from ilargi_db.sql_text import quote_identifier, quote_string
 
 WEIGHTS_SCHEMA = pa.schema(
     [
@@ -44,24 +45,6 @@ WEIGHTS_SCHEMA = pa.schema(
         ("weights", pa.list_(pa.float64())),
     ]
 )
-
-
-def quote_identifier(name: str) -> str:
-    r"""``name`` as a DuckDB identifier (always quoted).
-
-    >>> quote_identifier('a"b')
-    '"a""b"'
-    """
-    return quote(name)
-
-
-def quote_string(text: str) -> str:
-    r"""``text`` as a SQL string literal.
-
-    >>> quote_string("it's")
-    "'it''s'"
-    """
-    return "'" + text.replace("'", "''") + "'"
 
 
 def double(value: float) -> str:
@@ -116,7 +99,7 @@ def call(function: str, *arguments: str) -> str:
     """
     if function not in MACRO_FUNCTIONS:  # every built-in a macro calls is listed (a test shadows each of them)
         raise ValueError(f"{function} is not in MACRO_FUNCTIONS")
-    return f"{BUILT_INS}.{quote(function)}({', '.join(arguments)})"
+    return f"{BUILT_INS}.{quote_identifier(function)}({', '.join(arguments)})"
 
 
 def list_of(items: list[str]) -> str:

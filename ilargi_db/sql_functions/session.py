@@ -21,7 +21,7 @@ import duckdb
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.query_settings import MEANING, current_values_sql
-from ilargi_db.sql_functions.macros import quote_identifier, quote_string
+from ilargi_db.sql_text import quote_identifier, quote_string
 
 # What is carried from the caller's connection: the search path (after USE, which sets the database and schema,
 # since USE resets it) and every setting that changes what a query means.

@@ -34,9 +34,8 @@ from ilargi_db.sql_functions.macros import (
     category_text,
     double,
     macro_statements,
-    quote_identifier,
-    quote_string,
 )
+from ilargi_db.sql_text import quote_identifier, quote_string
 
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
 
