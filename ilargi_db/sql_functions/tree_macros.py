@@ -3,13 +3,16 @@
 A split compares the feature itself, not its bin: bin b of a numeric feature holds
 ``edges[b-1] < x <= edges[b]``, so "bin <= threshold" is ``x <= edges[threshold]`` (the edge an exact
 DOUBLE literal), and a threshold at the last bin sends every present value left. NULL and NaN go where
-training sent missing values (``missing_left``). A categorical split lists the categories of the smaller
-side, compared byte for byte as the encoder compares (:func:`~.macros.category_text`); a category training
-did not keep falls in the missing bin, so it follows ``missing_left`` as NULL does. The macro thus equals
-``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
+training sent missing values (``missing_left``). A categorical feature's category is looked up once per row
+(its position among the categories training kept, compared byte for byte as the encoder compares:
+:func:`~.macros.category_text`; 0 for NULL and for a category training did not keep, which share the missing
+bin), and each of its splits reads one bit of a mask: bit 0 says where missing values go, bit b + 1 whether bin
+b goes left. A split's size is thus one node whatever the categories (an ``IN`` list of a few hundred names per
+split made a macro of megabytes that took seconds to bind on every query). The macro equals ``predict`` on the
+bins exactly (the same leaves; the sum in another order, to 1e-12).
 
 Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
-second. Larger ensembles (their nodes and IN-list entries, all groups' together) are refused
+second. Larger ensembles (their nodes, all groups' together) are refused
 (:func:`check_macro_size`, :data:`ilargi_db.limits.MACRO_NODES`) with a clear error rather than a macro that
 takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
 """
@@ -33,11 +36,13 @@ from ilargi_db.sql_functions.macros import (
     call,
     category_text,
     double,
+    list_of,
     macro_statements,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
+CODES = "__ilargi_codes"  # the macro's row of each categorical feature's bin (TreeMacroWriter.category_code)
 
 
 def edge_literal(value: float) -> str:
@@ -51,24 +56,23 @@ def edge_literal(value: float) -> str:
     return double(value)
 
 
-def listed_categories(feature: FeatureBins, going_left: list[int], missing_left: bool) -> list[str]:
-    """The categories a categorical split's ``IN`` list names: those of the side missing values (NULL, unseen
-    categories) do not take, as ELSE takes them."""
+def category_mask(feature: FeatureBins, going_left: list[int], missing_left: bool) -> str:
+    """A categorical split as the BIT literal its CASE reads: bit 0 whether missing values go left, bit b + 1
+    whether bin b (``feature.categories[b]``) does.
+
+    >>> category_mask(FeatureBins("k", True, categories=("a", "b", "c")), [1], missing_left=True)
+    "'1010'::BIT"
+    """
     left = set(going_left)
-    return [c for b, c in enumerate(feature.categories) if (b in left) != missing_left]
+    bits = "1" if missing_left else "0"
+    bits += "".join("1" if b in left else "0" for b in range(len(feature.categories)))
+    return f"'{bits}'::BIT"
 
 
 def macro_nodes(model: Any) -> int:
     """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
-    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node)."""
-    t: TreeEnsemble = model.trees_
-    bins: list[FeatureBins] = model.encoder_.bins_
-    entries = sum(
-        len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
-        for node, f in enumerate(t.feature.tolist())
-        if f >= 0 and bins[f].categorical
-    )
-    return t.n_nodes + entries
+    each tree (a categorical split is one, its categories a bit each of one literal)."""
+    return model.trees_.n_nodes
 
 
 def check_macro_size(models: list[Any]) -> None:
@@ -76,8 +80,7 @@ def check_macro_size(models: list[Any]) -> None:
     more than :data:`~ilargi_db.limits.MACRO_NODES`."""
     MACRO_NODES.check(
         sum(macro_nodes(m) for m in models),
-        f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
-        "IN-list entries",
+        f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes",
         SMALLER_TREES
         + (", or fewer groups (group_by)" if len(models) > 1 else "")
         + ", or score it in Python with ilargi_db.predict",
@@ -95,20 +98,39 @@ class TreeMacroWriter:
         self.feature, self.left, self.right, self.value = (
             a.tolist() for a in (self.trees.feature, self.trees.left, self.trees.right, self.trees.value)
         )
+        # The categorical features some split reads, in feature order: each row's category looked up once.
+        self.categorical = sorted({f for f in self.feature if f >= 0 and self.bins[f].categorical})
+
+    def category_code(self, feature: int) -> str:
+        """The row's bin of categorical ``feature`` plus one (0: NULL or a category training did not keep), a
+        column of the row the macro looks the categories up in once (:meth:`score`)."""
+        return f"{CODES}.{quote_identifier(f'c{self.categorical.index(feature)}')}"
+
+    def _codes(self) -> str:
+        """Each categorical feature's :meth:`category_code`, looked up: the SELECT list of the codes' row."""
+        codes = []
+        for i, f in enumerate(self.categorical):
+            feature = self.bins[f]
+            categories = list_of([quote_string(c) for c in feature.categories])
+            found = call("list_position", categories, category_text(quote_identifier(feature.name)))
+            codes.append(f"COALESCE({found}, 0) AS {quote_identifier(f'c{i}')}")
+        return ", ".join(codes)
 
     def _split(self, node: int, left: str, right: str) -> str:
         """The CASE of one split node, given the SQL of its two subtrees."""
         t = self.trees
-        feature = self.bins[self.feature[node]]
+        f = self.feature[node]
+        feature = self.bins[f]
         x = quote_identifier(feature.name)
         missing_left = t.missing_left(node)
         if feature.categorical:
-            listed = listed_categories(feature, t.category_bins(node), missing_left)
-            listed_side, other = (right, left) if missing_left else (left, right)
-            if not listed:
-                return other
-            values = ", ".join(quote_string(c) for c in listed)
-            return f"CASE WHEN {category_text(x)} IN ({values}) THEN {listed_side} ELSE {other} END"
+            going_left = t.category_bins(node)
+            if len(going_left) == len(feature.categories) and missing_left:
+                return left
+            if not going_left and not missing_left:
+                return right
+            mask = category_mask(feature, going_left, missing_left)
+            return f"CASE WHEN {call('get_bit', mask, self.category_code(f))} = 1 THEN {left} ELSE {right} END"
         threshold = t.threshold(node)
         if threshold >= len(feature.edges):  # every present value goes left
             return left if missing_left else f"CASE WHEN NOT {call('isnan', x)} THEN {left} ELSE {right} END"
@@ -138,7 +160,11 @@ class TreeMacroWriter:
 
     def score(self) -> str:
         """The raw score: the baseline plus every tree's value (log-odds for classification)."""
-        return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
+        score = balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
+        if not self.categorical:
+            return score
+        # The codes computed once per row, in a subquery of the row (a lambda binding them ran 8x slower).
+        return f"(SELECT {score} FROM (SELECT {self._codes()}) AS {CODES})"
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
@@ -152,8 +178,8 @@ class TreeMacroWriter:
         return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:
-        """No category weights: a tree's categories are in its CASEs."""
+        """No category weights: a tree's categories are in its macro (the lookup and the masks)."""
         return WEIGHTS_SCHEMA.empty_table()
 
 
-__all__ = ["MAX_MACRO_DEPTH", "TreeMacroWriter", "check_macro_size", "listed_categories", "macro_nodes"]
+__all__ = ["MAX_MACRO_DEPTH", "TreeMacroWriter", "check_macro_size", "category_mask", "macro_nodes"]

@@ -1,0 +1,94 @@
+"""A tree model's SQL macro: its size, the time DuckDB takes to bind it, and rows scored per second.
+
+Issue 38's first target: 100 trees of 63 leaves bind in under 0.5 s and score at least 1M rows a second per
+core. The rows: ``--rows`` of a table with a text column of 250 values (a team), one of 7 (a position) and four
+numbers, the target a sum of their effects; the model trained on its first 50,000 rows (100 trees, 63 leaves),
+saved, then scored by its macro: one row (what binding costs every query), and every row on one thread and on
+DuckDB's default threads; ``ilargi_db.predict`` beside it, as Python scores the same rows.
+
+    python benchmarks/bench_tree_macro.py --output docs/benchmarks.md     # about a minute
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.cli import command, parser  # noqa: E402
+from harness.report import publish, ran  # noqa: E402
+
+import ilargi_db  # noqa: E402
+
+TABLE = """
+CREATE TABLE players AS SELECT range AS id,
+    'team' || (hash(range) % 250)::VARCHAR AS team, 'pos' || (hash(range * 7) % 7)::VARCHAR AS pos,
+    (hash(range * 3) % 1000)::DOUBLE AS x1, (hash(range * 5) % 100)::DOUBLE AS x2,
+    (hash(range * 13) % 10000)::DOUBLE / 7 AS x3, (hash(range * 17) % 37)::DOUBLE AS x4
+FROM range({rows})
+"""
+TARGET = """
+CREATE TABLE training AS SELECT *, (hash(team) % 100) * 0.01 + (hash(pos) % 10) * 0.1 + x1 * 0.001
+    + sin(x2 / 10) + CASE WHEN x3 > 700 THEN 0.5 ELSE 0 END + (hash(range * 11) % 100) * 0.005 AS y
+FROM players JOIN range(50000) ON id = range
+"""
+FEATURES = "team, pos, x1, x2, x3, x4"
+PARAMS = dict(n_estimators=100, max_leaves=63, min_samples_leaf=20)
+
+
+def best_seconds(run, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser(__doc__, rows=1_000_000).parse_args(argv)
+    started = time.perf_counter()
+    con = ilargi_db.connect()
+    con.execute(TABLE.format(rows=args.rows))
+    con.execute(TARGET)
+    model = ilargi_db.train(con, f"SELECT {FEATURES}, y FROM training", "y", "gradient_boosting", **PARAMS)
+    ilargi_db.save_model(con, "m", model)
+    size = len(
+        con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'm_predict'").fetchone()[0]
+    )
+    one_row = best_seconds(lambda: con.execute(f"SELECT m_predict({FEATURES}) FROM players LIMIT 1").fetchall())
+    every_row = f"SELECT sum(m_predict({FEATURES})) FROM players"
+    default_threads = best_seconds(lambda: con.execute(every_row).fetchall())
+    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    con.execute("SET threads = 1")
+    one_thread = best_seconds(lambda: con.execute(every_row).fetchall())
+    con.execute(f"SET threads = {threads}")
+    python = best_seconds(lambda: ilargi_db.predict(con, model, f"SELECT {FEATURES} FROM players"))
+    splits = int((model.trees_.feature >= 0).sum())
+    categorical = sum(1 for f in model.trees_.feature if f >= 0 and model.bins_[f].categorical)
+    rate = args.rows / max(one_thread - one_row, 1e-9)
+    lines = [
+        "| macro | binding (1 row) | every row, 1 thread | rows a second a core (binding off) | "
+        f"every row, {threads} threads | `ilargi_db.predict`, every row |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| {model.trees_.n_nodes:,} nodes ({splits:,} splits, {categorical:,} categorical), {size / 1e6:.2f} MB "
+        f"| {one_row:.3f} s | {one_thread:.2f} s | {rate / 1e6:.2f}M | {default_threads:.2f} s | {python:.2f} s |",
+    ]
+    publish(
+        [
+            "## A tree model's SQL macro: binding and scoring (`benchmarks/bench_tree_macro.py`)",
+            "",
+            f"{ran(command(__file__, argv), time.perf_counter() - started)}. 100 trees of 63 leaves on a text "
+            f"column of 250 values, one of 7 and four numbers; {args.rows:,} rows scored; best of 3.",
+            "",
+            *lines,
+        ],
+        args.output,
+        "bench_tree_macro",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
