@@ -28,6 +28,7 @@ from ilargi_db.models import (
     GradientBoostingRegressor as GradientBoostingRegressor,
     KMeans as KMeans,
     LinearRegression as LinearRegression,
+    LinearSVC as LinearSVC,
     LogisticRegression as LogisticRegression,
 )
 from ilargi_db.model_selection import cross_validate as cross_validate

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import sklearn.linear_model
 from sklearn.metrics import f1_score, log_loss, roc_auc_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 import ilargi_db
 from ilargi_db import IlargiError
@@ -91,6 +93,22 @@ def test_train_over_the_join_matches_scikit_learn_on_the_materialized_join(n_cla
         metrics = model.training_metrics_
         assert metrics["log_loss"] == pytest.approx(log_loss(y, proba), rel=1e-5)
         assert metrics["accuracy"] == pytest.approx(np.mean(reference.predict(T) == y))
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+def test_standardized_it_is_scikit_learns_scaler_and_model_given_back_in_the_columns_units(strategy):
+    """standardize=True fits the standardized columns (scikit-learn's StandardScaler, then its LogisticRegression)
+    and keeps a row of coefficients and an intercept per class in the columns' own units."""
+    con = shops_and_sales(3)
+    T, y = oracle_matrix(con, QUERY, "klass")
+    reference = make_pipeline(StandardScaler(), sklearn.linear_model.LogisticRegression(**TIGHT)).fit(T, y)
+    model = ilargi_db.train(
+        con, QUERY, "klass", "logistic_regression", strategy=strategy, backend="numpy", standardize=True, **TIGHT
+    )
+    assert model.coef_.shape == (3, T.shape[1]) and model.intercept_.shape == (3,)
+    np.testing.assert_allclose(model.predict_proba(T), reference.predict_proba(T), atol=1e-6)
+    scaler, fitted = reference[0], reference[1]
+    np.testing.assert_allclose(model.coef_, fitted.coef_ / scaler.scale_, atol=1e-5)
 
 
 def test_a_binary_target_keeps_the_binary_model():

@@ -332,3 +332,17 @@ def test_the_logistic_defaults_stop_where_scikit_learns_do_and_standardize_conve
     scaled = ilargi_db.train(con, late, "late", "logistic_regression", standardize=True, reuse=False)
     assert scaled.n_iter_ < 100
     con.close()
+
+
+def test_every_name_the_readme_shows_is_exported():
+    """``ilargi_db.X`` in the README is a name of the package, and so is every estimator class it names."""
+    import ilargi_db.models
+
+    text = README.read_text()
+    shown = set(re.findall(r"\bilargi_db\.([A-Za-z_]\w*)", text))
+    assert shown and all(hasattr(ilargi_db, name) for name in shown), sorted(
+        n for n in shown if not hasattr(ilargi_db, n)
+    )
+    estimators = set(re.findall(r"`([A-Z]\w+)`", text)) & set(ilargi_db.models.__all__)
+    assert {"LinearSVC", "KMeans"} <= estimators
+    assert estimators <= set(ilargi_db.__all__), sorted(estimators - set(ilargi_db.__all__))

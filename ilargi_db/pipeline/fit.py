@@ -92,9 +92,10 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
 def in_columns_units(estimator: Any, scale: Any, mean: Any) -> None:
     """A model fitted on standardized columns, given back in the columns' own units: a linear model's
     coefficients and intercept (the same predictions); k-means' centers, with the scale its distances keep."""
-    if hasattr(estimator, "coef_"):
+    if hasattr(estimator, "coef_"):  # a row of coefficients per class for a multinomial model
         estimator.coef_ = estimator.coef_ / scale
-        estimator.intercept_ = float(estimator.intercept_ - mean @ estimator.coef_)  # mean 0 without intercept
+        intercept = estimator.intercept_ - estimator.coef_ @ mean  # mean 0 without intercept
+        estimator.intercept_ = float(intercept) if np.ndim(intercept) == 0 else intercept
     else:
         estimator.cluster_centers_ = estimator.cluster_centers_ * scale + mean
         estimator.feature_scale_ = scale
