@@ -1,5 +1,5 @@
-"""Sizes bounded before anything is allocated (ilargi_db.limits): a tree model's macro (its nodes, its groups'
-models counted together) and a search's parameter sets, each refused with an error naming
+"""Sizes bounded before anything is allocated (ilargi_db.limits): a tree model's macro (its nodes, its IN-list
+entries and its groups' models counted together) and a search's parameter sets, each refused with an error naming
 the limit and the environment variable that raises it; and tree options that would fail late refused up front."""
 
 from __future__ import annotations
@@ -104,22 +104,17 @@ def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
     ilargi_db.save_model(con, "per_store", model)
 
 
-def test_a_categorical_split_is_one_node_its_categories_written_once(con, monkeypatch):
-    """The macro looks each row's category up once; a split reads a bit of its mask: no list of names per split."""
+def test_categories_of_in_lists_count_as_nodes(con, monkeypatch):
     model = ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", algorithm="gradient_boosting", n_estimators=3)
     nodes = model.trees_.n_nodes
-    categorical_splits = sum(1 for f in model.trees_.feature if f >= 0 and model.bins_[f].categorical)
-    assert categorical_splits > 1 and macro_nodes(model) == nodes
-    monkeypatch.setenv(MACRO_NODES.variable, str(nodes - 1))
-    with pytest.raises(IlargiError, match=rf"would hold {nodes:,} nodes"):
-        ilargi_db.save_model(con, "kinds", model)
+    assert macro_nodes(model) > nodes  # the kinds split natively: their IN lists name categories
     monkeypatch.setenv(MACRO_NODES.variable, str(nodes))
+    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and IN-list entries"):
+        ilargi_db.save_model(con, "kinds", model)
+    monkeypatch.setenv(MACRO_NODES.variable, str(macro_nodes(model)))
     ilargi_db.save_model(con, "kinds", model)
     statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'kinds_predict'")
-    body = statement.fetchone()[0]
-    kinds = model.bins_[[b.name for b in model.bins_].index("kind")].categories
-    assert all(body.count(f"'{k}'") == 1 for k in kinds)  # each category once, in the lookup
-    assert body.count(" AS BIT)") == categorical_splits  # a mask per split
+    assert statement.fetchone()[0].count("'kind") == macro_nodes(model) - nodes  # each entry counted is written
 
 
 def test_a_grid_of_more_sets_than_the_limit_is_refused_before_any_set_is_built(con, monkeypatch):

@@ -36,6 +36,7 @@ from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, G
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
 PREDICT_ROWS = 1 << 15  # rows per thread at least of a prediction pass
+PREDICT_BLOCK_ROWS = 1 << 14  # rows that walk one tree before the next tree (their bins kept in the caches)
 ACCUMULATOR_BYTES = 16 << 20  # per-chunk accumulators of one reduction, together
 
 # One type per role (the kernels' explicit signatures): bins uint8 or uint16 (bin_dtype), source positions int32
@@ -215,15 +216,18 @@ def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
     ]
 )
 def _add_trees(codes, tree_start, feature, goes_left, left, right, value, out, first, last):  # pragma: no cover
-    for i in range(first, last):
-        total = out[i]
-        for t in range(len(tree_start) - 1):  # tree by tree: the sum in the order of adding one tree at a time
+    # A block of rows at a time, each tree over the block: one tree's nodes stay in the caches while its rows
+    # walk it (row by row over every tree read the whole ensemble per row: 2x slower on 300 trees). Each row
+    # still adds its trees in order, as adding one tree at a time does.
+    for block in range(first, last, PREDICT_BLOCK_ROWS):
+        end = min(block + PREDICT_BLOCK_ROWS, last)
+        for t in range(len(tree_start) - 1):
             root = tree_start[t]
-            node = root
-            while left[node] >= 0:
-                node = root + (left[node] if goes_left[node, codes[i, feature[node]]] else right[node])
-            total += value[node]
-        out[i] = total
+            for i in range(block, end):
+                node = root
+                while left[node] >= 0:
+                    node = root + (left[node] if goes_left[node, codes[i, feature[node]]] else right[node])
+                out[i] += value[node]
 
 
 @kernel([nt.void(IN_I64, IN_I64, IN_I64, IN_F64, F64[::1], I64, I64)])

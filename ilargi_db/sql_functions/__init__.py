@@ -24,8 +24,15 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'ilargi_db.sql_functions' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+        try:  # a submodule, as `ilargi_db.sql_functions.registry` reads after a plain import of the package
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise  # the module exists but a dependency of it is missing: say so
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
 def __dir__() -> list[str]:

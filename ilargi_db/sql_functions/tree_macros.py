@@ -3,16 +3,17 @@
 A split compares the feature itself, not its bin: bin b of a numeric feature holds
 ``edges[b-1] < x <= edges[b]``, so "bin <= threshold" is ``x <= edges[threshold]`` (the edge an exact
 DOUBLE literal), and a threshold at the last bin sends every present value left. NULL and NaN go where
-training sent missing values (``missing_left``). A categorical feature's category is looked up once per row
-(its position among the categories training kept, compared byte for byte as the encoder compares:
-:func:`~.macros.category_text`; 0 for NULL and for a category training did not keep, which share the missing
-bin), and each of its splits reads one bit of a mask: bit 0 says where missing values go, bit b + 1 whether bin
-b goes left. A split's size is thus one node whatever the categories (an ``IN`` list of a few hundred names per
-split made a macro of megabytes that took seconds to bind on every query). The macro equals ``predict`` on the
-bins exactly (the same leaves; the sum in another order, to 1e-12).
+training sent missing values (``missing_left``). A categorical split of a feature of a few categories lists
+those of the side missing values do not take, compared byte for byte as the encoder compares
+(:func:`~.macros.category_text`); a category training did not keep falls in the missing bin, so it follows
+``missing_left`` as NULL does. A feature of more than :data:`LISTED_CATEGORIES` categories is looked up once
+per row instead (its position among the categories training kept, 0 for NULL and a category not kept: the
+missing bin), and each of its splits reads one bit of a mask (:func:`category_mask`): an ``IN`` list of a few
+hundred names per split made macros of megabytes that took seconds to bind on every query. The macro equals
+``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
 
 Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
-second. Larger ensembles (their nodes, all groups' together) are refused
+second. Larger ensembles (their nodes and IN-list entries, all groups' together) are refused
 (:func:`check_macro_size`, :data:`ilargi_db.limits.MACRO_NODES`) with a clear error rather than a macro that
 takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
 """
@@ -33,16 +34,22 @@ from ilargi_db.sql_functions.macros import (
     WEIGHTS_SCHEMA,
     balanced_sum,
     binary_bodies,
+    bound,
     call,
     category_text,
     double,
+    element,
     list_of,
     macro_statements,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
-CODES = "__ilargi_codes"  # the macro's row of each categorical feature's bin (TreeMacroWriter.category_code)
+# A categorical feature of more categories than this is looked up once per row, its splits reading a bit of a
+# mask; one of fewer lists the names of a split's side (an IN list costs a node per name to bind, a lookup binds
+# the whole macro's trees inside a lambda, which DuckDB runs about 8x slower per row: measured, docs/benchmarks.md).
+LISTED_CATEGORIES = 64
+CODES = "__ilargi_codes"  # the lambda's list of each looked-up feature's bin plus one (TreeMacroWriter.category_code)
 
 
 def edge_literal(value: float) -> str:
@@ -69,10 +76,30 @@ def category_mask(feature: FeatureBins, going_left: list[int], missing_left: boo
     return f"'{bits}'::BIT"
 
 
+def listed_categories(feature: FeatureBins, going_left: list[int], missing_left: bool) -> list[str]:
+    """The categories a categorical split's ``IN`` list names: those of the side missing values (NULL, unseen
+    categories) do not take, as ELSE takes them."""
+    left = set(going_left)
+    return [c for b, c in enumerate(feature.categories) if (b in left) != missing_left]
+
+
+def looked_up(feature: FeatureBins) -> bool:
+    """Whether the macro looks ``feature``'s category up once per row (else its splits list names)."""
+    return feature.categorical and len(feature.categories) > LISTED_CATEGORIES
+
+
 def macro_nodes(model: Any) -> int:
     """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
-    each tree (a categorical split is one, its categories a bit each of one literal)."""
-    return model.trees_.n_nodes
+    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node); a split of
+    a looked-up feature is one node, its mask one literal."""
+    t: TreeEnsemble = model.trees_
+    bins: list[FeatureBins] = model.encoder_.bins_
+    entries = sum(
+        len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
+        for node, f in enumerate(t.feature.tolist())
+        if f >= 0 and bins[f].categorical and not looked_up(bins[f])
+    )
+    return t.n_nodes + entries
 
 
 def check_macro_size(models: list[Any]) -> None:
@@ -80,7 +107,8 @@ def check_macro_size(models: list[Any]) -> None:
     more than :data:`~ilargi_db.limits.MACRO_NODES`."""
     MACRO_NODES.check(
         sum(macro_nodes(m) for m in models),
-        f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes",
+        f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
+        "IN-list entries",
         SMALLER_TREES
         + (", or fewer groups (group_by)" if len(models) > 1 else "")
         + ", or score it in Python with ilargi_db.predict",
@@ -98,23 +126,23 @@ class TreeMacroWriter:
         self.feature, self.left, self.right, self.value = (
             a.tolist() for a in (self.trees.feature, self.trees.left, self.trees.right, self.trees.value)
         )
-        # The categorical features some split reads, in feature order: each row's category looked up once.
-        self.categorical = sorted({f for f in self.feature if f >= 0 and self.bins[f].categorical})
+        # The features of many categories some split reads, in feature order: each row's category looked up once.
+        self.coded_features = sorted({f for f in self.feature if f >= 0 and looked_up(self.bins[f])})
 
     def category_code(self, feature: int) -> str:
-        """The row's bin of categorical ``feature`` plus one (0: NULL or a category training did not keep), a
-        column of the row the macro looks the categories up in once (:meth:`score`)."""
-        return f"{CODES}.{quote_identifier(f'c{self.categorical.index(feature)}')}"
+        """The row's bin of looked-up ``feature`` plus one (0: NULL or a category training did not keep), as the
+        macro binds it once per row (:data:`CODES`)."""
+        return element(CODES, self.coded_features.index(feature) + 1)
 
     def _codes(self) -> str:
-        """Each categorical feature's :meth:`category_code`, looked up: the SELECT list of the codes' row."""
+        """Each looked-up feature's :meth:`category_code`, in :attr:`coded_features`' order (a list)."""
         codes = []
-        for i, f in enumerate(self.categorical):
+        for f in self.coded_features:
             feature = self.bins[f]
             categories = list_of([quote_string(c) for c in feature.categories])
             found = call("list_position", categories, category_text(quote_identifier(feature.name)))
-            codes.append(f"COALESCE({found}, 0) AS {quote_identifier(f'c{i}')}")
-        return ", ".join(codes)
+            codes.append(f"COALESCE({found}, 0)")
+        return list_of(codes)
 
     def _split(self, node: int, left: str, right: str) -> str:
         """The CASE of one split node, given the SQL of its two subtrees."""
@@ -123,7 +151,7 @@ class TreeMacroWriter:
         feature = self.bins[f]
         x = quote_identifier(feature.name)
         missing_left = t.missing_left(node)
-        if feature.categorical:
+        if looked_up(feature):
             going_left = t.category_bins(node)
             if len(going_left) == len(feature.categories) and missing_left:
                 return left
@@ -131,6 +159,13 @@ class TreeMacroWriter:
                 return right
             mask = category_mask(feature, going_left, missing_left)
             return f"CASE WHEN {call('get_bit', mask, self.category_code(f))} = 1 THEN {left} ELSE {right} END"
+        if feature.categorical:
+            listed = listed_categories(feature, t.category_bins(node), missing_left)
+            listed_side, other = (right, left) if missing_left else (left, right)
+            if not listed:
+                return other
+            values = ", ".join(quote_string(c) for c in listed)
+            return f"CASE WHEN {category_text(x)} IN ({values}) THEN {listed_side} ELSE {other} END"
         threshold = t.threshold(node)
         if threshold >= len(feature.edges):  # every present value goes left
             return left if missing_left else f"CASE WHEN NOT {call('isnan', x)} THEN {left} ELSE {right} END"
@@ -161,10 +196,10 @@ class TreeMacroWriter:
     def score(self) -> str:
         """The raw score: the baseline plus every tree's value (log-odds for classification)."""
         score = balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
-        if not self.categorical:
-            return score
-        # The codes computed once per row, in a subquery of the row (a lambda binding them ran 8x slower).
-        return f"(SELECT {score} FROM (SELECT {self._codes()}) AS {CODES})"
+        # The looked-up codes bound once per row: a lambda's parameter (a correlated subquery ran faster but took
+        # a LIMIT 1 through the whole table, grew superlinearly with per-group macros, and is refused in lambdas,
+        # generated columns and CHECK constraints).
+        return bound(CODES, self._codes(), score) if self.coded_features else score
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
@@ -178,8 +213,17 @@ class TreeMacroWriter:
         return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:
-        """No category weights: a tree's categories are in its macro (the lookup and the masks)."""
+        """No category weights: a tree's categories are in its macro (IN lists, or the lookup and the masks)."""
         return WEIGHTS_SCHEMA.empty_table()
 
 
-__all__ = ["MAX_MACRO_DEPTH", "TreeMacroWriter", "check_macro_size", "category_mask", "macro_nodes"]
+__all__ = [
+    "LISTED_CATEGORIES",
+    "MAX_MACRO_DEPTH",
+    "TreeMacroWriter",
+    "category_mask",
+    "check_macro_size",
+    "listed_categories",
+    "looked_up",
+    "macro_nodes",
+]
