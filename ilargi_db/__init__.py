@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 import importlib
 from pathlib import Path
-from typing import Any
+
+from ilargi_db.lazy_names import lazy_names
 
 
 def _public_names() -> dict[str, str]:
@@ -31,18 +32,7 @@ globals().update({name: getattr(importlib.import_module(_EAGER), name) for name,
 _LAZY = {name: module for name, module in _PUBLIC.items() if module != _EAGER}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        try:  # a subpackage or module, as `ilargi_db.pipeline` reads after a plain `import ilargi_db`
-            return importlib.import_module(f"ilargi_db.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"ilargi_db.{name}":
-                raise  # the module exists but a dependency of it is missing: say so
-            raise AttributeError(f"module 'ilargi_db' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(globals(), _LAZY)
 
 
 def __dir__() -> list[str]:

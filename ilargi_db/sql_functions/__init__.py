@@ -7,9 +7,7 @@ training stack.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ilargi_db.lazy_names import lazy_names
 from ilargi_db.sql_functions.install import connect, install
 
 _LAZY = {
@@ -21,18 +19,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        try:  # a submodule, as `ilargi_db.sql_functions.registry` reads after a plain import of the package
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{name}":
-                raise  # the module exists but a dependency of it is missing: say so
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_names(globals(), _LAZY)
 
 
 def __dir__() -> list[str]:
