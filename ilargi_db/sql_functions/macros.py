@@ -83,7 +83,6 @@ MACRO_FUNCTIONS = frozenset(
         "list_position",
         "list_count",
         "list_distance",
-        "get_bit",  # a tree's categorical split reads one bit of its mask (tree_macros.category_mask)
         # a TIMESTAMPTZ group's text (metadata.scans.group_text, written there qualified: it is below this module)
         "timezone",
         "regexp_replace",

@@ -3,13 +3,9 @@
 A split compares the feature itself, not its bin: bin b of a numeric feature holds
 ``edges[b-1] < x <= edges[b]``, so "bin <= threshold" is ``x <= edges[threshold]`` (the edge an exact
 DOUBLE literal), and a threshold at the last bin sends every present value left. NULL and NaN go where
-training sent missing values (``missing_left``). A categorical split of a feature of a few categories lists
-those of the side missing values do not take, compared byte for byte as the encoder compares
-(:func:`~.macros.category_text`); a category training did not keep falls in the missing bin, so it follows
-``missing_left`` as NULL does. A feature of more than :data:`LISTED_CATEGORIES` categories is looked up once
-per row instead (its position among the categories training kept, 0 for NULL and a category not kept: the
-missing bin), and each of its splits reads one bit of a mask (:func:`category_mask`): an ``IN`` list of a few
-hundred names per split made macros of megabytes that took seconds to bind on every query. The macro equals
+training sent missing values (``missing_left``). A categorical split lists the categories of the smaller
+side, compared byte for byte as the encoder compares (:func:`~.macros.category_text`); a category training
+did not keep falls in the missing bin, so it follows ``missing_left`` as NULL does. The macro thus equals
 ``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
 
 Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
@@ -34,22 +30,14 @@ from ilargi_db.sql_functions.macros import (
     WEIGHTS_SCHEMA,
     balanced_sum,
     binary_bodies,
-    bound,
     call,
     category_text,
     double,
-    element,
-    list_of,
     macro_statements,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
-# A categorical feature of more categories than this is looked up once per row, its splits reading a bit of a
-# mask; one of fewer lists the names of a split's side (an IN list costs a node per name to bind, a lookup binds
-# the whole macro's trees inside a lambda, which DuckDB runs about 8x slower per row: measured, docs/benchmarks.md).
-LISTED_CATEGORIES = 64
-CODES = "__ilargi_codes"  # the lambda's list of each looked-up feature's bin plus one (TreeMacroWriter.category_code)
 
 
 def edge_literal(value: float) -> str:
@@ -63,19 +51,6 @@ def edge_literal(value: float) -> str:
     return double(value)
 
 
-def category_mask(feature: FeatureBins, going_left: list[int], missing_left: bool) -> str:
-    """A categorical split as the BIT literal its CASE reads: bit 0 whether missing values go left, bit b + 1
-    whether bin b (``feature.categories[b]``) does.
-
-    >>> category_mask(FeatureBins("k", True, categories=("a", "b", "c")), [1], missing_left=True)
-    "'1010'::BIT"
-    """
-    left = set(going_left)
-    bits = "1" if missing_left else "0"
-    bits += "".join("1" if b in left else "0" for b in range(len(feature.categories)))
-    return f"'{bits}'::BIT"
-
-
 def listed_categories(feature: FeatureBins, going_left: list[int], missing_left: bool) -> list[str]:
     """The categories a categorical split's ``IN`` list names: those of the side missing values (NULL, unseen
     categories) do not take, as ELSE takes them."""
@@ -83,21 +58,15 @@ def listed_categories(feature: FeatureBins, going_left: list[int], missing_left:
     return [c for b, c in enumerate(feature.categories) if (b in left) != missing_left]
 
 
-def looked_up(feature: FeatureBins) -> bool:
-    """Whether the macro looks ``feature``'s category up once per row (else its splits list names)."""
-    return feature.categorical and len(feature.categories) > LISTED_CATEGORIES
-
-
 def macro_nodes(model: Any) -> int:
     """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
-    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node); a split of
-    a looked-up feature is one node, its mask one literal."""
+    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node)."""
     t: TreeEnsemble = model.trees_
     bins: list[FeatureBins] = model.encoder_.bins_
     entries = sum(
         len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
         for node, f in enumerate(t.feature.tolist())
-        if f >= 0 and bins[f].categorical and not looked_up(bins[f])
+        if f >= 0 and bins[f].categorical
     )
     return t.n_nodes + entries
 
@@ -126,39 +95,13 @@ class TreeMacroWriter:
         self.feature, self.left, self.right, self.value = (
             a.tolist() for a in (self.trees.feature, self.trees.left, self.trees.right, self.trees.value)
         )
-        # The features of many categories some split reads, in feature order: each row's category looked up once.
-        self.coded_features = sorted({f for f in self.feature if f >= 0 and looked_up(self.bins[f])})
-
-    def category_code(self, feature: int) -> str:
-        """The row's bin of looked-up ``feature`` plus one (0: NULL or a category training did not keep), as the
-        macro binds it once per row (:data:`CODES`)."""
-        return element(CODES, self.coded_features.index(feature) + 1)
-
-    def _codes(self) -> str:
-        """Each looked-up feature's :meth:`category_code`, in :attr:`coded_features`' order (a list)."""
-        codes = []
-        for f in self.coded_features:
-            feature = self.bins[f]
-            categories = list_of([quote_string(c) for c in feature.categories])
-            found = call("list_position", categories, category_text(quote_identifier(feature.name)))
-            codes.append(f"COALESCE({found}, 0)")
-        return list_of(codes)
 
     def _split(self, node: int, left: str, right: str) -> str:
         """The CASE of one split node, given the SQL of its two subtrees."""
         t = self.trees
-        f = self.feature[node]
-        feature = self.bins[f]
+        feature = self.bins[self.feature[node]]
         x = quote_identifier(feature.name)
         missing_left = t.missing_left(node)
-        if looked_up(feature):
-            going_left = t.category_bins(node)
-            if len(going_left) == len(feature.categories) and missing_left:
-                return left
-            if not going_left and not missing_left:
-                return right
-            mask = category_mask(feature, going_left, missing_left)
-            return f"CASE WHEN {call('get_bit', mask, self.category_code(f))} = 1 THEN {left} ELSE {right} END"
         if feature.categorical:
             listed = listed_categories(feature, t.category_bins(node), missing_left)
             listed_side, other = (right, left) if missing_left else (left, right)
@@ -195,11 +138,7 @@ class TreeMacroWriter:
 
     def score(self) -> str:
         """The raw score: the baseline plus every tree's value (log-odds for classification)."""
-        score = balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
-        # The looked-up codes bound once per row: a lambda's parameter (a correlated subquery ran faster but took
-        # a LIMIT 1 through the whole table, grew superlinearly with per-group macros, and is refused in lambdas,
-        # generated columns and CHECK constraints).
-        return bound(CODES, self._codes(), score) if self.coded_features else score
+        return balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
 
     def statements(self) -> dict[str, str]:
         """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
@@ -213,17 +152,8 @@ class TreeMacroWriter:
         return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:
-        """No category weights: a tree's categories are in its macro (IN lists, or the lookup and the masks)."""
+        """No category weights: a tree's categories are in its CASEs."""
         return WEIGHTS_SCHEMA.empty_table()
 
 
-__all__ = [
-    "LISTED_CATEGORIES",
-    "MAX_MACRO_DEPTH",
-    "TreeMacroWriter",
-    "category_mask",
-    "check_macro_size",
-    "listed_categories",
-    "looked_up",
-    "macro_nodes",
-]
+__all__ = ["MAX_MACRO_DEPTH", "TreeMacroWriter", "check_macro_size", "listed_categories", "macro_nodes"]
