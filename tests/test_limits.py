@@ -117,6 +117,13 @@ def test_categories_of_in_lists_count_as_nodes(con, monkeypatch):
     assert statement.fetchone()[0].count("'kind") == macro_nodes(model) - nodes  # each entry counted is written
 
 
+def test_a_split_of_a_looked_up_feature_is_one_node():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT 'k' || (range % 200)::VARCHAR AS k, range % 200 * 0.1 AS y FROM range(4000)")
+    model = ilargi_db.train(con, "SELECT k, y FROM t", "y", algorithm="gradient_boosting", n_estimators=3)
+    assert model.trees_.feature.max() == 0 and macro_nodes(model) == model.trees_.n_nodes  # no names per split
+
+
 def test_a_grid_of_more_sets_than_the_limit_is_refused_before_any_set_is_built(con, monkeypatch):
     monkeypatch.setenv(GRID_SETS.variable, "5")
     query = "SELECT f.x, d.kind, f.y FROM f JOIN d USING (k)"

@@ -14,6 +14,7 @@ from ilargi_db import DamagedModelError, IlargiError, TrainedModel
 from ilargi_db.errors import PlanError
 from ilargi_db.limits import MACRO_NODES
 from ilargi_db.models.tree_ensemble import TreeEnsemble
+from ilargi_db.sql_functions.tree_macros import LISTED_CATEGORIES
 
 PARAMS = {"n_estimators": 12, "learning_rate": 0.3, "max_leaves": 6, "min_samples_leaf": 3, "backend": "numpy"}
 FEATURES = "f.x, f.n, d.kind, d.w"
@@ -215,26 +216,32 @@ def test_stored_bins_beyond_max_bins_or_not_increasing_are_refused():
 
 
 @pytest.mark.parametrize("target", ["y", "label"])
-def test_a_macro_of_a_feature_of_many_categories_equals_predict_on_rows_training_never_saw(target):
-    """A text column of 300 values, scored on rows training never saw: NULL, a category it did not keep, and a
-    category that differs only in case (all in the missing bin)."""
+def test_a_feature_of_many_categories_is_looked_up_once_and_the_macro_equals_predict(target):
+    """A text column of more than LISTED_CATEGORIES values: each row's category looked up once, a split one bit
+    of a mask, never a list of names. Scored on rows training never saw: NULL, a category it did not keep, and a
+    category that differs only in case (all three in the missing bin). A numeric feature is named c0."""
     con = ilargi_db.connect()
     con.execute(
-        "CREATE TABLE players AS SELECT range AS id, 'team' || (range % 300)::VARCHAR AS team, (range % 7) * 1.0 AS x, "
-        "(range % 300) * 0.01 + (range % 7) * 0.3 AS y, ((range % 300) + (range % 7) * 20 > 200)::INTEGER AS label "
+        "CREATE TABLE players AS SELECT range AS id, 'team' || (range % 300)::VARCHAR AS team, "
+        "(range % 7) * 1.0 AS c0, (range % 300) * 0.01 + (range % 7) * 0.3 AS y, "
+        "((range % 300) + (range % 7) * 20 > 200)::INTEGER AS label "
         "FROM range(6000)"
     )
-    model = ilargi_db.train(con, f"SELECT team, x, {target} FROM players", target, "gradient_boosting", **PARAMS)
-    assert len(model.bins_[0].categories) == 300
+    model = ilargi_db.train(con, f"SELECT team, c0, {target} FROM players", target, "gradient_boosting", **PARAMS)
+    assert len(model.bins_[0].categories) > LISTED_CATEGORIES
     assert any(model.bins_[f].categorical for f in model.trees_.feature if f >= 0)
     ilargi_db.save_model(con, "teams", model)
+    body = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'teams_predict'")
+    assert body.fetchone()[0].count("'team12'") == 1  # once, in the lookup: no split lists names
     con.execute(
         "CREATE TABLE scored AS SELECT * FROM players WHERE id < 400 UNION ALL "
         "SELECT 6000, NULL, 2.0, 0, 0 UNION ALL SELECT 6001, 'no such team', 2.0, 0, 0 UNION ALL "
         "SELECT 6002, 'TEAM12', 2.0, 0, 0"
     )
-    query = "SELECT team, x FROM scored ORDER BY id"
-    macro = column(con, "SELECT teams_predict(team, x) FROM scored ORDER BY id")
+    query = "SELECT team, c0 FROM scored ORDER BY id"
+    macro = column(con, "SELECT teams_predict(team, c0) FROM scored ORDER BY id")
     python = ilargi_db.predict(con, model, query) if target == "y" else ilargi_db.predict_proba(con, model, query)[:, 1]
     np.testing.assert_allclose(macro, python, rtol=0, atol=1e-12)
     assert macro[-3] == macro[-2] == macro[-1]  # NULL and categories training never saw share the missing bin
+    first = con.execute("SELECT teams_predict(team, c0) FROM scored ORDER BY id LIMIT 1").fetchall()[0][0]
+    assert first == pytest.approx(macro[0], abs=1e-12)

@@ -83,6 +83,7 @@ MACRO_FUNCTIONS = frozenset(
         "list_position",
         "list_count",
         "list_distance",
+        "get_bit",  # a tree's split on a looked-up category reads one bit of its mask (tree_macros.category_mask)
         # a TIMESTAMPTZ group's text (metadata.scans.group_text, written there qualified: it is below this module)
         "timezone",
         "regexp_replace",
@@ -143,6 +144,7 @@ def model_macro_names(name: str, algorithm: str) -> frozenset[str]:
 # A target type as DuckDB spells it (BOOLEAN, INTEGER, DECIMAL(18,3)): safe to paste into a CAST.
 SQL_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\(\d+(, ?\d+)?\))?")
 INLINE_CATEGORIES = 64  # up to this many categories a CASE beats the lookup join (docs/benchmarks.md)
+GROUPED_INLINE_CATEGORIES = np.iinfo(np.int64).max  # a per-group macro writes every feature's categories inline
 
 
 def category_text(expression: str) -> str:
@@ -446,16 +448,17 @@ class GroupedMacroWriter:
     """The macros of a model per group: each group's model's body, chosen by the group column (the macros' last
     parameter) in one CASE; a group no model was trained for, or NULL, gives NULL.
 
-    Each group's categories are written inline (its CASEs), so the lookup table is not used: its rows are keyed
-    by model and feature, not by group.
+    Each group's categories are written inline (its CASEs; a tree's IN lists), so no lookup is used: the table's
+    rows are keyed by model and feature, not by group, and a tree's per-row lookup, a subquery, would be planned
+    once per group on every query.
     """
 
     def __init__(self, name: str, version: int, model: Any, database: str, writer: type) -> None:
         self.name, self.group_by, self.group_type, self.database = name, model.group_by_, model.group_type_, database
         self.specs = model.encoder_.specs_
-        unlimited = {} if writer is not MacroWriter else {"inline_categories": np.iinfo(np.int64).max}
         self.writers = {
-            label: writer(name, version, one, database, **unlimited) for label, one in model.models_.items()
+            label: writer(name, version, one, database, inline_categories=GROUPED_INLINE_CATEGORIES)
+            for label, one in model.models_.items()
         }
 
     def statements(self) -> dict[str, str]:

@@ -167,7 +167,8 @@ def save_models(
         grouping = [model.group_by_] if isinstance(model, GroupedModel) else []  # its macros' last parameter
         check_macro_parameters([s.name for s in model.encoder_.specs_] + grouping)
         if isinstance(model.estimator_, NodeBounded):  # one macro: its nodes of every group counted together
-            check_macro_size(list(model.models_.values()) if isinstance(model, GroupedModel) else [model])
+            grouped = isinstance(model, GroupedModel)
+            check_macro_size(list(model.models_.values()) if grouped else [model], grouped)
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)
