@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import sklearn.linear_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
@@ -88,3 +90,50 @@ def test_logistic_regression_stops_where_scikit_learn_does():
     reference = sklearn.linear_model.LogisticRegression(C=0.5).fit(X, label)
     assert ours.n_iter_ == reference.n_iter_[0]
     np.testing.assert_allclose(ours.coef_, reference.coef_.ravel(), atol=1e-8)
+
+
+def ridge_objective(X, y, coef, intercept, alpha):
+    r = y - X @ coef - intercept
+    return float(r @ r + alpha * coef @ coef)
+
+
+def exact_ridge(X, y, alpha):
+    """Ridge's optimum by QR on the explicitly centered rows (the reference: no normal equations formed)."""
+    mu = X.mean(axis=0)
+    A = np.vstack([X - mu, np.sqrt(alpha) * np.eye(X.shape[1])])
+    coef = np.linalg.lstsq(A, np.concatenate([y - y.mean(), np.zeros(X.shape[1])]), rcond=None)[0]
+    return coef, y.mean() - mu @ coef
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.lists(st.sampled_from([1e-6, 1e-3, 1.0, 1e3, 1e6, 1e9]), min_size=2, max_size=5),
+    st.sampled_from([1e-3, 1.0, 100.0]),
+)
+def test_the_normal_equations_reach_ridges_optimum_whatever_the_columns_scales(seed, scales, alpha):
+    """Columns of 1e-6 to 1e9, some far from 0 beside their spread (centering the Gram matrix then cancels
+    digits): the normal equations' fit is ridge's optimum to 1e-9 of its objective, as scikit-learn's is."""
+    rng = np.random.default_rng(seed)
+    n, scales = 500, np.array(scales)
+    offsets = scales * 1e3 * (rng.random(len(scales)) < 0.5)  # half the columns sit 1,000 spreads from 0
+    X = offsets + scales * rng.normal(size=(n, len(scales)))
+    y = (X - offsets) @ (rng.normal(size=len(scales)) / scales) + rng.normal(size=n)
+    best = ridge_objective(X, y, *exact_ridge(X, y, alpha), alpha)
+    ours = LinearRegression(alpha=alpha, solver="normal").fit(X, y)
+    assert ridge_objective(X, y, ours.coef_, ours.intercept_, alpha) <= best * (1 + 1e-9)
+
+
+def test_on_a_factorized_matrix_too_ridge_reaches_its_optimum_with_a_column_far_from_zero():
+    """A dimension's column near 1e9 varying by 1e3, read through the fact's keys: the same optimum as the
+    materialized rows' (the refinement's passes are the matrix's own products)."""
+    rng = np.random.default_rng(2)
+    n = 3000
+    fact = Block(rng.normal(size=(n, 2)) * [1e-6, 1.0], columns=[0, 1])
+    dim = Block(np.column_stack([1e9 + 1e3 * rng.normal(size=60), rng.normal(size=60)]), [2, 3], rng.integers(0, 60, n))
+    X = NormalizedMatrix([fact, dim], n_rows=n, backend="numpy")
+    T = X.materialize()
+    y = (T - T.mean(axis=0)) @ np.array([1e5, 1.0, 1e-3, 2.0]) + rng.normal(size=n)
+    best = ridge_objective(T, y, *exact_ridge(T, y, 1e-3), 1e-3)
+    ours = LinearRegression(alpha=1e-3, solver="normal").fit(X, y)
+    assert ridge_objective(T, y, ours.coef_, ours.intercept_, 1e-3) <= best * (1 + 1e-9)
