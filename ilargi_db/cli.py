@@ -57,10 +57,17 @@ from ilargi_db.shell import (
     whole_number,
 )
 
-BANNER = (
-    "ilargi_db SQL shell: ilargi_train, ilargi_explain, ilargi_evaluate, ilargi_drop_model are installed.\n"
-    "End statements with ';'. .help lists the dot commands; .quit or Ctrl-D leaves."
-)
+
+def banner() -> str:
+    """What the interactive shell says first: every SQL function it installed, and how to go on."""
+    from ilargi_db.sql_functions.coefficients import TABLE_MACROS
+    from ilargi_db.sql_functions.udfs import FUNCTIONS
+
+    names = [*FUNCTIONS, *TABLE_MACROS]
+    return (
+        f"ilargi_db SQL shell. Installed: {', '.join(names[:-1])} and {names[-1]}.\n"
+        "End statements with ';'. .help lists the dot commands; .quit or Ctrl-D leaves."
+    )
 
 
 # -- ilargi sql ----------------------------------------------------------------------------
@@ -72,7 +79,7 @@ def interactive(session: Session) -> None:
         import readline  # noqa: F401 (line editing and history for input())
     except ImportError:  # pragma: no cover - not on every platform
         pass
-    print(BANNER)
+    print(banner())
     session.interact()
 
 

@@ -294,3 +294,18 @@ def test_the_commands_on_a_registry_need_an_existing_database(tmp_path, capsys):
         assert cli.main([*argv, "--db", missing]) == 1
         assert f"there is no database at {missing}" in capsys.readouterr().err
     assert not (tmp_path / "nowhere.duckdb").exists()  # refused before anything was created
+
+
+def test_the_shells_banner_names_every_sql_function_a_connection_has():
+    from ilargi_db.cli import banner
+
+    con = ilargi_db.connect()
+    installed = {
+        name
+        for (name,) in con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE 'ilargi\\_%' ESCAPE '\\'"
+        ).fetchall()
+    }
+    assert len(installed) >= 13
+    named = set(re.findall(r"ilargi_\w+", banner().split("Installed: ", 1)[1].split(".\n")[0]))
+    assert named == installed
