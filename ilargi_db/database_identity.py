@@ -13,16 +13,25 @@ import weakref
 import duckdb
 
 
+def _current_row(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
+    """(the file or None in memory, read-only) of ``con``'s current database; DuckDB's error where it cannot say."""
+    row = con.execute(
+        "SELECT path, readonly FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
+    ).fetchall()
+    return (str(row[0][0]) if row[0][0] else None), bool(row[0][1])
+
+
 def current_database(con: duckdb.DuckDBPyConnection) -> tuple[str | None, bool]:
     """The file of ``con``'s current database (None in memory, or where it cannot be read), and if read-only."""
     try:
-        row = con.execute(
-            "SELECT path, readonly FROM system.main.duckdb_databases() "
-            "WHERE database_name = system.main.current_database()"
-        ).fetchall()
-    except duckdb.Error:
+        return _current_row(con)
+    except (duckdb.Error, IndexError):
         return None, True
-    return (str(row[0][0]), bool(row[0][1])) if row and row[0][0] else (None, bool(row and row[0][1]))
+
+
+def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``con``'s current database is open read-only (DuckDB's error, such as a closed connection's, raised)."""
+    return _current_row(con)[1]
 
 
 def database_file(con: duckdb.DuckDBPyConnection) -> str | None:
@@ -57,4 +66,4 @@ def database_scope(con: duckdb.DuckDBPyConnection) -> str:
     return os.path.realpath(path) if path else _MEMORY_NAMES.get(con, ":memory:")
 
 
-__all__ = ["current_database", "database_file", "database_path", "database_scope", "name_database"]
+__all__ = ["current_database", "database_file", "database_path", "database_scope", "is_read_only", "name_database"]

@@ -22,6 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.errors import PlanError, the_query
+from ilargi_db.sql_text import quote_identifier
 
 REPEATABLE_METHODS = ("BERNOULLI", "RESERVOIR")  # seeded, the same rows on every read (see the module's docstring)
 SAMPLE_FIX = "USING SAMPLE 10% (bernoulli, 42) or USING SAMPLE 10000 ROWS (reservoir, 42)"
@@ -85,14 +86,10 @@ def _names_rows_by_rowid(con: duckdb.DuckDBPyConnection, prefix: str, alias: str
     if kind != "table":
         return False
     try:
-        con.sql(f"{prefix}SELECT {_quoted(alias)}.rowid FROM {relation} LIMIT 0")
+        con.sql(f"{prefix}SELECT {quote_identifier(alias)}.rowid FROM {relation} LIMIT 0")
     except duckdb.Error:
         return False  # a view, a CTE, a registered DataFrame or a file
     return True
-
-
-def _quoted(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql("duckdb")
 
 
 def order_limit_by_rowids(con: duckdb.DuckDBPyConnection, select: exp.Select, sources: list, prefix: str) -> None:
@@ -113,7 +110,7 @@ def order_limit_by_rowids(con: duckdb.DuckDBPyConnection, select: exp.Select, so
                 "order its rows the same way on every read (it orders by each table's rowid after the ORDER BY). "
                 f"Take a seeded sample instead ({SAMPLE_FIX}), or create a table of the rows first."
             )
-    keys = [f"{_quoted(s.alias)}.rowid" for s in sources]
+    keys = [f"{quote_identifier(s.alias)}.rowid" for s in sources]
     order = select.args.get("order")
     ties = [sqlglot.parse_one(key, read="duckdb") for key in keys]
     if order is None:

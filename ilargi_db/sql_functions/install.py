@@ -7,10 +7,10 @@ import weakref
 
 import duckdb
 
-from ilargi_db.database_identity import name_database
+from ilargi_db.database_identity import is_read_only, name_database
 from ilargi_db.errors import IlargiError
 from ilargi_db.interruption import watch_sigint
-from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry, is_read_only
+from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry
 from ilargi_db.sql_functions.udfs import register_functions
 
 MIN_DUCKDB = (2, 0)

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from ilargi_db.backend.host_memory import give_back_freed_memory
+from ilargi_db.database_identity import is_read_only
 from ilargi_db.errors import (
     DamagedModelError,
     IlargiError,
@@ -32,7 +33,7 @@ from ilargi_db.sql_functions.macros import (
     model_macro_names,
     qualified_macro,
 )
-from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry, is_read_only
+from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.sql_text import quote_string
 from ilargi_db.trained_model import GroupedModel, TrainedModel

@@ -56,11 +56,4 @@ def ensure_registry(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(statement.query)
 
 
-def is_read_only(con: duckdb.DuckDBPyConnection) -> bool:
-    found = con.execute(
-        "SELECT readonly FROM system.main.duckdb_databases() WHERE database_name = system.main.current_database()"
-    )
-    return bool(found.fetchall()[0][0])
-
-
-__all__ = ["check_registry", "ensure_registry", "is_read_only", "registry_ddl"]
+__all__ = ["check_registry", "ensure_registry", "registry_ddl"]
