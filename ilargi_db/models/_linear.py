@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
-from ilargi_db.linalg import solve_normal_equations
+from ilargi_db.linalg import normal_equations_solver
 from ilargi_db.models._base import (
     HostTargetScoreMixin,
     SparseInputMixin,
@@ -201,30 +201,36 @@ class LinearRegression(HostTargetScoreMixin, RegressorMixin, _LinearModel):
             lost_digits = float(np.log10(np.max(uncentered / np.where(spread > 0, spread, np.inf), initial=1.0)))
         gram[np.diag_indices(d)] += self.alpha  # ridge: ||y - Xw - b||^2 + alpha ||w||^2
         check_finite(gram, "X^T X")
-        coef = solve_normal_equations(gram, xty)
+        solve = normal_equations_solver(gram)
+        coef = solve(xty)
         if lost_digits > LOST_DIGITS_REFINED:
-            coef = self._refine(M, y, gram, coef, means, float(y_mean))
+            coef = self._refine(M, y, solve, coef, means, float(y_mean))
         self.coef_ = coef
         self.intercept_ = float(y_mean - means @ coef) if self.fit_intercept else 0.0
         self.n_iter_ = 1
         self.loss_curve_ = self._final_loss(M, y, coef)
 
-    def _refine(self, M: Any, y: Any, gram: np.ndarray, coef: np.ndarray, means: np.ndarray, y_mean: float) -> Any:
+    def _refine(self, M: Any, y: Any, solve: Any, coef: np.ndarray, means: np.ndarray, y_mean: float) -> Any:
         """``coef`` refined against the normal equations' residual computed on centered rows (iterative refinement,
-        the centered Gram matrix that lost digits as the preconditioner): each step one pass, at most
+        ``solve``, the centered Gram matrix that lost digits, as the preconditioner): each step one pass, at most
         :data:`REFINEMENTS`, until a step changes ``coef`` by less than 1e-13 of its norm."""
         mu = M.backend.asarray(means, dtype=M.dtype)
         xtb, b_sum, _ = M.reduce_rows(_centered_target, (y,), (y_mean,))  # X^T (y - mean), centered per row
         target = to_host(xtb - mu * b_sum)
         for _ in range(REFINEMENTS):
-            w = M.backend.asarray(coef, dtype=M.dtype)
-            found = M.reduce_rows(_normal_product, (), (w, float(mu @ w), y_mean))  # q = X w - mu . w, centered
-            normal = to_host(found[0] - mu * found[1]) + self.alpha * coef
-            step = solve_normal_equations(gram, target - normal)
+            normal = to_host(self._centered_normal_product(M, mu, M.backend.asarray(coef, dtype=M.dtype))[0])
+            step = solve(target - normal)
             coef = coef + step
             if float(np.linalg.norm(step)) <= 1e-13 * float(np.linalg.norm(coef)):
                 break
         return coef
+
+    def _centered_normal_product(self, M: Any, mu: Any, p: Any, y: Any = None, y_mean: float = 0.0) -> tuple:
+        """A^T A p + alpha p and ||A p||^2 in one pass, A the centered X (q = A p = X p - (mu . p) 1); given the
+        target ``y``, also (A p) . (y - ``y_mean``)."""
+        found = M.reduce_rows(_normal_product, () if y is None else (y,), (p, float(mu @ p), y_mean))
+        xtq, q_sum, q_squares = found[:3]
+        return (xtq - mu * q_sum + self.alpha * p, q_squares, *found[3:])
 
     def _fit_duhl(self, M: Any, y: Any) -> None:
         """Ridge in the dual (lambda = alpha / n), centered: the intercept exact and unpenalized."""
@@ -250,10 +256,7 @@ class LinearRegression(HostTargetScoreMixin, RegressorMixin, _LinearModel):
 
         def normal_product(p: Any, with_y: bool = False) -> tuple:
             """A^T A p + alpha p and ||A p||^2 (and (A p) . b) in one pass: q = A p = X p - (mu . p) 1."""
-            found = M.reduce_rows(_normal_product, (y,) if with_y else (), (p, float(mu @ p), y_mean))
-            xtq, q_sum, q_squares = found[:3]
-            normal = xtq - mu * q_sum + self.alpha * p
-            return (normal, q_squares, found[3]) if with_y else (normal, q_squares)
+            return self._centered_normal_product(M, mu, p, y if with_y else None, y_mean)
 
         w = xp.zeros(d, dtype=M.dtype)
         r = xtb - mu * b_sum
