@@ -606,3 +606,14 @@ def test_each_train_option_is_checked_against_its_own_json_type(option, value, e
     got = re.escape(json.dumps(value))
     with pytest.raises(duckdb.Error, match=f"option '{option}' must be {expected}.* in JSON, got {got}"):
         con.execute("SELECT ilargi_train('m', 'linear_regression', 'SELECT x, y FROM t', 'y', ?)", [options])
+
+
+def test_each_registered_udf_takes_what_its_implementation_takes():
+    """The UDFs are registered with their parameters before the implementations load: the two lists agree."""
+    import inspect
+
+    from ilargi_db.sql_functions import functions, udfs
+
+    for sql_name, (implementation, _) in udfs.FUNCTIONS.items():
+        taken = list(inspect.signature(getattr(functions, implementation)).parameters)[1:]  # after the connection
+        assert len(taken) == len(udfs.parameters(sql_name)), sql_name
