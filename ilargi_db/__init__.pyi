@@ -30,6 +30,8 @@ from ilargi_db.models import (
     LinearRegression as LinearRegression,
     LinearSVC as LinearSVC,
     LogisticRegression as LogisticRegression,
+    RandomForestClassifier as RandomForestClassifier,
+    RandomForestRegressor as RandomForestRegressor,
 )
 from ilargi_db.model_selection import cross_validate as cross_validate
 from ilargi_db.normalization import normalize as normalize

@@ -376,25 +376,37 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
         raise ValueError(f"the model learned {n_features} features its bins do not cover")
     estimator.bins_, estimator.missing_bin_ = list(binner.bins_), binner.missing_bin_
     estimator.trees_ = TreeEnsemble.from_record(fitted["trees_"], binner.bins_, binner.missing_bin_)
-    value = fitted["baseline_"]
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
-        raise TypeError(f"baseline_ {value!r:.60} is not a finite number")
-    estimator.baseline_ = float(value)
+    per_round = estimator.trees_.trees_per_round
+    value = fitted["baseline_"]  # a number, or one per tree of a round (a multi-class model's, per class)
+    values = value if isinstance(value, list) and per_round > 1 else [value]
+    if len(values) != per_round or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values
+    ):
+        raise TypeError(f"baseline_ {value!r:.60} is not {per_round} finite number(s)")
+    estimator.baseline_ = float(values[0]) if per_round == 1 else np.array(values, dtype=float)
     estimator.objective_ = _text(fitted["objective_"])
     if estimator.objective_ not in LOSSES:
         raise ValueError(f"objective_ {estimator.objective_!r:.60} is not one of {', '.join(LOSSES)}")
     if LOSSES[estimator.objective_].classifies:
         classes = np.asarray(fitted["classes_"], dtype=float)
-        if classes.shape != (2,) or not np.isfinite(classes).all():
-            raise ValueError("classes_ are not the two classes of a binary classifier")
+        k = len(classes)
+        if classes.ndim != 1 or k < 2 or (per_round if k > 2 else 1) != per_round or not np.isfinite(classes).all():
+            raise ValueError(f"classes_ are not the classes of a classifier of {per_round} tree(s) a round")
         estimator.classes_ = classes
+    elif per_round != 1:
+        raise ValueError(f"a {estimator.objective_} ensemble grows one tree a round, not {per_round}")
     importances = np.asarray(fitted["feature_importances_"], dtype=float)
     if importances.shape != (n_features,):
         raise ValueError("feature_importances_ is not one number per feature")
     estimator.feature_importances_ = importances
     estimator.n_iter_ = _count(fitted["n_iter_"])
-    if estimator.n_iter_ != estimator.trees_.n_trees:
-        raise ValueError("n_iter_ is not the number of trees")
+    if "oob_score_" in fitted:  # a forest trained with oob_score=True (NaN where no row was left out)
+        oob = fitted["oob_score_"]
+        if not isinstance(oob, (int, float)) or isinstance(oob, bool):
+            raise TypeError(f"oob_score_ {oob!r:.60} is not a number")
+        estimator.oob_score_ = float(oob)
+    if estimator.n_iter_ * per_round != estimator.trees_.n_trees:
+        raise ValueError("n_iter_ is not the number of rounds of trees")
 
 
 # The provenance a record stores in a column of its own: (attribute, column, check of the value read back).

@@ -341,12 +341,14 @@ def test_best_split_is_the_best_subset_of_categories(case):
 @given(histograms())
 def test_best_categorical_split_is_the_best_prefix_of_the_sorted_categories(case):
     """Any hessians: the chosen set is the best prefix of the categories (NULL one of them) sorted by
-    g / (h + smoothing), within min_samples_leaf; never better than the best subset."""
+    g / (h + smoothing), within min_samples_leaf; never better than the best subset. A category of fewer rows than
+    min_samples_leaf and the smoothing (too few to sort it) stays right, NULL being a category wherever it has rows."""
     hist, n_bins, categorical, missing_bin, l2, min_rows = case
     categorical = np.ones_like(categorical)
     per_feature = []
     for f in range(hist.shape[0]):
-        present = [b for b in [*range(n_bins[f]), missing_bin] if hist[f, b, 2] > 0]
+        supported = [b for b in range(n_bins[f]) if hist[f, b, 2] >= min(CATEGORY_SMOOTHING, min_rows)]
+        present = supported + ([missing_bin] if hist[f, missing_bin, 2] > 0 else [])
         keys = [hist[f, b, 0] / (hist[f, b, 1] + CATEGORY_SMOOTHING) for b in present]
         ordered = [present[k] for k in np.argsort(keys, kind="stable")]
         gains = []

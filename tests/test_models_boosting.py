@@ -18,6 +18,7 @@ from ilargi_db import GradientBoostingClassifier, GradientBoostingRegressor, Ila
 from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES
 from ilargi_db.models import GradientBoosting
 from tests.strategies import schemas
+from tests.tree_strategies import assert_same_trees, load, train_both, tree_schemas
 
 # -- scikit-learn's conventions ---------------------------------------------------------------------------
 
@@ -28,96 +29,6 @@ def test_sklearn_compatible_estimator(estimator, check):
 
 
 # -- factorized == materialized ---------------------------------------------------------------------------
-
-TREE_STRUCTURE = ("tree_start", "feature", "left", "right", "threshold", "missing_left", "category_bins", "count")
-
-
-def assert_same_trees(factorized, materialized) -> None:
-    """Both strategies grew the same ensemble: every node's split and children, its leaf values to 1e-9."""
-    a, b = factorized.trees_.to_record(), materialized.trees_.to_record()
-    for key in TREE_STRUCTURE:
-        assert a[key] == b[key], key
-    np.testing.assert_allclose(a["value"], b["value"], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(a["gain"], b["gain"], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(factorized.baseline_, materialized.baseline_, rtol=1e-12, atol=1e-12)
-    assert factorized.objective_ == materialized.objective_
-    assert [bins.to_state() for bins in factorized.bins_] == [bins.to_state() for bins in materialized.bins_]
-
-
-def train_both(con: duckdb.DuckDBPyConnection, query: str, target: str, **params):
-    models = [
-        ilargi_db.train(con, query, target, algorithm="gradient_boosting", strategy=strategy, reuse=False, **params)
-        for strategy in ("factorized", "materialized")
-    ]
-    assert [m.strategy_ for m in models] == ["factorized", "materialized"]
-    return models
-
-
-def _numbers(rng: np.random.Generator, n: int, distinct: int, nulls: float) -> pa.Array:
-    values = rng.integers(0, distinct, n) * 0.5 - 1.0  # exact halves: few distinct values, or many
-    return pa.array(np.where(rng.random(n) < nulls, np.nan, values), from_pandas=True)
-
-
-def _texts(rng: np.random.Generator, n: int, distinct: int, nulls: float) -> pa.Array:
-    labels = np.array([f"c{k}" for k in range(distinct)], dtype=object)[rng.integers(0, distinct, n)]
-    return pa.array([None if null else str(v) for v, null in zip(labels, rng.random(n) < nulls)], type=pa.string())
-
-
-@st.composite
-def tree_schemas(draw):
-    """A fact and 1-3 dimensions as a star or a snowflake, joined INNER or LEFT (unmatched rows), on unique or
-    repeated (M:N) keys, NULL and dangling foreign keys; numeric and VARCHAR features with NULLs on every
-    table; a numeric, two-valued or BOOLEAN target. Returns the tables, the query and the target."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    n_fact = draw(st.integers(5, 80))
-    n_dims = draw(st.integers(1, 3))
-    parents = [draw(st.integers(-1, i - 1)) for i in range(n_dims)]  # -1: off the fact (star)
-    sizes = [draw(st.integers(1, 15)) for _ in range(n_dims)]
-    tables, select, joins = {}, [], []
-
-    def features(name: str, n: int) -> dict[str, pa.Array]:
-        cols = {}
-        for k in range(draw(st.integers(0, 2))):
-            cols[f"v{k}"] = _numbers(rng, n, draw(st.sampled_from([1, 3, 40])), draw(st.sampled_from([0.0, 0.3])))
-        for k in range(draw(st.integers(0 if cols else 1, 2))):
-            cols[f"c{k}"] = _texts(rng, n, draw(st.sampled_from([1, 2, 6, 30])), draw(st.sampled_from([0.0, 0.3])))
-        select.extend(f"{name}.{c} AS {name}_{c}" for c in cols)
-        return cols
-
-    for i in range(n_dims):
-        name, rows = f"d{i}", sizes[i]
-        many = draw(st.booleans())  # M:N: the dimension's keys repeat
-        cols = {"id": pa.array(rng.integers(0, max(1, rows // 2), rows) if many else rng.permutation(rows))}
-        for child, parent in enumerate(parents):
-            if parent == i:  # snowflake: this dimension's foreign key to the child, some dangling
-                cols[f"up{child}"] = pa.array(rng.integers(0, sizes[child] + 2, rows))
-        cols.update(features(name, rows))
-        tables[name] = pa.table(cols)
-        how = draw(st.sampled_from(["JOIN", "LEFT JOIN", "LEFT JOIN"]))
-        on = f"f.{name}_id = {name}.id" if parents[i] < 0 else f"d{parents[i]}.up{i} = {name}.id"
-        joins.append(f"{how} {name} ON {on}")
-
-    fact = features("f", n_fact)
-    for i in range(n_dims):
-        if parents[i] < 0:
-            key = rng.integers(0, sizes[i] + 2, n_fact).astype(float)  # some keys dangle
-            key[rng.random(n_fact) < 0.1] = np.nan  # NULL keys
-            fact[f"d{i}_id"] = pa.array(key, from_pandas=True).cast(pa.int64())
-    kind = draw(st.sampled_from(["numeric", "two-valued", "boolean"]))
-    y = rng.normal(size=n_fact).round(3)
-    if kind == "two-valued":
-        y = np.where(y > 0, 7.0, 3.0)
-    fact["y"] = pa.array(y > 0) if kind == "boolean" else pa.array(y)
-    tables["f"] = pa.table(fact)
-    query = f"SELECT {', '.join(select)}, f.y FROM f {' '.join(joins)}"
-    return tables, query, kind
-
-
-def load(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
-    for name, table in tables.items():
-        con.register(f"{name}_arrow", table)
-        con.execute(f"CREATE TABLE {name} AS SELECT * FROM {name}_arrow")
-        con.unregister(f"{name}_arrow")
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,8 +52,10 @@ def test_both_strategies_grow_the_same_trees(schema, params):
     tables, query, kind = schema
     con = duckdb.connect()
     load(con, tables)
-    if con.execute(f"SELECT count(y) FROM ({query})").fetchone()[0] == 0:
-        return  # an inner join that matched nothing (or only rows without a target): nothing to train on
+    if con.execute(f"SELECT count(DISTINCT y) FROM ({query})").fetchone()[0] < 2:
+        return  # an inner join that matched nothing (or rows of one class): nothing to train on
+    if kind == "three-class":
+        params = {**params, "objective": "log_loss"}
     factorized, materialized = train_both(con, query, "y", **params)
     assert_same_trees(factorized, materialized)
     np.testing.assert_allclose(
@@ -253,6 +166,12 @@ def retail():
                 "amount": signal + rng.normal(scale=0.5, size=n),
                 "bought": rng.random(n) < 1 / (1 + np.exp(-signal)),
                 "units": rng.poisson(np.exp(0.5 * signal)),  # counts: objective="poisson"
+                # four classes by the signal's quartiles, a fifth of them drawn at random: multi-class
+                "segment": np.where(
+                    rng.random(n) < 0.2,
+                    rng.integers(0, 4, n),
+                    np.searchsorted(np.quantile(signal, [0.25, 0.5, 0.75]), signal),
+                ),
             }
         ),
     }
@@ -335,6 +254,53 @@ def test_held_out_quality_matches_lightgbm_and_hist_gradient_boosting(retail, ta
         assert abs(ours - score) <= 0.005, (name, ours, score)
 
 
+def test_multi_class_log_loss_and_accuracy_match_lightgbm_and_hist_gradient_boosting(retail):
+    """Four classes over the join, held out: log loss and accuracy within 0.005 of LightGBM's ``multiclass``, and not
+    worse than HistGradientBoosting's by more, each fit on the materialized join with the same settings."""
+    lightgbm = pytest.importorskip("lightgbm")
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.metrics import accuracy_score, log_loss
+
+    train, test = (retail.execute(retail_query("segment", held)).df() for held in (False, True))
+    for column in ("region", "category"):
+        kinds = pd.CategoricalDtype(sorted(train[column].dropna().unique()))
+        train[column], test[column] = train[column].astype(kinds), test[column].astype(kinds)
+    X, y, X_test, y_test = train.drop(columns="segment"), train.segment, test.drop(columns="segment"), test.segment
+    oracles = {
+        "lightgbm": lightgbm.LGBMClassifier(
+            n_estimators=100,
+            learning_rate=0.1,
+            num_leaves=31,
+            min_child_samples=20,
+            reg_lambda=0.0,
+            max_bin=255,
+            verbose=-1,
+        ),  # fmt: skip
+        "hist_gradient_boosting": HistGradientBoostingClassifier(
+            max_iter=100,
+            learning_rate=0.1,
+            max_leaf_nodes=31,
+            min_samples_leaf=20,
+            early_stopping=False,
+            categorical_features="from_dtype",
+        ),  # fmt: skip
+    }
+    model = ilargi_db.train(
+        retail, retail_query("segment", False), "segment", algorithm="gradient_boosting", objective="log_loss",
+        **SETTINGS,
+    )  # fmt: skip
+    assert model.trees_.trees_per_round == 4
+    ours = ilargi_db.evaluate(retail, model, retail_query("segment", True))
+    for name, oracle in oracles.items():
+        oracle.fit(X, y)
+        proba = oracle.predict_proba(X_test)
+        theirs = {"log_loss": log_loss(y_test, proba), "accuracy": accuracy_score(y_test, proba.argmax(axis=1))}
+        for metric, score in theirs.items():
+            worse = score - ours[metric] if metric == "accuracy" else ours[metric] - score
+            # LightGBM's within 0.005 either way; no library's better by more than 0.005
+            assert worse <= 0.005 and (name != "lightgbm" or abs(worse) <= 0.005), (name, metric, ours[metric], score)
+
+
 def test_poisson_counts_match_lightgbm_and_hist_gradient_boosting_on_the_join(retail):
     """Counts trained with objective="poisson" over the join score, held out, as the libraries' Poisson losses do
     on the materialized join (mean Poisson deviance within 2%), and predict exp of the trees' sum: never below 0."""
@@ -404,13 +370,27 @@ def test_objective_auto_and_overrides(shop, target, objective, expected):
         assert "r2" in model.training_metrics_
 
 
-@pytest.mark.parametrize(
-    ("target", "message"), [("amount", "Unknown label type: continuous"), ("shop_id % 3", "Only binary classification")]
-)
-def test_log_loss_on_a_target_of_many_values_is_refused(shop, target, message):
-    query = f"SELECT v.x, s.kind, {target} AS y FROM visits v LEFT JOIN shops s ON v.shop_id = s.id"
-    with pytest.raises(ValueError, match=message):
+def test_log_loss_on_a_continuous_target_is_refused(shop):
+    query = "SELECT v.x, s.kind, amount AS y FROM visits v LEFT JOIN shops s ON v.shop_id = s.id"
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
         ilargi_db.train(shop, query, "y", algorithm="gradient_boosting", objective="log_loss")
+
+
+def test_log_loss_on_three_classes_grows_a_tree_per_class_each_round(shop):
+    """Multi-class: ``n_estimators`` rounds of one tree per class, each class's probability the softmax of the
+    classes' sums; the training's metrics are those ``evaluate`` gives on the same rows."""
+    query = "SELECT v.x, s.kind, v.shop_id % 3 AS y FROM visits v LEFT JOIN shops s ON v.shop_id = s.id"
+    model = ilargi_db.train(shop, query, "y", algorithm="gradient_boosting", objective="log_loss", n_estimators=4)
+    assert list(model.classes_) == [0, 1, 2] and model.trees_.trees_per_round == 3
+    assert model.trees_.n_trees == 12 and model.n_iter_ == 4 and len(model.baseline_) == 3
+    proba = model.predict_proba(shop.execute(f"SELECT x, kind FROM ({query})").df())
+    assert proba.shape == (400, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    predicted = ilargi_db.predict(shop, model, query)
+    np.testing.assert_array_equal(predicted, model.classes_[proba.argmax(axis=1)])
+    metrics = ilargi_db.evaluate(shop, model, query)
+    for name in ("accuracy", "log_loss"):
+        assert metrics[name] == pytest.approx(model.training_metrics_[name], rel=1e-12)
 
 
 def test_early_stopping_stops_and_records_the_validation_loss():
@@ -500,7 +480,7 @@ def test_bad_parameters_are_refused_before_reading(shop, params, message):
 def test_a_batch_mixing_trees_and_linear_models_is_refused_before_reading(shop):
     reads = ReadCounter(shop)
     query = "SELECT counted(v.x) AS x, s.kind, v.amount FROM visits v JOIN shops s ON v.shop_id = s.id"
-    with pytest.raises(IlargiError, match="cannot mix gradient_boosting with the linear models"):
+    with pytest.raises(IlargiError, match="cannot mix tree models .* with the linear models"):
         ilargi_db.train_batch(
             shop, query, "amount", [{"algorithm": "gradient_boosting"}, {"algorithm": "linear_regression"}]
         )

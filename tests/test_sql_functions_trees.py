@@ -175,9 +175,14 @@ def test_an_ensemble_too_large_for_one_macro_is_refused_in_words(con):
     model = ilargi_db.train(con, NUMERIC, "y", "gradient_boosting", **PARAMS)
     trees = model.trees_.to_record()
     copies = MACRO_NODES.default // len(trees["feature"]) + 1
-    grown = {key: [v for _ in range(copies) for v in values] for key, values in trees.items() if key != "tree_start"}
+    grown = {
+        key: [v for _ in range(copies) for v in values]
+        for key, values in trees.items()
+        if key not in ("tree_start", "trees_per_round")
+    }
     sizes = np.tile(np.diff(trees["tree_start"]), copies)
     grown["tree_start"] = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    grown["trees_per_round"] = 1
     # A valid ensemble of many trees (each tree repeated), set as a user can.
     model.trees_ = TreeEnsemble.from_record(grown, model.bins_, model.missing_bin_)
     with pytest.raises(IlargiError, match=r"more than the 100,000 a SQL macro holds .*n_estimators"):
@@ -245,3 +250,82 @@ def test_a_feature_of_many_categories_is_looked_up_once_and_the_macro_equals_pre
     assert macro[-3] == macro[-2] == macro[-1]  # NULL and categories training never saw share the missing bin
     first = con.execute("SELECT teams_predict(team, c0) FROM scored ORDER BY id LIMIT 1").fetchall()[0][0]
     assert first == pytest.approx(macro[0], abs=1e-12)
+
+
+# -- multi-class ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classes_db(tmp_path_factory):
+    """Three classes of an INTEGER target over a fact of 3,000 rows: a numeric feature with NULLs, a category of 4
+    values (NULL one of them) and one of 300 (looked up once per row by the macro), a group column."""
+    path = str(tmp_path_factory.mktemp("classes") / "classes.db")
+    con = ilargi_db.connect(path)
+    con.execute(
+        "CREATE TABLE players AS SELECT range AS id, 'team' || (range % 300)::VARCHAR AS team, "
+        "['a', 'b', 'c', NULL][range % 4 + 1] AS kind, "
+        "CASE WHEN range % 11 = 0 THEN NULL ELSE (range % 17) * 1.0 END AS x, "
+        "['east', 'west'][range % 2 + 1] AS league, "
+        "(((range % 17) + (range % 300) // 30 + (range % 4) * 3) % 3)::INTEGER AS pos FROM range(3000)"
+    )
+    con.close()
+    return path
+
+
+CLASSES = "SELECT team, kind, x, pos FROM players ORDER BY id"
+
+
+@pytest.mark.parametrize("features", ["kind, x", "team, kind, x"])
+def test_a_multi_class_macro_lists_the_class_probabilities_as_predict_proba_does(classes_db, features):
+    """``N_predict`` is the list of the classes' probabilities in class order, ``N_predict_class`` the class (typed
+    like the target), both equal to Python's; through the registry and back the model predicts the same. With a
+    300-category feature the class scores are computed in the lookup's subquery."""
+    con = ilargi_db.connect(classes_db)
+    query = f"SELECT {features}, pos FROM players ORDER BY id"
+    model = ilargi_db.train(con, query, "pos", "gradient_boosting", objective="log_loss", **PARAMS)
+    assert model.trees_.trees_per_round == 3 and list(model.classes_) == [0, 1, 2]
+    ilargi_db.save_model(con, "positions", model)
+    scored = f"SELECT {features} FROM players ORDER BY id"
+    proba = ilargi_db.predict_proba(con, model, scored)
+    rows = con.execute(f"SELECT positions_predict({features}), positions_predict_class({features}) FROM players "
+                       "ORDER BY id").fetchall()  # fmt: skip
+    np.testing.assert_allclose(np.array([r[0] for r in rows]), proba, rtol=0, atol=1e-12)
+    assert [r[1] for r in rows] == ilargi_db.predict(con, model, scored).astype(int).tolist()
+    kind = con.execute(f"SELECT typeof(positions_predict_class({features})) FROM players LIMIT 1").fetchone()[0]
+    assert kind == "INTEGER"
+    loaded = ilargi_db.load_model(con, "positions")
+    np.testing.assert_array_equal(ilargi_db.predict_proba(con, loaded, scored), proba)
+    assert loaded.trees_ == model.trees_
+    con.close()
+
+
+def test_multi_class_models_per_group_score_by_one_macro(classes_db):
+    con = ilargi_db.connect(classes_db)
+    query = "SELECT kind, x, league, pos FROM players ORDER BY id"
+    model = ilargi_db.train(con, query, "pos", "gradient_boosting", objective="log_loss", group_by="league", **PARAMS)
+    ilargi_db.save_model(con, "by_league", model)
+    scored = "SELECT kind, x, league FROM players ORDER BY id"
+    proba = ilargi_db.predict_proba(con, model, scored)
+    macro = con.execute("SELECT by_league_predict(kind, x, league) FROM players ORDER BY id").fetchall()
+    np.testing.assert_allclose(np.array([r[0] for r in macro]), proba, rtol=0, atol=1e-12)
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["trees_"].update(trees_per_round=5), "not rounds of trees_per_round=5"),
+        (lambda m: m.update(baseline_=m["baseline_"][:2]), "is not 3 finite number"),
+        (lambda m: m.update(classes_=m["classes_"][:2]), "classes_ are not the classes"),
+    ],
+)
+def test_a_multi_class_record_that_does_not_add_up_is_refused_as_damaged(classes_db, change, message):
+    con = ilargi_db.connect(classes_db)
+    model = ilargi_db.train(con, CLASSES, "pos", "gradient_boosting", objective="log_loss", **PARAMS)
+    record = model.to_record()
+    fitted = json.loads(record["model"])
+    change(fitted)
+    record["model"] = json.dumps(fitted)
+    with pytest.raises(DamagedModelError, match=message):
+        TrainedModel.from_record(record)
+    con.close()

@@ -17,6 +17,7 @@ from ilargi_db.backend.parallel import run
 
 ROWS_PER_THREAD = 1 << 16  # a thread pays off from this many rows
 IN_F64, F64 = read_only(nt.float64[::1]), nt.float64[::1]
+IN_F64_2D, F64_2D = read_only(nt.float64[:, ::1]), nt.float64[:, ::1]
 
 
 @kernel([nt.void(IN_F64, IN_F64, F64, F64, nt.int64, nt.int64)])
@@ -41,6 +42,23 @@ def _poisson(raw, y, delta, g, h, first, last):  # pragma: no cover - compiled
         h[i] = mean * scale
 
 
+@kernel([nt.void(IN_F64_2D, IN_F64, nt.float64, F64_2D, F64_2D, nt.int64, nt.int64)])
+def _softmax(raw, y, factor, g, h, first, last):  # pragma: no cover - compiled
+    k = raw.shape[0]
+    for i in range(first, last):
+        top = raw[0, i]
+        for c in range(1, k):
+            top = max(top, raw[c, i])
+        total = 0.0
+        for c in range(k):
+            total += np.exp(raw[c, i] - top)
+        truth = np.int64(y[i])
+        for c in range(k):
+            p = np.exp(raw[c, i] - top) / total
+            g[c, i] = p - (1.0 if c == truth else 0.0)
+            h[c, i] = factor * p * (1.0 - p)
+
+
 def logistic_gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
     """Log loss on log-odds ``raw`` for 0/1 ``y``: ``g = p - y``, ``h = p (1 - p)``, ``p`` the logistic of ``raw``."""
     run(_logistic.dispatcher, len(raw), raw, y, g, h, min_tasks=ROWS_PER_THREAD)
@@ -50,6 +68,19 @@ def logistic_gradients_reference(raw: np.ndarray, y: np.ndarray, g: np.ndarray, 
     p = expit(raw)
     np.subtract(p, y, out=g)
     np.multiply(p, 1.0 - p, out=h)
+
+
+def softmax_gradients(raw: np.ndarray, y: np.ndarray, factor: float, g: np.ndarray, h: np.ndarray) -> None:
+    """Multi-class log loss on the (classes, rows) scores ``raw`` for class indices ``y`` (0 to classes - 1, as
+    float64): ``g[c] = p_c - [y == c]``, ``h[c] = factor p_c (1 - p_c)``, ``p`` the softmax of each row's scores."""
+    run(_softmax.dispatcher, raw.shape[1], raw, y, float(factor), g, h, min_tasks=ROWS_PER_THREAD)
+
+
+def softmax_gradients_reference(raw: np.ndarray, y: np.ndarray, factor: float, g: np.ndarray, h: np.ndarray) -> None:
+    p = np.exp(raw - raw.max(axis=0))
+    p /= p.sum(axis=0)
+    np.subtract(p, np.arange(len(raw))[:, None] == y.astype(np.int64), out=g)
+    np.multiply(factor * p, 1.0 - p, out=h)
 
 
 def poisson_gradients(raw: np.ndarray, y: np.ndarray, delta: float, g: np.ndarray, h: np.ndarray) -> None:
@@ -69,4 +100,6 @@ __all__ = [
     "logistic_gradients_reference",
     "poisson_gradients",
     "poisson_gradients_reference",
+    "softmax_gradients",
+    "softmax_gradients_reference",
 ]

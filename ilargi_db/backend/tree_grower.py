@@ -31,8 +31,8 @@ from ilargi_db.backend import quantization
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
-from ilargi_db.backend.quantization import CLIP, GOLDEN, LOW_BITS, MIX_1, MIX_2, SEED_MASK
-from ilargi_db.backend.tree_split import TIE, feature_split, pick_leaf
+from ilargi_db.backend.quantization import CLIP, LOW_BITS, SEED_MASK
+from ilargi_db.backend.tree_split import TIE, draw_features, feature_split, pick_leaf, uniform_draw
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
@@ -69,25 +69,15 @@ def _prefetch(typingctx, array, offset):
     return nt.void(array, offset), codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _uniform(seed, draw):  # pragma: no cover - compiled
-    """A number in [0, 1) from (seed, draw): splitmix64 (:func:`~ilargi_db.backend.quantization.uniform`)."""
-    z = np.uint64(seed) + draw * np.uint64(GOLDEN)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX_1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX_2)
-    z = z ^ (z >> np.uint64(31))
-    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-
-
 @kernel([nt.void(IN_F64, IN_F64, BOOL, read_only(nt.uint64[::1]), F64, F64, I64, F64[::1], F64[::1], I64[::1], I64,
                  I64)])  # fmt: skip
 def _quantize(g, h, unit_hessian, keys, scale_g, scale_h, seed, g_out, h_out, packed, first, last):  # pragma: no cover
     for r in range(first, last):
         draw = keys[r] * np.uint64(2)
-        gq = np.int64(np.floor(min(max(g[r] / scale_g, -CLIP), CLIP) + _uniform(seed, draw)))
+        gq = np.int64(np.floor(min(max(g[r] / scale_g, -CLIP), CLIP) + uniform_draw(seed, draw)))
         hq = np.int64(1)
         if not unit_hessian:
-            hq = np.int64(np.floor(min(h[r] / scale_h, CLIP) + _uniform(seed, draw + np.uint64(1))))
+            hq = np.int64(np.floor(min(h[r] / scale_h, CLIP) + uniform_draw(seed, draw + np.uint64(1))))
         g_out[r] = gq * scale_g
         h_out[r] = 1.0 if unit_hessian else hq * scale_h
         packed[r] = (gq << 32) + hq
@@ -102,6 +92,39 @@ def quantize(g, h, unit_hessian: bool, rows, keys, seed: int) -> tuple[np.ndarra
     run(_quantize.dispatcher, n, g, h, bool(unit_hessian), keys, scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
         g_out, h_out, packed, min_tasks=1 << 16)  # fmt: skip
     return g_out, h_out, packed, scales
+
+
+@kernel([nt.void(read_only(nt.uint64[::1]), I64, IN_F64, F64[::1], I64, I64)])
+def _poisson_weights(keys, seed, cdf, out, first, last):  # pragma: no cover - compiled
+    for r in range(first, last):
+        u = uniform_draw(seed, keys[r])
+        k = 0
+        while k < cdf.shape[0] and u >= cdf[k]:
+            k += 1
+        out[r] = k
+
+
+def poisson_cdf(rate: float) -> np.ndarray:
+    """P(count <= k) of a Poisson count of mean ``rate``, for k = 0, 1, ... until it is 1 to the last bit."""
+    term = np.exp(-rate)
+    cdf, k = [term], 0
+    while cdf[-1] < 1.0 - 1e-16 and k < 200:
+        k += 1
+        term *= rate / k
+        cdf.append(cdf[-1] + term)
+    return np.array(cdf)
+
+
+def poisson_weights(keys: np.ndarray, seed: int, rate: float) -> np.ndarray:
+    """A Poisson bootstrap (Spark MLlib's random forests draw theirs so): each row's count of mean ``rate`` (float64),
+    drawn from (``seed``, the row's uint64 key): the same rows get the same counts in any order."""
+    out = np.empty(len(keys))
+    run(_poisson_weights.dispatcher, len(keys), keys, int(seed) & SEED_MASK, poisson_cdf(rate), out, min_tasks=1 << 16)
+    return out
+
+
+def poisson_weights_reference(keys: np.ndarray, seed: int, rate: float) -> np.ndarray:
+    return np.searchsorted(poisson_cdf(rate), quantization.uniform(seed, keys), side="right").astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -366,11 +389,13 @@ BEGIN, ROOT_BUILT, CHILD_BUILT, FINISHED = 10, 11, 12, 13
 
 @numba.njit(cache=True, nogil=True)
 def _best_split(hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
-                best_mask):  # fmt: skip  # pragma: no cover - compiled
-    """Best (gain, feature) over a compact histogram's features (the first wins a tie, as
+                best_mask, allowed):  # fmt: skip  # pragma: no cover - compiled
+    """Best (gain, feature) over a compact histogram's ``allowed`` features (the first wins a tie, as
     :func:`~.tree_split.best_split` on a spread one), the winner's bins going left in ``best_mask``."""
     best_gain, best_feature = 0.0, -1
     for f in range(value_bins.shape[0]):
+        if not allowed[f]:
+            continue
         nb = value_bins[f]
         hf = hist[slot_start[f] : slot_start[f] + nb + 1]
         gain = feature_split(hf, nb, nb, missing_bin, categorical[f], total, l2, min_rows, order, keys, mask)
@@ -392,7 +417,7 @@ def _totals(hist, slot_start, total):  # pragma: no cover - compiled
 # fmt: off
 _GROW_STEP_TYPES = [
     I64(NARROW, WIDE, I64[:, ::1], IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, IN_I64, IN_I64,
-        IN_I64, IN_BOOL, I64, I64, F64, F64, F64, F64, I64, F64[:, :, ::1],
+        IN_I64, IN_BOOL, I64, I64, F64, F64, F64, F64, I64, I64, I64, F64[:, :, ::1],
         I64[:, ::1], F64[:, ::1], BOOL[:, ::1], BOOL[::1], I64[::1], I64[::1], I64[::1], F64[::1])
 ]
 # fmt: on
@@ -401,8 +426,8 @@ _GROW_STEP_TYPES = [
 @kernel(_GROW_STEP_TYPES)
 def _grow_step(
     narrow, wide, buffers, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, column_of, slot_start,
-    value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_sum, learning_rate, ask_rows, hists,
-    nodes, floats, goes_left, split_mask, leaves, free, state, min_gain_state,
+    value_bins, categorical, max_leaves, max_depth, min_rows, l2, floor_sum, learning_rate, n_pick, feature_seed,
+    ask_rows, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain_state,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Grow the tree in ``nodes`` from where ``state`` says until it is done (DONE), or until the root's histogram
     or a split of a node of at least ``ask_rows`` rows is wanted (ROOT, SPLIT: done by the caller on the free
@@ -411,6 +436,7 @@ def _grow_step(
     n, missing_bin = buffers.shape[1], goes_left.shape[1] - 1
     order, keys = np.empty(missing_bin + 1, np.int64), np.empty(missing_bin + 1)
     mask, total = np.zeros(missing_bin + 1, np.bool_), np.zeros(HIST_FIELDS)
+    allowed = np.ones(value_bins.shape[0], np.bool_)  # the features a node may split on (n_pick of them, drawn)
     phase = state[PHASE]
     if phase == FINISHED:  # a tree is grown once
         return DONE
@@ -472,9 +498,10 @@ def _grow_step(
                 continue
             hist = hists[nodes[node, POOL]]
             _totals(hist, slot_start, total)
+            draw_features(feature_seed, node, n_pick, allowed)
             best_gain, best_feature = _best_split(
                 hist, slot_start, value_bins, categorical, missing_bin, l2, min_rows, total, order, keys, mask,
-                goes_left[node],
+                goes_left[node], allowed,
             )  # fmt: skip
             if best_feature >= 0 and best_gain > min_gain:
                 nodes[node, FEATURE], floats[node, GAIN] = best_feature, best_gain
@@ -529,13 +556,15 @@ def _grow_step(
 
 def grow_tree(
     layout: RowLayout, buffers, g, h, unit_hessian: bool, packed, scales, categorical, limits, floor_sum: float,
-    learning_rate: float, missing_bin: int, hists,
+    learning_rate: float, missing_bin: int, hists, n_pick: int, feature_seed: int,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:  # fmt: skip
     """One tree on ``layout`` from the training rows in ``buffers[0]`` (``buffers``: (2, rows) int64, both written):
     its nodes' (feature, left, right, value, gain, count, goes_left) arrays, and its leaves' (start, stop, value):
     each leaf's rows are ``buffers[0][start:stop]``.
     ``hists``: (max_leaves, layout.n_slots, HIST_FIELDS) scratch; ``packed`` and ``scales``: the gradients
-    quantized (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty."""
+    quantized (:func:`quantize`; ``g`` and ``h`` then the rounded values), or ``packed`` empty. Each node splits on
+    ``n_pick`` features drawn from ``feature_seed`` and its id (:func:`~.tree_split.draw_features`; every feature
+    where ``n_pick`` covers them)."""
     max_nodes = 2 * limits.max_leaves - 1
     nodes, floats = np.empty((max_nodes, NODE_INTS), np.int64), np.empty((max_nodes, 2))
     goes_left, split_mask = np.empty((max_nodes, missing_bin + 1), np.bool_), np.zeros(missing_bin + 1, np.bool_)
@@ -548,7 +577,8 @@ def grow_tree(
         layout.narrow, layout.wide, buffers, g, h, unit_hessian, packed, scales, *meta, layout.column_of,
         layout.slot_start, layout.value_bins, categorical, int(limits.max_leaves), max_depth,
         float(limits.min_samples_leaf), float(limits.l2_regularization), float(floor_sum), float(learning_rate),
-        PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask, leaves, free, state, min_gain,
+        int(n_pick), int(feature_seed) & SEED_MASK, PARALLEL_ROWS, hists, nodes, floats, goes_left, split_mask,
+        leaves, free, state, min_gain,
     )  # fmt: skip
     while (step := _grow_step(*args)) != DONE:
         lo, hi = int(state[ASK_FIRST]), int(state[ASK_LAST])
@@ -580,4 +610,4 @@ def grow_tree(
     return tree, leaf_rows
 
 
-__all__ = ["RowLayout", "grow_tree", "quantize"]
+__all__ = ["RowLayout", "grow_tree", "poisson_cdf", "poisson_weights", "poisson_weights_reference", "quantize"]

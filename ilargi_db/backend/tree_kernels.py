@@ -204,9 +204,9 @@ def _partition_rows(
     return left
 
 
-@kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1])])
-def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left):  # pragma: no cover - compiled
-    return best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
+@kernel([(read_only(F64[:, :, ::1]), IN_I64, IN_BOOL, I64, F64, F64, BOOL[::1], IN_BOOL)])
+def _best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left, allowed):  # pragma: no cover
+    return best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left, allowed)
 
 
 @kernel(
@@ -277,19 +277,22 @@ class NumbaTreeKernels:
 
     def grow_tree(
         self, layout, buffers, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_sum: float,
-        learning_rate: float, missing_bin: int, raw, hists, quantized=None,
+        learning_rate: float, missing_bin: int, raw, hists, quantized=None, n_pick: int | None = None,
+        feature_seed: int = 0,
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
         """One tree grown on a :meth:`row_layout` from the training rows in ``buffers[0]`` (``buffers``: (2, rows)
         int64 scratch, both written), its leaves' values added to ``raw``: its nodes' (feature, left, right, value,
         gain, count, goes_left) arrays. ``hists``: (max_leaves,
         layout.n_slots, HIST_FIELDS) float64 scratch, the histograms of the leaves; ``quantized``: (packed, scales)
-        of :meth:`quantize` (``g`` and ``h`` its rounded values), or None."""
+        of :meth:`quantize` (``g`` and ``h`` its rounded values), or None; ``n_pick``: each node splits on that many
+        features drawn from ``feature_seed`` (:func:`~ilargi_db.backend.tree_split.draw_features`), None: on all."""
         from ilargi_db.backend.tree_grower import grow_tree
 
         packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
         tree, (starts, stops, values) = grow_tree(
             layout, buffers, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical), limits,
-            floor_sum, learning_rate, int(missing_bin), hists,
+            floor_sum, learning_rate, int(missing_bin), hists, len(categorical) if n_pick is None else n_pick,
+            feature_seed,
         )  # fmt: skip
         self.add_leaf_values(buffers[0], starts, stops, values, raw)
         return tree
@@ -349,9 +352,13 @@ class NumbaTreeKernels:
             )
         )
 
-    def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
+    def best_split(
+        self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left, allowed=None
+    ):
+        """The best split of the ``allowed`` features (None: every one): (gain, feature), ``goes_left`` filled."""
         args = (_f64(hist), _i64(n_bins), _flags(categorical), int(missing_bin), float(l2), float(min_rows))
-        gain, column = _best_split(*args, goes_left)
+        allowed = np.ones(len(n_bins), np.bool_) if allowed is None else _flags(allowed)
+        gain, column = _best_split(*args, goes_left, allowed)
         return float(gain), int(column)
 
     def add_leaf_values(self, rows, starts, stops, values, raw) -> None:

@@ -70,11 +70,13 @@ class ReferenceTreeKernels:
         side = rows[start : start + n_left] if build_left else rows[start + n_left : stop]
         return n_left, self.node_histogram(flat, side, g, h, None, unit_hessian)
 
-    def best_split(self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left):
+    def best_split(
+        self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left, allowed=None
+    ):
         # The split search runs on the host over a few kilobytes: the compiled search is its own reference.
         from ilargi_db.backend.tree_kernels import NumbaTreeKernels  # numba: only where the search runs
 
-        return NumbaTreeKernels().best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left)
+        return NumbaTreeKernels().best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left, allowed)
 
     def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
         for start, stop, value in zip(starts, stops, values):

@@ -20,6 +20,9 @@ _LAZY = {
     "LinearSVC": "_svm",
     "LogisticRegression": "_linear",
     "NORMAL_MAX_COLUMNS": "_linear",
+    "RandomForest": "_forest",
+    "RandomForestClassifier": "_forest",
+    "RandomForestRegressor": "_forest",
     "StandardScaler": "_scaler",
 }
 
@@ -35,6 +38,9 @@ __all__ = [
     "LinearRegression",
     "LinearSVC",
     "LogisticRegression",
+    "RandomForest",
+    "RandomForestClassifier",
+    "RandomForestRegressor",
     "StandardScaler",
 ]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
-from ilargi_db.backend.tree_split import GrowthLimits, pick_leaf
+from ilargi_db.backend.tree_split import GrowthLimits, draw_features, pick_leaf
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
 
 
@@ -141,17 +141,21 @@ class TreeGrower:
         self.hists = np.empty((limits.max_leaves, self.layout.n_slots, HIST_FIELDS)) if self.whole_trees else None
         self.min_gain = 0.0  # the per-node grower's, set by each tree from its gradients (GAIN_FLOOR)
         self._abs_g: np.ndarray | None = None
+        # The features a node of the tree being grown may split on: n_pick drawn from feature_seed (every one for
+        # boosting; a random forest's max_features), set by grow().
+        self.n_pick, self.feature_seed = X.shape[1], 0
+        self.allowed = np.ones(X.shape[1], dtype=np.bool_)
 
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
         """(features, bins + 1, HIST_FIELDS) sums of g, h and rows per bin over ``rows``."""
         segment = segmented_blocks(self.flat, len(rows))
         return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
 
-    def _gain_floor_sum(self, g: np.ndarray) -> float:
-        """:data:`GAIN_FLOOR` times the sum of |g| over the training rows (into a buffer kept across trees, not a
-        new n-vector per tree; the rows early stopping holds out not counted)."""
-        if len(self.train_rows) < len(g):
-            g = g[self.train_rows]
+    def _gain_floor_sum(self, g: np.ndarray, rows: np.ndarray) -> float:
+        """:data:`GAIN_FLOOR` times the sum of |g| over the tree's ``rows`` (into a buffer kept across trees, not a
+        new n-vector per tree; the rows early stopping holds out, or a bootstrap leaves out, not counted)."""
+        if len(rows) < len(g):
+            g = g[rows]
         if self._abs_g is None or self._abs_g.shape != g.shape:
             self._abs_g = np.empty_like(g)
         return GAIN_FLOOR * float(np.abs(g, out=self._abs_g).sum())
@@ -163,6 +167,7 @@ class TreeGrower:
         ):
             return node
         mask = np.zeros(self.X.missing_bin + 1, dtype=np.bool_)
+        draw_features(self.feature_seed, node.id, self.n_pick, self.allowed)
         gain, feature = self.kernels.best_split(
             node.hist,
             self.n_bins,
@@ -171,17 +176,37 @@ class TreeGrower:
             limits.l2_regularization,
             limits.min_samples_leaf,
             mask,
+            self.allowed,
         )
         if feature >= 0 and gain > self.min_gain:
             node.gain, node.feature, node.goes_left = gain, feature, mask
         return node
 
-    def grow(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray) -> Tree:
+    def grow(
+        self,
+        g: np.ndarray,
+        h: np.ndarray,
+        learning_rate: float,
+        raw: np.ndarray,
+        rows: np.ndarray | None = None,
+        n_pick: int | None = None,
+        feature_seed: int = 0,
+    ) -> Tree:
         """One tree fitted to gradients ``g`` and hessians ``h`` (leaf values shrunk by ``learning_rate``), its
-        leaves' values added to the raw scores ``raw`` of their training rows."""
+        leaves' values added to the raw scores ``raw`` of their training rows.
+
+        ``rows``: this tree's rows (ascending; a random forest's bootstrap), else the grower's training rows.
+        ``n_pick``: each node splits on that many features drawn from ``feature_seed`` and the node's id
+        (:func:`~ilargi_db.backend.tree_split.draw_features`), else on every feature."""
+        rows = self.train_rows if rows is None else np.asarray(rows, dtype=np.int64)
+        if len(rows) != self.buffers.shape[1]:
+            self.buffers = np.empty((2, len(rows)), dtype=np.int64)
+            self.rows, self.scratch = self.buffers[0], self.buffers[1]
+        self.n_pick = self.X.shape[1] if n_pick is None else int(n_pick)
+        self.feature_seed = int(feature_seed)
         # Every tree starts from the rows in order: a node's rows then come in order (stable partitions), and
         # each pass reads g, h and the bins forward instead of in the last tree's leaf order (5x slower measured).
-        np.copyto(self.rows, self.train_rows)
+        np.copyto(self.rows, rows)
         quantized = None
         if self.quantized_seed is not None:  # the splits and leaf values of the rounded gradients, in either grower
             seed = self.quantized_seed + self.n_trees
@@ -189,18 +214,18 @@ class TreeGrower:
             quantized = (packed, scales)
         self.n_trees += 1
         if self.whole_trees:
-            floor = self._gain_floor_sum(g)
+            floor = self._gain_floor_sum(g, rows)
             nodes = self.kernels.grow_tree(
                 self.layout, self.buffers, g, h, self.unit_hessian, self.categorical, self.limits, floor,
-                learning_rate, self.X.missing_bin, raw, self.hists, quantized,
+                learning_rate, self.X.missing_bin, raw, self.hists, quantized, self.n_pick, self.feature_seed,
             )  # fmt: skip
             return Tree(*nodes)
-        return self._grow_per_node(g, h, learning_rate, raw)
+        return self._grow_per_node(g, h, learning_rate, raw, rows)
 
-    def _grow_per_node(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray) -> Tree:
+    def _grow_per_node(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray, rows) -> Tree:
         limits, tree = self.limits, _TreeBuilder(self.X.missing_bin + 1)
         root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
-        floor = self._gain_floor_sum(g)
+        floor = self._gain_floor_sum(g, rows)
         self.min_gain = floor**2 / (float(root.sums[HESSIAN]) + limits.l2_regularization)
         root.id = tree.add(len(self.rows))
         leaves = [self._split(root)]

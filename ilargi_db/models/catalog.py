@@ -219,6 +219,18 @@ CATALOG: dict[str, Algorithm] = {
             reads="bins",
             iterations_parameter="n_estimators",
         ),
+        Algorithm(
+            "random_forest",
+            "RandomForest",
+            supervised=True,
+            solvers=(Solver(SolverName.HISTOGRAM, 100, 0.0, 100.0),),
+            fitted=("trees_", "baseline_", "objective_", "classes_", "feature_importances_", "n_iter_", "oob_score_"),
+            macro="trees",
+            metrics="objective",
+            reads="bins",
+            iterations_parameter="n_estimators",
+            optional_fitted=("oob_score_",),  # learned only with oob_score=True
+        ),
     )
 }
 # Solvers the caller may name that no plan picks on its own.

@@ -3,9 +3,12 @@
 :class:`TreeEnsemble` holds every tree's nodes back to back (tree t's are ``tree_start[t]:tree_start[t + 1]``,
 children ids within their tree) with each split's bins going left as a mask: what prediction reads (one
 compiled call for all trees), what the SQL macro writer walks, and what the registry writes as JSON
-(:meth:`TreeEnsemble.to_record`) and checks when read back (:meth:`TreeEnsemble.from_record`).
+(:meth:`TreeEnsemble.to_record`) and checks when read back (:meth:`TreeEnsemble.from_record`). An ensemble of
+several scores (a multi-class model: a tree per class each round) holds its rounds in order, tree t scoring
+output ``t % trees_per_round``.
 
-The stored form is plain lists, one entry per node: its ``feature`` (-1: a leaf), its children ``left``/``right``
+The stored form is plain lists, one entry per node (and ``trees_per_round``, 1 where a record lacks it): its
+``feature`` (-1: a leaf), its children ``left``/``right``
 (-1 for a leaf), its ``value``, ``gain`` and ``count``, and its split: ``threshold`` (numeric: the last bin going
 left, else -1), ``category_bins`` (categorical: the bins going left) and ``missing_left``. A record read back is
 untrusted (a row edited by hand, a file from elsewhere): anything predicting could stumble on (a child outside
@@ -39,6 +42,7 @@ TREE_KEYS = (
     "missing_left",
     "category_bins",
 )
+NODE_FIELDS = ("feature", "left", "right", "value", "gain", "count", "goes_left")  # one entry per node
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,17 +59,16 @@ class TreeEnsemble:
     count: np.ndarray  # int64, the training rows of each node
     goes_left: np.ndarray  # (nodes, missing_bin + 1) bool, all False at a leaf
     categorical: np.ndarray  # bool, per feature
+    trees_per_round: int = 1  # the scores (classes) the trees are summed into: tree t into t % trees_per_round
 
     @classmethod
-    def of(cls, trees: Sequence[Tree], categorical: np.ndarray) -> TreeEnsemble:
-        """The fitted trees, in order, as one ensemble."""
+    def of(cls, trees: Sequence[Tree], categorical: np.ndarray, trees_per_round: int = 1) -> TreeEnsemble:
+        """The fitted trees, in order (round by round, a round's trees in score order), as one ensemble."""
         sizes = [tree.n_nodes for tree in trees]
-        joined = {
-            key: np.concatenate([getattr(tree, key) for tree in trees])
-            for key in ("feature", "left", "right", "value", "gain", "count", "goes_left")
-        }
+        joined = {key: np.concatenate([getattr(tree, key) for tree in trees]) for key in NODE_FIELDS}
         start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        return cls(start, **joined, categorical=np.asarray(categorical, dtype=np.bool_))
+        categorical = np.asarray(categorical, dtype=np.bool_)
+        return cls(start, **joined, categorical=categorical, trees_per_round=trees_per_round)
 
     @property
     def n_trees(self) -> int:
@@ -79,10 +82,22 @@ class TreeEnsemble:
     def missing_bin(self) -> int:
         return self.goes_left.shape[1] - 1
 
-    def trees(self) -> list[range]:
-        """The node ids of each tree, in order."""
+    def trees(self, output: int | None = None) -> list[range]:
+        """The node ids of each tree, in order (only output ``output``'s trees, where given)."""
         start = self.tree_start.tolist()
-        return [range(a, b) for a, b in zip(start, start[1:])]
+        every = [range(a, b) for a, b in zip(start, start[1:])]
+        return every if output is None else every[output :: self.trees_per_round]
+
+    def output_trees(self, output: int) -> TreeEnsemble:
+        """The trees summed into score ``output``, in order, as an ensemble of one score."""
+        return self if self.trees_per_round == 1 else self.subset(self.trees(output))
+
+    def subset(self, kept: Sequence[range]) -> TreeEnsemble:
+        """The trees of node ids ``kept`` (ranges of :meth:`trees`), in that order, as an ensemble of one score."""
+        nodes = np.concatenate([np.arange(r.start, r.stop) for r in kept])
+        start = np.concatenate([[0], np.cumsum([len(r) for r in kept])]).astype(np.int64)
+        picked = {k: getattr(self, k)[nodes] for k in NODE_FIELDS}
+        return TreeEnsemble(start, **picked, categorical=self.categorical)
 
     def missing_left(self, node: int) -> bool:
         """Whether split ``node`` sends missing values (NULL, NaN, a category training did not keep) left."""
@@ -101,8 +116,11 @@ class TreeEnsemble:
         )
 
     def add_scores(self, codes: np.ndarray, out: np.ndarray, kernels: Any) -> None:
-        """Every tree's value for rows given as dense bins (rows, features) added to ``out``, tree by tree."""
-        kernels.add_trees(codes, self.tree_start, self.feature, self.goes_left, self.left, self.right, self.value, out)
+        """Every tree's value for rows given as dense bins (rows, features) added to its score's row of ``out``
+        (trees per round, rows), tree by tree in order (the sums of training, to the bit)."""
+        for k in range(self.trees_per_round):
+            t = self.output_trees(k)
+            kernels.add_trees(codes, t.tree_start, t.feature, t.goes_left, t.left, t.right, t.value, out[k])
 
     def importances(self, n_features: int) -> np.ndarray:
         """Each feature's share of the splits' total gain (zeros where no tree splits)."""
@@ -130,6 +148,7 @@ class TreeEnsemble:
             "threshold": [self.threshold(i) for i in nodes],
             "missing_left": [self.missing_left(i) if self.feature[i] >= 0 else False for i in nodes],
             "category_bins": [self.category_bins(i) for i in nodes],
+            "trees_per_round": self.trees_per_round,
         }
 
     @classmethod
@@ -155,6 +174,7 @@ class TreeEnsemble:
             np.asarray(t["count"], dtype=np.int64),
             goes_left,
             np.array([b.categorical for b in bins], dtype=np.bool_),
+            t["trees_per_round"],
         )
 
 
@@ -172,8 +192,11 @@ def _numbers(values: Any, key: str) -> list[float]:
 
 def check_trees(trees: Any, bins: Sequence[FeatureBins], missing_bin: int) -> dict[str, list]:
     """``trees`` (JSON read back) as valid lists (:meth:`TreeEnsemble.from_record`), or TypeError/ValueError."""
-    if not isinstance(trees, dict) or set(trees) != set(TREE_KEYS):
-        raise TypeError(f"trees_ is not an object with the keys {', '.join(TREE_KEYS)}")
+    if not isinstance(trees, dict) or set(trees) - {"trees_per_round"} != set(TREE_KEYS):
+        raise TypeError(f"trees_ is not an object with the keys {', '.join(TREE_KEYS)} (and trees_per_round)")
+    per_round = trees.get("trees_per_round", 1)  # records written before multi-class lack it
+    if not isinstance(per_round, int) or isinstance(per_round, bool) or per_round < 1:
+        raise TypeError("trees_['trees_per_round'] is not a positive integer")
     start = _integers(trees["tree_start"], "tree_start")
     feature, left, right = (_integers(trees[k], k) for k in ("feature", "left", "right"))
     threshold = _integers(trees["threshold"], "threshold")
@@ -190,6 +213,8 @@ def check_trees(trees: Any, bins: Sequence[FeatureBins], missing_bin: int) -> di
         raise ValueError("the lists of trees_ differ in length")
     if len(start) < 2 or start[0] != 0 or start[-1] != n or any(b <= a for a, b in zip(start, start[1:])):
         raise ValueError("trees_['tree_start'] does not split the nodes into non-empty trees")
+    if (len(start) - 1) % per_round:
+        raise ValueError(f"trees_ holds {len(start) - 1} trees, not rounds of trees_per_round={per_round}")
     if not all(math.isfinite(v) for v in value):
         raise ValueError("a leaf value of trees_ is not finite")
     for a, b in zip(start, start[1:]):
@@ -198,7 +223,7 @@ def check_trees(trees: Any, bins: Sequence[FeatureBins], missing_bin: int) -> di
             _check_node(node, i, b - a, feature[node], left[node], right[node], bins)
             if feature[node] >= 0:
                 _check_split(node, bins[feature[node]], threshold[node], category_bins[node], missing_bin)
-    return {key: trees[key] for key in TREE_KEYS}
+    return {**{key: trees[key] for key in TREE_KEYS}, "trees_per_round": per_round}
 
 
 def _check_node(node: int, local: int, size: int, f: int, left: int, right: int, bins: Sequence[FeatureBins]) -> None:

@@ -75,8 +75,8 @@ def reads_bins(specs: Sequence[ModelSpec]) -> bool:
     kinds = {algorithm_facts(s.algorithm).reads for s in specs}
     if len(kinds) > 1:
         raise IlargiError(
-            "a batch cannot mix gradient_boosting with the linear models, k-means or NMF: they read the rows "
-            "differently (bins against one-hot columns); train them in two batches."
+            "a batch cannot mix tree models (gradient_boosting, random_forest) with the linear models, k-means or "
+            "NMF: they read the rows differently (bins against one-hot columns); train them in two batches."
         )
     return kinds == {"bins"}
 
@@ -143,7 +143,8 @@ def plan_job(
     opens (a cluster client this call connected) when the job ends, or fails.
     """
     if reads_bins(specs) and options.cluster is not None:  # (a batch mixing trees with others is refused there)
-        raise IlargiError("gradient_boosting trains in this process: leave out cluster (trees do not run on Dask yet).")
+        names = " and ".join(sorted({s.algorithm for s in specs}))
+        raise IlargiError(f"{names} trains in this process: leave out cluster (trees do not run on Dask yet).")
     graph, flags = plan_graph(con, query, target, options.group_by)
     if check_graph is not None:
         check_graph(graph)
@@ -192,8 +193,8 @@ def _place_trees(con: duckdb.DuckDBPyConnection, job: JobPlan, stats: JobStats |
     options = job.options
     if options.memory_budget is not None and stream_plan(con, job.graph, job.strategy, stats, options.memory_budget):
         raise IlargiError(
-            "gradient_boosting holds its training rows in memory (bins do not stream yet) and they exceed "
-            "memory_budget: raise memory_budget, or leave it out."
+            f"{job.models[0].spec.algorithm} holds its training rows in memory (bins do not stream yet) and they "
+            "exceed memory_budget: raise memory_budget, or leave it out."
         )
     check_job_memory(con, job.graph, job.strategy, job.models[0].explanation, stats)
     return job

@@ -86,13 +86,15 @@ def predict_proba(con: duckdb.DuckDBPyConnection, model: Any, query: str, backen
     """The class probabilities of a classifier for the rows of another query, as scikit-learn's ``predict_proba``.
 
     One row per row of ``query`` (in its order, as :func:`predict`), one column per class in ``model.classes_``
-    order: column 1 is what the model's SQL macro ``N_predict`` returns. Logistic regression and gradient boosting
-    with log loss give probabilities; other models are refused (``predict`` gives their predictions).
+    order: column 1 is what a binary model's SQL macro ``N_predict`` returns (a multi-class one's returns them all).
+    Logistic regression and the tree classifiers give probabilities; other models are refused (``predict`` gives
+    their predictions).
     """
     if isinstance(model, TrainedModel) and not hasattr(model.estimator_, "predict_proba"):
         raise IlargiError(
             f"a {model.algorithm_} model gives no class probabilities: use ilargi_db.predict(con, model, query) for "
-            "its predictions, or train logistic_regression (or gradient_boosting with a two-class target)."
+            "its predictions, or train a classifier (logistic_regression, or gradient_boosting or random_forest "
+            "on a class target)."
         )
     data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on")
     return np.asarray(

@@ -195,11 +195,11 @@ def class_labels(model: Any) -> str:
     return list_of(labels)
 
 
-def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, str]:
-    """A multinomial classifier's macro bodies from its k class ``scores``: ``N_predict`` the list of the k
-    probabilities (softmax, in ``classes_`` order), ``N_predict_class`` the class of the largest score."""
-    k = len(scores)
-    listed = list_of(scores)  # bound once, not computed again per use
+def multinomial_bodies(name: str, model: Any, listed: str) -> dict[str, str]:
+    """A multinomial classifier's macro bodies from ``listed``, the SQL list of its k class scores: ``N_predict`` the
+    list of the k probabilities (softmax, in ``classes_`` order), ``N_predict_class`` the class of the largest
+    score. The list is bound once, not computed again per use."""
+    k = len(model.classes_)
     largest = call("list_max", "__ilargi_s")
     exps = call("list_apply", "__ilargi_s", f"lambda __ilargi_v: {call('exp', call('-', '__ilargi_v', largest))}")
     shares = call(
@@ -211,6 +211,29 @@ def multinomial_bodies(name: str, model: Any, scores: list[str]) -> dict[str, st
         f"{name}{PREDICT}": bound("__ilargi_es", bound("__ilargi_s", listed, exps), shares),
         f"{name}{PREDICT_CLASS}": bound(
             "__ilargi_s", listed, f"CASE WHEN {call('list_count', '__ilargi_s')} = {k} THEN {chosen} END"
+        ),
+    }
+
+
+def share_bodies(name: str, model: Any, score: str) -> dict[str, str]:
+    """A forest's macro bodies from its classes' mean shares: for two classes ``score`` is ``classes_[1]``'s
+    (``N_predict`` it, ``N_predict_class`` the class whose share is above one half); for more, the SQL list of the
+    k shares (``N_predict`` them normalized to sum to 1, in ``classes_`` order; ``N_predict_class`` the largest's)."""
+    labels = class_labels(model)
+    if len(model.classes_) == 2:
+        return {
+            f"{name}{PREDICT}": score,
+            f"{name}{PREDICT_CLASS}": element(labels, call("+", f"CAST(({score}) > 0.5 AS INTEGER)", "1")),
+        }
+    shares = call(
+        "list_apply", "__ilargi_s", f"lambda __ilargi_v: {call('/', '__ilargi_v', call('list_sum', '__ilargi_s'))}"
+    )
+    chosen = element(labels, call("list_position", "__ilargi_s", call("list_max", "__ilargi_s")))
+    k = len(model.classes_)
+    return {
+        f"{name}{PREDICT}": bound("__ilargi_s", score, shares),
+        f"{name}{PREDICT_CLASS}": bound(
+            "__ilargi_s", score, f"CASE WHEN {call('list_count', '__ilargi_s')} = {k} THEN {chosen} END"
         ),
     }
 
@@ -386,7 +409,7 @@ class MacroWriter:
         if kind == "linear":
             bodies[f"{self.name}{PREDICT}"] = self.linear_score()
         elif kind == "logistic" and np.ndim(self.model.coef_) == 2:  # more than two classes
-            bodies.update(multinomial_bodies(self.name, self.model, self.linear_scores()))
+            bodies.update(multinomial_bodies(self.name, self.model, list_of(self.linear_scores())))
         elif kind == "logistic":
             bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
         elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
@@ -43,9 +44,13 @@ from ilargi_db.sql_functions.macros import (
     double,
     list_of,
     macro_statements,
+    multinomial_bodies,
+    share_bodies,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
+# A classifier's macro bodies from its scores, by how its loss makes them probabilities (Loss.probability).
+CLASS_BODIES = {"logistic": binary_bodies, "softmax": multinomial_bodies, "shares": share_bodies}
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
 # A categorical feature of more categories than this is looked up once per row, its splits reading a bit of a
 # mask; one of fewer lists the names of a split's side, which costs a node per name to bind but no subquery.
@@ -204,8 +209,14 @@ class TreeMacroWriter:
         return sql[first]
 
     def score(self) -> str:
-        """The raw score: the baseline plus every tree's value (log-odds for classification)."""
-        score = balanced_sum([double(self.model.baseline_), *(self._tree(nodes) for nodes in self.trees.trees())])
+        """The raw score: the baseline plus every tree's value (log-odds for binary classification); a model of
+        several trees a round (multi-class), the list of its scores, one per class."""
+        baselines = np.atleast_1d(np.asarray(self.model.baseline_, dtype=np.float64)).tolist()
+        scores = [
+            balanced_sum([double(baseline), *(self._tree(nodes) for nodes in self.trees.trees(k))])
+            for k, baseline in enumerate(baselines)
+        ]
+        score = scores[0] if len(scores) == 1 else list_of(scores)
         if not self.coded_features:
             return score
         # The codes computed once per row, in a subquery of the row: bound as a lambda's parameter instead, the
@@ -220,7 +231,7 @@ class TreeMacroWriter:
         """``{macro name: its body}``."""
         score, loss = self.score(), self.model.loss_
         if loss.classifies:
-            return binary_bodies(self.name, self.model, score)
+            return CLASS_BODIES[loss.probability](self.name, self.model, score)
         return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
     def weights_table(self) -> pa.Table:

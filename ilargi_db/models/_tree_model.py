@@ -1,0 +1,191 @@
+"""What every tree ensemble estimator shares: binning its input, its target's encoding, its fitted loss, and
+prediction from its :class:`~ilargi_db.models.tree_ensemble.TreeEnsemble`.
+
+A subclass (gradient boosting, a random forest) says how it picks its objective (``_objective_for``) and grows its
+trees (``_fit_trees``); prediction reads the ensemble through the fitted loss (its link, its classes' probabilities),
+so the two predict, score and write macros alike.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ilargi_db.backend import get_backend
+from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array, quantile_bins
+from ilargi_db.models._base import exact_classes
+from ilargi_db.models.losses import LOSSES, Loss, loss_for
+
+
+def _classifies(estimator: Any) -> bool:
+    """Whether ``estimator`` classifies (or may: ``objective="auto"`` before fitting): it has predict_proba and
+    decision_function then, as scikit-learn's regressors have neither."""
+    objective = getattr(estimator, "objective_", estimator.objective)
+    return objective == "auto" or LOSSES[objective].classifies
+
+
+def _decides(estimator: Any) -> bool:
+    """Whether ``estimator`` has a decision function: a boosted classifier's scores (a forest has only its shares)."""
+    return estimator.scores_decide and _classifies(estimator)
+
+
+class TreeModel(BaseEstimator):
+    """The shared part of the tree ensembles (see the module's docstring); ``trees_`` and ``baseline_`` once fitted."""
+
+    classifying_objective = "log_loss"  # what objective="auto" picks for a target of two values
+    algorithm_words = "gradient boosting"  # the estimator in an error's words
+    scores_decide = True  # a classifier's raw scores are a decision function (log-odds, softmax scores)
+
+    def max_nodes(self) -> int:
+        """The most nodes ``trees_`` can hold with these parameters: ``n_estimators`` trees of at most
+        ``2 * leaves - 1`` nodes, ``leaves`` the fewer of ``max_leaves`` and ``2 ** max_depth`` (known before any
+        row is read; ilargi_db.limits bounds it)."""
+        leaves = int(self.max_leaves)
+        if self.max_depth is not None and int(self.max_depth) < leaves.bit_length():  # 2**depth < max_leaves
+            leaves = min(leaves, 2 ** int(self.max_depth))
+        return int(self.n_estimators) * (2 * leaves - 1)
+
+    def node_count(self) -> int:
+        """The nodes of the fitted trees (leaves and splits): what :meth:`max_nodes` bounds."""
+        check_is_fitted(self, "trees_")
+        return self.trees_.n_nodes
+
+    def size_options(self) -> str:
+        """The options :meth:`max_nodes` counts from, in words."""
+        words = f"n_estimators={self.n_estimators} trees of max_leaves={self.max_leaves}"
+        return words + (f" and max_depth={self.max_depth}" if self.max_depth is not None else "")
+
+    # -- fitting ------------------------------------------------------------------------------------------
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # NaN is a missing value: each split sends it to a side
+        return tags
+
+    def _objective_for(self, y: np.ndarray) -> str:
+        """``objective``, or where it is "auto" classification for a target of two values, else regression."""
+        if self.objective != "auto":
+            return self.objective
+        return self.classifying_objective if len(np.unique(y)) == 2 else "squared_error"
+
+    def _binned(self, X: Any, y: Any = None, reset: bool = True) -> tuple[BinnedMatrix, Any]:
+        """``X`` as a binned matrix (a plain array binned with the fitted bins, or new ones when fitting)."""
+        if isinstance(X, BinnedMatrix):
+            if reset:
+                self.n_features_in_ = X.shape[1]
+                self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+            elif X.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {X.shape[1]} features, but the model expects {self.n_features_in_}.")
+            return X, y
+        if not reset and any(b.categorical for b in self.bins_):  # text columns: each binned as its feature is
+            validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # the names and the width
+            rows = X.to_numpy(dtype=object) if hasattr(X, "to_numpy") else np.asarray(X, dtype=object)
+            return bin_array(rows, self.bins_, self.missing_bin_), y
+        if y is None:
+            X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        else:
+            X, y = validate_data(self, X, y, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        if reset:
+            names = [str(n) for n in getattr(self, "feature_names_in_", [f"x{j}" for j in range(X.shape[1])])]
+            self.bins_ = quantile_bins(X, names, self.max_bins)
+        return bin_array(X, self.bins_, self.missing_bin_), y
+
+    def fit(self, X: Any, y: Any, warn: bool = True) -> TreeModel:
+        """Fit the ensemble on ``X`` (a binned matrix or an array) and ``y``; ``warn`` is accepted for the pipeline
+        (a tree ensemble has nothing to warn of: it grows its trees)."""
+        self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        self.missing_bin_ = X.missing_bin if isinstance(X, BinnedMatrix) else self.max_bins
+        X, y = self._binned(X, y, reset=True)
+        if isinstance(X, BinnedMatrix) and y is not None:
+            self.bins_ = list(X.bins)
+        y = np.asarray(y).ravel()  # class labels may be text
+        if y.shape != (X.n_rows,):
+            raise ValueError(f"y must hold one value per row: {y.shape[0]} values for {X.n_rows} rows.")
+        self.objective_ = self._objective_for(y)
+        y = self._encode_target(y)
+        if not np.isfinite(y).all():
+            raise ValueError("y must hold one finite number per row (filter NULL targets in the query).")
+        self._fit_trees(X, y)
+        return self
+
+    @property
+    def loss_(self) -> Loss:
+        """The fitted objective's loss (for the fitted classes): its gradients, link and whether it classifies."""
+        check_is_fitted(self, "objective_")
+        return loss_for(self.objective_, len(getattr(self, "classes_", ())))
+
+    def _encode_target(self, y: np.ndarray) -> np.ndarray:
+        if not self.loss_.classifies:
+            y = y.astype(np.float64)
+            if np.isfinite(y).all():
+                self.loss_.check_target(y)
+            return y
+        if self.objective != "auto":  # asked for ("auto" found two values): a continuous target is refused
+            check_classification_targets(y)
+        self.classes_ = exact_classes(np.unique(y), self.algorithm_words)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                "classification needs at least two classes in the target; this one has "
+                f"{len(self.classes_)}: train on rows of more than one class."
+            )
+        return np.searchsorted(self.classes_, y).astype(np.float64)  # each row's class index
+
+    def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _seed(self) -> int:
+        """``random_state`` as a seed (None or a RandomState: one drawn from it)."""
+        seed = self.random_state
+        if not isinstance(seed, Integral):
+            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        return int(seed)
+
+    # -- predicting ---------------------------------------------------------------------------------------
+
+    def _raw_scores(self, X: Any) -> np.ndarray:
+        """(trees per round, rows): each row's baseline plus its trees' values, per class for multi-class (log-odds
+        for binary classification)."""
+        check_is_fitted(self, "trees_")
+        binned, _ = self._binned(X, reset=False)
+        codes = np.ascontiguousarray(binned.dense_bins())
+        out = np.repeat(np.atleast_1d(np.asarray(self.baseline_, dtype=np.float64))[:, None], len(codes), axis=1)
+        self.trees_.add_scores(codes, out, get_backend("numpy").tree_kernels)
+        return out
+
+    @available_if(_decides)
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Binary: the log-odds of ``classes_[1]`` for each row; multi-class: (rows, classes) scores, whose softmax
+        are the probabilities (classification only)."""
+        raw = self._raw_scores(X)
+        return raw[0] if len(raw) == 1 else raw.T
+
+    @available_if(_classifies)
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """(rows, classes) probabilities of each class, in ``classes_`` order (classification only)."""
+        return self.loss_.class_probabilities(self._raw_scores(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Regression: the predicted values. Classification: the most probable class of each row."""
+        raw = self._raw_scores(X)
+        if self.loss_.classifies:
+            return self.classes_[self.loss_.class_index(raw)]
+        return self.loss_.to_target_scale(raw)
+
+
+def keep_parameters(estimator: BaseEstimator, params: dict[str, Any]) -> None:
+    """Set ``__init__``'s parameters as attributes, unchanged (scikit-learn's convention)."""
+    for name, value in params.items():
+        if name != "self":
+            setattr(estimator, name, value)
+
+
+__all__ = ["TreeModel", "keep_parameters"]
