@@ -114,6 +114,34 @@ def test_the_same_rows_in_another_order_grow_the_same_forest():
     np.testing.assert_array_equal(one.predict_proba(X), other.predict_proba(X))
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_trees_grown_side_by_side_are_those_grown_one_after_another(bootstrap):
+    """Rounds grow on several threads at once (a grower each) and merge in round order: the same trees, leaf values
+    and out-of-bag scores to the bit as on one thread."""
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(4000, 5)), rng.integers(0, 3, 4000)
+    fits = []
+    for threads in (1, 2, 3):
+        with kernel_threads(threads):
+            fits.append(
+                RandomForestClassifier(n_estimators=7, max_leaves=20, bootstrap=bootstrap, random_state=4).fit(X, y)
+            )
+    for other in fits[1:]:
+        assert other.trees_ == fits[0].trees_
+        assert other.fit_metrics_ == fits[0].fit_metrics_
+
+
+def test_a_bootstrapped_forests_training_metrics_are_out_of_bag():
+    """Each row scored by the trees that did not see it: the training's accuracy is the out-of-bag score, not the
+    (near perfect) accuracy of trees on rows they grew on."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(3000, 4)), rng.integers(0, 2, 3000)  # labels that no feature predicts
+    model = RandomForestClassifier(n_estimators=20, min_samples_leaf=1, oob_score=True, random_state=0).fit(X, y)
+    assert model.fit_metrics_["accuracy"] == model.oob_score_
+    assert abs(model.oob_score_ - 0.5) < 0.05  # chance, where the rows it grew on would say far more
+    assert (model.predict(X) == y).mean() > 0.9
+
+
 # -- quality against scikit-learn -------------------------------------------------------------------------------
 
 

@@ -22,6 +22,8 @@ the registry and the SQL macros read it as they read a boosted ensemble's.
 from __future__ import annotations
 
 import math
+import queue
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral, Real
 from typing import Any
 
@@ -31,6 +33,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
+from ilargi_db.backend.parallel import kernel_threads, threads_for
 from ilargi_db.backend.tree_grower import poisson_weights
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
 from ilargi_db.linalg.row_identity import row_keys, spread_copies
@@ -68,8 +71,10 @@ class RandomForest(TreeModel):
     max_bins : int
         Bins of a numeric feature's values at most (2 to 255; one more bin holds missing values).
     oob_score : bool
-        Score each row by the trees whose bootstrap left it out (``oob_score_``: R2 for regression, accuracy for
-        classification; ``oob_prediction_`` each row's). Needs ``bootstrap``.
+        Keep the out-of-bag score (``oob_score_``: R2 for regression, accuracy for classification) and each row's
+        out-of-bag prediction (``oob_prediction_``). Needs ``bootstrap``. A bootstrapped forest's training metrics
+        (``fit_metrics_``) are out of bag whatever this says: each row scored by the trees that left it out,
+        computed as the trees grow (a pass of every tree over every row would cost a quarter of the training).
     random_state : int, RandomState or None
         The seed of the bootstraps and the features drawn.
     """
@@ -145,65 +150,109 @@ class RandomForest(TreeModel):
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, 0.0)
         grower = TreeGrower(X, np.arange(n), limits, get_backend("numpy").tree_kernels, unit_hessian=not self.bootstrap)
         n_pick = self.features_per_split(X.shape[1])
-        g, h, scratch = np.empty(n), np.ones(n), np.zeros(n)
-        trees: list[Tree] = []
         share = 1.0 / self.n_estimators  # each tree's leaves scaled: the trees' sum is their mean
-        with progress(self.n_estimators, "random forest") as bar:
-            for t in range(self.n_estimators):
-                tree_seed = seed + t * SEED_STRIDE
-                rows = None
-                if self.bootstrap:
-                    h = poisson_weights(keys, tree_seed, rate)
-                    rows = np.flatnonzero(h)
-                    if len(rows) == 0:  # a tiny table's bootstrap drew no row: every row then
-                        h, rows = np.ones(n), None
-                for k in range(trees_per_round):
-                    np.multiply(targets[k], -h, out=g)  # one Newton step from 0: a leaf's value is its rows' mean
-                    trees.append(grower.grow(g, h, share, scratch, rows, n_pick, tree_seed + k))
-                bar.update()
+
+        kernels = get_backend("numpy").tree_kernels
+        codes = np.ascontiguousarray(X.dense_bins()) if self.bootstrap else None  # to score the rows left out
+
+        def grow_round(t: int, grower: TreeGrower) -> tuple[list[Tree], np.ndarray | None, np.ndarray]:
+            """Round t's trees (one per class), from its bootstrap and feature draws alone, and the rows it scores:
+            those its bootstrap left out (their indices, and their scores by its trees), or every row."""
+            tree_seed = seed + t * SEED_STRIDE
+            h, rows, out = np.ones(n), None, None
+            if self.bootstrap:
+                h = poisson_weights(keys, tree_seed, rate)
+                rows, out = np.flatnonzero(h), np.flatnonzero(h == 0)
+                if len(rows) == 0:  # a tiny table's bootstrap drew no row: every row then
+                    h, rows = np.ones(n), None
+            g, scratch = np.empty(n), np.zeros((trees_per_round, n))
+            trees = []
+            for k in range(trees_per_round):
+                np.multiply(targets[k], -h, out=g)  # one Newton step from 0: a leaf's value is its rows' mean
+                trees.append(grower.grow(g, h, share, scratch[k], rows, n_pick, tree_seed + k))
+            if out is None:  # every row is in every tree: the leaves were added to every row's scores
+                return trees, None, scratch
+            scores = np.zeros((trees_per_round, len(out)))
+            left_out = codes[out]
+            for k, tree in enumerate(trees):
+                TreeEnsemble.of([tree], X.categorical).add_scores(left_out, scores[k : k + 1], kernels)
+            return trees, out, scores
+
+        # Each round's scores merged in round order (the same sums on any thread count): out of bag, or every row's.
+        sums, counts = np.zeros((trees_per_round, n)), np.zeros(n)
+        trees: list[Tree] = []
+
+        def merge(round_trees: list[Tree], out: np.ndarray | None, scores: np.ndarray) -> None:
+            trees.extend(round_trees)
+            if out is None:
+                sums[:] += scores
+                counts[:] += 1
+            else:
+                sums[:, out] += scores
+                counts[out] += 1
+
+        grow_in_parallel(grow_round, merge, self.n_estimators, grower)
         self.n_iter_ = self.n_estimators
         self.trees_ = TreeEnsemble.of(trees, X.categorical, trees_per_round)
         self.feature_importances_ = self.trees_.importances(X.shape[1])
-        raw = self._training_scores(X)
-        self.fit_metrics_ = loss.fit_metrics(raw, y)
-        if self.oob_score:
-            self._score_out_of_bag(X, y, keys, rate, seed)
-            self.fit_metrics_["oob_score"] = self.oob_score_  # reported with the training's metrics
+        self._keep_scores(sums, counts, y)
 
-    def _training_scores(self, X: BinnedMatrix) -> np.ndarray:
-        """(trees per round, rows): the forest's scores of its training rows."""
-        codes = np.ascontiguousarray(X.dense_bins())
-        out = np.repeat(np.atleast_1d(np.asarray(self.baseline_, dtype=np.float64))[:, None], X.n_rows, axis=1)
-        self.trees_.add_scores(codes, out, get_backend("numpy").tree_kernels)
-        return out
-
-    def _score_out_of_bag(self, X: BinnedMatrix, y: np.ndarray, keys: np.ndarray, rate: float, seed: int) -> None:
-        """Each row scored by the trees whose bootstrap left it out (their mean); rows no tree left out are NaN."""
-        codes = np.ascontiguousarray(X.dense_bins())
-        kernels, per_round = get_backend("numpy").tree_kernels, self.trees_.trees_per_round
-        sums, counts = np.zeros((per_round, X.n_rows)), np.zeros(X.n_rows)
-        rounds = self.trees_.trees()
-        for t in range(self.n_estimators):
-            out = np.flatnonzero(poisson_weights(keys, seed + t * SEED_STRIDE, rate) == 0)
-            counts[out] += 1
-            for k in range(per_round):
-                one = self.trees_.subset([rounds[t * per_round + k]])
-                scores = np.zeros((1, len(out)))
-                one.add_scores(codes[out], scores, kernels)
-                sums[k, out] += scores[0]
+    def _keep_scores(self, sums: np.ndarray, counts: np.ndarray, y: np.ndarray) -> None:
+        """The training's metrics from each row's summed scores over ``counts`` trees: with a bootstrap, the trees
+        that left it out (out of bag, as scikit-learn's ``oob_score``; a row no tree left out is not scored), else
+        every tree (the forest's own prediction of its training rows)."""
         seen = counts > 0
         raw = sums[:, seen] * (self.n_estimators / counts[seen])  # each tree's leaves were scaled by 1 / n_estimators
-        loss = self.loss_
+        loss, truth = self.loss_, y[seen]
+        self.fit_metrics_ = loss.fit_metrics(raw, truth) if seen.any() else {}
+        if not self.oob_score:
+            return
         if loss.classifies:
-            self.oob_prediction_ = np.full((X.n_rows, len(self.classes_)), np.nan)
+            self.oob_prediction_ = np.full((len(y), len(self.classes_)), np.nan)
             self.oob_prediction_[seen] = loss.class_probabilities(raw)
-            self.oob_score_ = float(np.mean(loss.class_index(raw) == y[seen]))
+            self.oob_score_ = float(np.mean(loss.class_index(raw) == truth)) if seen.any() else float("nan")
         else:
-            self.oob_prediction_ = np.full(X.n_rows, np.nan)
+            self.oob_prediction_ = np.full(len(y), np.nan)
             self.oob_prediction_[seen] = raw[0]
-            truth = y[seen]
-            total = float(((truth - truth.mean()) ** 2).sum())
+            total = float(((truth - truth.mean()) ** 2).sum()) if seen.any() else 0.0
             self.oob_score_ = 1.0 - float(((raw[0] - truth) ** 2).sum()) / total if total > 0 else float("nan")
+
+
+def grow_in_parallel(grow_round, merge, n_rounds: int, grower: TreeGrower) -> None:
+    """``merge(*grow_round(t, grower))`` for every round t, merged in round order. On several free cores the rounds
+    grow side by side, each on one thread with a grower of its own (:meth:`TreeGrower.sibling`): independent trees
+    keep every core busy where a tree's own passes over a node's rows pay on several threads only for large nodes
+    (docs/benchmarks.md). A round depends on its seed alone and rounds merge in order: the forest and its scores
+    do not depend on the thread count."""
+    workers = min(threads_for(n_rounds), n_rounds)
+    with progress(n_rounds, "random forest") as bar:
+        if workers == 1:
+            for t in range(n_rounds):
+                merge(*grow_round(t, grower))
+                bar.update()
+            return
+        spare: queue.SimpleQueue[TreeGrower] = queue.SimpleQueue()
+        for g in [grower] + [grower.sibling() for _ in range(workers - 1)]:
+            spare.put(g)
+
+        def one_round(t: int):
+            taken = spare.get()
+            try:
+                with kernel_threads(1):
+                    return grow_round(t, taken)
+            finally:
+                spare.put(taken)
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="ilargi-forest") as pool:
+            futures = [pool.submit(one_round, t) for t in range(n_rounds)]
+            try:
+                for future in futures:  # in round order; later rounds grow meanwhile
+                    merge(*future.result())
+                    bar.update()
+            except BaseException:  # an interruption or an error: the rounds not started are dropped
+                for future in futures:
+                    future.cancel()
+                raise
 
 
 class RandomForestRegressor(RegressorMixin, RandomForest):

@@ -9,6 +9,7 @@ gain splits next, as LightGBM and HistGradientBoosting grow, until ``max_leaves`
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,6 +146,17 @@ class TreeGrower:
         # boosting; a random forest's max_features), set by grow().
         self.n_pick, self.feature_seed = X.shape[1], 0
         self.allowed = np.ones(X.shape[1], dtype=np.bool_)
+
+    def sibling(self) -> TreeGrower:
+        """A grower of the same matrix, layout and limits with scratch of its own: it grows trees on another thread
+        beside this one (the binned rows, read-only, are shared, not copied)."""
+        other = copy.copy(self)
+        other.buffers = np.empty_like(self.buffers)
+        other.rows, other.scratch = other.buffers[0], other.buffers[1]
+        other.hists = None if self.hists is None else np.empty_like(self.hists)
+        other.allowed = np.ones_like(self.allowed)
+        other._abs_g = None
+        return other
 
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
         """(features, bins + 1, HIST_FIELDS) sums of g, h and rows per bin over ``rows``."""
