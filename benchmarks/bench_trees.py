@@ -27,6 +27,7 @@ Data sets, written outside the timed region into DuckDB files of a temporary fol
 
     python benchmarks/bench_trees.py --output docs/benchmarks.md        # several minutes
     python benchmarks/bench_trees.py --quick                            # a smoke run
+    python benchmarks/bench_trees.py --backend cupy --output docs/benchmarks.md   # on a machine with a GPU
 """
 
 from __future__ import annotations
@@ -231,9 +232,11 @@ def fit_baseline(con, task: dict, side: str):
     regression = task["task"] == "regression"
     if side.startswith("lightgbm"):
         quantized = {"use_quantized_grad": True} if side == "lightgbm_quantized" else {}
-        model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(**LIGHTGBM, **quantized)
+        device = {"device_type": "gpu"} if task.get("backend") == "cupy" else {}  # LightGBM's GPU build, if it has one
+        model = (lightgbm.LGBMRegressor if regression else lightgbm.LGBMClassifier)(**LIGHTGBM, **quantized, **device)
     else:
-        model = (xgboost.XGBRegressor if regression else xgboost.XGBClassifier)(**XGBOOST)
+        device = {"device": "cuda"} if task.get("backend") == "cupy" else {}
+        model = (xgboost.XGBRegressor if regression else xgboost.XGBClassifier)(**XGBOOST, **device)
     model.fit(X, y)
     categories = {c: X[c].cat.categories for c in X.columns if str(X[c].dtype) == "category"}
     return model, categories
@@ -277,6 +280,9 @@ def child(side: str, spec: str) -> None:
         options = {"strategy": "auto", "quantized_gradients": True} if side == QUANTIZED else {"strategy": side}
         if task["task"] == "multiclass":  # "auto" never picks multi-class
             options["objective"] = "log_loss"
+        if task.get("backend") == "cupy":  # the trees grow on the GPU: rows, gradients and histograms there
+            options["backend"] = "cupy"
+            options.pop("quantized_gradients", None)  # the CPU's kernels only
         fitted = ilargi_db.train(con, task["train"], task["target"], algorithm=ALGORITHM, **options, **ILARGI)
     seconds, bytes_ = time.perf_counter() - start, peak()
     if side in BASELINES:
@@ -469,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     found.add_argument("--tpch-scale", type=float, help="TPC-H scale factor (default 0.5, 0.05 with --quick)")
     found.add_argument("--favorita", type=Path, help="JoinBoost's data/favorita folder (its shipped sample)")
     found.add_argument("--joinboost-python", help="a Python with JoinBoost installed (its own virtual environment)")
+    found.add_argument(
+        "--backend",
+        choices=["numpy", "cupy"],
+        default="numpy",
+        help="cupy: ilargi's trees on the GPU, XGBoost with device='cuda', LightGBM with device_type='gpu'",
+    )
     args = found.parse_args(argv)
     if args.child:
         child(*args.child)
@@ -497,12 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         "favorita": lambda folder: favorita_jobs(folder, args.favorita),
     }
     with tempfile.TemporaryDirectory() as folder:
-        tasks = [t for name in args.datasets for t in builders[name](Path(folder))]
+        tasks = [{**t, "backend": args.backend} for name in args.datasets for t in builders[name](Path(folder))]
         results = [measure(task, sides, args.joinboost_python) for task in tasks]
     if args.output:
         image = plot(tasks, results, args.output.parent) if tasks else None
         how = ran(command(__file__, argv), time.perf_counter() - started)
-        write_section(args.output, "bench_trees", render(tasks, results, how, notes, image))
+        section = "bench_trees" if args.backend == "numpy" else f"bench_trees_{args.backend}"  # a GPU's apart
+        write_section(args.output, section, render(tasks, results, how, notes, image))
     return 0
 
 

@@ -348,3 +348,61 @@ def test_training_on_the_device_runs_the_cuda_kernels_and_gives_numpys_model(sta
     for name in FITTED:
         if hasattr(on_host.estimator_, name):
             np.testing.assert_allclose(getattr(on_device, name), getattr(on_host, name), rtol=1e-6, atol=1e-9)
+
+
+# -- trees on the device ---------------------------------------------------------------------------------------
+
+TREE_JOBS = {  # name: (query, target, algorithm, parameters)
+    "regression": (STAR, "y", "gradient_boosting", {"n_estimators": 4, "max_leaves": 8}),
+    "binary": (LABELLED, "late", "gradient_boosting", {"n_estimators": 4, "max_leaves": 8}),
+    "multi-class": (
+        STAR.replace("f.y FROM", "CAST(f.k % 3 AS INTEGER) AS band FROM"),
+        "band",
+        "gradient_boosting",
+        {"n_estimators": 3, "max_leaves": 6, "objective": "log_loss"},
+    ),
+    "forest": (LABELLED, "late", "random_forest", {"n_estimators": 4, "max_leaves": 8, "random_state": 1}),
+    "early stopping": (
+        STAR,
+        "y",
+        "gradient_boosting",
+        {"n_estimators": 6, "max_leaves": 6, "early_stopping": True, "n_iter_no_change": 2, "random_state": 0},
+    ),
+}
+
+
+@pytest.mark.parametrize("strategy", ["factorized", "materialized"])
+@pytest.mark.parametrize("job", list(TREE_JOBS))
+def test_trees_grown_on_the_device_are_numpys(star, job, strategy):
+    """backend="device_double": the rows, gradients and histograms on the device (its CUDA histogram kernel run by the
+    emulator), each node's histogram on the host for its split: the very trees NumPy's kernels grow."""
+    query, target, algorithm, params = TREE_JOBS[job]
+    run = dict(strategy=strategy, reuse=False, **params)
+    emulator.LAUNCHES.clear()
+    on_device = ilargi_db.train(star, query, target, algorithm, backend="device_double", **run)
+    assert "node_histogram" in emulator.LAUNCHES
+    on_host = ilargi_db.train(star, query, target, algorithm, backend="numpy", **run)
+    a, b = on_device.trees_.to_record(), on_host.trees_.to_record()
+    for key in ("tree_start", "feature", "left", "right", "threshold", "missing_left", "category_bins", "count"):
+        assert a[key] == b[key], key
+    np.testing.assert_allclose(a["value"], b["value"], rtol=1e-9, atol=1e-12)
+    for name, value in on_host.training_metrics_.items():
+        assert on_device.training_metrics_[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+
+
+def test_a_tree_on_the_device_copies_per_node_never_per_row(star):
+    """Host<->device copies while the trees grow: per node, a histogram down and a split's mask up (and the
+    partition's count); an n-row copy only for the rows, the target and the scores once per training."""
+    from tests.device_double import COPIES
+
+    n_estimators, max_leaves = 3, 8
+    COPIES.reset()
+    ilargi_db.train(
+        star, STAR, "y", "gradient_boosting", backend="device_double", strategy="materialized", reuse=False,
+        n_estimators=n_estimators, max_leaves=max_leaves,
+    )  # fmt: skip
+    nodes = n_estimators * (2 * max_leaves - 1)
+    rows = 3000
+    whole_rows = [c for c in COPIES.log if c.shape and c.shape[-1] >= rows]
+    assert len(whole_rows) <= 12, [(c.direction, c.shape, c.site) for c in whole_rows]
+    assert COPIES.to_host + COPIES.to_device <= 12 * nodes + 40

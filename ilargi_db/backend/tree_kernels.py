@@ -266,6 +266,8 @@ class NumbaTreeKernels:
     """The tree kernels, each one fused numba pass (on the free cores for a node of several chunks of rows)."""
 
     grows_whole_trees = True  # grow_tree: a tree in one call on a row-wise layout
+    grows_side_by_side = True  # a forest's trees may grow on several threads at once, a grower each
+    quantizes = True  # quantize(): gradients rounded at random, fused
 
     def row_layout(self, flat):
         """The bins of a row-wise layout (:attr:`FlatBins.rowwise`) as :meth:`grow_tree` reads them (a

@@ -15,17 +15,24 @@ class ReferenceTreeKernels:
     """The tree kernels as plain array operations of ``xp`` (the oracle, several passes each)."""
 
     grows_whole_trees = False  # trees grow one node at a time, through the steps below
+    grows_side_by_side = False  # a forest's trees grow one after another (a device runs one tree's passes)
 
     def __init__(self, xp: Any = np):
         self.xp = xp
 
+    @property
+    def quantizes(self) -> bool:
+        """Whether :meth:`quantize` takes these arrays: the rule is NumPy's (host arrays only)."""
+        return self.xp is np
+
     def _bins(self, flat, b: int, rows):
         """Every column of block ``b`` for ``rows``: (rows, width) bins, empty rows taking the fill."""
         xp = self.xp
-        w, start = int(flat.widths[b]), int(flat.code_start[b])
-        table = flat.codes[start : start + int(flat.source_rows[b]) * w].reshape(-1, w)
-        fill = flat.fills[int(flat.first_column[b]) : int(flat.first_column[b]) + w]
-        if flat.identity[b]:
+        shapes = flat.shapes  # read on the host
+        w, start, first = int(shapes.widths[b]), int(shapes.code_start[b]), int(shapes.first_column[b])
+        table = flat.codes[start : start + int(shapes.source_rows[b]) * w].reshape(-1, w)
+        fill = flat.fills[first : first + w]
+        if shapes.identity[b]:
             return table[rows]
         taken = flat.index[rows, b].astype(xp.int64)
         return xp.where((taken < 0)[:, None], fill[None, :], table[xp.maximum(taken, 0)])
@@ -36,10 +43,11 @@ class ReferenceTreeKernels:
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False):
         xp = self.xp
         out = xp.zeros((flat.columns.shape[0], flat.n_bins, HIST_FIELDS))
-        for b in range(len(flat.widths)):
+        shapes = flat.shapes  # read on the host
+        for b in range(len(shapes.widths)):
             bins = self._bins(flat, b, rows).astype(xp.int64)
-            for j in range(int(flat.widths[b])):
-                f = int(flat.columns[int(flat.first_column[b]) + j])
+            for j in range(int(shapes.widths[b])):
+                f = int(shapes.columns[int(shapes.first_column[b]) + j])
                 for q, weights in enumerate((g[rows], h[rows], xp.ones(len(rows)))):
                     out[f, :, q] = xp.bincount(bins[:, j], weights=weights, minlength=flat.n_bins)
         return out

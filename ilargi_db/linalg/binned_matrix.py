@@ -12,6 +12,7 @@ edges of numeric values or the categories kept (both from the training rows, see
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,7 @@ class BinnedMatrix:
     n_rows: int
     bins: list[FeatureBins]
     missing_bin: int = MAX_BINS
+    backend: Any = None  # the array backend trees grow on (ilargi_db.backend.get_backend); None: NumPy
 
     def __post_init__(self) -> None:
         seen = np.sort(np.concatenate([b.columns for b in self.blocks])) if self.blocks else np.empty(0)
@@ -159,7 +161,9 @@ class BinnedMatrix:
 
     def take_rows(self, rows: np.ndarray) -> BinnedMatrix:
         """The selected training rows (every block indexes them; the codes are shared)."""
-        return BinnedMatrix([b.take_rows(rows) for b in self.blocks], len(rows), self.bins, self.missing_bin)
+        return BinnedMatrix(
+            [b.take_rows(rows) for b in self.blocks], len(rows), self.bins, self.missing_bin, self.backend
+        )
 
     def __getitem__(self, rows: np.ndarray) -> BinnedMatrix:
         """``X[rows]`` (integer positions) as :meth:`take_rows`: the row selection a per-group fit takes."""
@@ -195,6 +199,7 @@ class FlatBins:
     n_bins: int  # bins of every feature's histogram, the missing bin included
     value_bins: np.ndarray  # (features,) each feature's bins of values (its compact histogram: one more)
     slot_start: np.ndarray  # (features + 1,) where each feature's compact histogram starts
+    host: FlatBins | None = None  # on a device (:meth:`on`): the same layout on the host, for its shapes
 
     @property
     def column_slot(self) -> np.ndarray:
@@ -259,11 +264,29 @@ class FlatBins:
         its rows and one for empty rows; the others none)."""
         return np.concatenate([[0], np.cumsum(np.where(segment, self.source_rows + 1, 0))]).astype(np.int64)
 
+    def on(self, backend: Any) -> FlatBins:
+        """The layout on ``backend``'s device (uploaded once: what the kernels read), keeping the host's in ``host``
+        for the shapes and positions read one at a time (the same layout on NumPy)."""
+        if backend.xp is np:
+            return self
+        arrays = {
+            f.name: backend.to_device(value)
+            for f in dataclasses.fields(self)
+            if isinstance(value := getattr(self, f.name), np.ndarray)
+        }
+        return dataclasses.replace(self, **arrays, host=self)
+
+    @property
+    def shapes(self) -> FlatBins:
+        """The layout whose shapes and positions are host arrays (itself, or the host's copy of a device's)."""
+        return self.host if self.host is not None else self
+
     def feature_at(self, feature: int) -> tuple[int, int]:
         """(block, column in it) of ``feature``."""
-        position = int(self.position[feature])
-        block = int(np.searchsorted(self.first_column, position, side="right")) - 1
-        return block, position - int(self.first_column[block])
+        host = self.shapes
+        position = int(host.position[feature])
+        block = int(np.searchsorted(host.first_column, position, side="right")) - 1
+        return block, position - int(host.first_column[block])
 
     @functools.cached_property
     def position(self) -> np.ndarray:

@@ -21,7 +21,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ilargi_db._terminal import progress
-from ilargi_db.backend import get_backend
+from ilargi_db.backend import NUMPY
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins
 from ilargi_db.linalg.row_identity import first_by_key, row_keys, spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
@@ -129,7 +129,13 @@ class GradientBoosting(TreeModel):
         return np.flatnonzero(~is_held), np.flatnonzero(is_held)
 
     def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
-        loss = self.loss_
+        loss, backend = self.loss_, self.growth_backend(X)
+        xp, kernels = backend.xp, backend.tree_kernels
+        if self.quantized_gradients and not kernels.quantizes:
+            raise ValueError(
+                f"quantized_gradients runs on the CPU's kernels, not on backend={backend.name!r}: train on "
+                "backend='numpy', or without quantized_gradients."
+            )
         # Each row keyed by its values and target (any row order, one model), once: what early stopping holds out
         # and how quantized gradients round.
         seed = self._seed()
@@ -140,28 +146,30 @@ class GradientBoosting(TreeModel):
         baseline = loss.baseline(y[train_rows])  # per tree of a round
         self.baseline_ = float(baseline[0]) if len(baseline) == 1 else baseline
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, float(self.l2_regularization))
-        kernels = get_backend("numpy").tree_kernels
         quantized = (seed, spread_copies(keys)) if self.quantized_gradients else (None, None)  # copies apart by rank
-        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, *quantized)
+        grower = TreeGrower(X, train_rows, limits, kernels, loss.unit_hessian, *quantized, backend=backend)
         per_round = loss.trees_per_round
-        raw = np.repeat(baseline[:, None], X.n_rows, axis=1)  # (trees per round, rows): each class's scores
-        g, h = np.zeros_like(raw), np.ones_like(raw)
+        # (trees per round, rows): each class's scores, and the gradients, where the trees grow (the device's)
+        raw = xp.repeat(backend.to_device(baseline)[:, None], X.n_rows, axis=1)
+        g, h = xp.zeros_like(raw), xp.ones_like(raw)
+        target = backend.to_device(y)
         held_bins = X.dense_bins(held_rows) if len(held_rows) else None
+        held_raw = np.repeat(baseline[:, None], len(held_rows), axis=1)  # scored on the host, tree by tree
         trees: list[Tree] = []
         self.train_score_, self.validation_score_ = [], []
         best, since_best = np.inf, 0
         with progress(self.n_estimators, "gradient boosting") as bar:
             for _ in range(self.n_estimators):
-                loss.gradients(raw, y, g, h)  # every class's, from the scores before this round's trees
+                loss.gradients(raw, target, g, h)  # every class's, from the scores before this round's trees
                 for k in range(per_round):
                     trees.append(grower.grow(g[k], h[k], float(self.learning_rate), raw[k]))
                 bar.update()
                 if held_bins is None:
                     continue
-                self.train_score_.append(loss.loss(raw[:, train_rows], y[train_rows]))
+                self.train_score_.append(loss.loss(backend.to_host(raw)[:, train_rows], y[train_rows]))
                 for k, tree in enumerate(trees[-per_round:]):
-                    raw[k, held_rows] += _tree_output(held_bins, tree, kernels)
-                held_loss = loss.loss(raw[:, held_rows], y[held_rows])
+                    held_raw[k] += _tree_output(held_bins, tree)
+                held_loss = loss.loss(held_raw, y[held_rows])
                 self.validation_score_.append(held_loss)
                 if held_loss < best - self.tol:
                     best, since_best = held_loss, 0
@@ -170,16 +178,16 @@ class GradientBoosting(TreeModel):
                     if since_best >= self.n_iter_no_change:
                         break
         self.n_iter_ = len(trees) // per_round
-        self.fit_metrics_ = loss.fit_metrics(raw, y)
+        self.fit_metrics_ = loss.fit_metrics(backend.to_host(raw), y)
         self.trees_ = TreeEnsemble.of(trees, X.categorical, per_round)
         self.feature_importances_ = self.trees_.importances(X.shape[1])
 
 
-def _tree_output(codes: np.ndarray, tree: Tree, kernels) -> np.ndarray:
-    """One tree's values for rows given as dense bins (the held-out rows of early stopping)."""
+def _tree_output(codes: np.ndarray, tree: Tree) -> np.ndarray:
+    """One tree's values for rows given as dense bins on the host (the held-out rows of early stopping)."""
     out = np.zeros(len(codes))
     start = np.array([0, tree.n_nodes], dtype=np.int64)
-    kernels.add_trees(
+    NUMPY.tree_kernels.add_trees(
         np.ascontiguousarray(codes), start, tree.feature, tree.goes_left, tree.left, tree.right, tree.value, out
     )
     return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import queue
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from numbers import Integral, Real
 from typing import Any
 
@@ -32,7 +32,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ilargi_db._terminal import progress
-from ilargi_db.backend import get_backend
+from ilargi_db.backend import NUMPY
 from ilargi_db.backend.parallel import kernel_threads, threads_for
 from ilargi_db.backend.tree_grower import poisson_weights
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
@@ -148,34 +148,38 @@ class RandomForest(TreeModel):
         keys = spread_copies(row_keys(X, (y,), seed)) if self.bootstrap else None
         rate = 1.0 if self.max_samples is None else float(self.max_samples)
         limits = GrowthLimits(self.max_leaves, self.max_depth, self.min_samples_leaf, 0.0)
-        grower = TreeGrower(X, np.arange(n), limits, get_backend("numpy").tree_kernels, unit_hessian=not self.bootstrap)
+        backend = self.growth_backend(X)
+        xp, kernels = backend.xp, backend.tree_kernels
+        grower = TreeGrower(X, np.arange(n), limits, kernels, unit_hessian=not self.bootstrap, backend=backend)
+        targets = backend.to_device(targets)
         n_pick = self.features_per_split(X.shape[1])
         share = 1.0 / self.n_estimators  # each tree's leaves scaled: the trees' sum is their mean
 
-        kernels = get_backend("numpy").tree_kernels
         codes = np.ascontiguousarray(X.dense_bins()) if self.bootstrap else None  # to score the rows left out
 
         def grow_round(t: int, grower: TreeGrower) -> tuple[list[Tree], np.ndarray | None, np.ndarray]:
             """Round t's trees (one per class), from its bootstrap and feature draws alone, and the rows it scores:
             those its bootstrap left out (their indices, and their scores by its trees), or every row."""
             tree_seed = seed + t * SEED_STRIDE
-            h, rows, out = np.ones(n), None, None
+            counts, rows, out = np.ones(n), None, None
             if self.bootstrap:
-                h = poisson_weights(keys, tree_seed, rate)
-                rows, out = np.flatnonzero(h), np.flatnonzero(h == 0)
+                counts = poisson_weights(keys, tree_seed, rate)
+                rows, out = np.flatnonzero(counts), np.flatnonzero(counts == 0)
                 if len(rows) == 0:  # a tiny table's bootstrap drew no row: every row then
-                    h, rows = np.ones(n), None
-            g, scratch = np.empty(n), np.zeros((trees_per_round, n))
+                    counts, rows = np.ones(n), None
+            h = backend.to_device(counts)  # the rows' weights, where the trees grow
+            rows = None if rows is None else backend.to_device(rows)
+            g, scratch = xp.empty(n), xp.zeros((trees_per_round, n))
             trees = []
             for k in range(trees_per_round):
-                np.multiply(targets[k], -h, out=g)  # one Newton step from 0: a leaf's value is its rows' mean
+                g[...] = -h * targets[k]  # one Newton step from 0: a leaf's value is its rows' mean
                 trees.append(grower.grow(g, h, share, scratch[k], rows, n_pick, tree_seed + k))
             if out is None:  # every row is in every tree: the leaves were added to every row's scores
-                return trees, None, scratch
+                return trees, None, backend.to_host(scratch)
             scores = np.zeros((trees_per_round, len(out)))
             left_out = codes[out]
             for k, tree in enumerate(trees):
-                TreeEnsemble.of([tree], X.categorical).add_scores(left_out, scores[k : k + 1], kernels)
+                TreeEnsemble.of([tree], X.categorical).add_scores(left_out, scores[k : k + 1], NUMPY.tree_kernels)
             return trees, out, scores
 
         # Each round's scores merged in round order (the same sums on any thread count): out of bag, or every row's.
@@ -224,7 +228,7 @@ def grow_in_parallel(grow_round, merge, n_rounds: int, grower: TreeGrower) -> No
     keep every core busy where a tree's own passes over a node's rows pay on several threads only for large nodes
     (docs/benchmarks.md). A round depends on its seed alone and rounds merge in order: the forest and its scores
     do not depend on the thread count."""
-    workers = min(threads_for(n_rounds), n_rounds)
+    workers = min(threads_for(n_rounds), n_rounds) if grower.kernels.grows_side_by_side else 1
     with progress(n_rounds, "random forest") as bar:
         if workers == 1:
             for t in range(n_rounds):
@@ -244,13 +248,18 @@ def grow_in_parallel(grow_round, merge, n_rounds: int, grower: TreeGrower) -> No
                 spare.put(taken)
 
         with ThreadPoolExecutor(workers, thread_name_prefix="ilargi-forest") as pool:
-            futures = [pool.submit(one_round, t) for t in range(n_rounds)]
+            # A window of rounds in flight: a round's scores wait for the rounds before it to merge, so at most
+            # this many are held at once (all of them held were 1.9 GB on TPC-H's 3M rows).
+            window = 2 * workers
+            futures: dict[int, Future] = {t: pool.submit(one_round, t) for t in range(min(window, n_rounds))}
             try:
-                for future in futures:  # in round order; later rounds grow meanwhile
-                    merge(*future.result())
+                for t in range(n_rounds):  # in round order; later rounds grow meanwhile
+                    merge(*futures.pop(t).result())
+                    if t + window < n_rounds:
+                        futures[t + window] = pool.submit(one_round, t + window)
                     bar.update()
             except BaseException:  # an interruption or an error: the rounds not started are dropped
-                for future in futures:
+                for future in futures.values():
                     future.cancel()
                 raise
 

@@ -5,15 +5,21 @@ its histogram the sums of (gradient, hessian, rows) per feature bin. The smaller
 built from its rows (gathered through each block's index, or summed per source row first where the
 source is small: the factorized way); the larger one's is the parent's less it. The leaf of largest
 gain splits next, as LightGBM and HistGradientBoosting grow, until ``max_leaves``.
+
+On a GPU backend the rows, the gradients, the bins the kernels read and the histograms stay on the device; each
+node's histogram comes to the host once for its split search (a few kilobytes), the split's mask goes back: copies
+per node, never per row.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ilargi_db.backend import NUMPY
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.tree_split import GrowthLimits, draw_features, pick_leaf
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, FlatBins
@@ -24,7 +30,8 @@ class Node:
     start: int
     stop: int
     depth: int
-    hist: np.ndarray  # (features, bins + 1, HIST_FIELDS)
+    hist: np.ndarray  # (features, bins + 1, HIST_FIELDS), where the kernels build it (the device's)
+    host: np.ndarray  # the same on the host: the split search reads it
     gain: float = 0.0
     feature: int = -1
     goes_left: np.ndarray | None = None
@@ -32,7 +39,7 @@ class Node:
 
     @property
     def sums(self) -> np.ndarray:
-        return self.hist[0].sum(axis=0)  # every row is in one bin of each feature
+        return self.host[0].sum(axis=0)  # every row is in one bin of each feature
 
 
 @dataclass(frozen=True)
@@ -120,22 +127,26 @@ class TreeGrower:
         unit_hessian: bool = False,
         quantized_seed: int | None = None,
         row_keys: np.ndarray | None = None,
+        backend: Any = NUMPY,
     ):
         """``quantized_seed``: grow on quantized gradients (:mod:`ilargi_db.backend.quantization`), tree k's drawn
         from this seed plus k and each row's key in ``row_keys`` (uint64, of the row's values: the same rows get the
-        same draws in any order); None: on the gradients as they are."""
+        same draws in any order); None: on the gradients as they are. ``backend``: where the rows, the gradients
+        and the histograms are (``kernels`` are its tree kernels)."""
         self.X, self.limits, self.kernels, self.unit_hessian = X, limits, kernels, unit_hessian
+        self.backend, self.xp = backend, backend.xp
         self.quantized_seed, self.n_trees, self.row_keys = quantized_seed, 0, row_keys
         if quantized_seed is not None and (row_keys is None or len(row_keys) != X.n_rows):
             raise ValueError("quantized gradients draw from a key per row: pass row_keys, one per row of X.")
-        self.train_rows = np.array(rows, dtype=np.int64)  # ascending
+        self.train_rows = backend.to_device(np.array(rows, dtype=np.int64))  # ascending
         # Each node's rows stay ascending: a range of rows (partitioned in place one node at a time, with scratch),
         # or of one of two buffers (the whole-tree grower's: a split writes its children into the other one).
-        self.buffers = np.empty((2, len(self.train_rows)), dtype=np.int64)
+        self.buffers = self.xp.empty((2, len(self.train_rows)), dtype=self.xp.int64)
         self.rows, self.scratch = self.buffers[0], self.buffers[1]
         self.n_bins = X.n_bins
         self.categorical = X.categorical
-        self.flat = FlatBins.of(X)
+        self.flat = FlatBins.of(X)  # its shapes and positions, read here
+        self.kernel_flat = self.flat.on(backend)  # what the kernels read per row: on the device, uploaded once
         self.whole_trees = self.flat.rowwise and kernels.grows_whole_trees
         self.layout = kernels.row_layout(self.flat) if self.whole_trees else None
         # A whole tree's leaf histograms (compact: each feature's bins, its missing values' last), kept across trees.
@@ -151,7 +162,7 @@ class TreeGrower:
         """A grower of the same matrix, layout and limits with scratch of its own: it grows trees on another thread
         beside this one (the binned rows, read-only, are shared, not copied)."""
         other = copy.copy(self)
-        other.buffers = np.empty_like(self.buffers)
+        other.buffers = self.xp.empty_like(self.buffers)
         other.rows, other.scratch = other.buffers[0], other.buffers[1]
         other.hists = None if self.hists is None else np.empty_like(self.hists)
         other.allowed = np.ones_like(self.allowed)
@@ -161,7 +172,10 @@ class TreeGrower:
     def histogram(self, rows: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
         """(features, bins + 1, HIST_FIELDS) sums of g, h and rows per bin over ``rows``."""
         segment = segmented_blocks(self.flat, len(rows))
-        return self.kernels.node_histogram(self.flat, rows, g, h, segment, self.unit_hessian)
+        return self.kernels.node_histogram(self.kernel_flat, rows, g, h, segment, self.unit_hessian)
+
+    def _node(self, start: int, stop: int, depth: int, hist) -> Node:
+        return Node(start, stop, depth, hist, self.backend.to_host(hist))
 
     def _gain_floor_sum(self, g: np.ndarray, rows: np.ndarray) -> float:
         """:data:`GAIN_FLOOR` times the sum of |g| over the tree's ``rows`` (into a buffer kept across trees, not a
@@ -169,8 +183,8 @@ class TreeGrower:
         if len(rows) < len(g):
             g = g[rows]
         if self._abs_g is None or self._abs_g.shape != g.shape:
-            self._abs_g = np.empty_like(g)
-        return GAIN_FLOOR * float(np.abs(g, out=self._abs_g).sum())
+            self._abs_g = self.xp.empty_like(g)
+        return GAIN_FLOOR * float(self.xp.abs(g, out=self._abs_g).sum())
 
     def _split(self, node: Node) -> Node:
         limits = self.limits
@@ -181,7 +195,7 @@ class TreeGrower:
         mask = np.zeros(self.X.missing_bin + 1, dtype=np.bool_)
         draw_features(self.feature_seed, node.id, self.n_pick, self.allowed)
         gain, feature = self.kernels.best_split(
-            node.hist,
+            node.host,
             self.n_bins,
             self.categorical,
             self.X.missing_bin,
@@ -210,15 +224,15 @@ class TreeGrower:
         ``rows``: this tree's rows (ascending; a random forest's bootstrap), else the grower's training rows.
         ``n_pick``: each node splits on that many features drawn from ``feature_seed`` and the node's id
         (:func:`~ilargi_db.backend.tree_split.draw_features`), else on every feature."""
-        rows = self.train_rows if rows is None else np.asarray(rows, dtype=np.int64)
+        rows = self.train_rows if rows is None else self.xp.asarray(rows, dtype=self.xp.int64)
         if len(rows) != self.buffers.shape[1]:
-            self.buffers = np.empty((2, len(rows)), dtype=np.int64)
+            self.buffers = self.xp.empty((2, len(rows)), dtype=self.xp.int64)
             self.rows, self.scratch = self.buffers[0], self.buffers[1]
         self.n_pick = self.X.shape[1] if n_pick is None else int(n_pick)
         self.feature_seed = int(feature_seed)
         # Every tree starts from the rows in order: a node's rows then come in order (stable partitions), and
         # each pass reads g, h and the bins forward instead of in the last tree's leaf order (5x slower measured).
-        np.copyto(self.rows, rows)
+        self.rows[...] = rows
         quantized = None
         if self.quantized_seed is not None:  # the splits and leaf values of the rounded gradients, in either grower
             seed = self.quantized_seed + self.n_trees
@@ -236,7 +250,7 @@ class TreeGrower:
 
     def _grow_per_node(self, g: np.ndarray, h: np.ndarray, learning_rate: float, raw: np.ndarray, rows) -> Tree:
         limits, tree = self.limits, _TreeBuilder(self.X.missing_bin + 1)
-        root = Node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
+        root = self._node(0, len(self.rows), 0, self.histogram(self.rows, g, h))
         floor = self._gain_floor_sum(g, rows)
         self.min_gain = floor**2 / (float(root.sums[HESSIAN]) + limits.l2_regularization)
         root.id = tree.add(len(self.rows))
@@ -264,27 +278,30 @@ class TreeGrower:
     def _children(self, node: Node, g: np.ndarray, h: np.ndarray, tree: _TreeBuilder) -> tuple[Node, Node]:
         # The smaller child's rows, counted from the parent's histogram, get a histogram of their own (in the
         # pass that partitions the rows, where it can); the larger child's is the parent's less it.
-        n_left_rows = node.hist[node.feature, node.goes_left, COUNT].sum()
+        n_left_rows = node.host[node.feature, node.goes_left, COUNT].sum()
         small_left = n_left_rows <= (node.stop - node.start) - n_left_rows
+        goes_left = self.backend.to_device(node.goes_left)  # the split's mask, where the kernels read it
         if self.flat.rowwise:
             n_left, small_hist = self.kernels.partition_histogram(
-                self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch, small_left,
-                g, h, self.unit_hessian,
+                self.rows, node.start, node.stop, self.kernel_flat, node.feature, goes_left, self.scratch,
+                small_left, g, h, self.unit_hessian,
             )  # fmt: skip
         else:
             n_left = self.kernels.partition_rows(
-                self.rows, node.start, node.stop, self.flat, node.feature, node.goes_left, self.scratch
+                self.rows, node.start, node.stop, self.kernel_flat, node.feature, goes_left, self.scratch
             )
             small = slice(node.start, node.start + n_left) if small_left else slice(node.start + n_left, node.stop)
             small_hist = self.histogram(self.rows[small], g, h)
         middle = node.start + n_left
-        large_hist = node.hist - small_hist
-        left_hist, right_hist = (small_hist, large_hist) if small_left else (large_hist, small_hist)
-        left = Node(node.start, middle, node.depth + 1, left_hist)
-        right = Node(middle, node.stop, node.depth + 1, right_hist)
+        small_host = self.backend.to_host(small_hist)
+        large = (node.hist - small_hist, node.host - small_host)  # the parent's less the smaller child's
+        small = (small_hist, small_host)
+        (left_hist, left_host), (right_hist, right_host) = (small, large) if small_left else (large, small)
+        left = Node(node.start, middle, node.depth + 1, left_hist, left_host)
+        right = Node(middle, node.stop, node.depth + 1, right_hist, right_host)
         left.id, right.id = tree.add(middle - node.start), tree.add(node.stop - middle)
         tree.split(node.id, node.feature, left.id, right.id, node.gain, node.goes_left)
-        node.hist = None  # the parent's histogram is no longer needed
+        node.hist = node.host = None  # the parent's histogram is no longer needed
         return left, right
 
 

@@ -18,7 +18,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ilargi_db.backend import get_backend
+from ilargi_db.backend import NUMPY, Backend, get_backend
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array, quantile_bins
 from ilargi_db.models._base import exact_classes
 from ilargi_db.models.losses import LOSSES, Loss, loss_for
@@ -141,6 +141,11 @@ class TreeModel(BaseEstimator):
 
     def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def growth_backend(X: BinnedMatrix) -> Backend:
+        """Where the trees grow: the binned matrix's backend (``train(..., backend=...)``), NumPy for plain arrays."""
+        return X.backend if X.backend is not None else NUMPY
 
     def _seed(self) -> int:
         """``random_state`` as a seed (None or a RandomState: one drawn from it)."""

@@ -9,6 +9,7 @@ reads nothing again); the materialized one the join DuckDB builds.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,11 +51,23 @@ def _binned(graph: JoinGraph, read: ReadSettings, job: JobReuse | None, fit: Cal
     return binner
 
 
+def _on(data: TrainingData, read: ReadSettings) -> TrainingData:
+    """``data`` whose trees grow on ``read``'s backend (the binned rows stay on the host until the grower uploads
+    what its kernels read)."""
+    return dataclasses.replace(data, X=dataclasses.replace(data.X, backend=read.backend))
+
+
 def read_binned_factorized(
     con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None = None
 ) -> TrainingData:
     """Each source's features binned once per source row, and the source row each training row takes; with
     ``job``, the bins and the binned rows from (and into) the artifact store."""
+    return _on(_read_binned_factorized(con, graph, read, job), read)
+
+
+def _read_binned_factorized(
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, read: ReadSettings, job: JobReuse | None
+) -> TrainingData:
     began = time.perf_counter()
     binned_key = None
     if job is not None and job.enabled and read.fit:
@@ -78,7 +91,8 @@ def read_binned_materialized(
     readers take the same arguments."""
     table, y, unlabelled, groups = materialized_rows(con, graph, read.encoder.categorical, read.labelled_only)
     binner = _binned(graph, read, job, lambda b: b.fit_table(table, graph.feature_names))
-    return TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
+    data = TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
+    return _on(data, read)
 
 
 BINNED_READERS = {Strategy.FACTORIZED: read_binned_factorized, Strategy.MATERIALIZED: read_binned_materialized}
