@@ -15,6 +15,7 @@ caller's terms before the folds are fitted; the scorer before anything is read.
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,24 +31,23 @@ from ilargi_db.interruption import check_interrupted, interruptible_job
 from ilargi_db.limits import GRID_SETS
 from ilargi_db.linalg import COLSUMS, CROSSPROD
 from ilargi_db.linalg.row_identity import folds_by_key, row_keys
-from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, make_estimator
-from ilargi_db.normalization import normalize
+from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, estimator_class, make_estimator
+from ilargi_db.models.losses import LOSSES
+from ilargi_db.normalization import binned_rows, normalize
 
 CLASSIFYING_METRICS = ("classification", "margin")  # catalog metrics whose folds keep the classes' shares
 DEFAULT_FOLDS = 5
 MIN_FOLDS = 2  # a fold holds rows out: one fold would hold out every row
-# The algorithms cross_validate scores: supervised, fitted on the normalized matrix (rows of it selected per fold).
-CROSS_VALIDATED = tuple(name for name in SUPERVISED if algorithm_facts(name).reads == "matrix")
+# The algorithms cross_validate scores: every supervised one, fitted on rows of one read selected per fold (the
+# normalized matrix, or the binned rows of the trees).
+CROSS_VALIDATED = SUPERVISED
 
 
 def check_cross_validated(algorithm: str, target: str | None) -> None:
     """Refuse, before anything is read, an algorithm cross_validate does not score, or no target."""
     if algorithm not in CROSS_VALIDATED:
         scores = worded("cross_validate scores", "cross-validation scores")
-        raise IlargiError(
-            f"{scores} supervised models fitted on a normalized matrix, one of {', '.join(CROSS_VALIDATED)}; "
-            f"got {algorithm!r}."
-        )
+        raise IlargiError(f"{scores} supervised models, one of {', '.join(CROSS_VALIDATED)}; got {algorithm!r}.")
     if target is None:
         raise IlargiError(f"{algorithm} needs a target to score: pass {spell('target', '<label column>')}.")
 
@@ -97,7 +97,7 @@ class KeyedFolds:
             yield np.flatnonzero(fold != k), np.flatnonzero(fold == k)
 
 
-def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
+def _splitter(cv: Any, stratify: bool, random_state: int | None) -> Any:
     """``cv`` folds by the rows' keys (a query's rows come in no order that repeats), stratified for a classifier;
     or ``cv``'s own splitter (anything with ``split``, as scikit-learn takes), used as given."""
     if hasattr(cv, "split"):
@@ -108,7 +108,7 @@ def _splitter(cv: Any, algorithm: str, random_state: int | None) -> Any:
         )
     if random_state is not None and (isinstance(random_state, bool) or not isinstance(random_state, Integral)):
         raise IlargiError(f"random_state={random_state!r}: give an integer seed of the folds, or None.")
-    return KeyedFolds(int(cv), stratify=_classifies(algorithm), random_state=random_state)
+    return KeyedFolds(int(cv), stratify=stratify, random_state=random_state)
 
 
 def _label(value: Any) -> Any:
@@ -117,13 +117,22 @@ def _label(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _classifies(algorithm: str) -> bool:
-    return algorithm_facts(algorithm).metrics in CLASSIFYING_METRICS
+def _classifies(algorithm: str, estimator: Any = None, y: Any = None) -> bool | None:
+    """Whether ``algorithm`` (as ``estimator`` is set) classifies ``y``'s rows; None where only the rows can say (a
+    tree model's ``objective="auto"`` before they are read)."""
+    metrics = algorithm_facts(algorithm).metrics
+    if metrics != "objective":
+        return metrics in CLASSIFYING_METRICS
+    objective = getattr(estimator, "objective", "auto")
+    if objective != "auto":
+        return bool(LOSSES[objective].classifies)
+    return None if y is None else len(np.unique(y)) == 2  # as TreeModel's "auto" decides
 
 
-def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
+def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray, classifies: bool | None = None) -> None:
     """Refuse ``cv`` folds of ``y``'s rows that cannot all be scored: more folds than rows, one class only, or a
-    class of fewer rows than folds (a fold would hold none of it out, or train without it)."""
+    class of fewer rows than folds (a fold would hold none of it out, or train without it). ``classifies``: whether
+    the model classifies (None: as ``algorithm`` does)."""
     if not isinstance(cv, Integral):
         return  # a splitter of the caller's: its folds as it makes them
     given = spell("cv", int(cv))
@@ -132,7 +141,7 @@ def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
             f"{given}: {cv} folds need at least {cv} rows, and the training query returned {len(y)}: pass "
             f"{spell('cv', max(MIN_FOLDS, len(y)))} or fewer folds (at least {MIN_FOLDS}), or a query with more rows."
         )
-    if not _classifies(algorithm):
+    if not (_classifies(algorithm) if classifies is None else classifies):
         return
     labels, counts = np.unique(y, return_counts=True)
     if len(labels) < 2:
@@ -158,8 +167,11 @@ def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray) -> None:
 def check_scorer(scorer: Any, scoring: Any, algorithm: str, estimator: Any, y: Any = None) -> None:
     """Refuse a scorer that cannot score ``algorithm``'s predictions (a classifier's scorer for a regression, one
     that needs probabilities of a model that has none...), by scoring a fit on a few made-up rows: labelled like
-    ``y`` when given (its classes), two classes or numbers else. Before any read, and before any fold's fit."""
-    classifies = _classifies(algorithm)
+    ``y`` when given (its classes), two classes or numbers else. Before any read (where the rows need not say
+    whether it classifies), and before any fold's fit."""
+    classifies = _classifies(algorithm, estimator, y)
+    if classifies is None:
+        return  # objective="auto": checked again once the rows are read
     n = 12
     if y is None:
         labels = np.arange(n) % 2 if classifies else np.linspace(0.0, 1.0, n)
@@ -212,6 +224,30 @@ def _share_fold_sums(
         )
 
 
+def _read(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str,
+    algorithm: str,
+    candidates: list[dict[str, Any]],
+    params: Mapping[str, Any],
+    backend: str,
+    impute: bool,
+) -> tuple[Any, Any]:
+    """The rows every fold selects from, read once: the normalized matrix, or a tree model's binned rows (its
+    rows whose target is not NULL, each feature binned at DuckDB's quantiles over all of them, as ``train`` bins
+    them; one ``max_bins`` for the whole grid)."""
+    if algorithm_facts(algorithm).reads == "matrix":
+        return normalize(con, query, target=target, backend=backend, impute=impute)
+    max_bins = {make_estimator(algorithm, {**params, **c}).max_bins for c in candidates}
+    if len(max_bins) > 1:
+        raise IlargiError(
+            f"the parameter sets bin the rows {len(max_bins)} ways (max_bins {sorted(max_bins)}), and "
+            "cross_validate bins them once: search one max_bins at a time."
+        )
+    return binned_rows(con, query, target, max_bins.pop())
+
+
 def _rank(means: np.ndarray) -> list[int]:
     """1 for the best mean score, ties sharing the smaller rank (as scikit-learn's ``rank_test_score``)."""
     order = np.where(np.isnan(means), -np.inf, means)
@@ -241,12 +277,15 @@ def cross_validate(
         The connection, the training query (a SELECT over joined tables) and its label column, as for
         :func:`ilargi_db.train`.
     algorithm : str
-        A supervised algorithm that fits a normalized matrix: ``"linear_regression"``,
-        ``"logistic_regression"`` or ``"linear_svc"``.
+        A supervised algorithm: ``"linear_regression"``, ``"logistic_regression"``, ``"linear_svc"`` (fitted on the
+        normalized matrix), ``"gradient_boosting"`` or ``"random_forest"`` (on the rows binned once, every feature
+        at DuckDB's quantiles of all the rows read, as ``train`` bins them; one ``max_bins`` for the grid).
     cv : int or splitter, default=5
         The number of folds, each row's fold set by a hash of its values seeded with ``random_state``
         (:class:`KeyedFolds`: the same folds on every run, whatever order the rows come in; stratified by class
         for a classifier), or a scikit-learn splitter (``KFold(...)``, ``ShuffleSplit(...)``...) used as given.
+        ``random_state`` also seeds every fit of a model that draws (a random forest's bootstraps, boosting's
+        early-stopping rows) unless the grid sets the model's own ``random_state``.
     param_grid : dict of lists, or a list of such dicts
         The parameter sets to compare, as scikit-learn's ``GridSearchCV`` takes them; none: ``params`` alone.
         At most 10,000 sets (counted before any is built; ``ILARGI_MAX_GRID_SETS`` raises it).
@@ -278,17 +317,26 @@ def cross_validate(
     [({'alpha': 0.0}, 1), ({'alpha': 100.0}, 2)]
     """
     check_cross_validated(algorithm, target)
+    in_grid = {
+        name for grid in (param_grid if isinstance(param_grid, Sequence) else [param_grid or {}]) for name in grid
+    }
+    drawing = "random_state" in inspect.signature(estimator_class(algorithm)).parameters
+    if drawing and random_state is not None and "random_state" not in in_grid:
+        # a model that draws is seeded with the folds' seed: the same scores on every run
+        params = {"random_state": random_state, **params}
     candidates = _candidates(algorithm, params, param_grid)
     from sklearn.metrics import check_scoring
 
     first = make_estimator(algorithm, {**params, **candidates[0]})
     scorer = check_scoring(first, scoring=scoring)
-    splitter = _splitter(cv, algorithm, random_state)
+    _splitter(cv, False, random_state)  # cv and random_state checked before the read
     check_scorer(scorer, scoring, algorithm, first)
-    X, y = normalize(con, query, target=target, backend=backend, impute=impute)
+    X, y = _read(con, query, target, algorithm, candidates, params, backend, impute)
     y = to_host(y) if hasattr(y, "get") else np.asarray(y)
-    check_fold_counts(cv, algorithm, y)
-    if _classifies(algorithm):
+    classifies = bool(_classifies(algorithm, first, y))
+    splitter = _splitter(cv, classifies, random_state)
+    check_fold_counts(cv, algorithm, y, classifies)
+    if classifies:
         check_scorer(scorer, scoring, algorithm, first, y)  # again with the classes read
     # Keyed folds hash the rows' values; a splitter of the caller's sees only how many rows (it may not take X).
     rows = X if isinstance(splitter, KeyedFolds) else np.zeros((len(y), 1))

@@ -7,9 +7,11 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.backend import get_backend
+from ilargi_db.backend import NUMPY, get_backend
 from ilargi_db.interruption import interruptible_job
+from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
 from ilargi_db.models.catalog import Strategy
+from ilargi_db.pipeline.binned_readers import read_binned_factorized
 from ilargi_db.pipeline.readers import ReadSettings, read_factorized
 from ilargi_db.plan import (
     JoinGraph,
@@ -20,6 +22,7 @@ from ilargi_db.plan import (
     mark_categorical_coalesce,
 )
 from ilargi_db.preprocess import FeatureEncoder
+from ilargi_db.preprocess.binning import FeatureBinner
 from ilargi_db.preprocess.raw_matrix import raw_normalized_matrix, with_storage
 from ilargi_db.read_snapshot import ReadSnapshot
 
@@ -111,3 +114,23 @@ def normalize(
         encoder = FeatureEncoder(categorical_flags(graph), impute=True)
         data = read_factorized(con, graph, ReadSettings(encoder, fit=True, backend=be, labelled_only=labelled))
     return with_storage(data.X, sparse, dtype), None if data.y is None else be.asarray(data.y)
+
+
+@interruptible_job
+def binned_rows(
+    con: duckdb.DuckDBPyConnection, query: str, target: str, max_bins: int = MAX_BINS
+) -> tuple[BinnedMatrix, np.ndarray]:
+    """A training query's rows binned as a tree model's ``train`` bins them, and its target.
+
+    Each source's features are binned once per source row (every feature at DuckDB's quantiles of the training
+    rows, a category its own bin), the rows whose target is NULL left out; the matrix is what
+    ``GradientBoosting`` and ``RandomForest`` fit, and ``X[rows]`` selects rows of it without copying the bins.
+    """
+    from ilargi_db.cost_model.memory import check_job_memory
+
+    with ReadSnapshot(con):  # every read sees one committed state of the database
+        graph = check_factorizable(build_join_graph(con, query, target))
+        check_job_memory(con, graph, Strategy.FACTORIZED)
+        binner = FeatureBinner(categorical_flags(graph), max_bins)
+        data = read_binned_factorized(con, graph, ReadSettings(binner, fit=True, backend=NUMPY, labelled_only=True))
+    return data.X, np.asarray(data.y)

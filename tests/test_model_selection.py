@@ -334,8 +334,8 @@ def test_interrupt_training_stops_cross_validate_between_fits(small):
 @pytest.mark.parametrize(
     ("algorithm", "settings", "message"),
     [
-        ("kmeans", {}, "supervised models fitted on a normalized matrix, one of linear_regression"),
-        ("gradient_boosting", {}, "supervised models fitted on a normalized matrix"),
+        ("kmeans", {}, "supervised models, one of linear_regression"),
+        ("gradient_boosting", {"param_grid": {"max_bins": [16, 32]}}, "bins them once: search one max_bins"),
         ("linear_regression", {"param_grid": {"alfa": [1.0]}}, "unknown parameter"),
         ("linear_regression", {"param_grid": {"alpha": [-1.0]}}, "'alpha' parameter of LinearRegression"),
         ("linear_regression", {"alpha": 1.0, "param_grid": {"alpha": [2.0]}}, "both as a parameter and in param_grid"),
@@ -373,3 +373,40 @@ def test_scaling_sparse_one_hot_rows_without_centering_keeps_them_sparse():
     assert scipy.sparse.issparse(scaled)
     expected = DenseScaler(with_mean=False).fit(X.toarray()).transform(X.toarray())
     np.testing.assert_allclose(scaled.toarray(), expected, rtol=1e-12)
+
+
+# -- trees ------------------------------------------------------------------------------------------------------
+
+TREES = {"n_estimators": 5, "max_leaves": 8, "min_samples_leaf": 5}
+
+
+@pytest.mark.parametrize("algorithm", ["gradient_boosting", "random_forest"])
+def test_cross_validate_of_trees_scores_each_fold_as_the_estimator_fitted_on_its_binned_rows(database, algorithm):
+    """The binned rows read once; each fold's score is the estimator's, fitted on that fold's rows of them (seeded
+    with the folds' random_state)."""
+    from ilargi_db.models.catalog import make_estimator
+    from ilargi_db.normalization import binned_rows
+
+    grid = {"learning_rate": [0.1, 0.5]} if algorithm == "gradient_boosting" else {"max_features": [1, None]}
+    rows = ilargi_db.cross_validate(database, QUERY, "y", algorithm, cv=3, param_grid=grid, random_state=2, **TREES)
+    X, y = binned_rows(database, QUERY, "y")
+    folds = list(KeyedFolds(3, random_state=2).split(X, y))
+    for row in rows:
+        expected = [
+            make_estimator(algorithm, {**TREES, "random_state": 2, **row["params"]})
+            .fit(X[train], y[train])
+            .score(X[test], y[test])
+            for train, test in folds
+        ]
+        np.testing.assert_allclose(row["fold_scores"], expected, rtol=1e-12)
+    assert sorted(r["rank"] for r in rows) == [1, 2]
+
+
+def test_cross_validate_of_multi_class_boosting_stratifies_and_scores_log_loss(database):
+    query = QUERY.replace("s.y", "CAST(floor(s.amount / 10) % 3 AS INTEGER) AS band")
+    rows = ilargi_db.cross_validate(
+        database, query, "band", "gradient_boosting", cv=4, objective="log_loss", scoring="neg_log_loss", **TREES
+    )
+    assert len(rows) == 1 and all(score < 0 for score in rows[0]["fold_scores"])
+    with pytest.raises(IlargiError, match="cannot score gradient_boosting"):
+        ilargi_db.cross_validate(database, query, "band", "gradient_boosting", objective="log_loss", scoring="roc_auc")

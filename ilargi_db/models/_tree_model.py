@@ -178,6 +178,15 @@ class TreeModel(BaseEstimator):
         """(rows, classes) probabilities of each class, in ``classes_`` order (classification only)."""
         return self.loss_.class_probabilities(self._raw_scores(X))
 
+    def score(self, X: Any, y: Any) -> float:
+        """Accuracy for classification, R2 for regression (scikit-learn's classifiers' and regressors' ``score``)."""
+        from sklearn.metrics import accuracy_score, r2_score
+
+        truth = np.asarray(y).ravel()
+        if self.loss_.classifies:
+            return float(accuracy_score(truth, self.predict(X)))
+        return float(r2_score(truth, self.predict(X)))
+
     def predict(self, X: Any) -> np.ndarray:
         """Regression: the predicted values. Classification: the most probable class of each row."""
         raw = self._raw_scores(X)
