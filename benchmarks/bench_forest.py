@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trees import METRIC, frame, held_out, retail_jobs, star_jobs, tpch_jobs  # noqa: E402
+from bench_trees import METRIC, frame, held_out, retail_jobs, score_baseline, star_jobs, tpch_jobs  # noqa: E402
 from harness.cli import command, parser  # noqa: E402
 from harness.processes import FreshRunFailed, peak_from_now, run_child  # noqa: E402
 from harness.report import ran, write_section  # noqa: E402
@@ -74,18 +74,6 @@ def fit_lightgbm(con, task: dict):
     return model, {c: X[c].cat.categories for c in X.columns if str(X[c].dtype) == "category"}
 
 
-def score_lightgbm(con, task: dict, fitted) -> float:
-    from sklearn.metrics import r2_score, roc_auc_score
-
-    model, categories = fitted
-    X, y = frame(con, task["holdout"], task["target"], categories)
-    if task["task"] == "regression":
-        return float(r2_score(y, model.predict(X)))
-    if task["task"] == "multiclass":
-        return float((model.predict(X) == y.to_numpy()).mean())
-    return float(roc_auc_score(y, model.predict_proba(X)[:, 1]))
-
-
 def child(side: str, spec: str) -> None:
     """One side on one job in this fresh process: print seconds, peak bytes and the held-out score as JSON."""
     import duckdb
@@ -114,7 +102,7 @@ def child(side: str, spec: str) -> None:
         )
     seconds, bytes_ = time.perf_counter() - start, peak()
     if side == REFERENCE:
-        score = score_lightgbm(con, task, fitted)
+        score = score_baseline(con, task, fitted)  # as bench_trees scores its baselines
     else:
         score = float(ilargi_db.evaluate(con, fitted, task["holdout"])[METRIC[task["task"]]])
     chose = getattr(fitted, "strategy_", None) if side == "auto" else None
