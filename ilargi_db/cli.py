@@ -457,7 +457,7 @@ def _cross_validate_parser(commands: Any) -> None:
     p.add_argument(
         "--options",
         default="{}",
-        help="""JSON object of the parameters every set shares, random_state, backend and impute""",
+        help="""JSON object of the parameters every set shares, random_state, backend, impute and standardize""",
     )
     _output_options(p)
     p.set_defaults(run=cmd_cross_validate)

@@ -248,6 +248,15 @@ def _read(
     return binned_rows(con, query, target, max_bins.pop())
 
 
+def check_standardizes(algorithm: str, standardize: bool) -> None:
+    """Refuse ``standardize`` for an algorithm ``train`` does not standardize (trees split on values as they are)."""
+    if standardize and not algorithm_facts(algorithm).standardizes:
+        raise IlargiError(
+            f"{spell('standardize', True)} is for linear and logistic regression, the linear SVM and k-means; "
+            f"{algorithm} fits the columns as they are: leave it out."
+        )
+
+
 def _rank(means: np.ndarray) -> list[int]:
     """1 for the best mean score, ties sharing the smaller rank (as scikit-learn's ``rank_test_score``)."""
     order = np.where(np.isnan(means), -np.inf, means)
@@ -266,7 +275,8 @@ def cross_validate(
     scoring: Any = None,
     random_state: int | None = 0,
     backend: str = "auto",
-    impute: bool = False,
+    impute: bool = True,
+    standardize: bool = False,
     **params: Any,
 ) -> list[dict[str, Any]]:
     """Score ``algorithm`` on ``cv`` folds of a join for every parameter set of ``param_grid``, reading once.
@@ -292,8 +302,12 @@ def cross_validate(
     scoring : str or callable, optional
         A scikit-learn scorer name (``"r2"``, ``"roc_auc"``, ``"neg_mean_squared_error"``...) or callable;
         by default the estimator's ``score`` (R2 for a regression, accuracy for a classifier).
-    backend, impute
-        As for :func:`ilargi_db.normalize`.
+    backend, impute, standardize
+        As for :func:`ilargi_db.train`, with its defaults: ``impute`` the numeric NULLs at the training mean
+        (and the rows of a NULL target left out), ``standardize`` each fold's columns at that fold's training
+        rows' mean and deviation (a ``Pipeline`` of :class:`~ilargi_db.models.StandardScaler` and the model, the
+        join kept factorized) for the algorithms ``train`` standardizes. So a fold scores what a training on
+        its rows would.
     **params
         The estimator's parameters every set shares (``fit_intercept=False``, ``max_iter=500``...).
 
@@ -327,7 +341,21 @@ def cross_validate(
     candidates = _candidates(algorithm, params, param_grid)
     from sklearn.metrics import check_scoring
 
-    first = make_estimator(algorithm, {**params, **candidates[0]})
+    check_standardizes(algorithm, standardize)
+
+    def model(candidate: Mapping[str, Any]) -> Any:
+        """The estimator of a parameter set, behind a fold's own scaler where the columns are standardized."""
+        estimator = make_estimator(algorithm, {**params, **candidate})
+        if not standardize:
+            return estimator
+        from sklearn.pipeline import Pipeline
+
+        from ilargi_db.models import StandardScaler
+
+        center = getattr(estimator, "fit_intercept", True)  # as train centers: not a model without intercept
+        return Pipeline([("standardize", StandardScaler(with_mean=center)), ("model", estimator)])
+
+    first = model(candidates[0])
     scorer = check_scoring(first, scoring=scoring)
     _splitter(cv, False, random_state)  # cv and random_state checked before the read
     check_scorer(scorer, scoring, algorithm, first)
@@ -350,7 +378,7 @@ def cross_validate(
         for (train, test), X_train, X_test in zip(folds, train_rows, test_rows):
             check_interrupted()  # interrupt_training() and Ctrl-C stop the search between fits too
             began = time.perf_counter()
-            fitted = make_estimator(algorithm, {**params, **candidate}).fit(X_train, y[train])
+            fitted = model(candidate).fit(X_train, y[train])
             seconds += time.perf_counter() - began
             scores.append(float(scorer(fitted, X_test, y[test])))
         found.append((candidate, scores, seconds))

@@ -57,8 +57,9 @@ def database():
 
 @pytest.fixture(scope="module")
 def join(database):
-    """The query's normalized matrix, its target, and the join materialized (the oracle)."""
-    X, y = ilargi_db.normalize(database, QUERY, target="y", backend="numpy")
+    """The query's normalized matrix as train reads it (numeric NULLs imputed, as cross_validate's default too), its
+    target, and the join materialized (the oracle)."""
+    X, y = ilargi_db.normalize(database, QUERY, target="y", backend="numpy", impute=True)
     return X, np.asarray(y), X.materialize()
 
 
@@ -373,6 +374,31 @@ def test_scaling_sparse_one_hot_rows_without_centering_keeps_them_sparse():
     assert scipy.sparse.issparse(scaled)
     expected = DenseScaler(with_mean=False).fit(X.toarray()).transform(X.toarray())
     np.testing.assert_allclose(scaled.toarray(), expected, rtol=1e-12)
+
+
+def test_cross_validate_standardizes_each_fold_at_its_own_training_rows(database, join):
+    """standardize=True (train's setting): each fold's columns scaled by its training rows' mean and deviation,
+    as scikit-learn's StandardScaler in a pipeline on the materialized join."""
+    _, y, T = join
+    cv = KFold(4, shuffle=True, random_state=1)
+    rows = ilargi_db.cross_validate(
+        database, QUERY, "y", "linear_regression", cv=cv, param_grid={"alpha": ALPHAS}, standardize=True
+    )
+    dense = GridSearchCV(
+        Pipeline([("scale", DenseScaler()), ("model", LinearRegression())]), {"model__alpha": ALPHAS}, cv=cv
+    ).fit(T, y)
+    np.testing.assert_allclose([r["mean_score"] for r in rows], dense.cv_results_["mean_test_score"], atol=1e-8)
+    assert [r["rank"] for r in rows] == dense.cv_results_["rank_test_score"].tolist()
+
+
+def test_cross_validate_reads_as_train_reads_by_default_and_refuses_standardized_trees(database):
+    """impute=True by default, as train: a NULL feature (a customer of no region) is the training mean, so the
+    scores are a training's; standardize is refused for trees before anything is read."""
+    imputed = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=3)
+    as_is = ilargi_db.cross_validate(database, QUERY, "y", "linear_regression", cv=3, impute=False)
+    assert imputed[0]["fold_scores"] != as_is[0]["fold_scores"]
+    with pytest.raises(IlargiError, match="standardize=True is for linear"):
+        ilargi_db.cross_validate(duckdb.connect(), "SELECT x, y FROM missing", "y", "random_forest", standardize=True)
 
 
 # -- trees ------------------------------------------------------------------------------------------------------

@@ -141,13 +141,21 @@ def test_explain_plans_the_call_without_running_it():
         ({"param_grid": {"alpha": [-1.0]}}, "'alpha' parameter of LinearRegression must be a float"),
         ({"scoring": 3}, "option 'scoring' must name one of scikit-learn's scorers"),
         ({"backend": "gpu"}, "backend"),
-        ({"standardize": True}, "unknown option(s) 'standardize' for linear_regression"),
+        ({"standardize": "yes"}, "option 'standardize' must be true or false in JSON"),
+        ({"strategy": "auto"}, "unknown option(s) 'strategy' for linear_regression"),
     ],
 )
 def test_bad_options_are_refused_before_anything_is_read(options, message):
     con = ilargi_db.connect()  # no tables: a read would fail with another error
     with pytest.raises(duckdb.Error, match=re.escape(message)):
         sql_rows(con, "linear_regression", "SELECT f.x, f.y FROM missing f", "y", options)
+    con.close()
+
+
+def test_standardize_is_refused_for_trees_before_anything_is_read():
+    con = ilargi_db.connect()
+    with pytest.raises(duckdb.Error, match="standardize.* is for linear and logistic regression"):
+        sql_rows(con, "random_forest", "SELECT f.x, f.y FROM missing f", "y", {"standardize": True})
     con.close()
 
 

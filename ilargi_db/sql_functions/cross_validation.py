@@ -3,7 +3,8 @@
 DuckDB's Python API registers scalar functions only: the UDF returns the rows as a JSON array, and the public
 name is a TEMP table macro that unnests it into the typed columns of ``COLUMNS``. Its options JSON holds the
 search's own settings (``SEARCH_OPTIONS``), the estimator's parameters every set shares, and the settings of
-``train`` that ``cross_validate`` takes (``backend``, ``impute``); every one is checked before anything is read.
+``train`` that ``cross_validate`` takes (``backend``, ``impute``, ``standardize``); every one is checked before
+anything is read.
 Cross-validation stores no model: ``normalize`` reads in one read-only snapshot and nothing is written, so it
 runs on a database opened read-only too.
 """
@@ -32,7 +33,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 # The options that set the search (cross_validate's arguments); the others are the estimator's or train's.
 SEARCH_OPTIONS = ("cv", "param_grid", "scoring", "random_state")
 # Of train's settings, those cross_validate takes (it fits the normalized matrix: no strategy, nothing stored).
-TRAIN_SETTINGS_TAKEN = ("backend", "impute")
+TRAIN_SETTINGS_TAKEN = ("backend", "impute", "standardize")
 MAX_SEED = 2**32 - 1  # scikit-learn's splitters take a seed of NumPy's legacy generator, 0 to 2^32 - 1
 # The command line's flags for the search options (``ilargi cross-validate --cv 5 --grid ...``).
 CLI_FLAGS = {"cv": "--cv", "param_grid": "--grid", "scoring": "--scoring"}
