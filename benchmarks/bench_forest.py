@@ -26,13 +26,21 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trees import METRIC, frame, held_out, retail_jobs, score_baseline, star_jobs, tpch_jobs  # noqa: E402
+from bench_trees import (  # noqa: E402
+    METRIC,
+    connect_side,
+    frame,
+    held_out,
+    retail_jobs,
+    score_baseline,
+    star_jobs,
+    tpch_jobs,
+)
 from harness.cli import command, parser  # noqa: E402
 from harness.processes import FreshRunFailed, peak_from_now, run_child  # noqa: E402
 from harness.report import ran, write_section  # noqa: E402
 
 import ilargi_db  # noqa: E402
-from ilargi_db.models.catalog import estimator_class  # noqa: E402
 
 ALGORITHM = "random_forest"
 STRATEGIES = ("factorized", "materialized", "auto")
@@ -76,21 +84,8 @@ def fit_lightgbm(con, task: dict):
 
 def child(side: str, spec: str) -> None:
     """One side on one job in this fresh process: print seconds, peak bytes and the held-out score as JSON."""
-    import duckdb
-
     task = json.loads(spec)
-    if side == REFERENCE:
-        import lightgbm  # noqa: F401  the libraries load before the clock starts, as ilargi_db has
-        import sklearn.metrics  # noqa: F401
-
-        con = duckdb.connect(task["db"], read_only=True)
-    else:
-        con = ilargi_db.connect(task["db"], read_only=True)
-        # The training's modules (scikit-learn with them) load before the clock starts, as LightGBM's library does;
-        # numba's kernels load inside it (the first training's cost: docs/benchmarks.md, "first call").
-        estimator_class(ALGORITHM)
-        assert callable(ilargi_db.train)
-    con.sql("SELECT 1").fetchall()
+    con = connect_side(task["db"], side == REFERENCE, ALGORITHM)
     peak = peak_from_now()
     start = time.perf_counter()
     if side == REFERENCE:

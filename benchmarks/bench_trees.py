@@ -254,24 +254,31 @@ def score_baseline(con, task: dict, fitted) -> float:
     return float(roc_auc_score(y, model.predict_proba(X)[:, 1]))
 
 
-def child(side: str, spec: str) -> None:
-    """One side on one job in this fresh process: print seconds, peak bytes and the held-out score as JSON."""
+def connect_side(db: str, baseline: bool, algorithm: str):
+    """A side's read-only connection, its libraries loaded before the clock starts: a baseline's (LightGBM, XGBoost,
+    scikit-learn's metrics), or ilargi's training modules (scikit-learn with them) for ``algorithm``; numba's
+    kernels load inside the clock (the first training's cost: docs/benchmarks.md, "first call")."""
     import duckdb
 
-    task = json.loads(spec)
-    if side in BASELINES:
-        import lightgbm  # noqa: F401  the libraries load before the clock starts, as ilargi_db has
+    if baseline:
+        import lightgbm  # noqa: F401
         import sklearn.metrics  # noqa: F401
         import xgboost  # noqa: F401
 
-        con = duckdb.connect(task["db"], read_only=True)
+        con = duckdb.connect(db, read_only=True)
     else:
-        con = ilargi_db.connect(task["db"], read_only=True)
-        # The training's modules (scikit-learn with them) load before the clock starts, as LightGBM's library does;
-        # numba's kernels load inside it (the first training's cost: docs/benchmarks.md, "first call").
-        estimator_class(ALGORITHM)
+        con = ilargi_db.connect(db, read_only=True)
+        estimator_class(algorithm)
         assert callable(ilargi_db.train)
     con.sql("SELECT 1").fetchall()
+    return con
+
+
+def child(side: str, spec: str) -> None:
+    """One side on one job in this fresh process: print seconds, peak bytes and the held-out score as JSON."""
+
+    task = json.loads(spec)
+    con = connect_side(task["db"], side in BASELINES, ALGORITHM)
     peak = peak_from_now()
     start = time.perf_counter()
     if side in BASELINES:
