@@ -370,6 +370,19 @@ def test_objective_auto_and_overrides(shop, target, objective, expected):
         assert "r2" in model.training_metrics_
 
 
+@pytest.mark.parametrize("algorithm", ["gradient_boosting", "random_forest"])
+def test_auto_refuses_a_few_whole_numbers_naming_both_fixes(shop, algorithm):
+    """Seven positions coded 0 to 6 are classes, a count of 0 to 6 items an amount: "auto" does not guess (a
+    silent regression on class codes), it names the objective of each."""
+    query = "SELECT v.x, s.kind, v.shop_id % 7 AS y FROM visits v LEFT JOIN shops s ON v.shop_id = s.id"
+    with pytest.raises(
+        ValueError, match=r"7 whole numbers \(0, 1, 2, 3, 4, 5, 6\) are classes or amounts: pass objective="
+    ):
+        ilargi_db.train(shop, query, "y", algorithm=algorithm, n_estimators=2)
+    model = ilargi_db.train(shop, query, "y", algorithm=algorithm, objective="squared_error", n_estimators=2)
+    assert not hasattr(model, "classes_")
+
+
 def test_log_loss_on_a_continuous_target_is_refused(shop):
     query = "SELECT v.x, s.kind, amount AS y FROM visits v LEFT JOIN shops s ON v.shop_id = s.id"
     with pytest.raises(ValueError, match="Unknown label type: continuous"):

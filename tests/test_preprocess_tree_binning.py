@@ -141,7 +141,7 @@ def test_a_nocase_column_keeps_categories_that_differ_in_case_only():
     for strategy in ("factorized", "materialized"):
         model = ilargi_db.train(
             con, query, "y", algorithm="gradient_boosting", strategy=strategy, reuse=False,
-            n_estimators=40, learning_rate=0.5, min_samples_leaf=1,
+            objective="squared_error", n_estimators=40, learning_rate=0.5, min_samples_leaf=1,
         )  # fmt: skip
         assert model.bins_[0].categories == ("A", "a", "b"), strategy
         scored = ilargi_db.predict(con, model, "SELECT c FROM cases ORDER BY id")

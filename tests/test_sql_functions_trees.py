@@ -199,8 +199,9 @@ def test_the_macro_writes_infinite_edges_as_duckdb_infinities():
         "FROM range(400)"
     )
     model = ilargi_db.train(
-        con, "SELECT x, y FROM inf_rows", "y", algorithm="gradient_boosting", n_estimators=5, min_samples_leaf=5
-    )
+        con, "SELECT x, y FROM inf_rows", "y", algorithm="gradient_boosting", objective="squared_error",
+        n_estimators=5, min_samples_leaf=5,
+    )  # fmt: skip
     assert np.isneginf(model.bins_[0].edges[0])
     ilargi_db.save_model(con, "inf_edges", model)
     in_sql = [row[0] for row in con.sql("SELECT inf_edges_predict(x) FROM inf_rows ORDER BY id").fetchall()]

@@ -133,9 +133,11 @@ class RandomForest(TreeModel):
             k = int(float(m) * n_features)
         return max(1, min(n_features, k))
 
-    def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
+    def _check_parameters(self) -> None:
         if self.oob_score and not self.bootstrap:
             raise ValueError("oob_score scores each row by the trees its bootstrap left it out of: set bootstrap=True.")
+
+    def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
         loss, n, trees_per_round = self.loss_, X.n_rows, self.loss_.trees_per_round
         if loss.classifies:  # each class's 0/1 indicator (binary: classes_[1]'s)
             classes = np.arange(trees_per_round) if trees_per_round > 1 else np.array([1])

@@ -31,6 +31,11 @@ def _classifies(estimator: Any) -> bool:
     return objective == "auto" or LOSSES[objective].classifies
 
 
+# objective="auto" refuses a target of 3 to this many whole numbers (7 positions coded 0-6 would otherwise be a
+# regression on the codes, silently): classes or amounts, the caller says.
+AMBIGUOUS_VALUES = 10
+
+
 def _decides(estimator: Any) -> bool:
     """Whether ``estimator`` has a decision function: a boosted classifier's scores (a forest has only its shares)."""
     return estimator.scores_decide and _classifies(estimator)
@@ -70,10 +75,21 @@ class TreeModel(BaseEstimator):
         return tags
 
     def _objective_for(self, y: np.ndarray) -> str:
-        """``objective``, or where it is "auto" classification for a target of two values, else regression."""
+        """``objective``, or where it is "auto" classification for a target of two values, regression for one of
+        many; a few whole numbers (class codes, or small counts) are refused with both fixes, never guessed."""
         if self.objective != "auto":
             return self.objective
-        return self.classifying_objective if len(np.unique(y)) == 2 else "squared_error"
+        values = np.unique(y)
+        if len(values) == 2:
+            return self.classifying_objective
+        if 2 < len(values) <= AMBIGUOUS_VALUES and values.dtype.kind in "biuf" and np.all(np.mod(values, 1) == 0):
+            shown = ", ".join(f"{v:g}" for v in values.astype(float))
+            raise ValueError(
+                f"objective='auto' cannot tell whether the target's {len(values)} whole numbers ({shown}) are classes "
+                f"or amounts: pass objective={self.classifying_objective!r} to classify them, or "
+                "objective='squared_error' to predict the number."
+            )
+        return "squared_error"
 
     def _binned(self, X: Any, y: Any = None, reset: bool = True) -> tuple[BinnedMatrix, Any]:
         """``X`` as a binned matrix (a plain array binned with the fitted bins, or new ones when fitting)."""
@@ -101,6 +117,7 @@ class TreeModel(BaseEstimator):
         """Fit the ensemble on ``X`` (a binned matrix or an array) and ``y``; ``warn`` is accepted for the pipeline
         (a tree ensemble has nothing to warn of: it grows its trees)."""
         self._validate_params()
+        self._check_parameters()
         if y is None:
             raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
         self.missing_bin_ = X.missing_bin if isinstance(X, BinnedMatrix) else self.max_bins
@@ -141,6 +158,10 @@ class TreeModel(BaseEstimator):
 
     def _fit_trees(self, X: BinnedMatrix, y: np.ndarray) -> None:
         raise NotImplementedError
+
+    def _check_parameters(self) -> None:
+        """Refuse parameters that contradict each other (each alone checked by ``_parameter_constraints``), before
+        anything is read from the data."""
 
     @staticmethod
     def growth_backend(X: BinnedMatrix) -> Backend:
