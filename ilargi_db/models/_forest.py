@@ -167,8 +167,8 @@ class RandomForest(TreeModel):
             if self.bootstrap:
                 counts = poisson_weights(keys, tree_seed, rate)
                 rows, out = np.flatnonzero(counts), np.flatnonzero(counts == 0)
-                if len(rows) == 0:  # a tiny table's bootstrap drew no row: every row then
-                    counts, rows = np.ones(n), None
+                if len(rows) == 0:  # a tiny table's bootstrap drew no row: every row then (none left out)
+                    counts, rows, out = np.ones(n), None, None
             h = backend.to_device(counts)  # the rows' weights, where the trees grow
             rows = None if rows is None else backend.to_device(rows)
             g, scratch = xp.empty(n), xp.zeros((trees_per_round, n))
