@@ -429,10 +429,28 @@ def test_cross_validate_of_trees_scores_each_fold_as_the_estimator_fitted_on_its
 
 
 def test_cross_validate_of_multi_class_boosting_stratifies_and_scores_log_loss(database):
+    """Three classes: folds stratified by class (each holds out a quarter of every class, within a row), each
+    scored by the log loss of the model fitted on the other folds' binned rows."""
+    from sklearn.metrics import get_scorer
+
+    from ilargi_db.models.catalog import make_estimator
+    from ilargi_db.normalization import binned_rows
+
     query = QUERY.replace("s.y", "CAST(floor(s.amount / 10) % 3 AS INTEGER) AS band")
     rows = ilargi_db.cross_validate(
         database, query, "band", "gradient_boosting", cv=4, objective="log_loss", scoring="neg_log_loss", **TREES
     )
-    assert len(rows) == 1 and all(score < 0 for score in rows[0]["fold_scores"])
+    X, y = binned_rows(database, query, "band")
+    folds = list(KeyedFolds(4, stratify=True, random_state=0).split(X, y))
+    for _, test in folds:
+        for label in np.unique(y):
+            assert abs((y[test] == label).sum() - (y == label).sum() / 4) <= 1
+    scorer = get_scorer("neg_log_loss")
+    expected = [
+        scorer(make_estimator("gradient_boosting", {**TREES, "objective": "log_loss", "random_state": 0}).fit(
+            X[train], y[train]), X[test], y[test])
+        for train, test in folds
+    ]  # fmt: skip
+    np.testing.assert_allclose(rows[0]["fold_scores"], expected, rtol=1e-12)
     with pytest.raises(IlargiError, match="cannot score gradient_boosting"):
         ilargi_db.cross_validate(database, query, "band", "gradient_boosting", objective="log_loss", scoring="roc_auc")

@@ -167,8 +167,8 @@ class GradientBoosting(TreeModel):
                 if held_bins is None:
                     continue
                 self.train_score_.append(loss.loss(backend.to_host(raw)[:, train_rows], y[train_rows]))
-                for k, tree in enumerate(trees[-per_round:]):
-                    held_raw[k] += _tree_output(held_bins, tree)
+                this_round = TreeEnsemble.of(trees[-per_round:], X.categorical, per_round)
+                this_round.add_scores(held_bins, held_raw, NUMPY.tree_kernels)  # on the host, as predict scores
                 held_loss = loss.loss(held_raw, y[held_rows])
                 self.validation_score_.append(held_loss)
                 if held_loss < best - self.tol:
@@ -181,16 +181,6 @@ class GradientBoosting(TreeModel):
         self.fit_metrics_ = loss.fit_metrics(backend.to_host(raw), y)
         self.trees_ = TreeEnsemble.of(trees, X.categorical, per_round)
         self.feature_importances_ = self.trees_.importances(X.shape[1])
-
-
-def _tree_output(codes: np.ndarray, tree: Tree) -> np.ndarray:
-    """One tree's values for rows given as dense bins on the host (the held-out rows of early stopping)."""
-    out = np.zeros(len(codes))
-    start = np.array([0, tree.n_nodes], dtype=np.int64)
-    NUMPY.tree_kernels.add_trees(
-        np.ascontiguousarray(codes), start, tree.feature, tree.goes_left, tree.left, tree.right, tree.value, out
-    )
-    return out
 
 
 class GradientBoostingRegressor(RegressorMixin, GradientBoosting):

@@ -179,9 +179,7 @@ class RandomForest(TreeModel):
             if out is None:  # every row is in every tree: the leaves were added to every row's scores
                 return trees, None, backend.to_host(scratch)
             scores = np.zeros((trees_per_round, len(out)))
-            left_out = codes[out]
-            for k, tree in enumerate(trees):
-                TreeEnsemble.of([tree], X.categorical).add_scores(left_out, scores[k : k + 1], NUMPY.tree_kernels)
+            TreeEnsemble.of(trees, X.categorical, trees_per_round).add_scores(codes[out], scores, NUMPY.tree_kernels)
             return trees, out, scores
 
         # Each round's scores merged in round order (the same sums on any thread count): out of bag, or every row's.

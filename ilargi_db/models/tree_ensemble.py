@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -88,11 +89,15 @@ class TreeEnsemble:
         every = [range(a, b) for a, b in zip(start, start[1:])]
         return every if output is None else every[output :: self.trees_per_round]
 
-    def output_trees(self, output: int) -> TreeEnsemble:
-        """The trees summed into score ``output``, in order, as an ensemble of one score."""
-        return self if self.trees_per_round == 1 else self.subset(self.trees(output))
+    @cached_property
+    def outputs(self) -> list[TreeEnsemble]:
+        """Per score, the trees summed into it, in order, as an ensemble of one score (gathered once: every
+        prediction reads them)."""
+        if self.trees_per_round == 1:
+            return [self]
+        return [self._subset(self.trees(output)) for output in range(self.trees_per_round)]
 
-    def subset(self, kept: Sequence[range]) -> TreeEnsemble:
+    def _subset(self, kept: Sequence[range]) -> TreeEnsemble:
         """The trees of node ids ``kept`` (ranges of :meth:`trees`), in that order, as an ensemble of one score."""
         nodes = np.concatenate([np.arange(r.start, r.stop) for r in kept])
         start = np.concatenate([[0], np.cumsum([len(r) for r in kept])]).astype(np.int64)
@@ -118,9 +123,8 @@ class TreeEnsemble:
     def add_scores(self, codes: np.ndarray, out: np.ndarray, kernels: Any) -> None:
         """Every tree's value for rows given as dense bins (rows, features) added to its score's row of ``out``
         (trees per round, rows), tree by tree in order (the sums of training, to the bit)."""
-        for k in range(self.trees_per_round):
-            t = self.output_trees(k)
-            kernels.add_trees(codes, t.tree_start, t.feature, t.goes_left, t.left, t.right, t.value, out[k])
+        for t, scores in zip(self.outputs, out):
+            kernels.add_trees(codes, t.tree_start, t.feature, t.goes_left, t.left, t.right, t.value, scores)
 
     def importances(self, n_features: int) -> np.ndarray:
         """Each feature's share of the splits' total gain (zeros where no tree splits)."""
