@@ -16,6 +16,10 @@ os.environ["ILARGI_CACHE_DIR"] = tempfile.mkdtemp(prefix="ilargi_test_cache_")
 atexit.register(shutil.rmtree, os.environ["ILARGI_CACHE_DIR"], ignore_errors=True)  # nothing left in /tmp
 
 
+# auto prices its plans for idle cores, however busy the machine running the tests: a test's plan, and so its
+# rounding, never depends on the load (tests of the load probe pass it their own readings).
+os.environ["ILARGI_PLAN_LOAD"] = "1"
+
 register_device_double()  # backend="device_double": CuPy's strictness and copy counts without a GPU
 
 # The device backends a test parametrized over backends runs on: CuPy where a GPU is usable, the double always.

@@ -564,3 +564,23 @@ def test_the_load_probe_reads_the_kernels_count_of_other_processes_tasks():
         assert reading is not None and reading >= 0.0  # this process's own threads left out
     else:
         assert reading is None  # the probe falls back to the load average
+
+
+def test_a_pinned_plan_load_prices_every_plan_for_it_however_busy_the_machine(monkeypatch):
+    con = duckdb.connect()
+    schema = make_star_schema(con, fact_rows=5_000, fact_features=2, n_dims=1, dim_rows=200, dim_features=4)
+    monkeypatch.setenv("ILARGI_PLAN_LOAD", "3")
+    busy = ilargi_db.explain(con, schema.query(), "y")
+    assert busy.features["load"] == 3.0
+    assert any("other processes hold the cores" in reason for reason in busy.reasons)
+    monkeypatch.setenv("ILARGI_PLAN_LOAD", "1")
+    assert ilargi_db.explain(con, schema.query(), "y").features["load"] == 1.0
+
+
+@pytest.mark.parametrize("value", ["busy", "0.5", "nan", "9"])
+def test_a_plan_load_that_is_not_a_load_is_refused_naming_the_variable(monkeypatch, value):
+    con = duckdb.connect()
+    schema = make_star_schema(con, fact_rows=2_000, fact_features=2, n_dims=1, dim_rows=100, dim_features=2)
+    monkeypatch.setenv("ILARGI_PLAN_LOAD", value)
+    with pytest.raises(IlargiError, match=r"ILARGI_PLAN_LOAD=.* must be a number from 1 \(idle cores\) to 8"):
+        ilargi_db.train(con, schema.query(), "y")

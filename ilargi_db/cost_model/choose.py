@@ -10,7 +10,7 @@ import duckdb
 from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
 from ilargi_db.cost_model.features import JobStats, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
-from ilargi_db.cost_model.kernels import probe_load
+from ilargi_db.cost_model.kernels import planning_load
 from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells, shape_strategy
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES, Strategy
@@ -49,10 +49,10 @@ def choose_batch_strategy(
         return Strategy.MATERIALIZED, f"materialized: {why}, so it cannot be computed inside one source.", none
     if strategy != "auto":
         return strategy, f"{strategy}: chosen by the caller.", none
+    began = time.perf_counter()
+    load = planning_load(detect_hardware().cores)  # a bad $ILARGI_PLAN_LOAD is the caller's to fix, not a fallback
     try:
-        began = time.perf_counter()
         stats = job_stats(con, graph) if stats is None else stats
-        load = probe_load(detect_hardware().cores)
         spent = time.perf_counter() - began  # deciding's cost, in every model's explanation
         explanations = [
             explain_graph(

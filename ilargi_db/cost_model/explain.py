@@ -14,7 +14,7 @@ from ilargi_db.byte_sizes import format_bytes
 from ilargi_db.cost_model.features import JobStats, job_features, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
-from ilargi_db.cost_model.kernels import kernel_costs, probe_load
+from ilargi_db.cost_model.kernels import kernel_costs, planning_load
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
 from ilargi_db.cost_model.plan import PhysicalPlan, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
@@ -273,7 +273,7 @@ def explain_graph(
     hardware = detect_hardware(cache)
     stats = job_stats(con, graph) if stats is None else stats
     costs = kernel_costs(hardware, name, cache)
-    load = probe_load(hardware.cores) if load is None else load
+    load = planning_load(hardware.cores) if load is None else load
     needed = array_bytes(stats)
     limit = memory_limit_bytes(con)
     mixed = graph.cross_source_features

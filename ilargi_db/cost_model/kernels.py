@@ -35,6 +35,7 @@ from pathlib import Path
 from ilargi_db.backend.parallel import other_running_tasks
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 from ilargi_db.cost_model.uncertainty import kernel_spread
+from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import SolverName
 
 # 3: fits before it timed memoized X^T X (0 s); 4: solves timed as the normal solver runs them (one BLAS thread,
@@ -381,6 +382,30 @@ def kernel_costs(hardware: Hardware, backend: str = "numpy", cache: str | os.Pat
 
 
 # -- how busy the cores are ---------------------------------------------------------------
+
+
+PLAN_LOAD_VARIABLE = "ILARGI_PLAN_LOAD"  # pins the load plans are priced for (reproducible plans)
+
+
+def planning_load(cores: int) -> float:
+    """The load ``auto`` prices its plans for: ``$ILARGI_PLAN_LOAD`` where set, else :func:`probe_load`'s reading.
+
+    Pinning it (``ILARGI_PLAN_LOAD=1``: idle cores) makes ``auto`` choose the same plan however busy the
+    machine is, as a test suite or a shown ``explain`` output needs.
+    """
+    text = os.environ.get(PLAN_LOAD_VARIABLE, "").strip()
+    if not text:
+        return probe_load(cores)
+    try:
+        load = float(text)
+    except ValueError:
+        load = math.nan
+    if not 1.0 <= load <= 8.0:  # NaN fails too
+        raise IlargiError(
+            f"environment variable {PLAN_LOAD_VARIABLE}={text!r} must be a number from 1 (idle cores) to 8 "
+            f"(each core shared eight ways); unset it to measure how busy the cores are."
+        )
+    return load
 
 
 def probe_load(
