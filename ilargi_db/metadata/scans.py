@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import duckdb
@@ -20,7 +21,13 @@ from ilargi_db.sql_text import quote_identifier
 ROW = "__ilargi_row"
 ROWID = "__ilargi_rowid"
 TARGET = "__ilargi_y"
+KEPT = "__ilargi_kept_"  # a column that is not a feature, read beside them when scoring (plan.kept_columns)
 GROUP = "__ilargi_group"  # the group_by column, as VARCHAR, in the key-only and the materialized join
+
+
+def kept_column(index: int) -> str:
+    """The name a scored query's ``index``-th kept column (not a feature) is read under."""
+    return f"{KEPT}{index}"
 
 
 def part_column(feature_index: int, part_index: int) -> str:
@@ -143,12 +150,13 @@ def cast_part(name: str, sql: str, categorical: frozenset[str]) -> str:
     return f"CAST(({sql}) AS {'VARCHAR' if name in categorical else 'DOUBLE'}) AS {quote_identifier(name)}"
 
 
-def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
+def materialized_sql(graph: JoinGraph, categorical: list[bool], kept: Sequence[str] = ()) -> str:
     """The training query with each feature cast as the scans cast it, and the target as DOUBLE.
 
     Both strategies then read every value through the same DuckDB cast (a UBIGINT
     above 2^53 rounds as CAST does, in either), and duplicate output names cannot
     clash: features are named by :func:`part_column`, the target :data:`TARGET`.
+    ``kept`` are columns read as they are beside them (named :func:`kept_column`), for scoring.
     """
     names = {part_column(j, 0) for j, flag in enumerate(categorical) if flag}
     items = [cast_part(part_column(j, 0), f.sql, names) for j, f in enumerate(graph.features)]
@@ -156,6 +164,7 @@ def materialized_sql(graph: JoinGraph, categorical: list[bool]) -> str:
         items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote_identifier(TARGET)}")
     if graph.group is not None:
         items.append(group_item(graph))
+    items += [f"({sql}) AS {quote_identifier(kept_column(i))}" for i, sql in enumerate(kept)]
     select = graph.select.copy()
     select.set("expressions", [sqlglot.parse_one(item, read="duckdb") for item in items])
     return select.sql("duckdb")

@@ -89,9 +89,10 @@ def read_binned_materialized(
 ) -> TrainingData:
     """The materialized join's rows binned (one block), the bins from those rows; ``job`` accepted so both
     readers take the same arguments."""
-    table, y, unlabelled, groups = materialized_rows(con, graph, read.encoder.categorical, read.labelled_only)
-    binner = _binned(graph, read, job, lambda b: b.fit_table(table, graph.feature_names))
-    data = TrainingData(binner.transform_table(table, graph.feature_names), y, binner, unlabelled, groups=groups)
+    rows = materialized_rows(con, graph, read.encoder.categorical, read)
+    binner = _binned(graph, read, job, lambda b: b.fit_table(rows.table, graph.feature_names))
+    binned = binner.transform_table(rows.table, graph.feature_names)
+    data = TrainingData(binned, rows.y, binner, rows.unlabelled, groups=rows.groups, kept=rows.kept)
     return _on(data, read)
 
 

@@ -18,7 +18,7 @@ from ilargi_db.backend import get_backend
 from ilargi_db.linalg import NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, GroupCodes, clear_unused_nonfinite, extract_metadata
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
-from ilargi_db.metadata.scans import GROUP, TARGET, materialized_sql
+from ilargi_db.metadata.scans import GROUP, TARGET, kept_column, materialized_sql
 from ilargi_db.metadata.stream import FactStream
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
 from ilargi_db.models.catalog import Strategy
@@ -37,6 +37,7 @@ class TrainingData:
     unlabelled: int = 0  # rows left out because their target is NULL
     stream: FactStream | None = None  # where a streamed X reads its partitions from, on every pass
     groups: GroupCodes | None = None  # each row's group, when the query has a group_by column
+    kept: pa.Table | None = None  # a scored query's columns that are not features, row for row (ReadSettings.kept)
 
     @property
     def nbytes(self) -> int:
@@ -57,6 +58,7 @@ class ReadSettings:
     backend: Any  # an array backend (:func:`ilargi_db.backend.get_backend`)
     check: bool = False  # refuse inf and values whose squares overflow, before they turn into NaN
     labelled_only: bool = True  # leave out rows whose target is NULL
+    kept: tuple[tuple[str, str], ...] = ()  # (name, SQL) of columns read beside the features (the materialized join)
 
 
 def read_factorized(
@@ -96,28 +98,46 @@ def labelled_metadata(meta: DIMetadata, labelled_only: bool) -> tuple[DIMetadata
     return meta.take_rows(labelled), meta.n_rows - len(labelled)  # unlabelled rows teach nothing
 
 
+@dataclass(frozen=True)
+class MaterializedRows:
+    """The materialized join's features, its target (None without one), the rows left out for a NULL target,
+    each row's group (None without group_by) and the kept columns (None without them)."""
+
+    table: pa.Table
+    y: Any
+    unlabelled: int
+    groups: GroupCodes | None
+    kept: pa.Table | None
+
+
 def materialized_rows(
-    con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool], labelled_only: bool
-) -> tuple[pa.Table, Any, int, GroupCodes | None]:
-    """The materialized join's features, its target (None without one), the rows left out for a NULL target, and
-    each row's group (None without group_by; a group whose rows were all left out keeps its label, as in the
-    factorized read, so the fit can name it)."""
+    con: duckdb.DuckDBPyConnection, graph: JoinGraph, categorical: list[bool], read: ReadSettings
+) -> MaterializedRows:
+    """The materialized join's rows (a group whose rows were all left out keeps its label, as in the factorized
+    read, so the fit can name it)."""
     # DuckDB casts every value, as it does for the scans: both strategies read the same numbers.
-    table = fetch_arrow(con, materialized_sql(graph, categorical), what="the materialized join")
+    sql = materialized_sql(graph, categorical, [text for _, text in read.kept])
+    table = fetch_arrow(con, sql, what="the materialized join")
+    kept = None
+    if read.kept:
+        names = [kept_column(i) for i in range(len(read.kept))]
+        kept = table.select(names).rename_columns([name for name, _ in read.kept])
+        table = table.drop_columns(names)
     groups = None
     if graph.group is not None:
         groups = GroupCodes.from_arrow(table.column(GROUP))
         table = table.drop_columns([GROUP])
     if graph.target is None:
-        return table, None, 0, groups
+        return MaterializedRows(table, None, 0, groups, kept)
     y = column_to_numpy(table.column(TARGET))
     unlabelled = 0
-    if labelled_only and np.isnan(y).any():
+    if read.labelled_only and np.isnan(y).any():
         keep = ~np.isnan(y)
         unlabelled = int((~keep).sum())
         table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
         groups = None if groups is None else groups.take(np.flatnonzero(keep))
-    return table.drop_columns([TARGET]), y, unlabelled, groups
+        kept = None if kept is None else kept.filter(pa.array(keep))
+    return MaterializedRows(table.drop_columns([TARGET]), y, unlabelled, groups, kept)
 
 
 def _read_factorized(
@@ -147,15 +167,15 @@ def read_materialized(
     ``job`` is accepted so that both readers take the same arguments; the join itself is never stored.
     """
     encoder = read.encoder
-    table, y, unlabelled, groups = materialized_rows(con, graph, encoder.categorical, read.labelled_only)
-    names = graph.feature_names
+    rows = materialized_rows(con, graph, encoder.categorical, read)
+    table, y, names = rows.table, rows.y, graph.feature_names
     if read.check:
         check_table_values(table, names, encoder.categorical, y, graph.target.name if graph.target else None)
     if read.fit:
         encoder.fit_table(table, names)
     blocks = encoder.transform_table(table, names)
     X = NormalizedMatrix(blocks, n_rows=table.num_rows, feature_names=encoder.feature_names_out_, backend=read.backend)
-    return TrainingData(X, y, encoder, unlabelled, groups=groups)
+    return TrainingData(X, y, encoder, rows.unlabelled, groups=rows.groups, kept=rows.kept)
 
 
 READERS = {Strategy.FACTORIZED: read_factorized, Strategy.MATERIALIZED: read_materialized}

@@ -6,6 +6,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
@@ -14,7 +15,7 @@ from ilargi_db.models.catalog import SUPERVISED, Strategy, algorithm_facts
 from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
-from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce
+from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce, split_kept_columns
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
@@ -27,12 +28,14 @@ def encoded_rows(
     check: bool = False,
     labelled_only: bool = True,
     role: str = "evaluate on",
+    keep: bool = False,
 ) -> TrainingData:
     """The rows of ``query`` encoded as in ``model``'s training (factorized when the query allows).
 
     ``role`` says what the query is for, in errors ("the query to evaluate on").
     ``check`` refuses inf and values whose squares overflow, as training does; ``labelled_only``
-    leaves out rows whose target (when the query selects it) is NULL.
+    leaves out rows whose target (when the query selects it) is NULL. The query may select columns that are
+    not the model's (an id): ``keep`` reads them beside the features (``TrainingData.kept``), row for row.
     """
     if not isinstance(model, TrainedModel):
         raise IlargiError(
@@ -41,10 +44,12 @@ def encoded_rows(
         )
     encoder = model.encoder_
     with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
-        columns = [c.lower() for c in build_join_graph(con, query).feature_names]
-        target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
         group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
-        graph = build_join_graph(con, query, target, group_by)
+        others = [name for name in (model.target_, group_by) if name is not None]
+        scored = split_kept_columns(query, [spec.name for spec in encoder.specs_], others)
+        columns = [c.lower() for c in build_join_graph(con, scored.query).feature_names]
+        target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
+        graph = build_join_graph(con, scored.query, target, group_by)
         encoder.check_features(graph.feature_names)
         if group_by is not None and model.group_type_ and graph.group.duckdb_type != model.group_type_:
             raise PlanError(  # its text would differ (1 is not 1.0): every row would find no group's model
@@ -60,15 +65,24 @@ def encoded_rows(
                     "cast it in the query."
                 )
         graph = mark_categorical_coalesce(graph, encoder.categorical)
-        read = ReadSettings(encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only)
-        strategy = Strategy.FACTORIZED if graph.factorizable else Strategy.MATERIALIZED  # a prediction is an LMM
+        kept = tuple(zip(scored.kept_names, scored.kept_sql)) if keep else ()
+        read = ReadSettings(
+            encoder, fit=False, backend=get_backend(backend), check=check, labelled_only=labelled_only, kept=kept
+        )
+        # A prediction is an LMM: factorized where the query allows, but kept columns come with the joined rows.
+        strategy = Strategy.FACTORIZED if graph.factorizable and not kept else Strategy.MATERIALIZED
         readers = BINNED_READERS if algorithm_facts(model.algorithm_).reads == "bins" else READERS  # trees: bins
         return readers[strategy](con, graph, read)
 
 
+PREDICTION = "prediction"  # the prediction's column beside the kept ones
+
+
 @interruptible_job
-def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto") -> np.ndarray:
-    """Score the rows of another query with the same feature columns as ``model``'s training query.
+def predict(
+    con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str = "auto", *, keep: bool = False
+) -> np.ndarray | pa.Table:
+    """Score the rows of another query that selects ``model``'s feature columns (by name, in any order).
 
     The features are encoded as in training (training means, training
     categories; unseen categories weigh zero) and the prediction runs
@@ -76,9 +90,23 @@ def predict(con: duckdb.DuckDBPyConnection, model: Any, query: str, backend: str
     come in the query's row order: add ORDER BY to line them up with rows.
     Every row gets one: the query need not select the target, and a row whose
     target is NULL is scored like any other.
+
+    The query may select other columns too (an id, a date). With ``keep=True`` the result is an Arrow table of
+    those columns, in the query's order, and ``prediction``, each row's read in one pass of the joined rows;
+    otherwise they are left out and the predictions come as an array.
     """
-    data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on")
-    return np.asarray(model.predict(data.X, data.groups) if data.groups is not None else model.predict(data.X))
+    data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on", keep=keep)
+    found = np.asarray(model.predict(data.X, data.groups) if data.groups is not None else model.predict(data.X))
+    if not keep:
+        return found
+    if data.kept is None:
+        return pa.table({PREDICTION: found})
+    if PREDICTION in (name.lower() for name in data.kept.column_names):
+        raise IlargiError(
+            f"the query to predict on selects a column named {PREDICTION!r}, the name of the predictions beside "
+            "the kept columns: rename it in the query (... AS another_name)."
+        )
+    return data.kept.append_column(PREDICTION, pa.array(found))
 
 
 @interruptible_job

@@ -18,6 +18,8 @@ from ilargi_db.plan.feature_types import (
     mark_categorical_coalesce,
 )
 from ilargi_db.plan.join_graph import Feature, FeaturePart, JoinEdge, JoinGraph, Predicate, Source
+from ilargi_db.plan.kept_columns import ScoringQuery, split_kept_columns
+from ilargi_db.plan.statement import parse_training_query
 
 __all__ = [
     "build_join_graph",
@@ -27,6 +29,9 @@ __all__ = [
     "is_categorical",
     "is_numeric",
     "mark_categorical_coalesce",
+    "parse_training_query",
+    "split_kept_columns",
+    "ScoringQuery",
     "Feature",
     "FeaturePart",
     "JoinEdge",

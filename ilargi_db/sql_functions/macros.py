@@ -32,7 +32,7 @@ from sqlglot import exp
 from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import group_text
 from ilargi_db.models.catalog import algorithm_facts
-from ilargi_db.plan import build_join_graph
+from ilargi_db.plan import build_join_graph, parse_training_query, split_kept_columns
 from ilargi_db.preprocess import ColumnSpec
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -517,14 +517,18 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
         raise IlargiError("this model has no SQL macro: save it with ilargi_db.save_model (NMF has none).")
     group_by = getattr(model, "group_by_", None)  # a model per group: the group column is the macro's last argument
     with speaking_of("the query to predict on"):
-        names = [c.lower() for c in build_join_graph(con, query).feature_names]
+        others = [name for name in (model.target_, group_by) if name is not None]
+        scored = split_kept_columns(query, [spec.name for spec in model.encoder_.specs_], others)
+        names = [c.lower() for c in build_join_graph(con, scored.query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
-        graph = build_join_graph(con, query, target, group_by)
+        graph = build_join_graph(con, scored.query, target, group_by)
     model.encoder_.check_features(graph.feature_names)
-    select = graph.select.copy()
-    items = [item for i, item in enumerate(select.expressions) if i not in (graph.target_index, graph.group_index)]
+    planned = graph.select.expressions
+    items = [item for i, item in enumerate(planned) if i not in (graph.target_index, graph.group_index)]
     if graph.group_index is not None:
-        items.append(select.expressions[graph.group_index])
+        items.append(planned[graph.group_index])
     call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
+    # Every column the query selects stays, in its order (an id beside the prediction); the macro reads the features.
+    select = parse_training_query(query) if scored.kept_names or scored.query != query else graph.select.copy()
     select.set("expressions", [*select.expressions, exp.alias_(call, column, quoted=True)])
     return select.sql("duckdb", normalize_functions=False)  # the macro's name as created (sqlglot upper-cases)
