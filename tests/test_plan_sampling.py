@@ -77,7 +77,7 @@ def test_a_seeded_sample_trains_on_the_rows_duckdb_returns_for_it(star, query, s
 # is busy, and two plans sum the same rows in a different order (equal to rounding, not to the bit).
 @pytest.mark.parametrize("strategy", ["factorized", "materialized"])
 def test_a_sampled_training_is_the_same_model_every_time_with_reuse_or_without(star, strategy):
-    query = SEEDED[0]
+    query = SEEDED[2]  # not a query later tests expect to find unstored
     cold = ilargi_db.train(star, query, "y", "linear_regression", strategy=strategy, reuse=False)
     first = ilargi_db.train(star, query, "y", "linear_regression", strategy=strategy)
     again = ilargi_db.train(star, query, "y", "linear_regression", strategy=strategy)
