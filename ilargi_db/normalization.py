@@ -7,9 +7,10 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from ilargi_db.backend import NUMPY, get_backend
+from ilargi_db.backend import NUMPY, get_backend, to_host
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
+from ilargi_db.metadata.target_labels import target_labels, with_target_classes
 from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.binned_readers import read_binned_factorized
 from ilargi_db.pipeline.readers import ReadSettings, read_factorized
@@ -79,7 +80,8 @@ def normalize(
     X : NormalizedMatrix
         The features, in SELECT order, target excluded.
     y : array or None
-        The target (NULL as NaN), on the same backend, or ``None``.
+        The target (NULL as NaN), on the same backend, or ``None``; a text target's labels (NULL as None) in a
+        NumPy array.
 
     Notes
     -----
@@ -106,14 +108,22 @@ def normalize(
 
     be = get_backend(backend)
     with ReadSnapshot(con):  # every read sees one committed state of the database
-        graph = check_factorizable(build_join_graph(con, query, target))
+        graph = with_target_classes(con, check_factorizable(build_join_graph(con, query, target)))
         check_job_memory(con, graph, Strategy.FACTORIZED)
         if not impute:  # the query's numbers as they are; text and ENUM one-hot as train encodes them
-            return raw_normalized_matrix(con, graph, be, sparse, dtype)
+            X, y = raw_normalized_matrix(con, graph, be, sparse, dtype)
+            return X, text_labels(graph, y)
         labelled = target is not None  # train learns from the rows whose target is not NULL
         encoder = FeatureEncoder(categorical_flags(graph), impute=True)
         data = read_factorized(con, graph, ReadSettings(encoder, fit=True, backend=be, labelled_only=labelled))
-    return with_storage(data.X, sparse, dtype), None if data.y is None else be.asarray(data.y)
+    return with_storage(data.X, sparse, dtype), None if data.y is None else text_labels(graph, be.asarray(data.y))
+
+
+def text_labels(graph: JoinGraph, y: Any) -> Any:
+    """A text target's labels (a NumPy array of text, None where NULL); any other target as it was read."""
+    if y is None or graph.target_classes is None:
+        return y
+    return target_labels(to_host(y), graph.target.duckdb_type, graph.target_classes)
 
 
 @interruptible_job
@@ -129,8 +139,8 @@ def binned_rows(
     from ilargi_db.cost_model.memory import check_job_memory
 
     with ReadSnapshot(con):  # every read sees one committed state of the database
-        graph = check_factorizable(build_join_graph(con, query, target))
+        graph = with_target_classes(con, check_factorizable(build_join_graph(con, query, target)))
         check_job_memory(con, graph, Strategy.FACTORIZED)
         binner = FeatureBinner(categorical_flags(graph), max_bins)
         data = read_binned_factorized(con, graph, ReadSettings(binner, fit=True, backend=NUMPY, labelled_only=True))
-    return data.X, np.asarray(data.y)
+    return data.X, text_labels(graph, np.asarray(data.y))

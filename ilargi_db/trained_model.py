@@ -23,6 +23,7 @@ import numpy as np
 from ilargi_db.errors import DamagedModelError, IlargiError
 from ilargi_db.linalg.binned_matrix import MAX_BINS
 from ilargi_db.metadata.di_metadata import group_order
+from ilargi_db.metadata.target_labels import target_labels
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
 from ilargi_db.models.losses import LOSSES
 from ilargi_db.models.tree_ensemble import TreeEnsemble
@@ -119,6 +120,11 @@ class TrainedModel:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self.estimator_)))
+
+    def target_labels(self, y: Any) -> Any:
+        """The labels of rows whose target was read as ``y`` (numbers; a text target as its positions among the
+        classes this model was trained on, as :func:`~ilargi_db.metadata.target_labels.target_sql` reads it)."""
+        return target_labels(y, self.target_type_, getattr(self.estimator_, "classes_", None))
 
     def to_record(self) -> dict[str, Any]:
         """The model as the registry stores it: one value per column of ``ilargi.models``, JSON columns as text.
@@ -326,12 +332,34 @@ def _numbers(estimator: Any, attr: str, shape: tuple[int | None, ...]) -> np.nda
     return array
 
 
+def _classes(value: Any) -> np.ndarray:
+    """A classifier's classes read back: distinct labels, all numbers, all true/false, or all text (a text or
+    BOOLEAN target's, kept as the labels themselves)."""
+    if not isinstance(value, list) or len(value) < 2:
+        raise TypeError(f"classes_ {value!r:.60} is not a list of two classes or more")
+    if all(isinstance(v, str) for v in value):
+        classes = np.asarray(value, dtype=object)
+    elif all(isinstance(v, bool) for v in value):
+        classes = np.asarray(value, dtype=bool)
+    elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        classes = np.asarray(value, dtype=float)
+        if not np.isfinite(classes).all():
+            raise ValueError("classes_ holds a number that is not finite")
+    else:
+        raise TypeError(f"classes_ {value!r:.60} mixes kinds of labels")
+    if len(set(classes.tolist())) != len(classes) or list(classes) != sorted(classes):
+        raise ValueError("classes_ are not distinct and sorted")
+    return classes
+
+
 def _restore_fitted(estimator: Any, fitted: dict, facts: Any, n_columns: int) -> None:
     """The fitted arrays of a linear model, k-means or NMF (``facts.fitted``) set on ``estimator``, each checked."""
     for attr in facts.fitted:
         if attr in facts.optional_fitted and attr not in fitted:
             continue  # a fit that did not learn it (k-means trained on the columns as they are)
         value = fitted[attr]
+        if attr == "classes_":
+            value = _classes(value)
         setattr(estimator, attr, np.asarray(value, dtype=float) if isinstance(value, list) else value)
     _check_fitted(estimator, n_columns)
 
@@ -342,7 +370,7 @@ def _check_fitted(estimator: Any, n_columns: int) -> None:
     if hasattr(estimator, "coef_"):
         coef = np.asarray(estimator.coef_)
         if coef.ndim == 2 and hasattr(estimator, "classes_"):  # multinomial: a row and an intercept per class
-            k = len(_numbers(estimator, "classes_", (None,)))
+            k = len(estimator.classes_)  # (checked as labels when read: _classes)
             if k < 3:
                 raise ValueError(f"classes_ holds {k} classes, where a row of coef_ per class needs at least 3")
             _numbers(estimator, "coef_", (k, n_columns))
@@ -350,8 +378,8 @@ def _check_fitted(estimator: Any, n_columns: int) -> None:
         else:
             _numbers(estimator, "coef_", (n_columns,))
             _numbers(estimator, "intercept_", ())
-            if hasattr(estimator, "classes_"):
-                _numbers(estimator, "classes_", (2,))
+            if hasattr(estimator, "classes_") and len(estimator.classes_) != 2:
+                raise ValueError(f"classes_ holds {len(estimator.classes_)} classes, where one row of coef_ has 2")
     if hasattr(estimator, "cluster_centers_"):
         _numbers(estimator, "cluster_centers_", (None, n_columns))
         if getattr(estimator, "feature_scale_", None) is not None:
@@ -388,9 +416,9 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
     if estimator.objective_ not in LOSSES:
         raise ValueError(f"objective_ {estimator.objective_!r:.60} is not one of {', '.join(LOSSES)}")
     if LOSSES[estimator.objective_].classifies:
-        classes = np.asarray(fitted["classes_"], dtype=float)
+        classes = _classes(fitted["classes_"])
         k = len(classes)
-        if classes.ndim != 1 or k < 2 or (per_round if k > 2 else 1) != per_round or not np.isfinite(classes).all():
+        if (per_round if k > 2 else 1) != per_round:
             raise ValueError(f"classes_ are not the classes of a classifier of {per_round} tree(s) a round")
         estimator.classes_ = classes
     elif per_round != 1:
@@ -496,16 +524,22 @@ class GroupedModel(TrainedModel):
         codes = self.group_codes(groups)
         if len(codes) != X.shape[0]:
             raise IlargiError(f"groups has {len(codes)} values for {X.shape[0]} rows: give one group per row.")
-        out = np.full(len(codes), np.nan)
+        out, covered, kind = np.full(len(codes), np.nan), 0, np.dtype(float)
         for model, rows in self.rows_of_each(codes):
-            found = np.asarray(to_host(score(model, X[rows])), dtype=float)
-            if out.ndim == 1 and found.ndim == 2:  # one column per class: every group has the same classes
-                out = np.full((len(codes), found.shape[1]), np.nan)
+            found = np.asarray(to_host(score(model, X[rows])))
+            if not covered:  # the first group's answer says its shape (one column per class) and kind (labels)
+                kind = found.dtype
+                numbers = kind.kind in "iuf"
+                shape = (len(codes), *found.shape[1:])
+                out = np.full(shape, np.nan) if numbers else np.full(shape, None, dtype=object)
             out[rows] = found
+            covered += len(rows)
+        if kind.kind == "b" and covered == len(codes):  # a BOOLEAN target's classes, every row scored
+            return out.astype(bool)
         return out
 
     def predict(self, X: Any, groups: Any) -> np.ndarray:
-        """Each row predicted by its group's model; NaN for a row whose group has no model."""
+        """Each row predicted by its group's model; NaN (None for labels) for a row whose group has no model."""
         return self._by_group(X, groups, lambda model, rows: model.predict(rows))
 
     def predict_proba(self, X: Any, groups: Any) -> np.ndarray:

@@ -135,10 +135,10 @@ def test_cross_source_feature_is_not_factorizable(con):
     "query, target, message",
     [
         ("SELECT [f.dep_delay] AS l, f.arr_delay FROM flights f", "arr_delay", "feature 'l' has type DOUBLE\\[\\]"),
-        ("SELECT f.dep_delay, f.origin FROM flights f", "origin", "target 'origin' has type VARCHAR"),
+        ("SELECT f.dep_delay, [f.hour] AS h FROM flights f", "h", "target 'h' has type INTEGER\\[\\]"),
     ],
 )
-def test_non_numeric_columns_are_refused(con, query, target, message):
+def test_columns_that_are_neither_numbers_nor_categories_are_refused(con, query, target, message):
     with pytest.raises(PlanError, match=message):
         ilargi_db.normalize(con, query, target=target, backend="numpy")
 

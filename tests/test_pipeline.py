@@ -195,7 +195,7 @@ def test_rows_with_a_null_target_are_left_out(con):
         ({"alpha": 1, "l1_ratio": 0.5}, IlargiError, "unknown parameter.*l1_ratio"),
         ({"target": None}, IlargiError, "needs a target"),
         ({"strategy": "fast"}, IlargiError, "strategy must be one of"),
-        ({"target": "origin_name"}, PlanError, "must be numeric or BOOLEAN"),
+        ({"target": "origin_name"}, IlargiError, "holds text .* but linear_regression predicts a number"),
         ({"algorithm": "gnmf", "target": None, "standardize": True}, IlargiError, "standardize=True is for"),
         ({"alpha": True}, IlargiError, "parameter 'alpha' of linear_regression takes a number, got True"),
         ({"algorithm": "kmeans", "target": None, "n_clusters": True}, IlargiError, "takes an integer, got True"),
@@ -208,6 +208,11 @@ def test_bad_training_requests(con, kwargs, error, message):
     params = {"target": "arr_delay", "backend": "numpy", **kwargs}
     with pytest.raises(error, match=message):
         ilargi_db.train(con, query, **params)
+
+
+def test_a_target_that_is_neither_a_number_boolean_nor_text_is_refused_naming_a_cast(con):
+    with pytest.raises(PlanError, match=r"type INTEGER\[\]: it must be a number, BOOLEAN or text.*Cast it"):
+        ilargi_db.train(con, "SELECT f.dep_delay, [f.hour] AS hours FROM flights f", target="hours")
 
 
 def test_a_query_with_no_labelled_row_is_refused(con):

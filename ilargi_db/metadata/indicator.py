@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import ROW, TARGET, SourceScan, group_item, part_column
+from ilargi_db.metadata.target_labels import target_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import from_items
 from ilargi_db.sql_text import quote_identifier
@@ -59,7 +60,7 @@ def indicator_sql(
         value = f"COALESCE({row}, -1)" if source.nullable else row
         items.append(f"{value} AS {row_column(position)}")
     if graph.target is not None:
-        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {TARGET}")
+        items.append(f"{target_sql(graph)} AS {TARGET}")
     if graph.group is not None:
         items.append(group_item(graph))
     for j, feature in enumerate(graph.features):

@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.metadata.arrow_blocks import fetch_arrow
+from ilargi_db.metadata.target_labels import target_sql
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.joins import conjuncts
 from ilargi_db.plan.sources import with_prefix
@@ -161,7 +162,7 @@ def materialized_sql(graph: JoinGraph, categorical: list[bool], kept: Sequence[s
     names = {part_column(j, 0) for j, flag in enumerate(categorical) if flag}
     items = [cast_part(part_column(j, 0), f.sql, names) for j, f in enumerate(graph.features)]
     if graph.target is not None:
-        items.append(f"CAST(({graph.target.sql}) AS DOUBLE) AS {quote_identifier(TARGET)}")
+        items.append(f"{target_sql(graph)} AS {quote_identifier(TARGET)}")
     if graph.group is not None:
         items.append(group_item(graph))
     items += [f"({sql}) AS {quote_identifier(kept_column(i))}" for i, sql in enumerate(kept)]

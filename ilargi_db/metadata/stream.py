@@ -46,6 +46,7 @@ from ilargi_db.metadata.scans import (
     scan_source,
     supports_rowid,
 )
+from ilargi_db.metadata.target_labels import labelled_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 from ilargi_db.sql_text import quote_identifier
@@ -206,8 +207,7 @@ def _next_batch(batches: pa.RecordBatchReader) -> pa.RecordBatch | None:
 
 def _labelled(graph: JoinGraph) -> str:
     """Rows whose target is set (NULL and NaN targets teach nothing, as in the in-memory read)."""
-    value = f"CAST(({graph.target.sql}) AS DOUBLE)"
-    return f"({value} IS NOT NULL AND NOT isnan({value}))"
+    return labelled_sql(graph)
 
 
 def read_once(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> bool:

@@ -75,12 +75,13 @@ class TreeModel(BaseEstimator):
         return tags
 
     def _objective_for(self, y: np.ndarray) -> str:
-        """``objective``, or where it is "auto" classification for a target of two values, regression for one of
-        many; a few whole numbers (class codes, or small counts) are refused with both fixes, never guessed."""
+        """``objective``, or where it is "auto" classification for a target of two values or of text labels,
+        regression for one of many numbers; a few whole numbers (class codes, or small counts) are refused with
+        both fixes, never guessed."""
         if self.objective != "auto":
             return self.objective
         values = np.unique(y)
-        if len(values) == 2:
+        if len(values) == 2 or values.dtype.kind not in "biuf":  # two values, or labels (text): classes
             return self.classifying_objective
         if 2 < len(values) <= AMBIGUOUS_VALUES and values.dtype.kind in "biuf" and np.all(np.mod(values, 1) == 0):
             shown = ", ".join(f"{v:g}" for v in values.astype(float))

@@ -13,6 +13,7 @@ import numpy as np
 from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
+from ilargi_db.metadata.target_labels import target_labels
 from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
 from ilargi_db.pipeline.column_scales import numeric_columns, scale_warning
 from ilargi_db.pipeline.metrics import training_metrics
@@ -34,7 +35,8 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     if facts.standardizes and not spec.supervised and not scaled:
         unscaled = scale_warning(X, numeric_columns(data.encoder, X.shape[1]), spec.algorithm)
     M = ScaledMatrix.standardize(X, center=getattr(estimator, "fit_intercept", True)) if scaled else X
-    warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, y if spec.supervised else None)
+    labels = target_labels(y, job.graph.target.duckdb_type, job.graph.target_classes) if spec.supervised else None
+    warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, labels)
     unconverged = getattr(estimator, "convergence_warning_", None)
     if unscaled:  # kept on the estimator, as convergence_warning_ is: train warns of it, SQL summarizes it
         estimator.scale_warning_ = unscaled

@@ -68,7 +68,7 @@ def training_metrics(model: Any, X: Any, y: Any) -> dict[str, float]:
     if kind == "factorization":
         return {"reconstruction_error": float(model.reconstruction_err_)}
     M = as_matrix(X)  # what training holds (a normalized matrix, or row partitions of one), or a plain array
-    y = np.asarray(to_host(y), dtype=float)
+    y = model.target_labels(np.asarray(to_host(y), dtype=float))
     n = len(y)
     if kind == "classification" and len(model.classes_) > 2:  # multinomial: coef_ is (k, d)
         index = M.keep_rows(M.backend.asarray(np.searchsorted(model.classes_, y)))
@@ -119,7 +119,7 @@ def metrics_of(model: Any, X: Any, y: Any) -> dict[str, float]:
 
     kind = metrics_kind(model)
     if model.algorithm_ in SUPERVISED:
-        y = np.asarray(to_host(y), dtype=float)
+        y = model.target_labels(np.asarray(to_host(y), dtype=float))
     if kind == "regression":
         p = model.predict(X)
         return {

@@ -28,6 +28,7 @@ from ilargi_db.pipeline.placement import (
     placed_choice,
     stream_plan,
 )
+from ilargi_db.pipeline.targets import check_text_target, with_target_classes
 from ilargi_db.pipeline.validation import check_validation_query
 from ilargi_db.plan import JoinGraph, build_join_graph, categorical_flags, check_target_type, mark_categorical_coalesce
 from ilargi_db.read_snapshot import renew_snapshot
@@ -90,6 +91,7 @@ def plan_graph(
         raise IlargiError("the training query selects no feature column: add the columns to learn from.")
     flags = categorical_flags(graph)
     check_target_type(graph)
+    graph = with_target_classes(con, graph)  # a text target's labels: every read takes each row's class position
     return mark_categorical_coalesce(graph, flags), flags
 
 
@@ -146,6 +148,7 @@ def plan_job(
         names = " and ".join(sorted({s.algorithm for s in specs}))
         raise IlargiError(f"{names} trains in this process: leave out cluster (trees do not run on Dask yet).")
     graph, flags = plan_graph(con, query, target, options.group_by)
+    check_text_target(graph, specs, estimators)
     if check_graph is not None:
         check_graph(graph)
     check_validation_query(con, graph, options.validation)  # before anything is read, not after the fits

@@ -11,11 +11,19 @@ import pyarrow as pa
 from ilargi_db.backend import get_backend
 from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.interruption import interruptible_job
+from ilargi_db.metadata.target_labels import with_target_classes
 from ilargi_db.models.catalog import SUPERVISED, Strategy, algorithm_facts
 from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
-from ilargi_db.plan import build_join_graph, is_categorical, is_numeric, mark_categorical_coalesce, split_kept_columns
+from ilargi_db.plan import (
+    build_join_graph,
+    is_categorical,
+    is_numeric,
+    is_text,
+    mark_categorical_coalesce,
+    split_kept_columns,
+)
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import GroupedModel, TrainedModel
 
@@ -50,6 +58,8 @@ def encoded_rows(
         columns = [c.lower() for c in build_join_graph(con, scored.query).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
         graph = build_join_graph(con, scored.query, target, group_by)
+        if target is not None:  # a text target read as positions among the classes the model was trained on
+            graph = with_target_classes(con, graph, trained_classes(model) if is_text(model.target_type_) else None)
         encoder.check_features(graph.feature_names)
         if group_by is not None and model.group_type_ and graph.group.duckdb_type != model.group_type_:
             raise PlanError(  # its text would differ (1 is not 1.0): every row would find no group's model
@@ -73,6 +83,12 @@ def encoded_rows(
         strategy = Strategy.FACTORIZED if graph.factorizable and not kept else Strategy.MATERIALIZED
         readers = BINNED_READERS if algorithm_facts(model.algorithm_).reads == "bins" else READERS  # trees: bins
         return readers[strategy](con, graph, read)
+
+
+def trained_classes(model: TrainedModel) -> Any:
+    """The classes ``model`` was trained on (a model per group: the first group's, as every group has them)."""
+    first = next(iter(model.models_.values())) if isinstance(model, GroupedModel) else model
+    return first.estimator_.classes_
 
 
 PREDICTION = "prediction"  # the prediction's column beside the kept ones

@@ -19,6 +19,7 @@ from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
 from ilargi_db.metadata.indicator import indicator_sql
 from ilargi_db.metadata.scans import TARGET
 from ilargi_db.metadata.stream import FactPartition, FactStream, open_stream
+from ilargi_db.metadata.target_labels import labelled_sql, target_sql
 from ilargi_db.metadata.value_range import check_values
 from ilargi_db.pipeline.placement import StreamPlan
 from ilargi_db.pipeline.readers import ReadSettings, TrainingData
@@ -148,8 +149,7 @@ def _streamed_target(con: duckdb.DuckDBPyConnection, graph: JoinGraph, stream: F
 def _only_target(graph: JoinGraph, stream: FactStream) -> str:
     """The key-only join of the whole fact with only the target selected, labelled rows, in rowid order."""
     select = sqlglot.parse_one(indicator_sql(graph, stream.registered, stream.fact, ()), read="duckdb")
-    select.set("expressions", [sqlglot.parse_one(f"CAST(({graph.target.sql}) AS DOUBLE) AS {TARGET}", read="duckdb")])
-    value = f"CAST(({graph.target.sql}) AS DOUBLE)"
-    select = select.where(f"{value} IS NOT NULL AND NOT isnan({value})", dialect="duckdb")
+    select.set("expressions", [sqlglot.parse_one(f"{target_sql(graph)} AS {TARGET}", read="duckdb")])
+    select = select.where(labelled_sql(graph), dialect="duckdb")
     select.set("order", None)
     return select.order_by(f"{quote_identifier(stream.fact)}.rowid", dialect="duckdb").sql("duckdb")

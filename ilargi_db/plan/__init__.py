@@ -15,6 +15,7 @@ from ilargi_db.plan.feature_types import (
     check_target_type,
     is_categorical,
     is_numeric,
+    is_text,
     mark_categorical_coalesce,
 )
 from ilargi_db.plan.join_graph import Feature, FeaturePart, JoinEdge, JoinGraph, Predicate, Source
@@ -28,6 +29,7 @@ __all__ = [
     "check_target_type",
     "is_categorical",
     "is_numeric",
+    "is_text",
     "mark_categorical_coalesce",
     "parse_training_query",
     "split_kept_columns",

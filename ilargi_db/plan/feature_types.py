@@ -71,10 +71,15 @@ def check_single_source(graph: JoinGraph) -> None:
         )
 
 
+def is_text(duckdb_type: str | None) -> bool:
+    """Text and ENUM columns: a target of this type holds class labels."""
+    return duckdb_type is not None and is_categorical(duckdb_type) and not is_numeric(duckdb_type)
+
+
 def check_target_type(graph: JoinGraph) -> None:
-    """Refuse a target that is not a number or BOOLEAN, saying how to encode it."""
-    if graph.target is not None and not is_numeric(graph.target.duckdb_type):
+    """Refuse a target that is not a number, BOOLEAN or text (class labels), saying what to cast it to."""
+    if graph.target is not None and not (is_numeric(graph.target.duckdb_type) or is_text(graph.target.duckdb_type)):
         raise PlanError(
-            f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be numeric or BOOLEAN. "
-            "Encode the labels as numbers in the query (e.g. CASE WHEN label = 'yes' THEN 1 ELSE 0 END)."
+            f"target {graph.target.name!r} has type {graph.target.duckdb_type}: it must be a number, BOOLEAN or "
+            "text (class labels). Cast it in the query (e.g. CAST(label AS VARCHAR), or epoch(day) for a date)."
         )

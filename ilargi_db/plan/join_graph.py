@@ -102,6 +102,8 @@ class JoinGraph:
     target_index: int | None = None  # position of the target in the SELECT list
     group: Feature | None = None  # the group_by column: one model per value (not a feature)
     group_index: int | None = None  # its position in the SELECT list
+    # A text target's classes, sorted: the target is read as each row's position among them (metadata.target_labels).
+    target_classes: tuple[str, ...] | None = None
 
     @property
     def feature_names(self) -> list[str]:

@@ -23,6 +23,7 @@ from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
 from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
+from ilargi_db.metadata.target_labels import labelled_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
 
@@ -93,7 +94,7 @@ def _aggregate(con: duckdb.DuckDBPyConnection, graph: JoinGraph, items: list[str
     for arg in ("order", "limit", "offset"):
         select.set(arg, None)
     if graph.target is not None:
-        select = select.where(_present_value(graph.target.sql)[1], dialect="duckdb")
+        select = select.where(labelled_sql(graph), dialect="duckdb")
     return fetch_arrow(con, select.sql("duckdb"), what=what).to_pylist()[0]
 
 

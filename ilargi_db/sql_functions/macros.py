@@ -188,7 +188,11 @@ def class_labels(model: Any) -> str:
     """A classifier's classes as a SQL list, typed like the target column."""
     # The score written once per macro (twice, DuckDB would bind and compute it twice); a NULL score (a missing
     # numeric without imputation) gives a NULL index, so NULL, not the first class.
-    labels = [double(c) for c in np.asarray(model.classes_, dtype=float)]
+    classes = np.asarray(model.classes_)
+    if classes.dtype.kind in "biuf":  # numbers, or a BOOLEAN target's False and True
+        labels = [double(c) for c in classes.astype(float)]
+    else:  # text labels
+        labels = [quote_string(str(c)) for c in classes]
     target_type = model.target_type_
     if target_type and SQL_TYPE.fullmatch(target_type):  # the class as the target column has it
         labels = [f"CAST({c} AS {target_type})" for c in labels]
