@@ -12,6 +12,7 @@ import sklearn.cluster
 import sklearn.decomposition
 import sklearn.linear_model
 from hypothesis import HealthCheck, assume, given, settings
+from sklearn.exceptions import ConvergenceWarning
 
 import ilargi_db
 from ilargi_db import IlargiError, NotFactorizableError, PlanError
@@ -697,3 +698,12 @@ def test_train_options_have_one_field_per_setting_with_its_default():
 def test_a_bad_setting_is_refused_before_the_query_is_read(con, setting, message):
     with pytest.raises(IlargiError, match=message):
         ilargi_db.train(con, "SELECT no_such_column FROM nowhere", "y", **setting)
+
+
+def test_a_standardized_fit_that_stops_at_max_iter_does_not_advise_standardizing(con):
+    query = "SELECT f.dep_delay, f.distance, f.late FROM flights f"
+    with pytest.warns(ConvergenceWarning, match=r"raise max_iter or loosen tol \(the features were standardized"):
+        scaled = ilargi_db.train(con, query, "late", "logistic_regression", standardize=True, max_iter=1)
+    assert "standardize=True" not in scaled.warnings_[0]
+    with pytest.warns(ConvergenceWarning, match=r"or standardize the features \(standardize=True\)"):
+        ilargi_db.train(con, query, "late", "logistic_regression", max_iter=1)

@@ -16,6 +16,7 @@ from ilargi_db._terminal import progress
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
 from ilargi_db.errors import DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
 from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
+from ilargi_db.models.convergence import not_converged
 
 
 class SparseInputMixin:
@@ -173,10 +174,7 @@ def record_not_converged(estimator: Any, what: str, max_iter: int) -> None:
     the SQL functions and the command line return it in their summary. Kept on the estimator because
     warnings filters are process-wide: two threads training at once cannot tell whose warning is whose.
     """
-    estimator.convergence_warning_ = (
-        f"{what} stopped at max_iter={max_iter} before converging: raise max_iter, loosen tol, or standardize "
-        f"the features ({spell('standardize', True)})."
-    )
+    estimator.convergence_warning_ = not_converged(what, max_iter)
 
 
 def warn_if_not_converged(estimator: Any, stacklevel: int = 2) -> None:

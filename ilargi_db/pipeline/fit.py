@@ -15,6 +15,7 @@ from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
 from ilargi_db.metadata.target_labels import target_labels
 from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
+from ilargi_db.models.convergence import advice_after_standardizing
 from ilargi_db.pipeline.column_scales import numeric_columns, scale_warning
 from ilargi_db.pipeline.metrics import training_metrics
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan
@@ -38,6 +39,8 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
     labels = target_labels(y, job.graph.target.duckdb_type, job.graph.target_classes) if spec.supervised else None
     warm = fit_estimator(job.artifacts, spec.algorithm, estimator, scaled, M, labels)
     unconverged = getattr(estimator, "convergence_warning_", None)
+    if unconverged and scaled:  # the estimator saw a matrix, not the option: its advice to standardize is moot
+        unconverged = estimator.convergence_warning_ = advice_after_standardizing(unconverged)
     if unscaled:  # kept on the estimator, as convergence_warning_ is: train warns of it, SQL summarizes it
         estimator.scale_warning_ = unscaled
     if scaled:
