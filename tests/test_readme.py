@@ -207,7 +207,9 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.cost_model.explain import NEAR_TIE
     from ilargi_db.cost_model.features import SAMPLE_JOIN_ROWS
     from ilargi_db.datasets.hamlet import HAMLET_SHAPES
-    from ilargi_db.limits import MACRO_NODES
+    from ilargi_db.limits import GRID_SETS, MACRO_NODES
+    from ilargi_db.linalg.binned_matrix import MAX_BINS, MAX_CATEGORIES
+    from ilargi_db.metadata.target_labels import MAX_TEXT_CLASSES
     from ilargi_db.models import MAX_GRAM_BYTES, NORMAL_MAX_COLUMNS
     from ilargi_db.models.catalog import CATALOG
     from ilargi_db.reuse.store import DEFAULT_MEMORY_BUDGET, DEFAULT_STORAGE_BUDGET
@@ -237,6 +239,11 @@ def code_facts() -> dict[str, object]:
         "GiB of the memory tier": DEFAULT_MEMORY_BUDGET >> 30,
         "GiB of the database tier": DEFAULT_STORAGE_BUDGET >> 30,
         "nodes of a macro": MACRO_NODES.default,
+        "nodes of a macro, in the limits": MACRO_NODES.default,
+        "parameter sets of a search": GRID_SETS.default,
+        "text labels of a target": MAX_TEXT_CLASSES,
+        "bins of a number": MAX_BINS,
+        "categories of a tree's feature": MAX_CATEGORIES,
         "fact rows the statistics sample above": SAMPLE_JOIN_ROWS,
         "percent of a near tie": round(NEAR_TIE * 100),
         "oldest DuckDB": ".".join(map(str, MIN_DUCKDB)),
@@ -263,6 +270,11 @@ CLAIMS = {
     "GiB of the memory tier": (r"in the process \((\d+) GiB by default\)", number),
     "GiB of the database tier": (r"in files\s+beside it \((\d+) GiB by default", number),
     "nodes of a macro": (r"An ensemble of more than ([\d,]+) nodes", number),
+    "nodes of a macro, in the limits": (r"a macro of more than ([\d,]+) nodes \(`ILARGI_MAX_MACRO_NODES`\)", number),
+    "parameter sets of a search": (r"more than ([\d,]+) parameter sets \(`ILARGI_MAX_GRID_SETS`\)", number),
+    "text labels of a target": (r"text or ENUM labels \(at most ([\d,]+)\)", number),
+    "bins of a number": (r"up to ([\d,]+) bins a number", number),
+    "categories of a tree's feature": (r"([\d,]+) categories a feature", number),
     "fact rows the statistics sample above": (r"a fact of more than ([\d,]+) rows is sampled", number),
     "percent of a near tie": (r"plans within (\d+)% of each other are a tie", number),
     "oldest DuckDB": (r"ilargi_db needs DuckDB ([\d.]+) or newer", str),
