@@ -32,7 +32,8 @@ from ilargi_db.backend.cuda_tree_kernels import CudaTreeKernels  # noqa: E402
 from ilargi_db.backend.kernels import ReferenceKernels  # noqa: E402
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels  # noqa: E402
 from ilargi_db.errors import BackendUnavailableError  # noqa: E402
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins  # noqa: E402
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FlatBins  # noqa: E402
+from ilargi_db.linalg.feature_bins import FeatureBins  # noqa: E402
 
 DENSE, BLOCKS, OUTPUTS, CLUSTERS, MISSING_BIN = 8, 3, 8, 8, 255
 

@@ -31,7 +31,8 @@ from harness.report import publish, ran  # noqa: E402
 
 from ilargi_db.backend import get_backend  # noqa: E402
 from ilargi_db.backend.parallel import kernel_threads  # noqa: E402
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins  # noqa: E402
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FlatBins  # noqa: E402
+from ilargi_db.linalg.feature_bins import FeatureBins  # noqa: E402
 
 # (fact rows per dimension row, features, key skew): the shape make_tree_star writes.
 DIMENSIONS = {"customers": (20, 3, 1.0), "products": (100, 3, 1.5), "stores": (2_000, 2, 1.0)}

@@ -31,7 +31,8 @@ from harness.report import publish, ran  # noqa: E402
 import ilargi_db  # noqa: E402
 from ilargi_db.backend.parallel import kernel_threads  # noqa: E402
 from ilargi_db.datasets import make_tree_star  # noqa: E402
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, bin_dtype  # noqa: E402
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix  # noqa: E402
+from ilargi_db.linalg.feature_bins import FeatureBins, bin_dtype  # noqa: E402
 from ilargi_db.models import GradientBoosting  # noqa: E402
 
 TREES = 100

@@ -9,7 +9,8 @@ import numpy as np
 
 from ilargi_db.backend import NUMPY, get_backend, to_host
 from ilargi_db.interruption import interruptible_job
-from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
+from ilargi_db.linalg.binned_matrix import BinnedMatrix
+from ilargi_db.linalg.feature_bins import MAX_BINS
 from ilargi_db.metadata.target_labels import target_labels, with_target_classes
 from ilargi_db.models.catalog import Strategy
 from ilargi_db.pipeline.binned_readers import read_binned_factorized

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_db.errors import DamagedModelError, IlargiError
-from ilargi_db.linalg.binned_matrix import MAX_BINS
+from ilargi_db.linalg.feature_bins import MAX_BINS
 from ilargi_db.metadata.di_metadata import group_order
 from ilargi_db.metadata.target_labels import target_labels
 from ilargi_db.models.catalog import algorithm_facts, estimator_class

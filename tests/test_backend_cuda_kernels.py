@@ -22,7 +22,8 @@ from ilargi_db.backend.cuda_sources import KERNEL_NAMES, source
 from ilargi_db.backend.cuda_tree_kernels import CudaTreeKernels
 from ilargi_db.backend.kernels import ReferenceKernels
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FlatBins
+from ilargi_db.linalg.feature_bins import FeatureBins, bin_dtype
 from tests.conftest import DEVICE_BACKENDS
 from tests.device_double import cuda, emulator
 

@@ -22,7 +22,8 @@ from ilargi_db.backend.tree_kernels import (
     NumbaTreeKernels,
 )
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, FlatBins, bin_dtype
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FlatBins
+from ilargi_db.linalg.feature_bins import FeatureBins, bin_dtype
 
 FUSED, REFERENCE = NumbaTreeKernels(), ReferenceTreeKernels(np)
 ROW_COUNTS = [0, 1, 2, 17, 3000, 140_000]  # 140,000 rows: several reduction chunks, the parallel kernels

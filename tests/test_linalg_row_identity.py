@@ -7,7 +7,8 @@ import numpy as np
 import scipy.sparse
 
 from ilargi_db.linalg import Block, NormalizedMatrix, PartitionedMatrix, ScaledMatrix
-from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array, quantile_bins
+from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array
+from ilargi_db.linalg.feature_bins import quantile_bins
 from ilargi_db.linalg.row_identity import first_by_key, folds_by_key, hash_values, row_keys
 
 

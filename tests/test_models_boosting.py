@@ -15,7 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import ilargi_db
 from ilargi_db import GradientBoostingClassifier, GradientBoostingRegressor, IlargiError
-from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES
+from ilargi_db.linalg.feature_bins import MAX_CATEGORIES
 from ilargi_db.models import GradientBoosting
 from tests.strategies import schemas
 from tests.tree_strategies import assert_same_trees, load, train_both, tree_schemas

@@ -15,7 +15,8 @@ from ilargi_db.backend import quantization
 from ilargi_db.backend.parallel import kernel_threads
 from ilargi_db.backend.tree_kernels import NumbaTreeKernels
 from ilargi_db.backend.tree_reference import ReferenceTreeKernels
-from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix, FeatureBins, bin_dtype
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix
+from ilargi_db.linalg.feature_bins import FeatureBins, bin_dtype
 from ilargi_db.linalg.row_identity import spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, TreeGrower
 

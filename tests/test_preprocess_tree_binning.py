@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ilargi_db
-from ilargi_db.linalg.binned_matrix import MAX_CATEGORIES, weighted_categories, weighted_numeric_edges
+from ilargi_db.linalg.feature_bins import MAX_CATEGORIES, weighted_categories, weighted_numeric_edges
 
 WORDS = ["a", "A", "ab", "aB", "Ab", "AB", "b", "B"]  # equal under NOCASE, four by four
 JOINED = "SELECT d.price, d.label, f.x, f.y FROM f {kind} JOIN d ON f.k = d.k"

@@ -208,7 +208,7 @@ def code_facts() -> dict[str, object]:
     from ilargi_db.cost_model.features import SAMPLE_JOIN_ROWS
     from ilargi_db.datasets.hamlet import HAMLET_SHAPES
     from ilargi_db.limits import GRID_SETS, MACRO_NODES
-    from ilargi_db.linalg.binned_matrix import MAX_BINS, MAX_CATEGORIES
+    from ilargi_db.linalg.feature_bins import MAX_BINS, MAX_CATEGORIES
     from ilargi_db.metadata.target_labels import MAX_TEXT_CLASSES
     from ilargi_db.models import MAX_GRAM_BYTES, NORMAL_MAX_COLUMNS
     from ilargi_db.models.catalog import CATALOG

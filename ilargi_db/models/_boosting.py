@@ -22,7 +22,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import NUMPY
-from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix, FeatureBins
+from ilargi_db.linalg.binned_matrix import BinnedMatrix
+from ilargi_db.linalg.feature_bins import MAX_BINS, FeatureBins
 from ilargi_db.linalg.row_identity import first_by_key, row_keys, spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 from ilargi_db.models._tree_model import TreeModel, keep_parameters

@@ -35,7 +35,8 @@ from ilargi_db._terminal import progress
 from ilargi_db.backend import NUMPY
 from ilargi_db.backend.parallel import kernel_threads, threads_for
 from ilargi_db.backend.tree_grower import poisson_weights
-from ilargi_db.linalg.binned_matrix import MAX_BINS, BinnedMatrix
+from ilargi_db.linalg.binned_matrix import BinnedMatrix
+from ilargi_db.linalg.feature_bins import MAX_BINS
 from ilargi_db.linalg.row_identity import row_keys, spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 from ilargi_db.models._tree_model import TreeModel, keep_parameters

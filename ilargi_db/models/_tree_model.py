@@ -19,7 +19,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ilargi_db.backend import NUMPY, Backend, get_backend
-from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array, quantile_bins
+from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array
+from ilargi_db.linalg.feature_bins import quantile_bins
 from ilargi_db.models._base import exact_classes
 from ilargi_db.models.losses import LOSSES, Loss, loss_for
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ilargi_db.linalg.binned_matrix import FeatureBins
+from ilargi_db.linalg.feature_bins import FeatureBins
 
 if TYPE_CHECKING:
     from ilargi_db.models._tree_growth import Tree

@@ -28,11 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.linalg.binned_matrix import (
+from ilargi_db.linalg.binned_matrix import BinnedBlock, BinnedMatrix
+from ilargi_db.linalg.feature_bins import (
     MAX_BINS,
     MAX_CATEGORIES,
-    BinnedBlock,
-    BinnedMatrix,
     FeatureBins,
     bin_dtype,
     weighted_categories,

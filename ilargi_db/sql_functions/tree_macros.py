@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.limits import MACRO_NODES, SMALLER_TREES
-from ilargi_db.linalg.binned_matrix import FeatureBins
+from ilargi_db.linalg.feature_bins import FeatureBins
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.sql_functions.macros import (
     GROUPED_INLINE_CATEGORIES,
