@@ -411,3 +411,17 @@ def test_leaf_values_are_added_to_their_rows_as_the_reference_adds_them(seed, n,
     FUSED.add_leaf_values(rows, starts, stops, values, fused)
     REFERENCE.add_leaf_values(rows, starts, stops, values, reference)
     np.testing.assert_array_equal(fused, reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from([-1.5, -0.25, 0.0, 0.0, 0.5, 2.0, 1e300, -1e-300]), min_size=0, max_size=70),
+    extra=st.integers(0, 5),
+)
+def test_the_category_order_is_numpys_stable_argsort(keys, extra):
+    """A node sorts its categories by gradient over hessian; ties (equal keys) keep their order, as NumPy's."""
+    from ilargi_db.backend.tree_split import stable_order
+
+    values = np.array(keys + [9.0] * extra, dtype=np.float64)  # entries past k are never read
+    k = len(keys)
+    np.testing.assert_array_equal(stable_order(values, k), np.argsort(values[:k], kind="stable"))

@@ -328,7 +328,9 @@ def _chunk_counts(narrow, wide, src, lo, hi, column, goes_left, lefts, first, la
             lefts[k] = _count_left(wide, src, a, z, column - narrow.shape[1], goes_left)
 
 
-@kernel([nt.void(NARROW, WIDE, IN_I64, I64[::1], I64, I64, I64, IN_BOOL, IN_I64, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
+# The rows and the split's mask typed writable, as _grow_step passes them, though only dst is written: numba compiles
+# a helper once per signature it is called with, and each of _rows_histogram's and _distribute's costs a second.
+@kernel([nt.void(NARROW, WIDE, I64[::1], I64[::1], I64, I64, I64, BOOL[::1], IN_I64, BOOL, IN_F64, IN_F64, BOOL, IN_I64,
                  IN_F64, META, META, F64[:, :, ::1], I64, I64)])  # fmt: skip
 def _chunk_splits(narrow, wide, src, dst, lo, hi, column, goes_left, lefts, build_left, g, h, unit_hessian, packed,
                   scales, narrow_meta, wide_meta, acc, first, last):  # fmt: skip  # pragma: no cover - compiled
@@ -356,7 +358,8 @@ def _distribute_column(narrow, wide, src, dst, start, stop, to_left, to_right, c
         _distribute(wide, src, dst, start, stop, to_left, to_right, column - narrow.shape[1], goes_left)
 
 
-@kernel([nt.void(NARROW, WIDE, IN_I64, I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, F64[:, :, ::1],
+# rows typed writable, as _chunk_splits types them: one _rows_histogram compiled for both
+@kernel([nt.void(NARROW, WIDE, I64[::1], I64, I64, IN_F64, IN_F64, BOOL, IN_I64, IN_F64, META, META, F64[:, :, ::1],
                  I64, I64)])  # fmt: skip
 def _chunk_histograms(narrow, wide, rows, lo, hi, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta, acc,
                       first, last):  # fmt: skip  # pragma: no cover - compiled
@@ -455,8 +458,9 @@ def _grow_step(
         if n >= ask_rows:
             state[ASK_FIRST], state[ASK_LAST], state[ASK_POOL] = 0, n, nodes[0, POOL]
             return ROOT
-        _rows_histogram(narrow, wide, buffers[0], 0, n, g, h, unit_hessian, packed, scales, narrow_meta, wide_meta,
-                        hists[nodes[0, POOL]])  # fmt: skip
+        first_row = np.int64(0)  # not the literal 0: numba would compile _rows_histogram again for it
+        _rows_histogram(narrow, wide, buffers[0], first_row, n, g, h, unit_hessian, packed, scales, narrow_meta,
+                        wide_meta, hists[nodes[0, POOL]])  # fmt: skip
         phase = ROOT_BUILT
     candidates = np.zeros(2, np.int64)  # the nodes whose best split is searched next
     n_candidates = 0

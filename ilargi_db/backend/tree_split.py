@@ -98,7 +98,7 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
         order[k] = missing_bin
         keys[k] = mg / (mh + CATEGORY_SMOOTHING)
         k += 1
-    sorted_order = order[:k][np.argsort(keys[:k], kind="mergesort")]
+    sorted_order = order[:k][stable_order(keys, k)]
     gl = hl = nl = 0.0
     for j in range(k - 1):
         b = sorted_order[j]
@@ -120,6 +120,36 @@ def feature_split(hf, nb, missing_at, missing_bin, categorical, total, l2, min_r
     if mn == 0.0:  # no missing rows here: NULL and unseen categories follow the larger side
         mask[missing_bin] = on_left >= total[COUNT] - on_left
     return gain_f
+
+
+@numba.njit(cache=True, nogil=True)
+def stable_order(keys, k):  # pragma: no cover - compiled
+    """The positions of ``keys[:k]`` in ascending order, equal keys in their order: ``np.argsort(keys[:k],
+    kind="stable")`` (its NumPy reference), as a bottom-up merge sort. numba's own argsort compiles a second
+    slower on a new machine's first training, for the few categories a node sorts."""
+    positions, merged = np.arange(k), np.empty(k, np.int64)
+    width = 1
+    while width < k:
+        for lo in range(0, k, 2 * width):
+            mid, hi = min(lo + width, k), min(lo + 2 * width, k)
+            i, j, o = lo, mid, lo
+            while i < mid and j < hi:
+                if keys[positions[j]] < keys[positions[i]]:  # strictly: an equal key on the left stays first
+                    merged[o] = positions[j]
+                    j += 1
+                else:
+                    merged[o] = positions[i]
+                    i += 1
+                o += 1
+            for r in range(i, mid):  # plain loops: slices compile slower
+                merged[o] = positions[r]
+                o += 1
+            for r in range(j, hi):
+                merged[o] = positions[r]
+                o += 1
+        positions, merged = merged, positions
+        width *= 2
+    return positions
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -197,5 +227,6 @@ __all__ = [
     "pick_leaf",
     "feature_split",
     "split_score",
+    "stable_order",
     "uniform_draw",
 ]
