@@ -1,16 +1,16 @@
-"""Compiled kernels with explicit signatures: compiled once per machine, never in the middle of a job.
+"""Compiled kernels with explicit signatures: each compiled once per machine, and only what a job calls.
 
 Each :class:`Kernel` is a numba function compiled for the signatures it declares and no other (numba's
-compilation is disabled after them), with ``cache=True``: the first use on a machine compiles them into numba's
-cache, every later process loads them (about 10 ms each). A call with other types is a ``TypeError`` rather
-than a compile of seconds: the wrappers in :mod:`~ilargi_db.backend.numba_kernels` and
+compilation is disabled but for them), with ``cache=True``: the first call on a machine that takes a signature
+compiles it into numba's cache, every later process loads it (about 10 ms each). A call with other types is a
+``TypeError`` rather than a compile of seconds: the wrappers in :mod:`~ilargi_db.backend.numba_kernels` and
 :mod:`~ilargi_db.backend.tree_kernels` cast their arrays to one type per role first (float64 values, int32 or
 int64 positions, C order; a column-major block is passed transposed, which is C order whatever its width).
 
-A kernel is compiled (or loaded) on its first call, or ahead of it by :func:`warm_up` (``ilargi warmup``: once
-after installing, so that no training compiles). Loading them on a background thread while a training plans and
-reads was tried and measured slower (a fresh process's first training 0.7 s above its second without it, 1.4 s with
-it, on 2 busy cores): numba's loading holds the GIL, as planning does, and it loaded kernels the job never called.
+:func:`warm_up` (``ilargi warmup``: once after installing, in an image build say) compiles every signature ahead,
+so that no training compiles. Loading them on a background thread while a training plans and reads was tried and
+measured slower (a fresh process's first training 0.7 s above its second without it, 1.4 s with it, on 2 busy
+cores): numba's loading holds the GIL, as planning does, and it loaded kernels the job never called.
 """
 
 from __future__ import annotations
@@ -30,36 +30,84 @@ _KERNELS: dict[str, list[Kernel]] = {}  # module name -> its kernels, in definit
 
 
 class Kernel:
-    """A numba function (``nogil``, cached) compiled for ``signatures`` only, on first use."""
+    """A numba function (``nogil``, cached) compiled for ``signatures`` only: on a call, the declared signature its
+    arguments take is compiled (or loaded) and no other; :attr:`dispatcher` compiles them all (:func:`warm_up`).
+
+    A job compiles what it calls: a tree's kernels are declared for one-byte and two-byte bins, a product's for
+    int32 and int64 positions, and a first training after installing compiled both (measured: a second each).
+    """
 
     def __init__(self, function: Callable[..., Any], signatures: list[Any]):
         self.function, self.signatures = function, list(signatures)
         self.__name__ = function.__name__
-        self._dispatcher: Any = None
+        self._numba: Any = None  # the numba dispatcher, once a signature is compiled: it compiles no other type
+        self._compiled: set[int] = set()  # positions in ``signatures`` compiled or loaded
         self._lock = threading.Lock()
         _KERNELS.setdefault(function.__module__, []).append(self)
 
+    def _compile(self, positions: Iterable[int]) -> None:
+        """Compile (or load from numba's cache) the declared signatures at ``positions``, once each.
+
+        A new dispatcher of every signature so far replaces the last (those it had load from the cache): numba
+        disables compiling after the signatures it is given, and a thread calling the old one meanwhile is never
+        met by a dispatcher that compiles."""
+        import numba
+
+        with self._lock:  # a warm-up thread and the job may ask at once: compile once
+            wanted = self._compiled | set(positions)
+            if wanted != self._compiled:
+                chosen = [self.signatures[k] for k in sorted(wanted)]
+                self._numba = numba.njit(chosen, cache=True, nogil=True)(self.function)
+                self._compiled = wanted
+
+    def _declared_for(self, args: tuple) -> int | None:
+        """The first declared signature ``args`` convert to (a writable array to a read-only one), else None."""
+        from numba import typeof
+        from numba.core.registry import cpu_target
+
+        found = [typeof(a) for a in args]
+        typing = cpu_target.typing_context
+        for k, signature in enumerate(self.signatures):
+            declared = _argument_types(signature)
+            if len(declared) == len(found) and all(
+                typing.can_convert(a, d) is not None for a, d in zip(found, declared)
+            ):
+                return k
+        return None
+
     @property
     def dispatcher(self) -> Any:
-        """The numba dispatcher, compiled or loaded from the cache for every signature the first time."""
-        if self._dispatcher is None:
-            with self._lock:  # a warm-up thread and the job may ask at once: compile once
-                if self._dispatcher is None:
-                    import numba
-
-                    self._dispatcher = numba.njit(self.signatures, cache=True, nogil=True)(self.function)
-        return self._dispatcher
+        """The numba dispatcher with every declared signature compiled or loaded from the cache."""
+        self._compile(range(len(self.signatures)))
+        return self._numba
 
     @property
     def loaded(self) -> bool:
-        """Whether its signatures are compiled or loaded (by a call, or by :func:`warm_up`)."""
-        return self._dispatcher is not None
+        """Whether every declared signature is compiled or loaded (by calls, or by :func:`warm_up`)."""
+        return len(self._compiled) == len(self.signatures)
 
     def __call__(self, *args: Any) -> Any:
-        return self.dispatcher(*args)
+        if self._numba is not None:
+            try:
+                return self._numba(*args)
+            except TypeError:
+                k = self._declared_for(args)
+                if k is None or k in self._compiled:
+                    raise  # numba's "No matching definition" for types no signature declares, or the call's own
+        else:
+            k = self._declared_for(args)
+            if k is None:
+                raise TypeError(f"No matching definition for argument type(s) of {self!r}: {[type(a) for a in args]}")
+        self._compile([k])
+        return self._numba(*args)
 
     def __repr__(self) -> str:
         return f"Kernel({self.__name__}, {len(self.signatures)} signatures)"
+
+
+def _argument_types(signature: Any) -> tuple:
+    """A declared signature's argument types (a numba signature, or a tuple of types)."""
+    return tuple(signature.args) if hasattr(signature, "args") else tuple(signature)
 
 
 def read_only(array_type: Any) -> Any:
@@ -92,7 +140,7 @@ def warm_up(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> dict[str, float]:
     seconds = {}
     for k in kernels(kinds):
         began = time.perf_counter()
-        k.dispatcher  # noqa: B018 - compiles or loads every signature
+        k.dispatcher  # noqa: B018 - compiles or loads every declared signature
         seconds[f"{k.function.__module__.rsplit('.', 1)[-1]}.{k.__name__}"] = time.perf_counter() - began
     return seconds
 

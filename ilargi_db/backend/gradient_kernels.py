@@ -70,7 +70,7 @@ def logistic_gradients(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndar
     """Log loss on log-odds ``raw`` for 0/1 ``y``: ``g = p - y``, ``h = p (1 - p)``, ``p`` the logistic of ``raw``."""
     if not _on_host(raw):
         return logistic_gradients_reference(raw, y, g, h)
-    run(_logistic.dispatcher, len(raw), raw, y, g, h, min_tasks=ROWS_PER_THREAD)
+    run(_logistic, len(raw), raw, y, g, h, min_tasks=ROWS_PER_THREAD)
 
 
 def logistic_gradients_reference(raw: np.ndarray, y: np.ndarray, g: np.ndarray, h: np.ndarray) -> None:
@@ -85,7 +85,7 @@ def softmax_gradients(raw: np.ndarray, y: np.ndarray, factor: float, g: np.ndarr
     float64): ``g[c] = p_c - [y == c]``, ``h[c] = factor p_c (1 - p_c)``, ``p`` the softmax of each row's scores."""
     if not _on_host(raw):
         return softmax_gradients_reference(raw, y, factor, g, h)
-    run(_softmax.dispatcher, raw.shape[1], raw, y, float(factor), g, h, min_tasks=ROWS_PER_THREAD)
+    run(_softmax, raw.shape[1], raw, y, float(factor), g, h, min_tasks=ROWS_PER_THREAD)
 
 
 def softmax_gradients_reference(raw: np.ndarray, y: np.ndarray, factor: float, g: np.ndarray, h: np.ndarray) -> None:
@@ -101,7 +101,7 @@ def poisson_gradients(raw: np.ndarray, y: np.ndarray, delta: float, g: np.ndarra
     ``poisson_max_delta_step``)."""
     if not _on_host(raw):
         return poisson_gradients_reference(raw, y, delta, g, h)
-    run(_poisson.dispatcher, len(raw), raw, y, float(delta), g, h, min_tasks=ROWS_PER_THREAD)
+    run(_poisson, len(raw), raw, y, float(delta), g, h, min_tasks=ROWS_PER_THREAD)
 
 
 def poisson_gradients_reference(raw: np.ndarray, y: np.ndarray, delta: float, g: np.ndarray, h: np.ndarray) -> None:

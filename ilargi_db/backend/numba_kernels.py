@@ -406,7 +406,7 @@ def _in_chunk_order(parts: np.ndarray) -> np.ndarray:
     (the cells split between the free cores)."""
     flat = parts.reshape(parts.shape[0], parts.size // parts.shape[0])
     total = np.empty(flat.shape[1])
-    run(_merge_chunks.dispatcher, _tiles(flat.shape[1]), flat, total, min_tasks=PARALLEL_TILES)
+    run(_merge_chunks, _tiles(flat.shape[1]), flat, total, min_tasks=PARALLEL_TILES)
     return total.reshape(parts.shape[1:])
 
 
@@ -456,7 +456,7 @@ class NumbaKernels:
         out = np.empty((n, *columns))
         entry = _gather_sum_1d_entry if not columns else _gather_sum_2d_entry
         args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, out)
-        run(entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
+        run(entry, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         return out
 
     def segment_sums(self, dense: Any, index: Any, n_table_rows: int, v: Any) -> tuple[Any, Any]:
@@ -467,13 +467,13 @@ class NumbaKernels:
         chunks = _chunks(n, (t * rows + a) * width)
         if v.ndim == 1:
             head, sums = np.zeros((chunks, a)), np.zeros((chunks, t, rows))
-            run(_segment_sums_1d_entry.dispatcher, chunks, dense_t, index_t, _f64(v), head, sums)
+            run(_segment_sums_1d_entry, chunks, dense_t, index_t, _f64(v), head, sums)
             head, sums = _in_chunk_order(head), _in_chunk_order(sums)
         else:
             # One pass over the rows (each row of v read once, all its columns together); the accumulators'
             # size bounds the chunks (ACCUMULATOR_BYTES), so they stay few and small.
             head, sums = np.zeros((chunks, a, width)), np.zeros((chunks, t, width, rows))
-            run(_segment_sums_2d_entry.dispatcher, chunks, dense_t, index_t, _f64(v), head, sums)
+            run(_segment_sums_2d_entry, chunks, dense_t, index_t, _f64(v), head, sums)
             head, sums = _in_chunk_order(head), _in_chunk_order(sums).transpose(0, 2, 1)  # (blocks, rows, columns)
         return (head if dense is not None else None), (sums if index is not None else None)
 
@@ -485,7 +485,7 @@ class NumbaKernels:
         tables = np.zeros((0, 1, *w.shape[1:]))  # no indexed block: data @ w alone
         entry = _gather_sum_1d_entry if w.ndim == 1 else _gather_sum_2d_entry
         args = (_block_t(data, n), w, _index_t(None, n), tables, target)
-        run(entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
+        run(entry, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         if target is not out:
             out[...] = target
         return out
@@ -497,7 +497,7 @@ class NumbaKernels:
         weights = np.empty(0) if weights is None else _f64(weights)
         chunks = _chunks(n, t * rows * (a + 1))
         gram, sums = np.zeros((chunks, a, a)), np.zeros((chunks, t, a + 1, rows))
-        run(_gram_pass_entry.dispatcher, chunks, dense_t, index_t, weights, gram, sums)
+        run(_gram_pass_entry, chunks, dense_t, index_t, weights, gram, sums)
         gram = _in_chunk_order(gram)
         lower = np.tril_indices(a, -1)
         gram[lower] = gram.T[lower]  # the lower triangle from the upper one
@@ -514,7 +514,7 @@ class NumbaKernels:
         chunks = _chunks(n, n_out * table.shape[1])
         sums = np.zeros((chunks, n_out, table.shape[1]))
         scatter = np.ascontiguousarray(scatter, dtype=positions)
-        run(_scatter_gathered.dispatcher, chunks, scatter, gather, table, weights, sums)
+        run(_scatter_gathered, chunks, scatter, gather, table, weights, sums)
         return _in_chunk_order(sums)
 
     def rows_by_key(self, keys: Any, n_keys: int) -> tuple[Any, Any]:
@@ -534,7 +534,7 @@ class NumbaKernels:
         partial = np.zeros((chunks, data_a.shape[1], data_b.shape[1]))
         index_b = np.ascontiguousarray(index_b, dtype=_positions(index_b))
         args = (ptr, order, index_b, _block_t(data_a, r_a), table_b, weights, partial)
-        run(_pair_gram_entry.dispatcher, chunks, *args)
+        run(_pair_gram_entry, chunks, *args)
         return _in_chunk_order(partial)
 
     def sparse_pair_gram(self, index_a: Any, index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
@@ -548,7 +548,7 @@ class NumbaKernels:
             args += [np.ascontiguousarray(m.indptr, dtype=structure), np.ascontiguousarray(m.indices, dtype=structure)]
             args.append(_f64(m.data))
         args += [np.empty(0) if weights is None else _f64(weights), sums]
-        run(_sparse_pair_gram.dispatcher, chunks, *args)
+        run(_sparse_pair_gram, chunks, *args)
         return _in_chunk_order(sums)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
@@ -558,7 +558,7 @@ class NumbaKernels:
         tables = np.zeros((0, 1, m)) if tables is None else _f64(tables)
         labels, best = np.empty(n, dtype=np.int64), np.empty(n)
         args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, _f64(offsets), labels, best)
-        run(_nearest_entry.dispatcher, _tiles(n), *args, min_tasks=PARALLEL_TILES)
+        run(_nearest_entry, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         return labels, best
 
     def label_sums(self, dense: Any, index: Any, n_table_rows: int, labels: Any, k: int) -> tuple[Any, Any]:
@@ -568,20 +568,20 @@ class NumbaKernels:
         chunks = _chunks(n, (t * n_table_rows + a) * k)
         head, counts = np.zeros((chunks, k, a)), np.zeros((chunks, t, rows, k))
         labels = np.ascontiguousarray(labels, dtype=np.int64)
-        run(_label_sums_entry.dispatcher, chunks, dense_t, index_t, labels, head, counts)
+        run(_label_sums_entry, chunks, dense_t, index_t, labels, head, counts)
         head, counts = _in_chunk_order(head), _in_chunk_order(counts)
         return (head if dense is not None else None), (counts if index is not None else None)
 
     def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
         W = _own(np.asfortranarray(W, dtype=np.float64))  # updated in place, column-major: X.T @ W reads columns
         args = (W.T, _f64(numerator), _f64(gram), float(epsilon))
-        run(_multiplicative_update_entry.dispatcher, _tiles(W.shape[0]), *args, min_tasks=PARALLEL_TILES)
+        run(_multiplicative_update_entry, _tiles(W.shape[0]), *args, min_tasks=PARALLEL_TILES)
         return W
 
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
         z = _own(_f64(z))
         partial = np.zeros(_chunks(len(z), 1))
-        run(_logistic_loss_residual.dispatcher, len(partial), z, _f64(y01), partial)
+        run(_logistic_loss_residual, len(partial), z, _f64(y01), partial)
         loss = 0.0
         for s in partial:  # chunk order
             loss += s

@@ -89,7 +89,7 @@ def quantize(g, h, unit_hessian: bool, rows, keys, seed: int) -> tuple[np.ndarra
     scales = quantization.scales(g, h, unit_hessian, rows)
     n = len(g)
     g_out, h_out, packed = np.empty(n), np.empty(n), np.empty(n, np.int64)
-    run(_quantize.dispatcher, n, g, h, bool(unit_hessian), keys, scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
+    run(_quantize, n, g, h, bool(unit_hessian), keys, scales[GRADIENT], scales[HESSIAN], seed & SEED_MASK,
         g_out, h_out, packed, min_tasks=1 << 16)  # fmt: skip
     return g_out, h_out, packed, scales
 
@@ -119,7 +119,7 @@ def poisson_weights(keys: np.ndarray, seed: int, rate: float) -> np.ndarray:
     """A Poisson bootstrap (Spark MLlib's random forests draw theirs so): each row's count of mean ``rate`` (float64),
     drawn from (``seed``, the row's uint64 key): the same rows get the same counts in any order."""
     out = np.empty(len(keys))
-    run(_poisson_weights.dispatcher, len(keys), keys, int(seed) & SEED_MASK, poisson_cdf(rate), out, min_tasks=1 << 16)
+    run(_poisson_weights, len(keys), keys, int(seed) & SEED_MASK, poisson_cdf(rate), out, min_tasks=1 << 16)
     return out
 
 
@@ -590,15 +590,15 @@ def grow_tree(
         acc = np.zeros((chunks, hists.shape[1], HIST_FIELDS))
         gradients = (g, h, unit_hessian, packed, scales, *meta, acc)
         if step == ROOT:
-            run(_chunk_histograms.dispatcher, chunks, layout.narrow, layout.wide, buffers[0], lo, hi, *gradients)
+            run(_chunk_histograms, chunks, layout.narrow, layout.wide, buffers[0], lo, hi, *gradients)
             merged = hists[int(state[ASK_POOL])]
         else:
             node = int(state[SPLITTING])
             src, dst = buffers[nodes[node, BUFFER]], buffers[1 - nodes[node, BUFFER]]
             column, build_left, lefts = int(state[ASK_COLUMN]), bool(state[SMALL_LEFT]), np.zeros(chunks, np.int64)
-            run(_chunk_counts.dispatcher, chunks, layout.narrow, layout.wide, src, lo, hi, column, split_mask, lefts)
+            run(_chunk_counts, chunks, layout.narrow, layout.wide, src, lo, hi, column, split_mask, lefts)
             run(
-                _chunk_splits.dispatcher, chunks, layout.narrow, layout.wide, src, dst, lo, hi, column, split_mask,
+                _chunk_splits, chunks, layout.narrow, layout.wide, src, dst, lo, hi, column, split_mask,
                 lefts, build_left, *gradients,
             )  # fmt: skip
             state[N_LEFT] = lefts.sum()

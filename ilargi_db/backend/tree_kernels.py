@@ -321,7 +321,7 @@ class NumbaTreeKernels:
         hess = np.zeros((chunks, 1 if unit_hessian else n_slots))
         seg = np.zeros((chunks, int(seg_start[-1]), HIST_FIELDS))
         run(
-            _node_histogram.dispatcher, chunks, codes, code_start, widths, first_column, fills,
+            _node_histogram, chunks, codes, code_start, widths, first_column, fills,
             _positions(flat.index), _flags(flat.identity), segment, seg_start, rows, g, h, slots, bins, unit_hessian,
             acc, hess, seg,
         )  # fmt: skip
@@ -369,11 +369,11 @@ class NumbaTreeKernels:
         leaves = len(starts)
         rows_per_leaf = max(1, int((stops - starts).sum()) // max(1, leaves))
         min_leaves = max(1, PREDICT_ROWS // rows_per_leaf)  # each thread adds PREDICT_ROWS rows at least
-        run(_add_leaf_values.dispatcher, leaves, rows, starts, stops, _f64(values), raw, min_tasks=min_leaves)
+        run(_add_leaf_values, leaves, rows, starts, stops, _f64(values), raw, min_tasks=min_leaves)
 
     def add_trees(self, codes, tree_start, feature, goes_left, left, right, value, out) -> None:
         args = (_i64(tree_start), _i64(feature), _flags(goes_left), _i64(left), _i64(right), _f64(value), out)
-        run(_add_trees.dispatcher, len(codes), _bins(codes), *args, min_tasks=PREDICT_ROWS)
+        run(_add_trees, len(codes), _bins(codes), *args, min_tasks=PREDICT_ROWS)
 
 
 __all__ = ["CATEGORY_SMOOTHING", "MIN_HESSIAN", "TIE", "NumbaTreeKernels"]
