@@ -440,11 +440,11 @@ def plan_of(strategy, solver, steps, iterations=1.0):
 def test_a_near_tie_is_not_called_a_win():
     """Steps within 10% of each other read as "either way", not as a win (issue 11)."""
     from ilargi_db.cost_model.explain import step_reasons
-    from ilargi_db.cost_model.plan import Step
+    from ilargi_db.cost_model.plan import Step, StepKind
 
     def plan(strategy, data, lmm):
         steps = (
-            Step("reading the data", f"{strategy}_data", "rows", 1, data),
+            Step("reading the data", f"{strategy}_data", "rows", 1, data, kind=StepKind.READ),
             Step("X @ w", "lmm", "n", 20, lmm, True),
         )
         return plan_of(strategy, "lbfgs", steps, 20)
@@ -471,10 +471,10 @@ def reading(strategy, solver, seconds, iterations=1.0, spread=0.2, iteration_spr
     from dataclasses import replace
 
     from ilargi_db.cost_model.iterations import IterationEstimate
-    from ilargi_db.cost_model.plan import Step
+    from ilargi_db.cost_model.plan import Step, StepKind
 
     iterative = iteration_spread > 0
-    step = Step("reading the data", f"{strategy}_data", "rows", 1, seconds, iterative, spread, iterative)
+    step = Step("reading the data", f"{strategy}_data", "rows", 1, seconds, iterative, spread, iterative, StepKind.READ)
     plan = plan_of(strategy, solver, [step], iterations)
     return replace(plan, iterations=IterationEstimate(iterations, "", iteration_spread))
 
@@ -584,3 +584,21 @@ def test_a_plan_load_that_is_not_a_load_is_refused_naming_the_variable(monkeypat
     monkeypatch.setenv("ILARGI_PLAN_LOAD", value)
     with pytest.raises(IlargiError, match=r"ILARGI_PLAN_LOAD=.* must be a number from 1 \(idle cores\) to 8"):
         ilargi_db.train(con, schema.query(), "y")
+
+
+def test_reuse_prices_the_steps_by_what_they_do():
+    """The read and X^T X of a factorized plan are kinds of step: stored artifacts replace those, whatever the
+    steps are called (a step's name is only its display)."""
+    from ilargi_db.cost_model.plan import ReuseOffer, StepKind
+
+    con = duckdb.connect()
+    schema = make_star_schema(con, fact_rows=2_000, fact_features=2, n_dims=1, dim_rows=50, dim_features=3)
+    stats = job_stats(con, plan_graph(con, schema.query(), "y")[0])
+    costs = kernel_costs(detect_hardware())
+    params = {"solver": "normal"}
+    cold = candidate_plans(stats, "linear_regression", params, costs, strategies=("factorized",))
+    assert {s.kind for s in cold[0].steps} >= {StepKind.READ, StepKind.GRAM}
+    offer = ReuseOffer(data_seconds=0.001, data_what="stored", sums=True)
+    (warm,) = candidate_plans(stats, "linear_regression", params, costs, strategies=("factorized",), reuse=offer)
+    reused = [s for s in warm.steps if s.kind in (StepKind.READ, StepKind.GRAM)]
+    assert [s.kernel for s in reused] == ["reuse", "reuse"] and reused[1].seconds == 0.0

@@ -16,7 +16,7 @@ from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, planning_load
 from ilargi_db.cost_model.memory import array_bytes, memory_limit_bytes
-from ilargi_db.cost_model.plan import PhysicalPlan, candidate_plans, reuse_offer
+from ilargi_db.cost_model.plan import PhysicalPlan, StepKind, candidate_plans, reuse_offer
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy
 from ilargi_db.cost_model.uncertainty import Confidence, regret_choice
 from ilargi_db.models.catalog import STRATEGIES, Strategy, algorithm_facts, make_estimator
@@ -178,11 +178,10 @@ def step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float,
     """The steps that differ between two plans, in the plans' own terms: ``(weight, text, strategy favoured)``
     each, the weight the difference's share of the slower plan's seconds (steps within 10% read "either way")."""
     found = []
-    mine = {s.name: s for s in chosen.steps}
-    theirs = {s.name: s for s in other.steps}
+    # Paired by what they say (their names); planning is the same for every plan.
+    mine = {s.name: s for s in chosen.steps if s.kind is not StepKind.PLANNING}
+    theirs = {s.name: s for s in other.steps if s.kind is not StepKind.PLANNING}
     for name in dict.fromkeys([*mine, *theirs]):
-        if name == "planning":
-            continue  # the same for every plan
         a, b = mine.get(name), theirs.get(name)
         sa, sb = (a.seconds if a else 0.0), (b.seconds if b else 0.0)
         if max(sa, sb) <= 0.01 * max(chosen.seconds, other.seconds):

@@ -12,6 +12,7 @@ memory and records it.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +55,20 @@ LBFGS_EVALUATIONS = 1.15  # loss and gradient evaluations per L-BFGS iteration (
 STANDARDIZE_PASSES = 3.0  # column sums of X, then of X squared (squaring writes the dense block first): ~3 X.T @ v
 
 
+class StepKind(enum.Enum):
+    """What a step does, for the rules that rewrite plans (reuse, streaming, a cluster); its name is for display."""
+
+    PLANNING = "planning"
+    READ = "read"  # reading the data: the key-only join and scans, or the materialized join
+    TO_DEVICE = "to_device"  # the read copied to the GPU
+    GRAM = "gram"  # X^T X
+    READ_AGAIN = "read_again"  # a streamed job's later passes over its partitions
+    WORK = "work"  # any other step: kernels, solves, bookkeeping
+
+
 @dataclass(frozen=True)
 class Step:
-    """One step of a plan: ``count`` runs of ``kernel`` on ``shape``, ``seconds`` in all."""
+    """One step of a plan: ``count`` runs of ``kernel`` on ``shape``, ``seconds`` in all; ``name`` says it in words."""
 
     name: str
     kernel: str
@@ -66,6 +78,7 @@ class Step:
     per_iteration: bool = False
     spread: float = 0.0  # how unsure ``seconds`` is: sd of log(measured / predicted), the kernel model's
     iterative: bool = False  # runs once per iteration of the solver: the iteration count's error scales it
+    kind: StepKind = StepKind.WORK
 
     @property
     def parallel(self) -> bool:
@@ -150,12 +163,14 @@ class PhysicalPlan:
 
     def phase_seconds(self) -> dict[str, float]:
         """Seconds of planning, of the one-off data steps and of the iterations (as ``train``'s ``timings_``)."""
-        planning = sum(s.seconds for s in self.steps if s.kernel == "planning")
+        planning = sum(s.seconds for s in self.steps if s.kind is StepKind.PLANNING)
         data = sum(s.seconds for s in self.steps if not s.per_iteration) - planning
         return {"planning": planning, "data": data, "iterations": self.seconds - data - planning}
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        for step in out["steps"]:
+            step["kind"] = step["kind"].value
         out["seconds"] = self.seconds
         out["label"] = self.label
         return out
@@ -241,7 +256,8 @@ def plan_steps(
     data = data_shape(stats, strategy)
     kernel = f"{strategy}_data"
     how = "key-only join and source scans" if strategy == Strategy.FACTORIZED else "the materialized join"
-    steps = [Step("reading the data", kernel, f"{how}, {data.describe()}", 1, costs.seconds(kernel, data_terms(data)))]
+    read = costs.seconds(kernel, data_terms(data))
+    steps = [Step("reading the data", kernel, f"{how}, {data.describe()}", 1, read, kind=StepKind.READ)]
     if backend == "cupy":
         nbytes = 8 * (data.numeric_cells + data.index_entries) + 4 * data.string_values
         steps.append(
@@ -251,6 +267,7 @@ def plan_steps(
                 f"{nbytes / 2**20:,.0f} MiB",
                 1,
                 costs.seconds("to_device", transfer_terms(nbytes)),
+                kind=StepKind.TO_DEVICE,
             )
         )
     k = algorithm_facts(algorithm).width(params)
@@ -297,7 +314,7 @@ def iteration_steps(
         how = " (singular: least squares)" if singular else ""
         seconds = costs.seconds("solve", solve_terms(d, singular))
         return [
-            _matrix_step(costs, "X.T @ X", "crossprod", shape, 1),
+            replace(_matrix_step(costs, "X.T @ X", "crossprod", shape, 1), kind=StepKind.GRAM),
             _matrix_step(costs, "X.T @ y", "rmm", shape, 1),
             Step("solve", "solve", f"{d:,} x {d:,}{how}", 1, seconds, True),
         ]
@@ -357,12 +374,12 @@ def _reusing(steps: list[Step], reuse: ReuseOffer) -> list[Step]:
     """``steps`` with what the artifact store holds loaded instead of computed."""
     out = []
     for step in steps:
-        if reuse.data_seconds is not None and step.name in ("reading the data", "copy to the GPU"):
-            if step.name == "reading the data":
-                out.append(Step("reading the data", "reuse", reuse.data_what, 1, reuse.data_seconds))
+        if reuse.data_seconds is not None and step.kind in (StepKind.READ, StepKind.TO_DEVICE):
+            if step.kind is StepKind.READ:
+                out.append(Step("reading the data", "reuse", reuse.data_what, 1, reuse.data_seconds, kind=step.kind))
             continue
-        if reuse.sums and step.name == "X.T @ X":
-            out.append(Step("X.T @ X", "reuse", "stored by an earlier job", 1, 0.0, True))
+        if reuse.sums and step.kind is StepKind.GRAM:
+            out.append(Step("X.T @ X", "reuse", "stored by an earlier job", 1, 0.0, True, kind=step.kind))
             continue
         out.append(step)
     return out
@@ -407,7 +424,7 @@ def candidate_plans(
                 steps = _reusing(steps, reuse)
             if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice
                 what = f"{len(stats.sources)} sources, statistics queries measured"
-                steps.insert(0, Step("planning", "planning", what, 1, planning_seconds))
+                steps.insert(0, Step("planning", "planning", what, 1, planning_seconds, kind=StepKind.PLANNING))
             steps = [
                 replace(s, seconds=s.seconds * (load if s.parallel else 1.0), spread=costs.spread(s.kernel))
                 for s in steps
@@ -511,9 +528,10 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
             fits, limit = False, "the memory budget (DuHL's working set: one partition dense)"
     steps, again = [], 0.0
     for step in plan.steps:
-        if step.name == "reading the data":
+        if step.kind is StepKind.READ:
             seconds = step.seconds + partitions * PARTITION_QUERY_SECONDS
-            steps.append(Step("reading the fact, partition by partition", step.kernel, step.shape, 1, seconds))
+            name = "reading the fact, partition by partition"
+            steps.append(Step(name, step.kernel, step.shape, 1, seconds, kind=StepKind.READ))
             if spill:
                 seconds = needed / SPILL_WRITE_BYTES_PER_SECOND
                 steps.append(Step("spilling the partitions", "spill", f"{needed / 2**20:,.0f} MiB", 1, seconds))
@@ -530,7 +548,8 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
         again += partitions * PARTITION_QUERY_SECONDS
     if held:
         what += f", {held:,} held dense by DuHL"
-    steps.append(Step("reading the partitions again", "stream", what, passes - 1, (passes - 1) * again, True))
+    again_seconds, kind = (passes - 1) * again, StepKind.READ_AGAIN
+    steps.append(Step("reading the partitions again", "stream", what, passes - 1, again_seconds, True, kind=kind))
     return replace(plan, steps=tuple(steps), placement="streamed", fits=fits, limit=limit)
 
 
@@ -554,7 +573,7 @@ def cheapest_streamed(streamed: list[PhysicalPlan]) -> tuple[PhysicalPlan, str]:
     def said(p: PhysicalPlan) -> str:
         if not p.fits:
             return f"{p.solver} would exceed {p.limit}"
-        step = next((s for s in p.steps if s.name == "reading the partitions again"), None)
+        step = next((s for s in p.steps if s.kind is StepKind.READ_AGAIN), None)
         return f"{p.solver} {p.seconds:.3g} s ({1 + (step.count if step else 0):.3g} passes over the partitions)"
 
     return ranked[0], f"streamed, {ranked[0].solver} chosen: " + "; ".join(said(p) for p in ranked)
@@ -567,7 +586,7 @@ def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:
     passes = solver_passes(plan.solver, plan.iterations.iterations, plan.k)
     steps = [
         replace(s, seconds=s.seconds / workers, shape=f"{s.shape}, over {workers} workers")
-        if s.name == "reading the data" or s.parallel and s.per_iteration
+        if s.kind is StepKind.READ or s.parallel and s.per_iteration
         else s
         for s in plan.steps
     ]
