@@ -235,3 +235,16 @@ def test_the_readme_states_the_rule_the_planner_keeps(star):
     assert "`system` (what a bare `USING SAMPLE 10%` means)" in rule
     with pytest.raises(PlanError, match="Sample by bernoulli or reservoir with a seed"):
         build_join_graph(star, "SELECT f.x, f.y FROM f USING SAMPLE 10%", "y")
+
+
+def test_a_query_to_score_previews_rows_with_a_limit_over_any_source(star):
+    """Scoring reads its rows once: a LIMIT over a view takes the rows DuckDB returns (training refuses it)."""
+    model = ilargi_db.train(star, "SELECT f.x, f.w, d.z, f.y FROM f JOIN d ON f.k = d.k", "y", "linear_regression")
+    preview = "SELECT f.x, f.w, d.z, f.y FROM fv AS f JOIN d ON f.k = d.k ORDER BY f.id LIMIT 50"
+    every = "SELECT f.x, f.w, d.z, f.y FROM f JOIN d ON f.k = d.k ORDER BY f.id"
+    np.testing.assert_allclose(ilargi_db.predict(star, model, preview), ilargi_db.predict(star, model, every)[:50])
+    assert ilargi_db.evaluate(star, model, preview.replace("LIMIT 50", "LIMIT 70"))["rows"] == 70
+    unordered = ilargi_db.predict(star, model, "SELECT f.x, f.w, d.z FROM fv AS f JOIN d ON f.k = d.k LIMIT 5")
+    assert unordered.shape == (5,)
+    with pytest.raises(PlanError, match="source 'f' is not a base table"):
+        ilargi_db.train(star, preview, "y", "linear_regression")

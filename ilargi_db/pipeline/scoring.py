@@ -55,9 +55,10 @@ def encoded_rows(
         group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
         others = [name for name in (model.target_, group_by) if name is not None]
         scored = split_kept_columns(query, [spec.name for spec in encoder.specs_], others)
-        columns = [c.lower() for c in build_join_graph(con, scored.query).feature_names]
+        # Scoring reads the rows once: a LIMIT over any source previews the rows DuckDB returns first.
+        columns = [c.lower() for c in build_join_graph(con, scored.query, read_once=True).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
-        graph = build_join_graph(con, scored.query, target, group_by)
+        graph = build_join_graph(con, scored.query, target, group_by, read_once=True)
         if target is not None:  # a text target read as positions among the classes the model was trained on
             graph = with_target_classes(con, graph, trained_classes(model) if is_text(model.target_type_) else None)
         encoder.check_features(graph.feature_names)

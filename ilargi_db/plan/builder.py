@@ -29,10 +29,19 @@ def output_schema(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str]
 
 
 def build_join_graph(
-    con: duckdb.DuckDBPyConnection, query: str, target: str | None = None, group_by: str | None = None
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None = None,
+    group_by: str | None = None,
+    *,
+    read_once: bool = False,
 ) -> JoinGraph:
     """Plan a training query against the catalog of ``con``; ``target`` and ``group_by`` name SELECT columns
     that are not features (the label, and the column whose values each get a model of their own).
+
+    A training reads its rows more than once, so a LIMIT must pick the same rows every time (ordered by each
+    source's rowid, refused where a source has none); ``read_once`` (scoring: one pass over the rows) takes the
+    rows a LIMIT gives as DuckDB returns them.
 
     >>> import duckdb
     >>> con = duckdb.connect()
@@ -51,7 +60,7 @@ def build_join_graph(
     if not isinstance(query, str):
         raise PlanError(f"{the_query()} must be a string holding one SELECT, got {type(query).__name__}.")
     try:
-        return _run_passes(con, query, target, group_by)
+        return _run_passes(con, query, target, group_by, read_once)
     except RecursionError:  # sqlglot recurses once per nesting level: some 40 parentheses deep is its end
         raise PlanError(
             f"{the_query()} nests expressions too deeply for ilargi_db's SQL parser: define the deeply "
@@ -59,16 +68,23 @@ def build_join_graph(
         ) from None
 
 
-def _run_passes(con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None) -> JoinGraph:
+def _run_passes(
+    con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None, read_once: bool
+) -> JoinGraph:
     check_reads_only(con, query)  # DuckDB's parser, before anything binds (binding runs a statement that writes)
     select = parse_training_query(query)
     refuse_hidden_writes(con, select)  # a nextval in a view or macro, which DuckDB expands when it binds
     with ReadSnapshot(con):  # binding reads the catalog; nothing may write
-        return _plan(con, query, target, group_by, select)
+        return _plan(con, query, target, group_by, select, read_once)
 
 
 def _plan(
-    con: duckdb.DuckDBPyConnection, query: str, target: str | None, group_by: str | None, select: exp.Select
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    target: str | None,
+    group_by: str | None,
+    select: exp.Select,
+    read_once: bool = False,
 ) -> JoinGraph:
     sources = collect_sources(select, con)
     sources, using = resolve_using(select, sources)
@@ -85,7 +101,7 @@ def _plan(
             "columns explicitly instead of using star expressions."
         )
     refuse_reserved_names(select, sources, names)
-    order_limit_by_rowids(con, select, sources, with_prefix(select))  # a LIMIT reads the same rows every time
+    order_limit_by_rowids(con, select, sources, with_prefix(select), repeatable=not read_once)
     items = [classify_item(item, name, type_, sources) for item, name, type_ in zip(select.expressions, names, types)]
     features, target_feature = pick_column(items, target)
     if group_by is not None and target_feature is not None and str(group_by).lower() == target_feature.name.lower():

@@ -92,10 +92,13 @@ def _names_rows_by_rowid(con: duckdb.DuckDBPyConnection, prefix: str, alias: str
     return True
 
 
-def order_limit_by_rowids(con: duckdb.DuckDBPyConnection, select: exp.Select, sources: list, prefix: str) -> None:
+def order_limit_by_rowids(
+    con: duckdb.DuckDBPyConnection, select: exp.Select, sources: list, prefix: str, repeatable: bool = True
+) -> None:
     """Make a LIMIT/OFFSET pick the same rows on every read: ORDER BY the query's keys, then every source's rowid.
 
-    Refused, with the fix, where a source is not a base table (its rows have no name that DuckDB repeats).
+    Refused, with the fix, where a source is not a base table (its rows have no name that DuckDB repeats), unless
+    the rows are read once (``repeatable=False``, scoring): then the LIMIT takes the rows as DuckDB returns them.
     ``sources`` are the query's :class:`~ilargi_db.plan.join_graph.Source` records; ``select`` is changed in place.
     """
     if not select.args.get("limit") and not select.args.get("offset"):
@@ -105,6 +108,8 @@ def order_limit_by_rowids(con: duckdb.DuckDBPyConnection, select: exp.Select, so
         if source.has_column("rowid") or not _names_rows_by_rowid(
             con, prefix, source.alias, source.kind, source.relation_sql
         ):
+            if not repeatable:
+                return  # one read: the rows DuckDB returns first (ORDER BY a unique key to fix which)
             raise PlanError(
                 f"{the_query()} takes a LIMIT, but source {source.alias!r} is not a base table, so ilargi_db cannot "
                 "order its rows the same way on every read (it orders by each table's rowid after the ORDER BY). "
