@@ -78,6 +78,9 @@ class TrainedModel:
     query_: str
     target_: str | None
     target_type_: str | None = None  # the target's DuckDB type: classes come back typed like it
+    # A text target's labels, in the order its rows' positions are read (target_labels.target_sql): those the
+    # query held, which the estimator's classes_ may lack (a class only in held-out rows, or in another group).
+    target_classes_: list[str] | None = None
     feature_types_: list[str] = field(default_factory=list)
     standardize_: bool = False
     strategy_: str = ""
@@ -124,7 +127,8 @@ class TrainedModel:
     def target_labels(self, y: Any) -> Any:
         """The labels of rows whose target was read as ``y`` (numbers; a text target as its positions among the
         classes this model was trained on, as :func:`~ilargi_db.metadata.target_labels.target_sql` reads it)."""
-        return target_labels(y, self.target_type_, getattr(self.estimator_, "classes_", None))
+        read = self.target_classes_ if self.target_classes_ is not None else getattr(self.estimator_, "classes_", None)
+        return target_labels(y, self.target_type_, read)
 
     def to_record(self) -> dict[str, Any]:
         """The model as the registry stores it: one value per column of ``ilargi.models``, JSON columns as text.
@@ -141,6 +145,7 @@ class TrainedModel:
                 **self.encoder_.to_state(),
                 "standardize": bool(self.standardize_),
                 "target_type": self.target_type_,
+                "target_classes": self.target_classes_,
             },
             parameters=self.estimator_.get_params(),
             model={**self.fitted_state(), "feature_names_out": list(self.estimator_.feature_names_in_), **kept},
@@ -197,6 +202,7 @@ class TrainedModel:
             estimator,
             encoder,
             target_type_=_optional(_text)(preprocessing.get("target_type")),  # absent in records before it was kept
+            target_classes_=_optional(_strings)(preprocessing.get("target_classes")),
             feature_types_=[_optional(_text)(f["type"]) for f in features],
             standardize_=_flag(preprocessing["standardize"]),
             **{attr: check(record[column]) for attr, column, check in _COLUMNS},
@@ -624,6 +630,7 @@ class GroupedModel(TrainedModel):
             estimator,
             first.encoder_,
             target_type_=first.target_type_,
+            target_classes_=first.target_classes_,
             feature_types_=first.feature_types_,
             standardize_=first.standardize_,
             **{attr: check(record[column]) for attr, column, check in _COLUMNS},

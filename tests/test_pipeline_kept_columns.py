@@ -90,7 +90,7 @@ def test_no_kept_columns_still_gives_a_table(con, model):
 
 
 def test_a_missing_feature_is_still_named(con, model):
-    with pytest.raises(IlargiError, match="select the same columns"):
+    with pytest.raises(IlargiError, match="select each of the model.s features, named as in training"):
         ilargi_db.predict(con, model, "SELECT s.id, s.price, s.qty, p.weight FROM sales s JOIN products p USING (pid)")
 
 

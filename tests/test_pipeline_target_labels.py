@@ -126,8 +126,11 @@ def test_text_of_too_many_values_is_not_a_set_of_classes(con):
 def test_a_model_per_group_and_cross_validation_take_text_labels(con):
     query = f"SELECT p.x, t.budget, p.pos, p.team % 2 AS half {FROM}"
     grouped = ilargi_db.train(con, query, "pos", "logistic_regression", group_by="half")
-    by_group = ilargi_db.predict(con, grouped, f"SELECT p.x, t.budget, p.team % 2 AS half {FROM}")
-    assert set(by_group) <= set(POSITIONS)
+    by_group = ilargi_db.predict(con, grouped, f"SELECT p.x, t.budget, p.team % 2 AS half {FROM} ORDER BY p.id")
+    even = ilargi_db.train(con, f"{TEXT} WHERE p.team % 2 = 0", "pos", "logistic_regression")
+    even_rows = f"SELECT p.x, t.budget {FROM} WHERE p.team % 2 = 0 ORDER BY p.id"
+    in_even = [row[0] for row in con.execute(f"SELECT p.team % 2 = 0 {FROM} ORDER BY p.id").fetchall()]
+    assert list(by_group[np.array(in_even)]) == list(ilargi_db.predict(con, even, even_rows))
     text = ilargi_db.cross_validate(con, TEXT, "pos", "logistic_regression", param_grid={"C": [1.0]})
     coded = ilargi_db.cross_validate(con, CODED, "pos", "logistic_regression", param_grid={"C": [1.0]})
     assert text[0]["fold_scores"] == coded[0]["fold_scores"]
@@ -137,3 +140,33 @@ def test_normalize_gives_a_text_targets_labels(con):
     _, y = ilargi_db.normalize(con, TEXT + " ORDER BY p.id", target="pos", backend="numpy")
     expected = [row[0] for row in con.execute(f"SELECT p.pos {FROM} ORDER BY p.id").fetchall()]
     assert list(y) == expected
+
+
+def test_groups_whose_classes_differ_are_refused_in_words(con):
+    """A group without one of the labels: the positions are read among every label of the query, so the group's
+    fit and its metrics never mistake one label for another, and the groups' classes are refused as differing."""
+    query = f"SELECT p.x, t.budget, p.pos, p.x > 5 AS high {FROM}"  # guards and forwards; forwards and centers
+    with pytest.raises(IlargiError, match="the groups of high learned different classes .*select rows of the classes"):
+        ilargi_db.train(con, query, "pos", "logistic_regression", group_by="high")
+
+
+def test_a_limited_training_reads_the_labels_of_its_rows(con):
+    limited = f"{TEXT} ORDER BY p.x, p.id LIMIT 800"  # the 800 smallest x: guards and forwards, no center
+    model = ilargi_db.train(con, limited, "pos", "logistic_regression")
+    assert list(model.classes_) == ["forward", "guard"] and model.n_rows_ == 800
+
+
+def test_an_enum_target_is_a_text_target(con):
+    con.execute("CREATE TYPE IF NOT EXISTS player_position AS ENUM ('guard', 'forward', 'center')")
+    query = f"SELECT p.x, t.budget, CAST(p.pos AS player_position) AS pos {FROM}"
+    model = ilargi_db.train(con, query, "pos", "logistic_regression")
+    assert list(model.classes_) == POSITIONS  # the labels' text order, not the ENUM's
+    assert list(ilargi_db.predict(con, model, FEATURES)) == list(
+        ilargi_db.predict(con, ilargi_db.train(con, TEXT, "pos", "logistic_regression"), FEATURES)
+    )
+
+
+def test_scoring_a_text_model_on_a_numeric_target_is_refused_naming_the_cast(con):
+    model = ilargi_db.train(con, TEXT, "pos", "logistic_regression")
+    with pytest.raises(IlargiError, match="type BIGINT in this query, but the model was trained on VARCHAR: cast"):
+        ilargi_db.evaluate(con, model, f"SELECT p.x, t.budget, p.team AS pos {FROM}")

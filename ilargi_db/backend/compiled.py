@@ -49,8 +49,8 @@ class Kernel:
         """Compile (or load from numba's cache) the declared signatures at ``positions``, once each.
 
         A new dispatcher of every signature so far replaces the last (those it had load from the cache): numba
-        disables compiling after the signatures it is given, and a thread calling the old one meanwhile is never
-        met by a dispatcher that compiles."""
+        disables compiling after the signatures it is given, so no dispatcher ever compiles in a call; a thread
+        that called the old one with the new types retries on the new one (:meth:`__call__`)."""
         import numba
 
         with self._lock:  # a warm-up thread and the job may ask at once: compile once
@@ -61,19 +61,26 @@ class Kernel:
                 self._compiled = wanted
 
     def _declared_for(self, args: tuple) -> int | None:
-        """The first declared signature ``args`` convert to (a writable array to a read-only one), else None."""
+        """The declared signature ``args`` convert to best (exact first, then a writable array to a read-only one,
+        a promotion...; the first of equals), as numba itself picks among compiled ones; None where none takes them."""
         from numba import typeof
         from numba.core.registry import cpu_target
+        from numba.core.typeconv import Conversion
 
         found = [typeof(a) for a in args]
         typing = cpu_target.typing_context
+        best, best_rank = None, None
         for k, signature in enumerate(self.signatures):
             declared = _argument_types(signature)
-            if len(declared) == len(found) and all(
-                typing.can_convert(a, d) is not None for a, d in zip(found, declared)
-            ):
-                return k
-        return None
+            if len(declared) != len(found):
+                continue
+            conversions = [typing.can_convert(a, d) for a, d in zip(found, declared)]
+            if any(c is None or c == Conversion.nil for c in conversions):
+                continue
+            rank = max((int(c) for c in conversions), default=0)
+            if best_rank is None or rank < best_rank:
+                best, best_rank = k, rank
+        return best
 
     @property
     def dispatcher(self) -> Any:
@@ -87,18 +94,20 @@ class Kernel:
         return len(self._compiled) == len(self.signatures)
 
     def __call__(self, *args: Any) -> Any:
-        if self._numba is not None:
+        called = self._numba
+        if called is not None:
             try:
-                return self._numba(*args)
+                return called(*args)
             except TypeError:
                 k = self._declared_for(args)
-                if k is None or k in self._compiled:
-                    raise  # numba's "No matching definition" for types no signature declares, or the call's own
+                # Types no signature declares, or a signature the dispatcher called had: not a missing compile.
+                if k is None or (k in self._compiled and called is self._numba):
+                    raise
         else:
             k = self._declared_for(args)
             if k is None:
                 raise TypeError(f"No matching definition for argument type(s) of {self!r}: {[type(a) for a in args]}")
-        self._compile([k])
+        self._compile([k])  # (nothing to do where another thread compiled it meanwhile)
         return self._numba(*args)
 
     def __repr__(self) -> str:

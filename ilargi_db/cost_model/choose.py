@@ -10,7 +10,7 @@ import duckdb
 from ilargi_db.cost_model.explain import NEAR_TIE, explain_graph
 from ilargi_db.cost_model.features import JobStats, job_stats, source_rows
 from ilargi_db.cost_model.hardware import detect_hardware
-from ilargi_db.cost_model.kernels import planning_load
+from ilargi_db.cost_model.kernels import pinned_load, probe_load
 from ilargi_db.cost_model.shape_rule import cell_ratio, join_cells, shape_strategy
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import STRATEGIES, STRATEGY_CHOICES, Strategy
@@ -50,9 +50,10 @@ def choose_batch_strategy(
     if strategy != "auto":
         return strategy, f"{strategy}: chosen by the caller.", none
     began = time.perf_counter()
-    load = planning_load(detect_hardware().cores)  # a bad $ILARGI_PLAN_LOAD is the caller's to fix, not a fallback
+    pinned = pinned_load()  # a bad $ILARGI_PLAN_LOAD is the caller's to fix, not a fallback
     try:
         stats = job_stats(con, graph) if stats is None else stats
+        load = probe_load(detect_hardware().cores) if pinned is None else pinned
         spent = time.perf_counter() - began  # deciding's cost, in every model's explanation
         explanations = [
             explain_graph(

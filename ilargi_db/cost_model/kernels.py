@@ -393,9 +393,15 @@ def planning_load(cores: int) -> float:
     Pinning it (``ILARGI_PLAN_LOAD=1``: idle cores) makes ``auto`` choose the same plan however busy the
     machine is, as a test suite or a shown ``explain`` output needs.
     """
+    pinned = pinned_load()
+    return probe_load(cores) if pinned is None else pinned
+
+
+def pinned_load() -> float | None:
+    """``$ILARGI_PLAN_LOAD`` (None where unset), or the caller's error naming it where it is not a load."""
     text = os.environ.get(PLAN_LOAD_VARIABLE, "").strip()
     if not text:
-        return probe_load(cores)
+        return None
     try:
         load = float(text)
     except ValueError:

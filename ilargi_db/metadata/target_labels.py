@@ -61,7 +61,8 @@ def _distinct_labels(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> list[s
     select = graph.select.copy()
     select.set("expressions", [])
     inner = select.select(f"CAST(({graph.target.sql}) AS VARCHAR) AS {name}", dialect="duckdb", copy=False)
-    inner.set("order", None)  # the order of the rows does not change which labels there are
+    if not inner.args.get("limit") and not inner.args.get("offset"):
+        inner.set("order", None)  # which labels the rows hold, whatever their order (a LIMIT's order picks rows)
     sql = f"SELECT DISTINCT {name} FROM ({inner.sql('duckdb')}) WHERE {name} IS NOT NULL LIMIT {MAX_TEXT_CLASSES + 1}"
     labels = sorted(fetch_arrow(con, sql, what="the target's classes").column(0).to_pylist())
     if len(labels) > MAX_TEXT_CLASSES:

@@ -60,6 +60,7 @@ def fit_model(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[s
         job.query,
         job.target if spec.supervised else None,
         target_type_=graph.target.duckdb_type if graph.target is not None and spec.supervised else None,
+        target_classes_=list(graph.target_classes) if graph.target_classes is not None and spec.supervised else None,
         feature_types_=[f.duckdb_type for f in graph.features],
         standardize_=scaled,
         strategy_=job.strategy.value,  # a plain string, as a model loaded from the registry has it

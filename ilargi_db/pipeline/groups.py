@@ -67,6 +67,7 @@ def fit_groups(job: JobPlan, model: ModelPlan, data: TrainingData, shared: dict[
         job.query,
         first.target_,
         target_type_=first.target_type_,
+        target_classes_=first.target_classes_,
         feature_types_=first.feature_types_,
         standardize_=first.standardize_,
         strategy_=first.strategy_,

@@ -17,6 +17,7 @@ from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import (
+    ScoringQuery,
     build_join_graph,
     is_categorical,
     is_numeric,
@@ -53,14 +54,20 @@ def encoded_rows(
     encoder = model.encoder_
     with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
         group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
-        others = [name for name in (model.target_, group_by) if name is not None]
-        scored = split_kept_columns(query, [spec.name for spec in encoder.specs_], others)
+        scored = scoring_query(model, query)
         # Scoring reads the rows once: a LIMIT over any source previews the rows DuckDB returns first.
         columns = [c.lower() for c in build_join_graph(con, scored.query, read_once=True).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
         graph = build_join_graph(con, scored.query, target, group_by, read_once=True)
-        if target is not None:  # a text target read as positions among the classes the model was trained on
-            graph = with_target_classes(con, graph, trained_classes(model) if is_text(model.target_type_) else None)
+        if target is not None:
+            if is_text(graph.target.duckdb_type) != is_text(model.target_type_):
+                raise PlanError(
+                    f"the target {graph.target.name!r} has type {graph.target.duckdb_type} in this query, but the "
+                    f"model was trained on {model.target_type_}: cast it in the query (CAST(... AS "
+                    f"{model.target_type_})), so that its values are read as the labels the model knows."
+                )
+            # a text target read as positions among the labels of the model's training query
+            graph = with_target_classes(con, graph, read_classes(model) if is_text(model.target_type_) else None)
         encoder.check_features(graph.feature_names)
         if group_by is not None and model.group_type_ and graph.group.duckdb_type != model.group_type_:
             raise PlanError(  # its text would differ (1 is not 1.0): every row would find no group's model
@@ -86,8 +93,19 @@ def encoded_rows(
         return readers[strategy](con, graph, read)
 
 
-def trained_classes(model: TrainedModel) -> Any:
-    """The classes ``model`` was trained on (a model per group: the first group's, as every group has them)."""
+def scoring_query(model: TrainedModel, query: str) -> ScoringQuery:
+    """``query`` cut to ``model``'s columns (its features, and its target and group column where selected), and
+    the other columns it selects (kept beside the predictions with ``keep=True``)."""
+    group_by = model.group_by_ if isinstance(model, GroupedModel) else None
+    others = [name for name in (model.target_, group_by) if name is not None]
+    return split_kept_columns(query, [spec.name for spec in model.encoder_.specs_], others)
+
+
+def read_classes(model: TrainedModel) -> Any:
+    """The labels a text target's rows are read among for ``model``: those of its training query (a record from
+    before they were kept: its classes, a model per group's first group's, as every group has them)."""
+    if model.target_classes_ is not None:
+        return model.target_classes_
     first = next(iter(model.models_.values())) if isinstance(model, GroupedModel) else model
     return first.estimator_.classes_
 
@@ -109,20 +127,24 @@ def predict(
     target is NULL is scored like any other.
 
     The query may select other columns too (an id, a date). With ``keep=True`` the result is an Arrow table of
-    those columns, in the query's order, and ``prediction``, each row's read in one pass of the joined rows;
-    otherwise they are left out and the predictions come as an array.
+    those columns (not the features, the target or a per-group model's group column), in the query's order, and
+    ``prediction``, each row's read in one pass of the joined rows; otherwise they are left out and the
+    predictions come as an array.
     """
+    if keep and isinstance(model, TrainedModel):
+        with speaking_of("the query to predict on"):
+            kept = scoring_query(model, query).kept_names
+        if PREDICTION in (name.lower() for name in kept):
+            raise IlargiError(
+                f"the query to predict on selects a column named {PREDICTION!r}, the name of the predictions beside "
+                "the kept columns: rename it in the query (... AS another_name)."
+            )
     data = encoded_rows(con, model, query, backend, labelled_only=False, role="predict on", keep=keep)
     found = np.asarray(model.predict(data.X, data.groups) if data.groups is not None else model.predict(data.X))
     if not keep:
         return found
     if data.kept is None:
         return pa.table({PREDICTION: found})
-    if PREDICTION in (name.lower() for name in data.kept.column_names):
-        raise IlargiError(
-            f"the query to predict on selects a column named {PREDICTION!r}, the name of the predictions beside "
-            "the kept columns: rename it in the query (... AS another_name)."
-        )
     return data.kept.append_column(PREDICTION, pa.array(found))
 
 

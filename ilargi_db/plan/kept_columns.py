@@ -40,7 +40,7 @@ def split_kept_columns(query: str, features: list[str], others: list[str]) -> Sc
     used = set(wanted) | {name.lower() for name in others}
     kept = [item for item in items if item.alias_or_name.lower() not in used]
     if not kept and [item.alias_or_name.lower() for item in items if item.alias_or_name.lower() in wanted] == wanted:
-        return ScoringQuery(query)  # (SELECT DISTINCT, whose rows cutting columns would change, is refused)
+        return ScoringQuery(query)  # the model's columns alone, in its order: nothing to cut
     cut = {item.alias.lower(): item.this for item in kept if item.alias}
     order = select.args.get("order")
     for ordered in order.expressions if order is not None else ():

@@ -125,7 +125,8 @@ class FeatureBinner:
         if [n.lower() for n in feature_names] != [n.lower() for n in self.feature_names_out_]:
             raise IlargiError(
                 f"the query's features {feature_names} are not the model's {self.feature_names_out_}: "
-                "select the same columns, in the same order."
+                "select each of the model's features, named as in training (in any order; other columns are kept "
+                "aside)."
             )
 
     # -- binning rows -------------------------------------------------------------------------------------

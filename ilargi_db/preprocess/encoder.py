@@ -283,7 +283,8 @@ class FeatureEncoder:
         if list(feature_names) != expected:
             raise IlargiError(
                 f"the query's feature columns {list(feature_names)} do not match the model's features "
-                f"{expected}: select the same columns, in the same order, with the same names."
+                f"{expected}: select each of the model's features, named as in training (in any order; other "
+                "columns are kept aside)."
             )
 
     def _impute(self, data: np.ndarray, columns: np.ndarray) -> np.ndarray:

@@ -523,9 +523,9 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     with speaking_of("the query to predict on"):
         others = [name for name in (model.target_, group_by) if name is not None]
         scored = split_kept_columns(query, [spec.name for spec in model.encoder_.specs_], others)
-        names = [c.lower() for c in build_join_graph(con, scored.query).feature_names]
+        names = [c.lower() for c in build_join_graph(con, scored.query, read_once=True).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
-        graph = build_join_graph(con, scored.query, target, group_by)
+        graph = build_join_graph(con, scored.query, target, group_by, read_once=True)  # DuckDB scores in one pass
     model.encoder_.check_features(graph.feature_names)
     planned = graph.select.expressions
     items = [item for i, item in enumerate(planned) if i not in (graph.target_index, graph.group_index)]
