@@ -1,4 +1,5 @@
-"""Kernels are compiled for explicit signatures once per machine: nothing compiles in the middle of a training."""
+"""Kernels are compiled for their declared signatures only, each once per machine (a call compiles the one it
+takes): after `ilargi warmup`, nothing compiles in a training."""
 
 from __future__ import annotations
 
