@@ -98,3 +98,14 @@ def test_a_kept_column_named_prediction_is_refused(con, model):
     query = TRAINING.replace("SELECT ", "SELECT s.id AS prediction, ")
     with pytest.raises(IlargiError, match="selects a column named 'prediction'.*rename it"):
         ilargi_db.predict(con, model, query, keep=True)
+
+
+def test_unaliased_kept_expressions_and_an_order_over_a_kept_alias(con, model):
+    query = (
+        "SELECT s.id * 2, upper(p.kind), s.id AS sale, s.price, s.qty, p.weight, p.kind "
+        "FROM sales s JOIN products p ON s.pid = p.pid ORDER BY -sale LIMIT 3"
+    )
+    table = ilargi_db.predict(con, model, query, keep=True)
+    assert table.column_names == ["s.id * 2", "UPPER(p.kind)", "sale", "prediction"]
+    assert table.column("sale").to_pylist() == [2999, 2998, 2997]
+    assert table.column("s.id * 2").to_pylist() == [5998, 5996, 5994]

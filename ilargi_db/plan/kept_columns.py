@@ -33,30 +33,41 @@ def split_kept_columns(query: str, features: list[str], others: list[str]) -> Sc
     items = list(select.expressions)
     if any(item.is_star for item in items):
         return ScoringQuery(query)
-    named = {item.alias_or_name.lower(): item for item in items}
+    named = {output_name(item).lower(): item for item in items}
     wanted = [name.lower() for name in features]
     if len(named) != len(items) or not all(name in named for name in wanted):
         return ScoringQuery(query)  # duplicate or missing names: refused by the features' check, in its words
     used = set(wanted) | {name.lower() for name in others}
-    kept = [item for item in items if item.alias_or_name.lower() not in used]
-    if not kept and [item.alias_or_name.lower() for item in items if item.alias_or_name.lower() in wanted] == wanted:
+    kept = [item for item in items if output_name(item).lower() not in used]
+    if not kept and [output_name(i).lower() for i in items if output_name(i).lower() in wanted] == wanted:
         return ScoringQuery(query)  # the model's columns alone, in its order: nothing to cut
     cut = {item.alias.lower(): item.this for item in kept if item.alias}
     order = select.args.get("order")
     for ordered in order.expressions if order is not None else ():
         key = ordered.this
-        if isinstance(key, exp.Column) and not key.table and key.name.lower() in cut:  # ORDER BY a kept alias
-            ordered.set("this", cut[key.name.lower()].copy())
-        elif isinstance(key, exp.Literal) and key.is_int and 1 <= int(key.this) <= len(items):  # ORDER BY 2
+        if isinstance(key, exp.Literal) and key.is_int and 1 <= int(key.this) <= len(items):  # ORDER BY 2
             item = items[int(key.this) - 1]
             ordered.set("this", (item.this if item.alias else item).copy())
+        else:  # ORDER BY a kept alias, alone or inside an expression (-sale): the expression it names
+            ordered.set("this", key.transform(lambda node: _unaliased(node, cut)))
     rest = [named[name.lower()] for name in others if name.lower() in named]
     select.set("expressions", [*(named[name] for name in wanted), *rest])
     return ScoringQuery(
         select.sql("duckdb"),
-        tuple(item.alias_or_name for item in kept),
+        tuple(output_name(item) for item in kept),
         tuple((item.this if item.alias else item).sql("duckdb") for item in kept),
     )
+
+
+def output_name(item: exp.Expression) -> str:
+    """A select item's name: its alias or column name, else its expression as sqlglot writes it (alias it to choose)."""
+    return item.alias_or_name or item.sql("duckdb")
+
+
+def _unaliased(node: exp.Expression, cut: dict[str, exp.Expression]) -> exp.Expression:
+    if isinstance(node, exp.Column) and not node.table and node.name.lower() in cut:
+        return cut[node.name.lower()].copy()
+    return node
 
 
 __all__ = ["ScoringQuery", "split_kept_columns"]
