@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ilargi_db.linalg.feature_bins import numeric_edges, quantile_probabilities, weighted_numeric_edges
@@ -24,7 +24,11 @@ def duckdb_edges(con: duckdb.DuckDBPyConnection, relation: str, max_bins: int) -
     if distinct <= max_bins:
         (values,) = con.execute(f"SELECT list(DISTINCT v ORDER BY v) FILTER (v IS NOT NULL) FROM {relation}").fetchone()
         return values[:-1]
-    (edges,) = con.execute(f"SELECT quantile_disc(v, {quantile_probabilities(max_bins)}) FROM {relation}").fetchone()
+    # k / max_bins as DOUBLE, as quantile_probabilities computes them (a literal 0.8333... would be a DECIMAL,
+    # whose product with the row count rounds otherwise)
+    probabilities = ", ".join(f"{k}::DOUBLE / {max_bins}" for k in range(1, max_bins))
+    (edges,) = con.execute(f"SELECT quantile_disc(v, [{probabilities}]) FROM {relation}").fetchone()
+    assert len(edges) == len(quantile_probabilities(max_bins))
     return sorted(set(edges))
 
 
@@ -37,6 +41,7 @@ values = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(values=values, max_bins=st.integers(2, 40))
+@example(values=[0.0] * 6 + [1.0, -1.0, 2.0, -2.0, 3.0, -3.0], max_bins=6)  # 12 x 5/6 rounds to 10.0 exactly
 def test_the_edges_of_an_arrays_rows_are_duckdbs_quantiles(values, max_bins):
     con = duckdb.connect()
     column = np.array(values, dtype=np.float64)
