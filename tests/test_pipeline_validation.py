@@ -96,6 +96,13 @@ def test_a_validation_query_is_scored_as_evaluate_scores_it(con):
     assert model.validation_metrics_["rows"] == 200
 
 
+def test_a_validation_query_selects_the_features_by_name_and_may_select_other_columns(con):
+    later = "SELECT f.id, d.kind, f.y, f.x FROM f JOIN d USING (k) WHERE f.id >= 800"  # as evaluate takes it
+    model = ilargi_db.train(con, QUERY + " WHERE f.id < 800", "y", validation=later, backend="numpy")
+    assert model.validation_metrics_ == ilargi_db.evaluate(con, model, later)
+    assert model.validation_metrics_["rows"] == 200
+
+
 def test_a_model_per_group_reports_each_group_on_its_held_out_rows(con):
     query = "SELECT f.x, d.kind, f.k % 2 AS half, f.y FROM f JOIN d USING (k)"
     model = ilargi_db.train(con, query, "y", group_by="half", validation=0.3, backend="numpy")

@@ -24,22 +24,25 @@ from ilargi_db.linalg.row_identity import first_by_key, row_keys
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import TrainingData
 from ilargi_db.pipeline.scoring import evaluate, grouped_metrics
-from ilargi_db.plan import JoinGraph, build_join_graph
+from ilargi_db.plan import JoinGraph, build_join_graph, split_kept_columns
 
 VALIDATION_SEED = 0  # the held-out rows of a job are the same on every run
 
 
 def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, validation: Any) -> None:
-    """Plan a validation query beside the training query, before anything is read: it selects the same features
-    (and the target; the group column of a model per group), or is refused in its own terms."""
+    """Plan a validation query beside the training query, before anything is read: it selects the features by
+    name, in any order (and the target; the group column of a model per group), and may select other columns,
+    as a query ``evaluate`` scores; or it is refused in its own terms."""
     if not isinstance(validation, str):
         return
     group = graph.group.name if graph.group is not None else None
     try:
         with speaking_of("the validation query"):
-            columns = [c.lower() for c in build_join_graph(con, validation).feature_names]
+            others = [name for name in (graph.target.name if graph.target else None, group) if name is not None]
+            scored = split_kept_columns(validation, graph.feature_names, others).query  # as evaluate reads it
+            columns = [c.lower() for c in build_join_graph(con, scored, read_once=True).feature_names]
             target = graph.target.name if graph.target is not None and graph.target.name.lower() in columns else None
-            found = build_join_graph(con, validation, target, group)
+            found = build_join_graph(con, scored, target, group, read_once=True)
     except PlanError as err:
         said = str(err)
         raise type(err)(said if "the validation query" in said else f"the validation query: {said}") from None
@@ -51,7 +54,7 @@ def check_validation_query(con: duckdb.DuckDBPyConnection, graph: JoinGraph, val
     if [n.lower() for n in found.feature_names] != [n.lower() for n in graph.feature_names]:
         raise PlanError(
             f"the validation query selects the features {', '.join(found.feature_names)}, and the training query "
-            f"{', '.join(graph.feature_names)}: select the same columns, in the same order."
+            f"{', '.join(graph.feature_names)}: select each of the training's features, named as in training."
         )
 
 
