@@ -27,6 +27,7 @@ from ilargi_db.metadata.target_labels import target_labels
 from ilargi_db.models.catalog import algorithm_facts, estimator_class
 from ilargi_db.models.losses import LOSSES
 from ilargi_db.models.tree_ensemble import TreeEnsemble
+from ilargi_db.plan import ScoringQuery, split_kept_columns
 from ilargi_db.preprocess import FeatureEncoder
 from ilargi_db.preprocess.binning import FeatureBinner
 
@@ -123,6 +124,13 @@ class TrainedModel:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self.estimator_)))
+
+    def scoring_query(self, query: str) -> ScoringQuery:
+        """``query`` cut to this model's columns (its features by name, and its target and a per-group model's group
+        column where selected), and the other columns it selects (kept aside: ``predict(..., keep=True)``)."""
+        group_by = getattr(self, "group_by_", None)  # a GroupedModel's
+        others = [name for name in (self.target_, group_by) if name is not None]
+        return split_kept_columns(query, [spec.name for spec in self.encoder_.specs_], others)
 
     def target_labels(self, y: Any) -> Any:
         """The labels of rows whose target was read as ``y`` (numbers; a text target as its positions among the

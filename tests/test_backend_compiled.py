@@ -70,3 +70,23 @@ def test_no_kernel_compiles_during_a_training(algorithm, strategy, key_type):
         model = ilargi_db.train(con, query, target, algorithm, strategy, reuse=False, **params)
     assert model.strategy_ == strategy
     assert not compiled.buffer, [e.data["dispatcher"] for e in compiled.buffer]
+
+
+def _double_first(values, out):  # a kernel of the test's own: two declared signatures
+    out[0] = values[0] * 2
+
+
+def test_a_call_compiles_the_declared_signature_it_takes_and_no_other():
+    from ilargi_db.backend.compiled import Kernel
+
+    kernel = Kernel(_double_first, [types.void(types.float64[::1], types.float64[::1]),
+                                    types.void(types.int64[::1], types.int64[::1])])  # fmt: skip
+    out = np.zeros(1)
+    kernel(np.array([1.5]), out)
+    assert out[0] == 3.0 and not kernel.loaded  # the float signature alone
+    counts = np.zeros(1, dtype=np.int64)
+    kernel(np.array([4], dtype=np.int64), counts)
+    assert counts[0] == 8 and kernel.loaded  # now the int one too
+    with event.install_recorder("numba:compile") as compiled, pytest.raises(TypeError, match="No matching"):
+        kernel(np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.float32))
+    assert not compiled.buffer  # undeclared types: refused, never compiled

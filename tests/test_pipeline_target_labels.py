@@ -170,3 +170,10 @@ def test_scoring_a_text_model_on_a_numeric_target_is_refused_naming_the_cast(con
     model = ilargi_db.train(con, TEXT, "pos", "logistic_regression")
     with pytest.raises(IlargiError, match="type BIGINT in this query, but the model was trained on VARCHAR: cast"):
         ilargi_db.evaluate(con, model, f"SELECT p.x, t.budget, p.team AS pos {FROM}")
+
+
+def test_a_streamed_training_reads_the_labels_as_the_in_memory_one(con):
+    held = ilargi_db.train(con, TEXT, "pos", "logistic_regression", reuse=False)
+    streamed = ilargi_db.train(con, TEXT, "pos", "logistic_regression", memory_budget="24KB", reuse=False)
+    assert streamed.streamed_ is not None and list(streamed.classes_) == POSITIONS
+    assert list(ilargi_db.predict(con, streamed, FEATURES)) == list(ilargi_db.predict(con, held, FEATURES))

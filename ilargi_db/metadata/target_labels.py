@@ -39,7 +39,10 @@ def target_sql(graph: JoinGraph) -> str:
 
 
 def labelled_sql(graph: JoinGraph) -> str:
-    """The condition that a row's target is set (NULL and NaN targets teach nothing)."""
+    """The condition that a row's target is set (NULL and NaN targets teach nothing; a text label is never NaN,
+    and its position is looked up once, in the read, not again in the filter)."""
+    if graph.target_classes is not None:
+        return f"(({graph.target.sql}) IS NOT NULL)"
     value = target_sql(graph)
     return f"({value} IS NOT NULL AND NOT isnan({value}))"
 

@@ -17,13 +17,11 @@ from ilargi_db.pipeline.binned_readers import BINNED_READERS
 from ilargi_db.pipeline.metrics import metrics_of
 from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
 from ilargi_db.plan import (
-    ScoringQuery,
     build_join_graph,
     is_categorical,
     is_numeric,
     is_text,
     mark_categorical_coalesce,
-    split_kept_columns,
 )
 from ilargi_db.read_snapshot import ReadSnapshot
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -54,7 +52,7 @@ def encoded_rows(
     encoder = model.encoder_
     with ReadSnapshot(con), speaking_of(f"the query to {role}"):  # one committed state; errors name this query
         group_by = model.group_by_ if isinstance(model, GroupedModel) else None  # its rows' groups pick the model
-        scored = scoring_query(model, query)
+        scored = model.scoring_query(query)
         # Scoring reads the rows once: a LIMIT over any source previews the rows DuckDB returns first.
         columns = [c.lower() for c in build_join_graph(con, scored.query, read_once=True).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in columns else None
@@ -93,14 +91,6 @@ def encoded_rows(
         return readers[strategy](con, graph, read)
 
 
-def scoring_query(model: TrainedModel, query: str) -> ScoringQuery:
-    """``query`` cut to ``model``'s columns (its features, and its target and group column where selected), and
-    the other columns it selects (kept beside the predictions with ``keep=True``)."""
-    group_by = model.group_by_ if isinstance(model, GroupedModel) else None
-    others = [name for name in (model.target_, group_by) if name is not None]
-    return split_kept_columns(query, [spec.name for spec in model.encoder_.specs_], others)
-
-
 def read_classes(model: TrainedModel) -> Any:
     """The labels a text target's rows are read among for ``model``: those of its training query (a record from
     before they were kept: its classes, a model per group's first group's, as every group has them)."""
@@ -133,7 +123,7 @@ def predict(
     """
     if keep and isinstance(model, TrainedModel):
         with speaking_of("the query to predict on"):
-            kept = scoring_query(model, query).kept_names
+            kept = model.scoring_query(query).kept_names
         if PREDICTION in (name.lower() for name in kept):
             raise IlargiError(
                 f"the query to predict on selects a column named {PREDICTION!r}, the name of the predictions beside "

@@ -32,7 +32,7 @@ from sqlglot import exp
 from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import group_text
 from ilargi_db.models.catalog import algorithm_facts
-from ilargi_db.plan import build_join_graph, parse_training_query, split_kept_columns
+from ilargi_db.plan import build_join_graph, parse_training_query
 from ilargi_db.preprocess import ColumnSpec
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -521,8 +521,7 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
         raise IlargiError("this model has no SQL macro: save it with ilargi_db.save_model (NMF has none).")
     group_by = getattr(model, "group_by_", None)  # a model per group: the group column is the macro's last argument
     with speaking_of("the query to predict on"):
-        others = [name for name in (model.target_, group_by) if name is not None]
-        scored = split_kept_columns(query, [spec.name for spec in model.encoder_.specs_], others)
+        scored = model.scoring_query(query)
         names = [c.lower() for c in build_join_graph(con, scored.query, read_once=True).feature_names]
         target = model.target_ if model.target_ is not None and model.target_.lower() in names else None
         graph = build_join_graph(con, scored.query, target, group_by, read_once=True)  # DuckDB scores in one pass
