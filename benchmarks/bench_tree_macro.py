@@ -4,16 +4,15 @@ Issue 38's first target: 100 trees of 63 leaves bind in under 0.5 s and score at
 core. The rows: ``--rows`` of a table with a text column of 250 values (a team), one of 7 (a position) and four
 numbers, the target a sum of their effects; the model trained on its first 50,000 rows (100 trees, 63 leaves),
 saved, then scored by its macro: a table of one row (what binding costs every query), ``LIMIT 1`` of the whole
-table (the lookup's subquery is decorrelated into a join over every row), and every row on one thread and on
-DuckDB's default threads; ``ilargi_db.predict`` beside it, as Python scores the same rows. The macro's bound
-(``ILARGI_MAX_MACRO_NODES``) is raised for this process: its IN lists of team names hold about 200,000 entries.
+table (the codes' subquery is decorrelated into a join over every row), and every row on one thread and on
+DuckDB's default threads; ``ilargi_db.predict`` beside it, as Python scores the same rows. The macro finds each
+tree's leaf by masks (``sql_functions/tree_leaf_masks.py``).
 
     python benchmarks/bench_tree_macro.py --output docs/benchmarks.md     # about a minute
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,6 @@ from harness.cli import command, parser  # noqa: E402
 from harness.report import publish, ran  # noqa: E402
 
 import ilargi_db  # noqa: E402
-from ilargi_db.limits import MACRO_NODES  # noqa: E402
 
 TABLE = """
 CREATE TABLE players AS SELECT range AS id,
@@ -53,7 +51,6 @@ def best_seconds(run, repeats: int = 3) -> float:
 def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__, rows=1_000_000).parse_args(argv)
     started = time.perf_counter()
-    os.environ[MACRO_NODES.variable] = str(10**7)  # measured, not refused
     con = ilargi_db.connect()
     con.execute(TABLE.format(rows=args.rows))
     con.execute(TARGET)

@@ -84,7 +84,7 @@ class NodeBounded(Protocol):
 MACRO_NODES = Limit(
     "ILARGI_MAX_MACRO_NODES",
     100_000,
-    "a SQL macro holds (its tree nodes and IN-list entries, all groups' together)",
+    "a SQL macro holds (its tree nodes and the categories it lists, all groups' together)",
 )
 # Each set is fitted once per fold; ten thousand already takes hours on any real join.
 GRID_SETS = Limit("ILARGI_MAX_GRID_SETS", 10_000, "a search tries")

@@ -6,7 +6,7 @@
 -- Each ilargi_train call adds one row to ilargi.models (a new version of the
 -- name); the newest version is the current one. JSON columns hold what a
 -- client needs to rebuild the model; the N_predict macros read only
--- ilargi.category_weights, so they work from any DuckDB client.
+-- ilargi.category_weights and ilargi.tree_leaves, so they work from any DuckDB client.
 
 CREATE SCHEMA IF NOT EXISTS ilargi;
 
@@ -40,6 +40,16 @@ CREATE TABLE IF NOT EXISTS ilargi.category_weights (
     feature  VARCHAR  NOT NULL,
     category VARCHAR,
     weights  DOUBLE[] NOT NULL
+);
+
+-- One row per tree model version whose trees have at most 63 leaves, read by its N_predict macros
+-- (sql_functions/tree_leaf_masks.py): per (tree, feature it splits on) the leaves each code of the feature
+-- leaves reachable (leaf i: bit i), and every tree's leaf values, back to back.
+CREATE TABLE IF NOT EXISTS ilargi.tree_leaves (
+    model       VARCHAR  NOT NULL,
+    version     INTEGER  NOT NULL,
+    masks       BIGINT[][] NOT NULL,
+    leaf_values DOUBLE[] NOT NULL
 );
 
 CREATE VIEW IF NOT EXISTS ilargi.current_models AS

@@ -1,5 +1,5 @@
-"""Sizes bounded before anything is allocated (ilargi_db.limits): a tree model's macro (its nodes, its IN-list
-entries and its groups' models counted together) and a search's parameter sets, each refused with an error naming
+"""Sizes bounded before anything is allocated (ilargi_db.limits): a tree model's macro (its nodes, the categories
+it lists and its groups' models counted together) and a search's parameter sets, each refused with an error naming
 the limit and the environment variable that raises it; and tree options that would fail late refused up front."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import ilargi_db
 from ilargi_db import IlargiError, cli
 from ilargi_db.limits import GRID_SETS, MACRO_NODES
-from ilargi_db.sql_functions.tree_macros import macro_nodes
+from ilargi_db.sql_functions.tree_macros import listed_categories, macro_nodes
 
 QUERY = "SELECT counted(f.x) AS x, d.kind, f.store, f.y FROM f JOIN d USING (k)"
 NUMERIC = "SELECT counted(f.x) AS x, f.store, f.y FROM f"  # no category: a macro of its trees' nodes alone
@@ -93,8 +93,8 @@ def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeyp
 
 def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
     model = ilargi_db.train(con, QUERY, "y", group_by="store", algorithm="gradient_boosting", n_estimators=5)
-    total = sum(macro_nodes(one) for one in model.models_.values())
-    assert total > max(macro_nodes(one) for one in model.models_.values())
+    total = sum(macro_nodes(one, grouped=True) for one in model.models_.values())
+    assert total > max(macro_nodes(one, grouped=True) for one in model.models_.values())
     monkeypatch.setenv(MACRO_NODES.variable, str(total - 1))  # each group's macro alone fits
     with pytest.raises(IlargiError, match=rf"\(all groups\) would hold {total:,} nodes.*ILARGI_MAX_MACRO_NODES"):
         ilargi_db.save_model(con, "per_store", model)
@@ -104,24 +104,33 @@ def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
     ilargi_db.save_model(con, "per_store", model)
 
 
-def test_categories_of_in_lists_count_as_nodes(con, monkeypatch):
+def test_listed_categories_count_as_nodes(con, monkeypatch):
     model = ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", algorithm="gradient_boosting", n_estimators=3)
     nodes = model.trees_.n_nodes
-    assert macro_nodes(model) > nodes  # the kinds split natively: their IN lists name categories
+    assert macro_nodes(model) > nodes  # the kinds split natively: the macro lists their categories
     monkeypatch.setenv(MACRO_NODES.variable, str(nodes))
-    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and IN-list entries"):
-        ilargi_db.save_model(con, "kinds", model)
+    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and listed categories"):
+        ilargi_db.save_model(con, "typed", model)
     monkeypatch.setenv(MACRO_NODES.variable, str(macro_nodes(model)))
-    ilargi_db.save_model(con, "kinds", model)
-    statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'kinds_predict'")
+    ilargi_db.save_model(con, "typed", model)
+    statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'typed_predict'")
     assert statement.fetchone()[0].count("'kind") == macro_nodes(model) - nodes  # each entry counted is written
 
 
-def test_a_split_of_a_looked_up_feature_is_one_node():
+def test_a_models_categories_are_listed_once_however_many_splits_read_them():
     con = ilargi_db.connect()
     con.execute("CREATE TABLE t AS SELECT 'k' || (range % 200)::VARCHAR AS k, range % 200 * 0.1 AS y FROM range(4000)")
     model = ilargi_db.train(con, "SELECT k, y FROM t", "y", algorithm="gradient_boosting", n_estimators=3)
-    assert model.trees_.feature.max() == 0 and macro_nodes(model) == model.trees_.n_nodes  # no names per split
+    assert model.trees_.feature.max() == 0 and macro_nodes(model) == model.trees_.n_nodes + 200
+    ilargi_db.save_model(con, "keys", model)
+    statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'keys_predict'")
+    assert statement.fetchone()[0].count("'k1'") == 1
+    # A model per group writes each group's splits: a split of a feature of many categories is one node.
+    assert macro_nodes(model, grouped=True) == model.trees_.n_nodes + sum(
+        len(listed_categories(model.bins_[0], model.trees_.category_bins(n), model.trees_.missing_left(n)))
+        for n in range(model.trees_.n_nodes)
+        if model.trees_.feature[n] == 0
+    )
 
 
 def test_a_grid_of_more_sets_than_the_limit_is_refused_before_any_set_is_built(con, monkeypatch):

@@ -59,6 +59,17 @@ def double(value: float) -> str:
     return f"{value:.16e}"
 
 
+def edge_literal(value: float) -> str:
+    """A split's edge as an exact DOUBLE literal; an infinite one (the data can hold -inf and inf) as DuckDB's.
+
+    >>> edge_literal(float("-inf")), edge_literal(0.5)
+    ("'-infinity'::DOUBLE", '5.0000000000000000e-01')
+    """
+    if math.isinf(value):
+        return "'infinity'::DOUBLE" if value > 0 else "'-infinity'::DOUBLE"
+    return double(value)
+
+
 # DuckDB's built-in functions the model macros call, each by its catalog name (``system.main.tanh``): a database's
 # own macro of the same name (``CREATE MACRO tanh(x) AS 0.0``) would otherwise replace the built-in inside every
 # model macro. Operators and list syntax (``a + b``, ``[a, b]``, ``l[i]``, ``[e FOR x IN l]``) bind to functions a
@@ -84,6 +95,10 @@ MACRO_FUNCTIONS = frozenset(
         "list_count",
         "list_distance",
         "get_bit",  # a tree's split on a looked-up category reads one bit of its mask (tree_macros.category_mask)
+        # a tree's leaf found from its leaf masks (tree_leaf_masks)
+        "&",
+        "xor",
+        "bit_count",
         # a TIMESTAMPTZ group's text (metadata.scans.group_text, written there qualified: it is below this module)
         "timezone",
         "regexp_replace",
@@ -247,6 +262,19 @@ def binary_bodies(name: str, model: Any, score: str) -> dict[str, str]:
     ``classes_[1]``, ``N_predict_class`` the class, typed like the target column."""
     half = call("*", "0.5", call("+", "1.0", call("tanh", call("*", "0.5", score))))  # P(classes_[1]), no overflow
     return {f"{name}{PREDICT}": half, f"{name}{PREDICT_CLASS}": chosen_class(model, score)}
+
+
+# A classifier's macro bodies from its scores, by how its loss makes them probabilities (Loss.probability).
+CLASS_BODIES = {"logistic": binary_bodies, "softmax": multinomial_bodies, "shares": share_bodies}
+
+
+def tree_bodies(name: str, model: Any, score: str) -> dict[str, str]:
+    """A tree ensemble's macro bodies from its raw ``score``, as its loss reads it: a classifier's probabilities
+    and class, or a regression's prediction through the inverse link."""
+    loss = model.loss_
+    if loss.classifies:
+        return CLASS_BODIES[loss.probability](name, model, score)
+    return {f"{name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
 
 def chosen_class(model: Any, score: str) -> str:
@@ -424,6 +452,10 @@ class MacroWriter:
             bodies[f"{self.name}{PREDICT}"] = self.nearest_centroid()
         return bodies
 
+    def registry_rows(self) -> dict[str, pa.Table]:
+        """The rows the macros read, by registry table: the category weights (:meth:`weights_table`)."""
+        return {"category_weights": self.weights_table()}
+
     def weights_table(self) -> pa.Table:
         """One row per category of every looked-up or inlined feature (:data:`WEIGHTS_SCHEMA`), built as columns."""
         parts = self.weight_parts
@@ -505,8 +537,8 @@ class GroupedMacroWriter:
         }
         return macro_statements(self.database, [*(s.name for s in self.specs), self.group_by], dispatched)
 
-    def weights_table(self) -> pa.Table:
-        return WEIGHTS_SCHEMA.empty_table()  # every category inline
+    def registry_rows(self) -> dict[str, pa.Table]:
+        return {}  # every category inline
 
 
 def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, column: str = "prediction") -> str:

@@ -34,6 +34,7 @@ from ilargi_db.sql_functions.macros import (
     qualified_macro,
 )
 from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry
+from ilargi_db.sql_functions.tree_leaf_masks import TREE_LEAVES_TABLE, TreeLeafMaskWriter, fits_leaf_masks
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.sql_text import quote_string
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -205,6 +206,8 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     kind = TreeMacroWriter if trees else MacroWriter
     if isinstance(model, GroupedModel):  # one macro dispatching on the group column
         writer = GroupedMacroWriter(name, version, model, database, kind)
+    elif trees and fits_leaf_masks(model.trees_):
+        writer = TreeLeafMaskWriter(name, version, model, database)
     else:
         writer = kind(name, version, model, database)
     statements = writer.statements()
@@ -222,13 +225,13 @@ def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
         f"INSERT INTO ilargi.models ({', '.join(record)}) VALUES ({', '.join('?' * len(record))})",
         list(record.values()),
     )
-    weights = writer.weights_table()
-    if weights.num_rows:
-        con.register("__ilargi_category_weights", weights)
-        try:
-            con.execute("INSERT INTO ilargi.category_weights SELECT * FROM __ilargi_category_weights")
-        finally:
-            con.unregister("__ilargi_category_weights")
+    for table, rows in writer.registry_rows().items():
+        if rows.num_rows:
+            con.register("__ilargi_rows", rows)
+            try:
+                con.execute(f"INSERT INTO ilargi.{table} SELECT * FROM __ilargi_rows")
+            finally:
+                con.unregister("__ilargi_rows")
     for stale in sorted(_macros_of(con, name, marked) - set(statements)):  # e.g. a former logistic model's _class
         con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, stale)}")
     for macro, statement in statements.items():
@@ -299,7 +302,9 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
         for macro in sorted(_macros_of(con, name)):
             con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, macro)}")
-        con.execute("DELETE FROM ilargi.category_weights WHERE model = ?", [name])
+        ensure_registry(con)  # a registry of an earlier ilargi_db lacks ilargi.tree_leaves
+        for table in ("category_weights", TREE_LEAVES_TABLE):
+            con.execute(f"DELETE FROM ilargi.{table} WHERE model = ?", [name])
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()
     except BaseException:

@@ -1,4 +1,6 @@
-"""A tree ensemble as SQL: each tree a nested ``CASE``, the trees summed with the baseline.
+"""A tree ensemble as SQL: each tree a nested ``CASE``, the trees summed with the baseline: the macro of a model per
+group, or of trees of more than :data:`~.tree_leaf_masks.MAX_LEAVES` leaves (others find their leaves by masks,
+:mod:`.tree_leaf_masks`).
 
 A split compares the feature itself, not its bin: bin b of a numeric feature holds
 ``edges[b-1] < x <= edges[b]``, so "bin <= threshold" is ``x <= edges[threshold]`` (the edge an exact
@@ -16,14 +18,13 @@ keep their lists (a subquery per group is planned again for each group on every 
 ``predict`` on the bins exactly (the same leaves; the sum in another order, to 1e-12).
 
 Measured (docs/benchmarks.md): DuckDB binds a CASE ensemble of 500 trees of 63 leaves in about a
-second. Larger ensembles (their nodes and IN-list entries, all groups' together) are refused
+second. Larger ensembles (their nodes and listed categories, all groups' together) are refused
 (:func:`check_macro_size`, :data:`ilargi_db.limits.MACRO_NODES`) with a clear error rather than a macro that
 takes minutes to bind; so is a tree deeper than DuckDB's expression depth allows.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -35,38 +36,23 @@ from ilargi_db.linalg.feature_bins import FeatureBins
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.sql_functions.macros import (
     GROUPED_INLINE_CATEGORIES,
-    PREDICT,
-    WEIGHTS_SCHEMA,
     balanced_sum,
-    binary_bodies,
     call,
     category_text,
     double,
+    edge_literal,
     list_of,
     macro_statements,
-    multinomial_bodies,
-    share_bodies,
+    tree_bodies,
 )
+from ilargi_db.sql_functions.tree_leaf_masks import fits_leaf_masks
 from ilargi_db.sql_text import quote_identifier, quote_string
 
-# A classifier's macro bodies from its scores, by how its loss makes them probabilities (Loss.probability).
-CLASS_BODIES = {"logistic": binary_bodies, "softmax": multinomial_bodies, "shares": share_bodies}
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
 # A categorical feature of more categories than this is looked up once per row, its splits reading a bit of a
 # mask; one of fewer lists the names of a split's side, which costs a node per name to bind but no subquery.
 LISTED_CATEGORIES = 64
 CODES = "__ilargi_codes"  # the subquery's row of each looked-up feature's bin plus one (TreeMacroWriter.category_code)
-
-
-def edge_literal(value: float) -> str:
-    """A split's edge as an exact DOUBLE literal; an infinite one (the data can hold -inf and inf) as DuckDB's.
-
-    >>> edge_literal(float("-inf")), edge_literal(0.5)
-    ("'-infinity'::DOUBLE", '5.0000000000000000e-01')
-    """
-    if math.isinf(value):
-        return "'infinity'::DOUBLE" if value > 0 else "'-infinity'::DOUBLE"
-    return double(value)
 
 
 def category_mask(feature: FeatureBins, going_left: list[int], missing_left: bool) -> str:
@@ -94,28 +80,35 @@ def looked_up(feature: FeatureBins, inline_categories: int = LISTED_CATEGORIES) 
     return feature.categorical and len(feature.categories) > inline_categories
 
 
-def macro_nodes(model: Any, inline_categories: int = LISTED_CATEGORIES) -> int:
-    """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it: each node of
-    each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node); a split of
-    a looked-up feature (more than ``inline_categories`` categories) is one node, its mask one literal."""
+def macro_nodes(model: Any, grouped: bool = False) -> int:
+    """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it.
+
+    A model whose trees fit leaf masks (:mod:`.tree_leaf_masks`) and is not one of a model per group (``grouped``):
+    its nodes, and each category of a categorical feature some split reads, listed once. Else (a ``CASE`` per
+    split): each node of each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a
+    node); a split of a looked-up feature (more than :data:`LISTED_CATEGORIES` categories, not grouped) is one
+    node, its mask one literal."""
     t: TreeEnsemble = model.trees_
     bins: list[FeatureBins] = model.encoder_.bins_
+    if not grouped and fits_leaf_masks(t):
+        split_on = set(t.feature[t.feature >= 0].tolist())
+        return t.n_nodes + sum(len(bins[f].categories) for f in split_on if bins[f].categorical)
+    inline = GROUPED_INLINE_CATEGORIES if grouped else LISTED_CATEGORIES
     entries = sum(
         len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
         for node, f in enumerate(t.feature.tolist())
-        if f >= 0 and bins[f].categorical and not looked_up(bins[f], inline_categories)
+        if f >= 0 and bins[f].categorical and not looked_up(bins[f], inline)
     )
     return t.n_nodes + entries
 
 
 def check_macro_size(models: list[Any], grouped: bool = False) -> None:
-    """Refuse, before anything is written, tree models whose one macro (a model, or one per group: ``grouped``,
-    every category listed) would hold more than :data:`~ilargi_db.limits.MACRO_NODES`."""
-    inline = GROUPED_INLINE_CATEGORIES if grouped else LISTED_CATEGORIES
+    """Refuse, before anything is written, tree models whose one macro (a model, or one per group: ``grouped``)
+    would hold more than :data:`~ilargi_db.limits.MACRO_NODES`."""
     MACRO_NODES.check(
-        sum(macro_nodes(m, inline) for m in models),
+        sum(macro_nodes(m, grouped) for m in models),
         f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
-        "IN-list entries",
+        "listed categories",
         SMALLER_TREES
         + (", or fewer groups (group_by)" if len(models) > 1 else "")
         + ", or score it in Python with ilargi_db.predict",
@@ -229,14 +222,11 @@ class TreeMacroWriter:
 
     def bodies(self) -> dict[str, str]:
         """``{macro name: its body}``."""
-        score, loss = self.score(), self.model.loss_
-        if loss.classifies:
-            return CLASS_BODIES[loss.probability](self.name, self.model, score)
-        return {f"{self.name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
+        return tree_bodies(self.name, self.model, self.score())
 
-    def weights_table(self) -> pa.Table:
-        """No category weights: a tree's categories are in its macro (IN lists, or the lookup and the masks)."""
-        return WEIGHTS_SCHEMA.empty_table()
+    def registry_rows(self) -> dict[str, pa.Table]:
+        """None: a tree's categories are in its macro (IN lists, or the lookup and the masks)."""
+        return {}
 
 
 __all__ = [

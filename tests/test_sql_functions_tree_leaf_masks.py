@@ -1,0 +1,150 @@
+"""A tree model's macro finds each tree's leaf by bit masks read from ``ilargi.tree_leaves`` (sql_functions/
+tree_leaf_masks): its NumPy reference scores as the ensemble does, to the bit, and the macro equals ``predict`` on
+random data (text and numbers, NULL and NaN, categories training never saw, every objective); trees of more than
+63 leaves keep a ``CASE`` per split; the rows live and die with the model."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ilargi_db
+from ilargi_db.sql_functions.tree_leaf_masks import MAX_LEAVES, LeafMasks, fits_leaf_masks
+
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def macro_text(con, name: str) -> str:
+    found = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = ?", [name])
+    return found.fetchone()[0]
+
+
+@SETTINGS
+@given(
+    rows=st.integers(40, 400),
+    features=st.integers(1, 4),
+    leaves=st.integers(2, MAX_LEAVES),
+    trees=st.integers(1, 6),
+    bins=st.sampled_from([4, 16, 255]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_masks_reference_gives_each_row_the_leaves_its_trees_send_it_to(rows, features, leaves, trees, bins, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, features)) * rng.choice([1e-6, 1.0, 1e9], size=features)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = np.nan_to_num(X[:, 0] / np.nanstd(X[:, 0])) ** 2 + rng.normal(size=rows)
+    model = ilargi_db.GradientBoostingRegressor(
+        n_estimators=trees, max_leaves=leaves, max_bins=bins, min_samples_leaf=1, learning_rate=0.5
+    ).fit(X, y)
+    masks = LeafMasks(model.trees_, model.bins_)
+    binned = np.column_stack([b.codes(X[:, j], model.missing_bin_) for j, b in enumerate(model.bins_)])
+    np.testing.assert_array_equal(masks.scores(masks.row_codes(binned), model.baseline_)[0], model.predict(X))
+
+
+KINDS = ["a", "b", "c", None]
+
+
+@SETTINGS
+@given(
+    teams=st.sampled_from([3, 80]),  # a few categories, or more than a CASE writer lists
+    objective=st.sampled_from(["regression", "binary", "multiclass", "forest"]),
+    leaves=st.sampled_from([2, 7, 31, MAX_LEAVES]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_macro_equals_predict_on_random_data(teams, objective, leaves, seed):
+    con = ilargi_db.connect()
+    con.execute(
+        f"CREATE TABLE t AS SELECT range AS id, CASE WHEN hash(range + {seed}) % 13 = 0 THEN NULL "
+        f"ELSE 'k' || (hash(range * 3 + {seed}) % {teams})::VARCHAR END AS team, "
+        f"CASE WHEN range % 11 = 0 THEN NULL WHEN range % 17 = 0 THEN 'NaN'::DOUBLE "
+        f"ELSE (hash(range * 7 + {seed}) % 1000) / 37.0 END AS x, (hash(range * 5 + {seed}) % 9)::INTEGER AS n "
+        "FROM range(900)"
+    )
+    con.execute(
+        "CREATE TABLE d AS SELECT *, coalesce(length(team), 0) + coalesce(x, 3) * 0.2 + n AS y, "
+        "(coalesce(x, 5) > 13)::INTEGER + (n > 5)::INTEGER AS grade FROM t"
+    )
+    labels = "'g' || grade::VARCHAR"  # three classes, as text
+    target = {"regression": "y", "binary": "grade > 0", "multiclass": labels, "forest": labels}[objective]
+    algorithm = "random_forest" if objective == "forest" else "gradient_boosting"
+    query = f"SELECT team, x, n, {target} AS label FROM d WHERE id < 700"
+    model = ilargi_db.train(
+        con, query, "label", algorithm, n_estimators=5, max_leaves=leaves, min_samples_leaf=3, random_state=seed
+    )
+    assert fits_leaf_masks(model.trees_)
+    ilargi_db.save_model(con, "m", model)
+    assert "tree_leaves" in macro_text(con, "m_predict")
+    # Scored on rows training never saw, a category it never saw among them.
+    con.execute("UPDATE d SET team = 'never seen' WHERE id = 899")
+    scoring = "SELECT team, x, n FROM d WHERE id >= 700 ORDER BY id"
+    in_sql = con.execute("SELECT m_predict(team, x, n) FROM d WHERE id >= 700 ORDER BY id").fetchall()
+    if model.loss_.classifies:
+        expected = ilargi_db.predict_proba(con, model, scoring)
+        got = np.array([row[0] for row in in_sql], dtype=float)
+        got = got.reshape(len(expected), -1) if got.ndim == 2 else got
+        if expected.shape[1] == 2:
+            expected = expected[:, 1]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+        classes = con.execute("SELECT m_predict_class(team, x, n) FROM d WHERE id >= 700 ORDER BY id").fetchall()
+        np.testing.assert_array_equal([row[0] for row in classes], ilargi_db.predict(con, model, scoring))
+    else:
+        got = np.array([row[0] for row in in_sql], dtype=float)
+        np.testing.assert_allclose(got, ilargi_db.predict(con, model, scoring), rtol=0, atol=1e-12)
+
+
+def test_trees_of_more_than_63_leaves_keep_a_case_per_split():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, 'k' || (range % 90)::VARCHAR AS team, (range * 7 % 1000) / 10 AS x, "
+        "(range % 90) * 0.1 + (range * 7 % 1000) * 0.01 AS y FROM range(4000)"
+    )
+    model = ilargi_db.train(
+        con, "SELECT team, x, y FROM t", "y", "gradient_boosting", n_estimators=3, max_leaves=100, min_samples_leaf=2
+    )
+    assert not fits_leaf_masks(model.trees_)
+    ilargi_db.save_model(con, "wide", model)
+    assert "tree_leaves" not in macro_text(con, "wide_predict")
+    assert con.execute("SELECT count(*) FROM ilargi.tree_leaves").fetchone()[0] == 0
+    in_sql = [row[0] for row in con.execute("SELECT wide_predict(team, x) FROM t ORDER BY id").fetchall()]
+    np.testing.assert_allclose(in_sql, ilargi_db.predict(con, model, "SELECT team, x FROM t ORDER BY id"), atol=1e-9)
+
+
+def test_a_models_leaf_rows_are_written_per_version_and_dropped_with_it(tmp_path):
+    path = str(tmp_path / "m.db")
+    con = ilargi_db.connect(path)
+    con.execute("CREATE TABLE t AS SELECT range % 10 AS x, (range % 10) * 2.5 + 0.1 AS y FROM range(200)")
+    query = "SELECT x, y FROM t"
+    ilargi_db.save_model(con, "first", ilargi_db.train(con, query, "y", "linear_regression"))
+    con.execute("DROP TABLE ilargi.tree_leaves")  # a registry an earlier ilargi_db made
+    for _ in range(2):
+        ilargi_db.save_model(con, "trees", ilargi_db.train(con, query, "y", "gradient_boosting", n_estimators=3))
+    assert con.execute("SELECT list(version ORDER BY version) FROM ilargi.tree_leaves").fetchone()[0] == [1, 2]
+    con.close()
+    plain = duckdb.connect(path)  # any client: the macro reads the model's own rows
+    assert plain.execute("SELECT trees_predict(4)").fetchone()[0] == pytest.approx(
+        plain.execute("SELECT trees_predict(x) FROM t WHERE x = 4 LIMIT 1").fetchone()[0]
+    )
+    plain.close()
+    con = ilargi_db.connect(path)
+    ilargi_db.drop_model(con, "trees")
+    assert con.execute("SELECT count(*) FROM ilargi.tree_leaves").fetchone()[0] == 0
+
+
+def test_features_named_like_the_tables_columns_score_as_any_other():
+    """The macro reads ``ilargi.tree_leaves`` qualified and renamed: a feature (a macro parameter) named like its
+    columns is not substituted into that read."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, (range % 7) * 1.0 AS masks, ['a', 'b'][range % 2 + 1] AS model, "
+        "(range % 5) AS version, (range % 3) * 1.0 AS w, (range % 7) + (range % 5) * 0.3 + (range % 3) AS y "
+        "FROM range(600)"
+    )
+    query = "SELECT masks, model, version, w, y FROM t"
+    model = ilargi_db.train(con, query, "y", "gradient_boosting", n_estimators=5)
+    ilargi_db.save_model(con, "named", model)
+    in_sql = [r[0] for r in con.execute("SELECT named_predict(masks, model, version, w) FROM t ORDER BY id").fetchall()]
+    expected = ilargi_db.predict(con, model, "SELECT masks, model, version, w FROM t ORDER BY id")
+    np.testing.assert_allclose(in_sql, expected, rtol=0, atol=1e-12)
