@@ -10,6 +10,9 @@ from ilargi_db.cluster import (
 )
 from ilargi_db.errors import (
     BackendUnavailableError as BackendUnavailableError,
+    ConvergenceWarning as ConvergenceWarning,
+    InvalidParameterError as InvalidParameterError,
+    NotFittedError as NotFittedError,
     DamagedModelError as DamagedModelError,
     DivergenceError as DivergenceError,
     ForeignRegistryError as ForeignRegistryError,

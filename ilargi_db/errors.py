@@ -69,6 +69,20 @@ class SpillLost(IlargiError):
     """A spilled partition's file no longer holds what was written (cut short): it is read from DuckDB again."""
 
 
+class InvalidParameterError(ValueError, TypeError):
+    """An estimator parameter of the wrong type or out of its range (raised, as scikit-learn's is, before any
+    fitting; see :func:`ilargi_db.models.estimator.scikit_learns_too`)."""
+
+
+class NotFittedError(ValueError, AttributeError):
+    """An estimator used before ``fit`` (as scikit-learn's, both a ValueError and an AttributeError)."""
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit stopped at its iteration limit before its tolerance (as scikit-learn's warning of the name; ilargi_db's
+    own class, so that training never imports scikit-learn: filter ``ilargi_db.ConvergenceWarning``)."""
+
+
 class StaleArtifact(Exception):
     """A stored artifact does not line up with the database: the job reads cold instead (never reaches a caller)."""
 

@@ -8,8 +8,8 @@ import scipy.sparse as sp
 import sklearn.linear_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.exceptions import ConvergenceWarning
 
+from ilargi_db import ConvergenceWarning
 from ilargi_db.linalg import Block, NormalizedMatrix, ScaledMatrix
 from ilargi_db.models import LinearRegression, LogisticRegression
 

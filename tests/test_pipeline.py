@@ -12,10 +12,9 @@ import sklearn.cluster
 import sklearn.decomposition
 import sklearn.linear_model
 from hypothesis import HealthCheck, assume, given, settings
-from sklearn.exceptions import ConvergenceWarning
 
 import ilargi_db
-from ilargi_db import IlargiError, NotFactorizableError, PlanError
+from ilargi_db import ConvergenceWarning, IlargiError, NotFactorizableError, PlanError
 from ilargi_db.datasets import load_nycflights13
 from tests.oracle import assert_close, oracle_matrix
 from tests.strategies import schemas
@@ -584,7 +583,7 @@ def test_bad_batches_say_which_model(con, models, message):
 def test_a_convergence_warning_is_kept_per_model_and_the_callers_filters_are_untouched(con):
     import warnings as w
 
-    from sklearn.exceptions import ConvergenceWarning
+    from ilargi_db import ConvergenceWarning
 
     query = "SELECT f.dep_delay, f.distance, f.late FROM flights f"
     before = list(w.filters)
@@ -598,7 +597,7 @@ def test_a_convergence_warning_is_kept_per_model_and_the_callers_filters_are_unt
 def test_the_python_api_warns_of_convergence_at_the_callers_line_once_per_model(con):
     import warnings as w
 
-    from sklearn.exceptions import ConvergenceWarning
+    from ilargi_db import ConvergenceWarning
 
     query = "SELECT f.dep_delay, f.distance, f.late FROM flights f"
     with w.catch_warnings(record=True) as caught:

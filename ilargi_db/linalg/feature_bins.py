@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
+
 MAX_BINS = 255  # bins of a numeric feature's values at most (uint8 codes, one more for missing)
 # Categories a categorical feature keeps at most (its most frequent): more than MAX_BINS make every bin of the
 # matrix uint16 (the missing bin above them). LightGBM keeps every category; past a thousand, a node's
@@ -57,7 +59,7 @@ class FeatureBins:
         """The bin of each value (:func:`bin_dtype`): numbers (NaN missing) or an Arrow array of text (null missing)."""
         if self.categorical:
             found = pc.index_in(values, value_set=pa.array(self.categories, type=pa.string()))
-            return pc.fill_null(found, missing_bin).to_numpy(zero_copy_only=False).astype(bin_dtype(missing_bin))
+            return arrow_to_numpy(pc.fill_null(found, missing_bin)).astype(bin_dtype(missing_bin))
         values = np.asarray(values, dtype=np.float64)
         out = np.searchsorted(self.edges, values, side="left").astype(bin_dtype(missing_bin))
         out[np.isnan(values)] = missing_bin
@@ -136,7 +138,7 @@ def weighted_categories(values: pa.Array, weights: np.ndarray, max_categories: i
         values = values.combine_chunks()
     encoded = pc.dictionary_encode(values)
     labels = encoded.dictionary.to_pylist()
-    indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    indices = arrow_to_numpy(encoded.indices.fill_null(-1)).astype(np.int64)
     taken = (indices >= 0) & (weights > 0)
     counts = np.bincount(indices[taken], weights=weights[taken], minlength=len(labels)).astype(np.int64)
     # Python orders text by code point, which is UTF-8's byte order: the tie order is binary too.

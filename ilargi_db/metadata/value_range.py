@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
 from ilargi_db.metadata.di_metadata import DIMetadata
 
 # Its square summed over 10^8 rows (1e308) still fits a double (1.8e308).
@@ -76,6 +77,6 @@ def check_table_values(
         if flag:
             continue
         for chunk in table.column(j).chunks:
-            check_values(chunk.to_numpy(zero_copy_only=False), name)  # a view when the chunk has no NULLs
+            check_values(arrow_to_numpy(chunk), name)  # a view when the chunk has no NULLs
     if target is not None and target_name is not None:
         check_values(target, target_name, "target")

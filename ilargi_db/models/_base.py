@@ -7,16 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import scipy.optimize
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets, type_of_target
-from sklearn.utils.validation import validate_data
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import to_host  # noqa: F401 - to_host: the models' import of it
-from ilargi_db.errors import DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
+from ilargi_db.errors import ConvergenceWarning, DivergenceError, IlargiError, spell  # noqa: F401 - DivergenceError: the models' import of it
 from ilargi_db.linalg import as_matrix, is_normalized  # noqa: F401 - as_matrix: the models' import of it
 from ilargi_db.models.convergence import not_converged
+from ilargi_db.models.estimator import check_classification_targets, scikit_learns_too, target_type, validate_data
 
 
 class SparseInputMixin:
@@ -100,7 +97,7 @@ def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "", mult
     ``what`` names the model ("logistic regression"); ``multiclass_fix`` adds another way out to the
     multi-class error. scikit-learn's own words come first in each message: its estimator checks look for them.
     """
-    if type_of_target(y_host) == "continuous":
+    if target_type(y_host) == "continuous":
         raise IlargiError(
             f"{what} needs two classes, but the target is continuous ({len(np.unique(y_host))} distinct values; "
             "Unknown label type: continuous): turn it into a label in the query (e.g. y > 15 AS late), or use "
@@ -110,7 +107,7 @@ def binary_classes(y_host: np.ndarray, what: str, multiclass_fix: str = "", mult
     classes = exact_classes(np.unique(y_host), what)
     if len(classes) != 2 and not (multiclass and len(classes) > 2):
         raise IlargiError(
-            f"Only binary classification is supported. The type of the target is {type_of_target(y_host)}: "
+            f"Only binary classification is supported. The type of the target is {target_type(y_host)}: "
             f"y has {len(classes)} classes ({classes[:5].tolist()}). Encode it as two classes in the query (e.g. "
             f"y = 2 AS is_two){multiclass_fix}."
         )
@@ -142,6 +139,8 @@ def minimize_lbfgs(
         known = last.get(params.tobytes())
         losses.append(known if known is not None else objective(params)[2])
         bar.update()
+
+    import scipy.optimize  # SciPy's optimizers load with the first fit that needs one
 
     result = scipy.optimize.minimize(
         fun,
@@ -181,7 +180,7 @@ def warn_if_not_converged(estimator: Any, stacklevel: int = 2) -> None:
     """``fit``'s way of telling what it recorded: scikit-learn's ``ConvergenceWarning``, at the caller of ``fit``."""
     message = getattr(estimator, "convergence_warning_", None)
     if message:
-        warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel + 1)
+        warnings.warn(message, scikit_learns_too(ConvergenceWarning), stacklevel=stacklevel + 1)
 
 
 def check_gram_size(d: int, max_gram_bytes: int, what: str) -> None:

@@ -17,8 +17,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import NUMPY
@@ -27,6 +25,7 @@ from ilargi_db.linalg.feature_bins import MAX_BINS, FeatureBins
 from ilargi_db.linalg.row_identity import first_by_key, row_keys, spread_copies
 from ilargi_db.models._tree_growth import GrowthLimits, Tree, TreeGrower
 from ilargi_db.models._tree_model import TreeModel, keep_parameters
+from ilargi_db.models.estimator import ClassifierMixin, Interval, RegressorMixin, StrOptions
 from ilargi_db.models.losses import BOOSTING_OBJECTIVES
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 

@@ -6,14 +6,12 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
-from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
 from ilargi_db.linalg import ScaledMatrix
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
+from ilargi_db.models.estimator import ClusterMixin, Estimator, Interval, StrOptions, TransformerMixin, check_fitted
+from ilargi_db.models.estimator import random_state as check_random_state
 
 
 def _assign(M: Any, centers: np.ndarray) -> tuple[Any, Any]:
@@ -48,7 +46,7 @@ def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     return xp.maximum(d2, 0, out=d2)
 
 
-class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
+class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, Estimator):
     """k-means clustering over joined tables, without materializing the join.
 
     Parameters
@@ -196,7 +194,7 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, BaseEstimator):
 
     def _distances(self, X: Any) -> Any:
         """Squared distances of every row to every center, on the columns as trained (scaled, if they were)."""
-        check_is_fitted(self)
+        check_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M, centers = as_matrix(X), np.asarray(self.cluster_centers_, dtype=float)
         scale = getattr(self, "feature_scale_", None)

@@ -8,9 +8,6 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 import scipy.optimize
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
 from ilargi_db.linalg import normal_equations_solver
@@ -37,13 +34,14 @@ from ilargi_db.models._row_sums import (
     _squared_error,
 )
 from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES, SolverName
+from ilargi_db.models.estimator import ClassifierMixin, Estimator, Interval, RegressorMixin, StrOptions, check_fitted
 
 
-class _LinearModel(SparseInputMixin, BaseEstimator):
+class _LinearModel(SparseInputMixin, Estimator):
     """Shared prediction: X @ coef_ + intercept_, factorized when X is a normalized matrix."""
 
     def _decision(self, X: Any) -> Any:
-        check_is_fitted(self)
+        check_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M = as_matrix(X)
         coef, intercept = np.asarray(self.coef_), self.intercept_

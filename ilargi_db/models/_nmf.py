@@ -6,13 +6,11 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db._terminal import progress
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
+from ilargi_db.models.estimator import Estimator, Interval, StrOptions, TransformerMixin, check_fitted
+from ilargi_db.models.estimator import random_state as check_random_state
 
 EPSILON = np.finfo(np.float64).eps
 
@@ -24,7 +22,7 @@ def squared_residual(norm_x: float, wt_x: Any, wt_w: Any, H: Any) -> float:
     return max(norm_x - 2 * cross + quad, 0.0)
 
 
-class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
+class GaussianNMF(SparseInputMixin, TransformerMixin, Estimator):
     """Non-negative matrix factorization X ~ W H (Frobenius loss), multiplicative updates.
 
     Each iteration needs ``X @ H^T`` (an LMM) and ``X^T W`` (a transposed LMM)
@@ -143,7 +141,7 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, BaseEstimator):
 
     def transform(self, X: Any) -> np.ndarray:
         """W for new rows, with H fixed (multiplicative updates on W alone)."""
-        check_is_fitted(self)
+        check_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M = as_matrix(X)
         self._check_non_negative(M)

@@ -6,11 +6,10 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted
 
 from ilargi_db.linalg import ScaledMatrix
 from ilargi_db.models._base import IlargiError, SparseInputMixin, as_matrix, check_input, is_normalized, to_host
+from ilargi_db.models.estimator import Estimator, OneToOneFeatureMixin, TransformerMixin, check_fitted
 
 
 def _refuse_a_standardized(X: Any) -> None:
@@ -18,7 +17,7 @@ def _refuse_a_standardized(X: Any) -> None:
         raise IlargiError("this matrix is standardized already: standardize the matrix it views (its .base).")
 
 
-class StandardScaler(OneToOneFeatureMixin, TransformerMixin, SparseInputMixin, BaseEstimator):
+class StandardScaler(OneToOneFeatureMixin, TransformerMixin, SparseInputMixin, Estimator):
     """z = (x - mean) / std per column, as scikit-learn's ``StandardScaler``, factorized.
 
     On a normalized matrix, ``transform`` returns a :class:`~ilargi_db.linalg.ScaledMatrix` over it: the join
@@ -69,7 +68,7 @@ class StandardScaler(OneToOneFeatureMixin, TransformerMixin, SparseInputMixin, B
 
     def transform(self, X: Any) -> Any:
         """The standardized view of a normalized matrix, or the standardized array."""
-        check_is_fitted(self)
+        check_fitted(self)
         (X,) = check_input(self, X, reset=False)
         _refuse_a_standardized(X)
         if not is_normalized(X):

@@ -6,8 +6,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import ClassifierMixin
-from sklearn.utils._param_validation import Interval
 
 from ilargi_db.models._base import (
     HostTargetScoreMixin,
@@ -20,6 +18,7 @@ from ilargi_db.models._base import (
 from ilargi_db.models._duhl_solver import fit_duhl
 from ilargi_db.models._linear import _LinearModel
 from ilargi_db.models._row_sums import _hinge
+from ilargi_db.models.estimator import ClassifierMixin, Interval
 
 
 class LinearSVC(HostTargetScoreMixin, ClassifierMixin, _LinearModel):

@@ -12,16 +12,19 @@ from numbers import Integral
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
-from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ilargi_db.backend import NUMPY, Backend, get_backend
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array
 from ilargi_db.linalg.feature_bins import quantile_bins
 from ilargi_db.models._base import exact_classes
+from ilargi_db.models.estimator import (
+    Estimator,
+    available_if,
+    check_classification_targets,
+    check_fitted,
+    validate_data,
+)
+from ilargi_db.models.estimator import random_state as check_random_state
 from ilargi_db.models.losses import LOSSES, Loss, loss_for
 
 
@@ -42,7 +45,7 @@ def _decides(estimator: Any) -> bool:
     return estimator.scores_decide and _classifies(estimator)
 
 
-class TreeModel(BaseEstimator):
+class TreeModel(Estimator):
     """The shared part of the tree ensembles (see the module's docstring); ``trees_`` and ``baseline_`` once fitted."""
 
     classifying_objective = "log_loss"  # what objective="auto" picks for a target of two values
@@ -60,7 +63,7 @@ class TreeModel(BaseEstimator):
 
     def node_count(self) -> int:
         """The nodes of the fitted trees (leaves and splits): what :meth:`max_nodes` bounds."""
-        check_is_fitted(self, "trees_")
+        check_fitted(self, "trees_")
         return self.trees_.n_nodes
 
     def size_options(self) -> str:
@@ -139,7 +142,7 @@ class TreeModel(BaseEstimator):
     @property
     def loss_(self) -> Loss:
         """The fitted objective's loss (for the fitted classes): its gradients, link and whether it classifies."""
-        check_is_fitted(self, "objective_")
+        check_fitted(self, "objective_")
         return loss_for(self.objective_, len(getattr(self, "classes_", ())))
 
     def _encode_target(self, y: np.ndarray) -> np.ndarray:
@@ -182,7 +185,7 @@ class TreeModel(BaseEstimator):
     def _raw_scores(self, X: Any) -> np.ndarray:
         """(trees per round, rows): each row's baseline plus its trees' values, per class for multi-class (log-odds
         for binary classification)."""
-        check_is_fitted(self, "trees_")
+        check_fitted(self, "trees_")
         binned, _ = self._binned(X, reset=False)
         codes = np.ascontiguousarray(binned.dense_bins())
         out = np.repeat(np.atleast_1d(np.asarray(self.baseline_, dtype=np.float64))[:, None], len(codes), axis=1)
@@ -218,7 +221,7 @@ class TreeModel(BaseEstimator):
         return self.loss_.to_target_scale(raw)
 
 
-def keep_parameters(estimator: BaseEstimator, params: dict[str, Any]) -> None:
+def keep_parameters(estimator: Estimator, params: dict[str, Any]) -> None:
     """Set ``__init__``'s parameters as attributes, unchanged (scikit-learn's convention)."""
     for name, value in params.items():
         if name != "self":

@@ -396,7 +396,7 @@ def check_known_settings(algorithm: str, names: Any, extra: tuple[str, ...] = tu
 
 def make_estimator(algorithm: str, params: dict) -> Any:
     """The estimator with ``params``, checked before any data is read (unknown names, JSON-ish types, values)."""
-    from ilargi_db.parameters import check_python_types
+    from ilargi_db.models.parameter_kinds import check_python_types
 
     cls = estimator_class(algorithm)
     check_known_settings(algorithm, params, extra=())

@@ -18,14 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import duckdb
-from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_db._terminal import progress
 from ilargi_db.backend import get_backend
 from ilargi_db.backend.host_memory import give_back_freed_memory
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import ConvergenceWarning, IlargiError
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.models.catalog import Placement
+from ilargi_db.models.estimator import scikit_learns_too
 from ilargi_db.pipeline.fit import fit_model
 from ilargi_db.pipeline.groups import fit_groups
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions, check_target, make_estimators, model_specs
@@ -215,7 +215,9 @@ def _warn_of_convergence(models: list[TrainedModel]) -> None:
         for label, one in getattr(model, "models_", {"": model}).items():  # a grouped model: each group's
             said = f"group {label!r}: " if label else ""
             if getattr(one.estimator_, "convergence_warning_", None):
-                warnings.warn(said + one.estimator_.convergence_warning_, ConvergenceWarning, stacklevel=4)
+                warnings.warn(
+                    said + one.estimator_.convergence_warning_, scikit_learns_too(ConvergenceWarning), stacklevel=4
+                )
             if getattr(one.estimator_, "scale_warning_", None):  # k-means on columns of scales far apart
                 warnings.warn(said + one.estimator_.scale_warning_, UserWarning, stacklevel=4)
 

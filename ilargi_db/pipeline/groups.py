@@ -20,10 +20,10 @@ import time
 from dataclasses import replace
 
 import numpy as np
-from sklearn.base import clone
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.limits import NodeBounded
+from ilargi_db.models.estimator import clone
 from ilargi_db.pipeline.fit import fit_model
 from ilargi_db.pipeline.options import check_grouped_size
 from ilargi_db.pipeline.planning import JobPlan, ModelPlan

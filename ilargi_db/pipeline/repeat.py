@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import time
+from importlib.metadata import version
 
 import numpy as np
-import scipy
-import sklearn
 
 import ilargi_db
 from ilargi_db.errors import DamagedModelError
@@ -42,7 +41,8 @@ def fit_keys(job: JobPlan) -> list[str] | None:
     graph = job.graph
     options = job.options
     # The code that fitted it too: another release's fit may give another model.
-    settings = [ilargi_db.__version__, sklearn.__version__, np.__version__, scipy.__version__]
+    # (scikit-learn's and SciPy's by their installed metadata: importing them would cost more than a small fit)
+    settings = [ilargi_db.__version__, version("scikit-learn"), np.__version__, version("scipy")]
     settings += [job.target, graph.feature_names, job.flags, job.strategy.value, job.backend.name]
     settings += [bool(options.standardize), bool(options.impute), len(job.models), options.validation]
     data = [fp.rows_key, [fp.column_keys[j] for j in sorted(fp.column_keys)]]

@@ -38,6 +38,7 @@ from ilargi_db.linalg.feature_bins import (
     weighted_numeric_edges,
 )
 from ilargi_db.metadata import DIMetadata
+from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
 from ilargi_db.metadata.scans import part_column
 
 
@@ -87,7 +88,7 @@ class FeatureBinner:
             if categorical:
                 texts[j] = [(column.combine_chunks().cast(pa.string()), ones)]
             else:
-                numbers[j] = [(column.to_numpy().astype(np.float64, copy=False), ones)]
+                numbers[j] = [(arrow_to_numpy(column).astype(np.float64, copy=False), ones)]
         return self._fit(feature_names, numbers, texts)
 
     def _fit(self, names: list[str], numbers: dict[int, list], texts: dict[int, list]) -> FeatureBinner:
@@ -182,7 +183,7 @@ class FeatureBinner:
         columns = []  # the reader checked the features against the model's
         for j, b in enumerate(self.bins_):
             values = table.column(part_column(j, 0))
-            values = values.combine_chunks() if b.categorical else values.to_numpy()
+            values = values.combine_chunks() if b.categorical else arrow_to_numpy(values)
             columns.append(b.codes(values, self.missing_bin_))
         n, dtype = table.num_rows, bin_dtype(self.missing_bin_)
         codes = np.ascontiguousarray(np.column_stack(columns)) if columns else np.empty((n, 0), dtype=dtype)

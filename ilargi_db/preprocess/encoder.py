@@ -22,7 +22,7 @@ import sqlglot
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, arrow_to_numpy, fetch_arrow
 from ilargi_db.metadata.target_labels import labelled_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -57,7 +57,7 @@ def _category_codes(values: pa.Array, spec: ColumnSpec) -> np.ndarray:
     codes = pc.index_in(values, value_set=pa.array(spec.categories, type=pa.string()))
     if spec.null_category:
         codes = pc.if_else(pc.is_null(values), len(spec.categories), codes)
-    return pc.fill_null(codes, -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return arrow_to_numpy(pc.fill_null(codes, -1)).astype(np.int64, copy=False)
 
 
 def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
@@ -198,7 +198,7 @@ class FeatureEncoder:
                 labels = sorted(pc.unique(column.drop_null()).to_pylist())
                 categories[j] = (labels, column.null_count > 0)
             else:
-                values = column.to_numpy(zero_copy_only=False).astype(float)
+                values = arrow_to_numpy(column).astype(float)
                 present = ~np.isnan(values)
                 sums[j], counts[j] = values[present].sum(), present.sum()
         self._fit(feature_names, sums, counts, categories)

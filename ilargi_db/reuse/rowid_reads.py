@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError, StaleArtifact
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, arrow_to_numpy, fetch_arrow
 from ilargi_db.metadata.scans import ROWID, cast_part, null_row_values, part_column
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -78,7 +78,7 @@ def fetch_columns(
         raise StaleArtifact from None
     finally:
         con.unregister(wanted)
-    found = table.column(ROWID).to_numpy()
+    found = arrow_to_numpy(table.column(ROWID))
     order = np.argsort(found, kind="stable")
     at = np.searchsorted(found[order], row_ids)
     at = np.minimum(at, len(found) - 1) if len(found) else at

@@ -18,7 +18,7 @@ import duckdb
 
 from ilargi_db.errors import CALLER, IlargiError
 from ilargi_db.models.catalog import SETTINGS, check_known_settings, estimator_class
-from ilargi_db.parameters import check_json_types
+from ilargi_db.models.parameter_kinds import check_json_types
 from ilargi_db.sql_functions.options import load_json, parse_options, required
 
 # The result's columns and their DuckDB types, in order: the table macro's and the command line's table.

@@ -14,7 +14,7 @@ from typing import Any
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import SETTINGS, TrainSetting, check_algorithm, check_known_settings, estimator_class
-from ilargi_db.parameters import check_json_types
+from ilargi_db.models.parameter_kinds import check_json_types
 
 
 def parse_options(algorithm: str, options: str | None, allowed_extra: dict[str, TrainSetting] = SETTINGS) -> dict:

@@ -193,7 +193,7 @@ class TreeLeafMaskWriter:
         x = quote_identifier(feature.name)
         if feature.categorical:
             found = call("list_position", list_of([quote_string(c) for c in feature.categories]), category_text(x))
-            return f"CAST(COALESCE({found}, 0) + 1 AS INTEGER)"
+            return f"CAST({call('+', f'COALESCE({found}, 0)', '1')} AS INTEGER)"
 
         def search(low: int, high: int) -> str:  # the code among low..high: how many cuts lie below x, plus one
             if low == high:

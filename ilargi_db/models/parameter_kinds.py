@@ -1,4 +1,5 @@
-"""The kinds of value each estimator parameter takes, read from its ``_parameter_constraints``.
+"""The kinds of value each estimator parameter takes, read from its ``_parameter_constraints``
+(:mod:`ilargi_db.models.estimator`'s constraint types).
 
 scikit-learn's validation accepts ``True`` wherever an integer or a real number
 is expected (``bool`` is an ``int`` in Python), so ``alpha=True`` would train
@@ -15,6 +16,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from ilargi_db.errors import IlargiError
+from ilargi_db.models.estimator import ARRAY_LIKE, BOOLEAN, RANDOM_STATE, Interval, StrOptions
 
 # JSON kinds: "boolean", "integer", "number", "string", "null", "array".
 _KIND_WORDS = {
@@ -29,20 +31,18 @@ _KIND_WORDS = {
 
 def _json_kinds(constraint: Any) -> set[str] | None:
     """The JSON kinds one constraint accepts; None when it is not one of the declarations ilargi_db uses."""
-    from sklearn.utils._param_validation import Interval, StrOptions  # the estimators' own: loaded with them
-
-    if constraint == "boolean" or constraint is bool:
+    if constraint == BOOLEAN or constraint is bool:
         return {"boolean"}
     if constraint is None:
         return {"null"}
-    if constraint == "random_state":
+    if constraint == RANDOM_STATE:
         return {"integer", "null"}
-    if constraint == "array-like":
+    if constraint == ARRAY_LIKE:
         return {"array"}
     if isinstance(constraint, StrOptions) or constraint is str:
         return {"string"}
     if isinstance(constraint, Interval):
-        return {"integer"} if constraint.type is Integral else {"integer", "number"}
+        return {"integer"} if constraint.kind is Integral else {"integer", "number"}
     if constraint in (int, Integral):
         return {"integer"}
     if constraint in (float, Real):
