@@ -74,11 +74,12 @@ from ilargi_db.cost_model.plan import GRAM_SOLVERS  # noqa: E402
 from ilargi_db.cost_model.shape_rule import FACTORIZE_ABOVE, shape_strategy  # noqa: E402
 from ilargi_db.datasets import load_nycflights13, make_hamlet_schema  # noqa: E402
 from ilargi_db.models import NORMAL_MAX_COLUMNS  # noqa: E402  the solver rule the fixed rules run with
-from ilargi_db.models.catalog import MATRIX_ALGORITHMS as ALGORITHMS  # noqa: E402
 from ilargi_db.models.catalog import Strategy  # noqa: E402
 from ilargi_db.pipeline.planning import plan_graph  # noqa: E402
 
-GROUPS = ("synthetic", "Hamlet", "nycflights13", "TPC-H")
+GROUPS = ("synthetic", "trees", "Hamlet", "nycflights13", "TPC-H")
+# The synthetic map's algorithms (LinearSVC, added since, plans as logistic regression does; trees: TREE_JOBS).
+ALGORITHMS = ("linear_regression", "logistic_regression", "kmeans", "gnmf")
 RULES = ("ilargi auto", "Morpheus", "Amalur", "always factorize", "always materialize")
 # Morpheus's rule: factorize when some dimension's tuple ratio and feature ratio are both above these.
 MORPHEUS_TUPLE_RATIO, MORPHEUS_FEATURE_RATIO = 5, 1
@@ -92,7 +93,23 @@ HELD_OUT_PARAMS: dict[str, dict[str, Any]] = {
     "logistic_regression": {"max_iter": 50},
     "kmeans": {"n_clusters": 6, "n_init": 1, "max_iter": 12, "tol": 0.0, "random_state": 1},
     "gnmf": {"n_components": 4, "max_iter": 12, "tol": 0.0, "random_state": 1},
+    "gradient_boosting": {"n_estimators": 20, "max_leaves": 31, "random_state": 1},
+    "random_forest": {"n_estimators": 10, "max_leaves": 31, "random_state": 1},
 }
+# Tree jobs: (algorithm, fact rows, tuple ratio, (fact features, features per dimension), shape), 20k to 2M rows.
+TREE_JOBS = (
+    ("gradient_boosting", 20_000, 2, (8, 4), "star"),
+    ("gradient_boosting", 20_000, 80, (3, 24), "star"),
+    ("gradient_boosting", 200_000, 2, (8, 4), "star"),
+    ("gradient_boosting", 200_000, 20, (5, 10), "star"),
+    ("gradient_boosting", 200_000, 80, (3, 24), "star"),
+    ("gradient_boosting", 200_000, 12, (4, 16), "left"),
+    ("gradient_boosting", 200_000, 8, (6, 6), "mn"),
+    ("random_forest", 60_000, 30, (5, 10), "star"),
+    ("random_forest", 400_000, 3, (8, 4), "left_filter"),
+    ("gradient_boosting", 2_000_000, 5, (5, 10), "star"),
+    ("gradient_boosting", 2_000_000, 50, (3, 24), "star"),
+)
 MAP_TR = (2, 5, 20, 80)
 MAP_FR = ((8, 4), (5, 10), (3, 24))  # (fact features, features per dimension): feature ratios 0.5, 2, 8
 SPREAD_FR = ((8, 4), (6, 6), (5, 10), (4, 16), (3, 24))  # 0.5, 1, 2, 4, 8
@@ -183,6 +200,15 @@ def synthetic_specs(quick: bool) -> list[Spec]:
         spec = Spec("synthetic", job.describe(), algorithm, job.params, _synthetic(job), job)
         spec.stability = shape == "left_filter" and i < len(("left", "mn", "star", "left_filter"))
         specs.append(spec)
+    return specs
+
+
+def tree_specs(quick: bool) -> list[Spec]:
+    """Boosted trees and forests on stars, LEFT and M:N joins from 20,000 to 2,000,000 rows (none in calibration)."""
+    specs = []
+    for i, (algorithm, rows, tr, (fact, dim), shape) in enumerate(TREE_JOBS[:2] if quick else TREE_JOBS):
+        job = Job(algorithm, rows, tr, fact, dim, 0.0, shape, SEEDS + 900 + i, HELD_OUT_PARAMS[algorithm])
+        specs.append(Spec("trees", job.describe(), algorithm, job.params, _synthetic(job), job))
     return specs
 
 
@@ -955,9 +981,11 @@ def warm_up(con) -> None:
     schema = make_hamlet_schema(con, "walmart", scale=0.005, seed=SEEDS, prefix="warm_")
     star = Job("linear_regression", 2_000, 10, 2, 3, 0.0, "star", SEEDS - 1)
     numeric = build_job(con, star)[0]
-    for algorithm in ALGORITHMS:
+    for algorithm in HELD_OUT_PARAMS:
         queries = {
             "linear_regression": [(schema.regression_query, "y"), (numeric, "y")],
+            "gradient_boosting": [(schema.regression_query, "y"), (numeric, "y")],
+            "random_forest": [(numeric, "y")],
             "logistic_regression": [(schema.classification_query, "label")],
         }.get(algorithm, [(schema.features_query, None), (star_features(numeric), None)])
         for (query, target), strategy in itertools.product(queries, ("factorized", "materialized")):
@@ -1043,6 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
         specs: list[Spec] = []
         makers = {
             "synthetic": lambda: synthetic_specs(args.quick),
+            "trees": lambda: tree_specs(args.quick),
             "Hamlet": lambda: hamlet_specs(args.quick),
             "nycflights13": lambda: flights_specs(args.quick),
             "TPC-H": lambda: tpch_specs(args.quick, tpch_scale, Path(folder)),

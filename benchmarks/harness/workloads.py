@@ -202,7 +202,7 @@ def build_job(con: duckdb.DuckDBPyConnection, job: Job) -> tuple[str, str | None
     query = schema.query()
     if job.shape == "left_filter":  # a filter in ON: the dimension's rows that fail it join no fact row
         query = query.replace("ON f.fk0 = d0.id", "ON f.fk0 = d0.id AND d0.id % 3 <> 0")
-    if job.algorithm == "linear_regression":
+    if job.algorithm in ("linear_regression", "gradient_boosting", "random_forest"):
         return query, "y"
     if job.algorithm == "logistic_regression":
         return star_label(query), "label"
