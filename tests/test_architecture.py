@@ -55,3 +55,52 @@ def test_every_public_name_of_the_stub_loads():
     assert {"train", "normalize", "TrainedModel", "IlargiError"} <= set(ilargi_db.__all__)
     missing = [name for name in ilargi_db.__all__ if getattr(ilargi_db, name, None) is None]
     assert not missing
+
+
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports at module level, type-only imports included (a function's own
+    imports, made when it runs, are not)."""
+    name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If | ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+
+    visit(ast.parse(path.read_text()).body)
+    return (found & modules) - {name}
+
+
+def test_no_module_imports_itself_through_others():
+    """No import circle between modules either (import_graph.py checks between parts), type-only ones included:
+    each module can be read knowing only the modules below it."""
+    paths = {
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+    }
+    graph = {name: _module_imports(path, set(paths)) for name, path in paths.items()}
+    done: set[str] = set()
+
+    def walk(name: str, trail: list[str]) -> None:
+        if name in trail:
+            raise AssertionError(f"an import circle: {' -> '.join(trail[trail.index(name) :] + [name])}")
+        if name in done:
+            return
+        for other in sorted(graph[name]):
+            walk(other, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        walk(name, [])

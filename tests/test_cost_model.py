@@ -14,7 +14,7 @@ import ilargi_db
 from ilargi_db.calibration import calibrate
 from ilargi_db.cost_model import Explanation, detect_hardware, job_features, job_stats
 from ilargi_db.cost_model.iterations import expected_iterations, load_history
-from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, matrix_terms, probe_load
+from ilargi_db.cost_model.kernels import Kernel, KernelCosts, kernel_costs, matrix_terms, probe_load
 from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
 from ilargi_db.datasets import make_star_schema
 from ilargi_db.errors import IlargiError
@@ -246,13 +246,11 @@ def test_a_busy_machine_slows_the_parallel_steps(star):
     costs = KernelCosts.prior(detect_hardware())
     idle = candidate_plans(stats, "linear_regression", {}, costs)
     busy = candidate_plans(stats, "linear_regression", {}, costs, load=2.0)
-    from ilargi_db.cost_model.kernels import PARALLEL
-
     by_label = {p.label: p for p in idle}
     for plan in busy:
         for step, alone in zip(plan.steps, by_label[plan.label].steps):
-            assert step.seconds == pytest.approx(alone.seconds * (2 if step.kernel in PARALLEL else 1))
-    assert any(s.kernel not in PARALLEL for s in busy[0].steps) and any(s.kernel in PARALLEL for s in busy[0].steps)
+            assert step.seconds == pytest.approx(alone.seconds * (2 if step.kernel.parallel else 1))
+    assert any(not s.kernel.parallel for s in busy[0].steps) and any(s.kernel.parallel for s in busy[0].steps)
     assert 1.0 <= probe_load(2) <= 8.0
 
 
@@ -444,8 +442,8 @@ def test_a_near_tie_is_not_called_a_win():
 
     def plan(strategy, data, lmm):
         steps = (
-            Step("reading the data", f"{strategy}_data", "rows", 1, data, kind=StepKind.READ),
-            Step("X @ w", "lmm", "n", 20, lmm, True),
+            Step("reading the data", Kernel.data(strategy), "rows", 1, data, kind=StepKind.READ),
+            Step("X @ w", Kernel.LMM, "n", 20, lmm, True),
         )
         return plan_of(strategy, "lbfgs", steps, 20)
 
@@ -474,7 +472,8 @@ def reading(strategy, solver, seconds, iterations=1.0, spread=0.2, iteration_spr
     from ilargi_db.cost_model.plan import Step, StepKind
 
     iterative = iteration_spread > 0
-    step = Step("reading the data", f"{strategy}_data", "rows", 1, seconds, iterative, spread, iterative, StepKind.READ)
+    read = Kernel.data(strategy)
+    step = Step("reading the data", read, "rows", 1, seconds, iterative, spread, iterative, StepKind.READ)
     plan = plan_of(strategy, solver, [step], iterations)
     return replace(plan, iterations=IterationEstimate(iterations, "", iteration_spread))
 

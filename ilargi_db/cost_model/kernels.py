@@ -30,11 +30,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from ilargi_db.backend.parallel import other_running_tasks
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
-from ilargi_db.cost_model.uncertainty import kernel_spread
+from ilargi_db.cost_model.spread import kernel_spread
 from ilargi_db.errors import IlargiError
 from ilargi_db.models.catalog import SolverName
 
@@ -83,15 +84,15 @@ class MatrixShape:
         return text + (": " + ", ".join(pieces) if pieces else "")
 
 
-def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float]:
+def matrix_terms(kernel: Kernel, shape: MatrixShape, k: int = 1) -> dict[str, float]:
     """The work terms of a matrix kernel on ``shape`` with an iterate of ``k`` columns.
 
     >>> shape = MatrixShape(1000, 2, (GatheredPart(10, 3, 30),))
-    >>> matrix_terms("lmm", shape)["gathered_rows"], matrix_terms("crossprod", shape)["dense_gram"]
+    >>> matrix_terms(Kernel.LMM, shape)["gathered_rows"], matrix_terms(Kernel.CROSSPROD, shape)["dense_gram"]
     (1000.0, 4000.0)
     """
     n, p, parts = float(shape.n), float(shape.dense), shape.parts
-    if kernel in ("lmm", "rmm", "nearest", "group_sums"):
+    if kernel in GATHERING:
         # A gather from a block larger than the caches misses them on most rows: counted apart.
         uncached = sum(min(1.0, 8.0 * q.nnz / CACHE_BYTES) for q in parts)
         return {
@@ -101,7 +102,7 @@ def matrix_terms(kernel: str, shape: MatrixShape, k: int = 1) -> dict[str, float
             "uncached_rows": n * uncached * k,
             "parts": float(len(parts)),
         }
-    if kernel == "crossprod":
+    if kernel == Kernel.CROSSPROD:
         densities = [q.density for q in parts]
         pairs = sum(a * b for i, a in enumerate(densities) for b in densities[i + 1 :])
         return {
@@ -171,22 +172,89 @@ def transfer_terms(nbytes: float) -> dict[str, float]:
     return {"bytes": float(nbytes)}
 
 
-# What each kernel is, for explanations and for the calibration report.
-KERNELS: dict[str, str] = {
-    "factorized_data": "the key-only join and a scan of each source, Arrow to arrays, categories encoded",
-    "materialized_data": "the joined rows from DuckDB, Arrow to arrays, categories encoded",
-    "to_device": "copying the arrays to the GPU",
-    "lmm": "X @ W (dense block product, small-block products, gathers)",
-    "rmm": "X.T @ V (dense block product, segment sums, small-block products)",
-    "nearest": "each row's nearest centroid (k-means: X @ C.T and the arg-min, fused)",
-    "group_sums": "sums of the rows of each cluster (k-means)",
-    "crossprod": "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
-    "solve": "a dense d x d solve",
-    "sdca": "DuHL's dual coordinate steps, row by row on one core (dense rows), and making the rows dense",
-    **{f"{s}_overhead": f"what the {s} solver does besides the matrix kernels (loss, updates)" for s in SOLVERS},
+class Kernel(StrEnum):
+    """What a plan's step runs: the key its coefficients have in the cost models (and in the calibration file, which
+    stores them by these names). A member is its name (``Kernel.LMM == "lmm"``)."""
+
+    FACTORIZED_DATA = "factorized_data"
+    MATERIALIZED_DATA = "materialized_data"
+    TO_DEVICE = "to_device"
+    LMM = "lmm"
+    RMM = "rmm"
+    NEAREST = "nearest"
+    GROUP_SUMS = "group_sums"
+    CROSSPROD = "crossprod"
+    SOLVE = "solve"
+    SDCA = "sdca"
+    PLANNING = "planning"  # measured while it runs, never priced
+    # Steps priced outside the kernel models (their own rates), with a prior's spread:
+    REUSE = "reuse"  # what an earlier job stored, read back
+    SPILL = "spill"  # partitions written to disk
+    STREAM = "stream"  # the partitions read again on a streamed job's later passes
+    CLUSTER = "cluster"  # a cluster's scheduling
+    NORMAL_OVERHEAD = "normal_overhead"
+    CG_OVERHEAD = "cg_overhead"
+    GD_OVERHEAD = "gd_overhead"
+    LBFGS_OVERHEAD = "lbfgs_overhead"
+    NEWTON_OVERHEAD = "newton_overhead"
+    LLOYD_OVERHEAD = "lloyd_overhead"
+    MU_OVERHEAD = "mu_overhead"
+    HISTOGRAM_OVERHEAD = "histogram_overhead"
+    DUHL_OVERHEAD = "duhl_overhead"
+
+    @classmethod
+    def data(cls, strategy: str) -> Kernel:
+        """Reading the training rows by ``strategy`` (factorized or materialized)."""
+        return cls(f"{strategy}_data")
+
+    @classmethod
+    def overhead(cls, solver: str) -> Kernel:
+        """What ``solver`` does besides the matrix kernels (its loss, its updates)."""
+        return cls(f"{solver}_overhead")
+
+    @property
+    def description(self) -> str:
+        """What the kernel is, for explanations and the calibration report."""
+        if self.value.endswith("_overhead"):
+            solver = self.value.removesuffix("_overhead")
+            return f"what the {solver} solver does besides the matrix kernels (loss, updates)"
+        return _DESCRIPTIONS[self]
+
+    @property
+    def parallel(self) -> bool:
+        """Whether it uses every core: a busy machine slows it most (the solve runs with BLAS on one thread)."""
+        return self in _PARALLEL
+
+
+_DESCRIPTIONS = {
+    Kernel.FACTORIZED_DATA: "the key-only join and a scan of each source, Arrow to arrays, categories encoded",
+    Kernel.MATERIALIZED_DATA: "the joined rows from DuckDB, Arrow to arrays, categories encoded",
+    Kernel.TO_DEVICE: "copying the arrays to the GPU",
+    Kernel.LMM: "X @ W (dense block product, small-block products, gathers)",
+    Kernel.RMM: "X.T @ V (dense block product, segment sums, small-block products)",
+    Kernel.NEAREST: "each row's nearest centroid (k-means: X @ C.T and the arg-min, fused)",
+    Kernel.GROUP_SUMS: "sums of the rows of each cluster (k-means)",
+    Kernel.CROSSPROD: "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
+    Kernel.SOLVE: "a dense d x d solve",
+    Kernel.SDCA: "DuHL's dual coordinate steps, row by row on one core (dense rows), and making the rows dense",
+    Kernel.PLANNING: "choosing the plan (measured)",
+    Kernel.REUSE: "reading back what an earlier job stored",
+    Kernel.SPILL: "writing the partitions to disk",
+    Kernel.STREAM: "reading the partitions again",
+    Kernel.CLUSTER: "scheduling a cluster's tasks",
 }
-# Kernels that use every core: a busy machine slows them most. (The solve runs with BLAS on one thread.)
-PARALLEL = frozenset({"factorized_data", "materialized_data", "lmm", "rmm", "nearest", "group_sums", "crossprod"})
+_PARALLEL = frozenset(
+    {
+        Kernel.FACTORIZED_DATA,
+        Kernel.MATERIALIZED_DATA,
+        Kernel.LMM,
+        Kernel.RMM,
+        Kernel.NEAREST,
+        Kernel.GROUP_SUMS,
+        Kernel.CROSSPROD,
+    }
+)
+GATHERING = (Kernel.LMM, Kernel.RMM, Kernel.NEAREST, Kernel.GROUP_SUMS)  # the gathered-matrix kernels' shared terms
 
 
 def _gather_prior(
@@ -223,7 +291,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
     per_flop = 123.0 / max(hardware.gflops, 1.0)
     flops = max(hardware.gflops, 1.0) * 1e9
     coefficients = {
-        "factorized_data": {
+        Kernel.FACTORIZED_DATA: {
             "fixed": 0.002,
             "probes": 4e-9 * per_core,
             "numeric_cells": 8e-9 * per_byte,
@@ -231,7 +299,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "index_entries": 12e-9 * per_byte,
             "queries": 0.002,
         },
-        "materialized_data": {
+        Kernel.MATERIALIZED_DATA: {
             "fixed": 0.002,
             "probes": 4e-9 * per_core,
             "numeric_cells": 8e-9 * per_byte,
@@ -239,14 +307,14 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
             "index_entries": 0.0,
             "queries": 0.002,
         },
-        "to_device": {"fixed": 1e-4, "bytes": 1 / 12e9},
+        Kernel.TO_DEVICE: {"fixed": 1e-4, "bytes": 1 / 12e9},
         # The gathered-matrix kernels share their terms: fixed, dense cells, block entries, rows gathered,
         # rows gathered from blocks beyond the caches, parts (ns per unit, from the 2-core fit).
-        "lmm": _gather_prior(20e-6, 0.11, 0.15, 0.25, 1.0, 8e-6, per_byte, per_core),
-        "rmm": _gather_prior(40e-6, 0.38, 0.2, 0.55, 1.5, 5e-6, per_byte, per_core),
-        "nearest": _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
-        "group_sums": _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
-        "crossprod": {
+        Kernel.LMM: _gather_prior(20e-6, 0.11, 0.15, 0.25, 1.0, 8e-6, per_byte, per_core),
+        Kernel.RMM: _gather_prior(40e-6, 0.38, 0.2, 0.55, 1.5, 5e-6, per_byte, per_core),
+        Kernel.NEAREST: _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
+        Kernel.GROUP_SUMS: _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
+        Kernel.CROSSPROD: {
             "fixed": 25e-6,
             "dense_gram": 0.08e-9 * per_flop,
             "dense_by_gathered": 0.5e-9 * per_core,
@@ -258,12 +326,12 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         },
         # A solve runs with BLAS on one thread (inside the fit's hot loop), a Cholesky near the measured rate;
         # an SVD least squares (per d^3, after the Cholesky failed) measured 7x slower at d = 1,200.
-        "solve": {"fixed": 20e-6, "flops": 1 / flops, "lstsq_flops": 6 / flops},
+        Kernel.SOLVE: {"fixed": 20e-6, "flops": 1 / flops, "lstsq_flops": 6 / flops},
         # One core, row after row (numba): about 1 ns a cell for the dot product and the update together, a
         # logistic step's few Newton iterations per row; a dense copy about a write and a gather a cell.
-        "sdca": {"fixed": 20e-6, "cells": 1.0e-9, "rows": 30e-9, "copied_cells": 1.5e-9 * per_byte},
+        Kernel.SDCA: {"fixed": 20e-6, "cells": 1.0e-9, "rows": 30e-9, "copied_cells": 1.5e-9 * per_byte},
         **{
-            f"{s}_overhead": {
+            Kernel.overhead(s): {
                 "fixed": 1e-3,
                 "iterations": 100e-6,
                 "part_iterations": 20e-6,
@@ -276,7 +344,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         gpu_bandwidth = max(hardware.gpu_bandwidth_gbs, 100.0) * 1e9
         gpu_flops = max(hardware.gpu_gflops, 1000.0) * 1e9
         launch = 15e-6
-        for kernel in ("lmm", "rmm", "nearest", "group_sums", "crossprod", "solve"):
+        for kernel in (*GATHERING, Kernel.CROSSPROD, Kernel.SOLVE):
             c = coefficients[kernel]
             for term in c:
                 if term == "fixed":
@@ -299,14 +367,14 @@ class KernelCosts:
     calibrated: bool = False
     errors: dict[str, float] = field(default_factory=dict)  # per-kernel geomean relative error of the fit
 
-    def spread(self, kernel: str) -> float:
+    def spread(self, kernel: Kernel) -> float:
         """How unsure this kernel's predictions are (sd of the log of measured over predicted seconds): from the
         calibration's fit error where it fitted the kernel, else a roofline prior's. Planning is measured."""
-        if kernel == "planning":
+        if kernel == Kernel.PLANNING:
             return 0.0
         return kernel_spread(self.errors.get(kernel) if self.calibrated else None)
 
-    def seconds(self, kernel: str, terms: dict[str, float], count: float = 1.0) -> float:
+    def seconds(self, kernel: Kernel, terms: dict[str, float], count: float = 1.0) -> float:
         """Predicted seconds of ``count`` runs of ``kernel`` with these work terms."""
         c = self.coefficients[kernel]
         one = c.get("fixed", 0.0) + sum(c.get(t, 0.0) * v for t, v in terms.items())

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from ilargi_db.cost_model.features import JobStats, SourceStats
 from ilargi_db.cost_model.iterations import IterationEstimate, expected_iterations
 from ilargi_db.cost_model.kernels import (
-    PARALLEL,
     DataShape,
     GatheredPart,
+    Kernel,
     KernelCosts,
     MatrixShape,
     data_terms,
@@ -71,7 +71,7 @@ class Step:
     """One step of a plan: ``count`` runs of ``kernel`` on ``shape``, ``seconds`` in all; ``name`` says it in words."""
 
     name: str
-    kernel: str
+    kernel: Kernel
     shape: str
     count: float
     seconds: float
@@ -83,7 +83,7 @@ class Step:
     @property
     def parallel(self) -> bool:
         """Whether the step uses every core (a busy machine slows it)."""
-        return self.kernel in PARALLEL
+        return self.kernel.parallel
 
     def describe(self) -> str:
         times = f" x {self.count:g}" if self.count != 1 else ""
@@ -234,7 +234,7 @@ def data_shape(stats: JobStats, strategy: str) -> DataShape:
 # -- the steps of each candidate ----------------------------------------------------------------
 
 
-def _matrix_step(costs: KernelCosts, name: str, kernel: str, shape: MatrixShape, count: float, k: int = 1) -> Step:
+def _matrix_step(costs: KernelCosts, name: str, kernel: Kernel, shape: MatrixShape, count: float, k: int = 1) -> Step:
     seconds = costs.seconds(kernel, matrix_terms(kernel, shape, k), count)
     what = shape.describe() + (f", {k} columns" if k > 1 else "")
     return Step(name, kernel, what, count, seconds, per_iteration=True)
@@ -254,7 +254,7 @@ def plan_steps(
     """The steps of one candidate, their seconds not yet scaled for load (``scaled``: on standardized columns)."""
     shape = matrix_shape(stats, strategy)
     data = data_shape(stats, strategy)
-    kernel = f"{strategy}_data"
+    kernel = Kernel.data(strategy)
     how = "key-only join and source scans" if strategy == Strategy.FACTORIZED else "the materialized join"
     read = costs.seconds(kernel, data_terms(data))
     steps = [Step("reading the data", kernel, f"{how}, {data.describe()}", 1, read, kind=StepKind.READ)]
@@ -263,32 +263,39 @@ def plan_steps(
         steps.append(
             Step(
                 "copy to the GPU",
-                "to_device",
+                Kernel.TO_DEVICE,
                 f"{nbytes / 2**20:,.0f} MiB",
                 1,
-                costs.seconds("to_device", transfer_terms(nbytes)),
+                costs.seconds(Kernel.TO_DEVICE, transfer_terms(nbytes)),
                 kind=StepKind.TO_DEVICE,
             )
         )
     k = algorithm_facts(algorithm).width(params)
     if scaled:  # the column means and spreads: sums of X and of X squared (an n-row copy of the dense block)
-        steps.append(_matrix_step(costs, "standardizing (column means and spreads)", "rmm", shape, STANDARDIZE_PASSES))
+        steps.append(
+            _matrix_step(costs, "standardizing (column means and spreads)", Kernel.RMM, shape, STANDARDIZE_PASSES)
+        )
     steps += iteration_steps(shape, solver, iterations, k, costs, singular_gram(stats, algorithm, params))
     what = f"{iterations:g} iteration{'s' * (iterations != 1)}, {shape.n:,} rows"
     steps.append(
         Step(
             "solver bookkeeping (loss, updates, Python)",
-            f"{solver}_overhead",
+            Kernel.overhead(solver),
             what,
             1,
-            costs.seconds(f"{solver}_overhead", solver_terms(shape, iterations, k)),
+            costs.seconds(Kernel.overhead(solver), solver_terms(shape, iterations, k)),
             True,
             iterative=True,
         )
     )
     steps.append(
         _matrix_step(
-            costs, "training metrics (X @ w)", "lmm", shape, 1, k if solver in (SolverName.LLOYD, SolverName.MU) else 1
+            costs,
+            "training metrics (X @ w)",
+            Kernel.LMM,
+            shape,
+            1,
+            k if solver in (SolverName.LLOYD, SolverName.MU) else 1,
         )
     )
     return steps
@@ -312,58 +319,63 @@ def iteration_steps(
     d = shape.columns + 1
     if solver == SolverName.NORMAL:
         how = " (singular: least squares)" if singular else ""
-        seconds = costs.seconds("solve", solve_terms(d, singular))
+        seconds = costs.seconds(Kernel.SOLVE, solve_terms(d, singular))
         return [
-            replace(_matrix_step(costs, "X.T @ X", "crossprod", shape, 1), kind=StepKind.GRAM),
-            _matrix_step(costs, "X.T @ y", "rmm", shape, 1),
-            Step("solve", "solve", f"{d:,} x {d:,}{how}", 1, seconds, True),
+            replace(_matrix_step(costs, "X.T @ X", Kernel.CROSSPROD, shape, 1), kind=StepKind.GRAM),
+            _matrix_step(costs, "X.T @ y", Kernel.RMM, shape, 1),
+            Step("solve", Kernel.SOLVE, f"{d:,} x {d:,}{how}", 1, seconds, True),
         ]
     elif solver in (SolverName.CG, SolverName.GD, SolverName.LBFGS):
         evaluations = iterations * (LBFGS_EVALUATIONS if solver == SolverName.LBFGS else 1.0)
         steps += [
-            _matrix_step(costs, "X @ w", "lmm", shape, evaluations),
-            _matrix_step(costs, "X.T @ v", "rmm", shape, evaluations),
+            _matrix_step(costs, "X @ w", Kernel.LMM, shape, evaluations),
+            _matrix_step(costs, "X.T @ v", Kernel.RMM, shape, evaluations),
         ]
     elif solver == SolverName.DUHL:  # per iteration: an epoch's worth of coordinate steps, then every row's gap
         dense = MatrixShape(shape.n, d)  # the rows as DuHL holds them, with the intercept's column
         steps += [
             Step(
                 "coordinate steps (an epoch on the working set)",
-                "sdca",
+                Kernel.SDCA,
                 f"{shape.n:,} rows x {d:,} dense columns",
                 iterations,
-                costs.seconds("sdca", sdca_terms(shape.n, d, epochs=1.0), iterations),
+                costs.seconds(Kernel.SDCA, sdca_terms(shape.n, d, epochs=1.0), iterations),
                 True,
             ),
-            _matrix_step(costs, "duality gaps (X @ w, dense)", "lmm", dense, iterations),
+            _matrix_step(costs, "duality gaps (X @ w, dense)", Kernel.LMM, dense, iterations),
         ]
-        copy = costs.seconds("sdca", sdca_terms(shape.n, d, copies=1.0))  # once, whatever the iterations
+        copy = costs.seconds(Kernel.SDCA, sdca_terms(shape.n, d, copies=1.0))  # once, whatever the iterations
         return [replace(s, iterative=True) for s in steps] + [
-            Step("making the rows dense", "sdca", f"{shape.n:,} x {d:,}", 1, copy, True)
+            Step("making the rows dense", Kernel.SDCA, f"{shape.n:,} x {d:,}", 1, copy, True)
         ]
     elif solver == SolverName.NEWTON:
         steps += [
-            _matrix_step(costs, "X.T @ diag(w) @ X", "crossprod", shape, iterations),
-            _matrix_step(costs, "X @ w", "lmm", shape, iterations),
-            _matrix_step(costs, "X.T @ v", "rmm", shape, iterations),
+            _matrix_step(costs, "X.T @ diag(w) @ X", Kernel.CROSSPROD, shape, iterations),
+            _matrix_step(costs, "X @ w", Kernel.LMM, shape, iterations),
+            _matrix_step(costs, "X.T @ v", Kernel.RMM, shape, iterations),
             Step(
-                "solve", "solve", f"{d:,} x {d:,}", iterations, costs.seconds("solve", solve_terms(d), iterations), True
+                "solve",
+                Kernel.SOLVE,
+                f"{d:,} x {d:,}",
+                iterations,
+                costs.seconds(Kernel.SOLVE, solve_terms(d), iterations),
+                True,
             ),
         ]
     elif solver == SolverName.LLOYD:
         steps += [
-            _matrix_step(costs, "nearest centroid", "nearest", shape, iterations, k),
-            _matrix_step(costs, "cluster sums", "group_sums", shape, iterations, k),
+            _matrix_step(costs, "nearest centroid", Kernel.NEAREST, shape, iterations, k),
+            _matrix_step(costs, "cluster sums", Kernel.GROUP_SUMS, shape, iterations, k),
         ]
     elif solver == SolverName.MU:
         steps += [
-            _matrix_step(costs, "X @ H.T", "lmm", shape, iterations, k),
-            _matrix_step(costs, "W.T @ X", "rmm", shape, iterations, k),
+            _matrix_step(costs, "X @ H.T", Kernel.LMM, shape, iterations, k),
+            _matrix_step(costs, "W.T @ X", Kernel.RMM, shape, iterations, k),
         ]
     elif solver == SolverName.HISTOGRAM:  # per tree: histograms of (g, h) per node, rows partitioned per level
         steps += [
-            _matrix_step(costs, "histograms (X.T @ [g, h])", "rmm", shape, iterations * TREE_HISTOGRAM_PASSES, 2),
-            _matrix_step(costs, "row partitions (X @ w)", "lmm", shape, iterations * TREE_LEVELS),
+            _matrix_step(costs, "histograms (X.T @ [g, h])", Kernel.RMM, shape, iterations * TREE_HISTOGRAM_PASSES, 2),
+            _matrix_step(costs, "row partitions (X @ w)", Kernel.LMM, shape, iterations * TREE_LEVELS),
         ]
     else:
         raise ValueError(f"no plan for solver {solver!r}")
@@ -376,10 +388,12 @@ def _reusing(steps: list[Step], reuse: ReuseOffer) -> list[Step]:
     for step in steps:
         if reuse.data_seconds is not None and step.kind in (StepKind.READ, StepKind.TO_DEVICE):
             if step.kind is StepKind.READ:
-                out.append(Step("reading the data", "reuse", reuse.data_what, 1, reuse.data_seconds, kind=step.kind))
+                out.append(
+                    Step("reading the data", Kernel.REUSE, reuse.data_what, 1, reuse.data_seconds, kind=step.kind)
+                )
             continue
         if reuse.sums and step.kind is StepKind.GRAM:
-            out.append(Step("X.T @ X", "reuse", "stored by an earlier job", 1, 0.0, True, kind=step.kind))
+            out.append(Step("X.T @ X", Kernel.REUSE, "stored by an earlier job", 1, 0.0, True, kind=step.kind))
             continue
         out.append(step)
     return out
@@ -424,7 +438,7 @@ def candidate_plans(
                 steps = _reusing(steps, reuse)
             if planning_seconds:  # the same for every plan: it makes the prediction whole, not the choice
                 what = f"{len(stats.sources)} sources, statistics queries measured"
-                steps.insert(0, Step("planning", "planning", what, 1, planning_seconds, kind=StepKind.PLANNING))
+                steps.insert(0, Step("planning", Kernel.PLANNING, what, 1, planning_seconds, kind=StepKind.PLANNING))
             steps = [
                 replace(s, seconds=s.seconds * (load if s.parallel else 1.0), spread=costs.spread(s.kernel))
                 for s in steps
@@ -534,7 +548,7 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
             steps.append(Step(name, step.kernel, step.shape, 1, seconds, kind=StepKind.READ))
             if spill:
                 seconds = needed / SPILL_WRITE_BYTES_PER_SECOND
-                steps.append(Step("spilling the partitions", "spill", f"{needed / 2**20:,.0f} MiB", 1, seconds))
+                steps.append(Step("spilling the partitions", Kernel.SPILL, f"{needed / 2**20:,.0f} MiB", 1, seconds))
             again = step.seconds
         else:
             steps.append(step)
@@ -549,7 +563,7 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
     if held:
         what += f", {held:,} held dense by DuHL"
     again_seconds, kind = (passes - 1) * again, StepKind.READ_AGAIN
-    steps.append(Step("reading the partitions again", "stream", what, passes - 1, again_seconds, True, kind=kind))
+    steps.append(Step("reading the partitions again", Kernel.STREAM, what, passes - 1, again_seconds, True, kind=kind))
     return replace(plan, steps=tuple(steps), placement="streamed", fits=fits, limit=limit)
 
 
@@ -591,5 +605,5 @@ def distributed_plan(plan: PhysicalPlan, workers: int) -> PhysicalPlan:
         for s in plan.steps
     ]
     seconds = passes * (CLUSTER_PASS_SECONDS + CLUSTER_TASK_SECONDS * workers)
-    steps.append(Step("scheduling", "cluster", f"{passes:g} passes x {workers} tasks", passes, seconds, True))
+    steps.append(Step("scheduling", Kernel.CLUSTER, f"{passes:g} passes x {workers} tasks", passes, seconds, True))
     return replace(plan, steps=tuple(steps), placement="distributed", fits=True, limit="")

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
+from ilargi_db.metadata.arrow_blocks import filled_integers, string_array
 
 MAX_BINS = 255  # bins of a numeric feature's values at most (uint8 codes, one more for missing)
 # Categories a categorical feature keeps at most (its most frequent): more than MAX_BINS make every bin of the
@@ -58,8 +58,8 @@ class FeatureBins:
     def codes(self, values: Any, missing_bin: int) -> np.ndarray:
         """The bin of each value (:func:`bin_dtype`): numbers (NaN missing) or an Arrow array of text (null missing)."""
         if self.categorical:
-            found = pc.index_in(values, value_set=pa.array(self.categories, type=pa.string()))
-            return arrow_to_numpy(pc.fill_null(found, missing_bin)).astype(bin_dtype(missing_bin))
+            found = pc.index_in(values, value_set=string_array(self.categories))
+            return filled_integers(found, missing_bin).astype(bin_dtype(missing_bin))
         values = np.asarray(values, dtype=np.float64)
         out = np.searchsorted(self.edges, values, side="left").astype(bin_dtype(missing_bin))
         out[np.isnan(values)] = missing_bin
@@ -138,7 +138,7 @@ def weighted_categories(values: pa.Array, weights: np.ndarray, max_categories: i
         values = values.combine_chunks()
     encoded = pc.dictionary_encode(values)
     labels = encoded.dictionary.to_pylist()
-    indices = arrow_to_numpy(encoded.indices.fill_null(-1)).astype(np.int64)
+    indices = filled_integers(encoded.indices, -1)
     taken = (indices >= 0) & (weights > 0)
     counts = np.bincount(indices[taken], weights=weights[taken], minlength=len(labels)).astype(np.int64)
     # Python orders text by code point, which is UTF-8's byte order: the tie order is binary too.

@@ -63,6 +63,39 @@ _NUMPY_TYPES = {
 }
 
 
+def filled_integers(values: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray:
+    """Integer Arrow values (codes, positions) as int64, NULL as ``fill``: ``fill_null`` with a Python number
+    would build an Arrow scalar, which imports pandas."""
+    if isinstance(values, pa.ChunkedArray):
+        parts = [filled_integers(chunk, fill) for chunk in values.chunks]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    data = arrow_to_numpy(values)
+    if values.null_count == 0:
+        return data.astype(np.int64, copy=False)
+    return np.where(np.isnan(data), fill, data).astype(np.int64)
+
+
+def numpy_to_arrow(values: np.ndarray) -> pa.Array:
+    """A 1-D NumPy array of numbers or booleans as an Arrow array without NULLs, made from its buffer (``pa.array``
+    imports pandas)."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def string_array(values: list[str | None] | tuple[str | None, ...]) -> pa.Array:
+    """Text as an Arrow string array (None as NULL), made from its UTF-8 bytes (``pa.array`` imports pandas)."""
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    nulls = np.array([v is None for v in values], dtype=np.bool_)
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+    data = pa.py_buffer(b"".join(encoded))
+    return pa.Array.from_buffers(pa.string(), len(encoded), [validity, pa.py_buffer(offsets), data], int(nulls.sum()))
+
+
 def column_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
     """One column as a 1-D array: a view when it is one null-free chunk, else one copy."""
     return arrow_to_numpy(column)

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
+from ilargi_db.metadata.arrow_blocks import filled_integers
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class GroupCodes:
         rank = np.empty(len(labels) + 1, dtype=np.int32)
         rank[order] = np.arange(len(labels), dtype=np.int32)
         rank[-1] = -1  # a NULL group: the last slot, reached by the filled index below
-        indices = arrow_to_numpy(encoded.indices.fill_null(len(labels)))
+        indices = filled_integers(encoded.indices, len(labels))
         return cls(rank[indices], tuple(labels[i] for i in order))
 
     def take(self, keep: np.ndarray) -> GroupCodes:

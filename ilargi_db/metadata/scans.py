@@ -12,7 +12,7 @@ import sqlglot
 from sqlglot import exp
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata.arrow_blocks import arrow_to_numpy, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import arrow_to_numpy, fetch_arrow, numpy_to_arrow
 from ilargi_db.metadata.target_labels import target_sql
 from ilargi_db.plan.join_graph import JoinGraph, Source
 from ilargi_db.plan.joins import conjuncts
@@ -246,6 +246,6 @@ def scan_source(
         rowids = arrow_to_numpy(table.column(ROWID))
         return SourceScan(source=source, keys=None, values=values, fill=fill, rowids=rowids)
     scan = SourceScan(source=source, keys=None, values=values, fill=fill)
-    row = pa.array(np.arange(table.num_rows, dtype=scan.index_type))
+    row = numpy_to_arrow(np.arange(table.num_rows, dtype=scan.index_type))
     scan.keys = table.select([*keys, *parts_in_join]).append_column(ROW, row)
     return scan

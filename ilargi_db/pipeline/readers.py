@@ -17,7 +17,7 @@ import pyarrow as pa
 from ilargi_db.backend import get_backend
 from ilargi_db.linalg import NormalizedMatrix
 from ilargi_db.metadata import DIMetadata, GroupCodes, clear_unused_nonfinite, extract_metadata
-from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, fetch_arrow, numpy_to_arrow
 from ilargi_db.metadata.scans import GROUP, TARGET, kept_column, materialized_sql
 from ilargi_db.metadata.stream import FactStream
 from ilargi_db.metadata.value_range import check_metadata_values, check_table_values
@@ -134,9 +134,10 @@ def materialized_rows(
     if read.labelled_only and np.isnan(y).any():
         keep = ~np.isnan(y)
         unlabelled = int((~keep).sum())
-        table, y = table.filter(pa.array(keep)), y[keep]  # unlabelled rows teach nothing
-        groups = None if groups is None else groups.take(np.flatnonzero(keep))
-        kept = None if kept is None else kept.filter(pa.array(keep))
+        kept_rows = numpy_to_arrow(keep)
+        table, y = table.filter(kept_rows), y[keep]  # unlabelled rows teach nothing
+        groups = None if groups is None else groups.take(numpy_to_arrow(np.flatnonzero(keep)))
+        kept = None if kept is None else kept.filter(kept_rows)
     return MaterializedRows(table.drop_columns([TARGET]), y, unlabelled, groups, kept)
 
 

@@ -38,7 +38,7 @@ from ilargi_db.linalg.feature_bins import (
     weighted_numeric_edges,
 )
 from ilargi_db.metadata import DIMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_numpy
+from ilargi_db.metadata.arrow_blocks import arrow_to_numpy, string_array
 from ilargi_db.metadata.scans import part_column
 
 
@@ -73,7 +73,7 @@ class FeatureBinner:
         texts: dict[int, list] = {}
         for cat in meta.categoricals:
             weights, empty = row_weights(cat.indicator, cat.n_source_rows)
-            fill = (pa.array([cat.fill], type=pa.string()), np.array([empty]))
+            fill = (string_array([cat.fill]), np.array([empty]))
             texts.setdefault(cat.feature, []).extend([(cat.values.cast(pa.string()), weights), fill])
         return self._fit(feature_names, numbers, texts)
 
@@ -98,7 +98,7 @@ class FeatureBinner:
             parts = (texts if categorical else numbers).get(j, [])
             weights = np.concatenate([w for _, w in parts]) if parts else np.empty(0, dtype=np.int64)
             if categorical:
-                values = pa.concat_arrays([v for v, _ in parts]) if parts else pa.array([], type=pa.string())
+                values = pa.concat_arrays([v for v, _ in parts]) if parts else string_array([])
                 bins.append(FeatureBins(name, True, categories=weighted_categories(values, weights, MAX_CATEGORIES)))
             else:
                 values = np.concatenate([v for v, _ in parts]).astype(np.float64, copy=False) if parts else np.empty(0)
@@ -145,7 +145,7 @@ class FeatureBinner:
                 by_source.setdefault(block.source, []).append((int(j), codes, fill, block.indicator))
         for cat in meta.categoricals:
             codes = self.bins_[cat.feature].codes(cat.values, self.missing_bin_)
-            fill = self.bins_[cat.feature].codes(pa.array([cat.fill], type=pa.string()), self.missing_bin_)[0]
+            fill = self.bins_[cat.feature].codes(string_array([cat.fill]), self.missing_bin_)[0]
             by_source.setdefault(cat.source, []).append((cat.feature, codes, fill, cat.indicator))
         blocks = [self._block(columns, meta.n_rows) for columns in by_source.values()]
         if coalesced:

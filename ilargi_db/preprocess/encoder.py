@@ -22,7 +22,14 @@ import sqlglot
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import Block
 from ilargi_db.metadata import BlockMetadata, CategoricalMetadata, DIMetadata
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, arrow_to_numpy, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import (
+    arrow_to_block,
+    arrow_to_numpy,
+    fetch_arrow,
+    filled_integers,
+    numpy_to_arrow,
+    string_array,
+)
 from ilargi_db.metadata.target_labels import labelled_sql
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -54,10 +61,10 @@ class ColumnSpec:
 
 def _category_codes(values: pa.Array, spec: ColumnSpec) -> np.ndarray:
     """The one-hot column of each value (int64), -1 for an unseen category (or a NULL training never saw)."""
-    codes = pc.index_in(values, value_set=pa.array(spec.categories, type=pa.string()))
+    codes = filled_integers(pc.index_in(values, value_set=string_array(spec.categories)), -1)
     if spec.null_category:
-        codes = pc.if_else(pc.is_null(values), len(spec.categories), codes)
-    return arrow_to_numpy(pc.fill_null(codes, -1)).astype(np.int64, copy=False)
+        codes[arrow_to_numpy(pc.is_null(values))] = len(spec.categories)
+    return codes
 
 
 def _one_hot(values: pa.Array, spec: ColumnSpec) -> sp.csr_matrix:
@@ -178,7 +185,7 @@ class FeatureEncoder:
         categories: dict[int, tuple[list[str], bool]] = {}
         for cat in meta.categoricals:
             used = _row_uses(cat.indicator, len(cat.values), uses) > 0
-            seen = cat.values.filter(pa.array(used))
+            seen = cat.values.filter(numpy_to_arrow(used))
             has_null = seen.null_count > 0
             labels = set(pc.unique(seen.drop_null()).to_pylist())
             if bool((cat.indicator == -1).any()):
@@ -335,7 +342,7 @@ class FeatureEncoder:
             # code, X.T @ v counts by code, and no n-row one-hot block is built.
             identity = sp.identity(spec.width, format="csr")
             return Block(identity, columns=columns, index=self._codes(cat, spec))
-        fill = _one_hot(pa.array([cat.fill], type=pa.string()), spec).toarray().ravel()
+        fill = _one_hot(string_array([cat.fill]), spec).toarray().ravel()
         return Block(_one_hot(cat.values, spec), columns=columns, index=index, fill=fill)
 
     def transform_dimensions(
@@ -367,7 +374,7 @@ class FeatureEncoder:
     def _codes(cat: CategoricalMetadata, spec: ColumnSpec) -> np.ndarray:
         """The one-hot column each output row takes (-1: none, an all-zero row: unseen, or NULL unseen)."""
         source_codes = _category_codes(cat.values, spec)
-        (fill_code,) = _category_codes(pa.array([cat.fill], type=pa.string()), spec)
+        (fill_code,) = _category_codes(string_array([cat.fill]), spec)
         rows = cat.indicator
         taken = np.take(source_codes, np.maximum(rows, 0))
         return np.where(rows >= 0, taken, fill_code)
