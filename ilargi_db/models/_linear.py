@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 
 from ilargi_db._terminal import progress
 from ilargi_db.linalg import normal_equations_solver
