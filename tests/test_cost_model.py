@@ -12,7 +12,7 @@ import pytest
 
 import ilargi_db
 from ilargi_db.calibration import calibrate
-from ilargi_db.cost_model import Explanation, detect_hardware, job_features, job_stats
+from ilargi_db.cost_model import Explanation, detect_hardware, job_shape, job_stats
 from ilargi_db.cost_model.iterations import expected_iterations, load_history
 from ilargi_db.cost_model.kernels import Kernel, KernelCosts, kernel_costs, matrix_terms, probe_load
 from ilargi_db.cost_model.plan import candidate_plans, data_shape, matrix_shape
@@ -48,7 +48,7 @@ def star():
 def stats_and_features(con, query, target=None, algorithm="linear_regression", **params):
     graph = plan_graph(con, query, target)[0]
     stats = job_stats(con, graph)
-    return stats, job_features(stats, algorithm, params)
+    return stats, job_shape(stats, algorithm, params)
 
 
 def test_features_of_a_known_star(star):
@@ -63,32 +63,32 @@ def test_features_of_a_known_star(star):
     assert (d2.rows, d2.referenced, d2.filled) == (4, 4, 80)  # c = 99 on every fifth row: a LEFT-join gap
     assert d1.width == 3 + 3 and d1.categorical_width == 3  # red, green and NULL
     assert stats.source("f").width == 2 and d2.width == 1
-    assert f["rows"] == 100 and f["columns"] == 9 and f["n_sources"] == 3 and f["n_dimensions"] == 2
-    assert f["tuple_ratio_min"] == 100 / 20 and f["tuple_ratio_max"] == 100 / 4
-    assert f["tuple_ratio"] == 100 / 24 and f["feature_ratio"] == 7 / 2
-    assert f["redundancy_max"] == 100 / 4  # d2's four rows each serve 20 (+ gaps) output rows
-    assert f["empty_share_max"] == pytest.approx(0.2)
-    assert f["cells_materialized"] == 900 and f["cells_factorized"] == 2 * 100 + 6 * 20 + 1 * 4 + 3 * 100
-    assert f["comp_ratio"] == pytest.approx(900 / 624)
+    assert f.rows == 100 and f.columns == 9 and f.n_sources == 3 and f.n_dimensions == 2
+    assert f.tuple_ratio_min == 100 / 20 and f.tuple_ratio_max == 100 / 4
+    assert f.tuple_ratio == 100 / 24 and f.feature_ratio == 7 / 2
+    assert f.redundancy_max == 100 / 4  # d2's four rows each serve 20 (+ gaps) output rows
+    assert f.empty_share_max == pytest.approx(0.2)
+    assert f.cells_materialized == 900 and f.cells_factorized == 2 * 100 + 6 * 20 + 1 * 4 + 3 * 100
+    assert f.comp_ratio == pytest.approx(900 / 624)
     # Zero cells: x2 all, x1 1 of 100, a/b/e 1 of 20 each, w 1 of 4; a one-hot row of 3 columns has 2 zeros.
-    assert f["sparsity"] == pytest.approx((1 + 0.01 + 3 * 0.05 + 0.25 + 2) / 9)
-    assert f["categorical_features"] == 1 and f["categorical_source_rows"] == 20
+    assert f.sparsity == pytest.approx((1 + 0.01 + 3 * 0.05 + 0.25 + 2) / 9)
+    assert f.categorical_features == 1 and f.categorical_source_rows == 20
 
 
 def test_m_to_n_join_counts_the_fan_out(star):
     star.execute("CREATE TABLE d3 AS SELECT k, v FROM (SELECT range AS k FROM range(10)), (VALUES (1.0), (2.0)) t(v)")
     stats, f = stats_and_features(star, "SELECT f.x1, d3.v FROM fact f JOIN d3 ON f.k = d3.k")
     assert stats.n_rows == 200 and stats.source("f").referenced == 100
-    assert f["fact_fanout"] == 2.0 and f["rows"] == 200 and f["tuple_ratio"] == 10.0
+    assert f.fact_fanout == 2.0 and f.rows == 200 and f.tuple_ratio == 10.0
 
 
 def test_features_match_the_synthetic_schema_ratios():
     con = duckdb.connect()
     schema = make_star_schema(con, fact_rows=4000, fact_features=4, n_dims=2, dim_rows=100, dim_features=12)
     _, f = stats_and_features(con, schema.query(), "y", "kmeans", n_clusters=3, max_iter=7, tol=0.0)
-    assert f["tuple_ratio_min"] == schema.tuple_ratio == 40
-    assert f["feature_ratio_max"] == schema.feature_ratio == 3 and f["feature_ratio"] == 6
-    assert f["rank"] == 3 and f["redundancy_max"] == pytest.approx(40, rel=0.02)
+    assert f.tuple_ratio_min == schema.tuple_ratio == 40
+    assert f.feature_ratio_max == schema.feature_ratio == 3 and f.feature_ratio == 6
+    assert f.rank == 3 and f.redundancy_max == pytest.approx(40, rel=0.02)
 
 
 def test_expected_iterations_follow_the_parameters():
@@ -482,17 +482,17 @@ def test_a_tie_on_expected_regret_between_strategies_goes_to_the_one_the_shape_f
     from ilargi_db.cost_model.explain import choose_plan
 
     factorized, materialized = reading("factorized", "normal", 0.100), reading("materialized", "normal", 0.1005)
-    chosen, why, _ = choose_plan([factorized, materialized], {"comp_ratio": 1.1, "columns": 10})
+    chosen, why, _ = choose_plan([factorized, materialized], 1.1, 10)
     assert chosen is materialized and "the join holds 1.1x the sources' cells, so materialized" in why
     # The shape favours the cheapest already: nothing to say.
-    assert choose_plan([factorized, materialized], {"comp_ratio": 3.0, "columns": 10})[:2] == (factorized, "")
+    assert choose_plan([factorized, materialized], 3.0, 10)[:2] == (factorized, "")
 
 
 def test_plans_further_apart_than_their_errors_go_to_the_cheaper():
     from ilargi_db.cost_model.explain import choose_plan
 
     factorized, far = reading("factorized", "normal", 0.100), reading("materialized", "normal", 0.150)
-    chosen, why, confidence = choose_plan([factorized, far], {"comp_ratio": 1.1, "columns": 10})
+    chosen, why, confidence = choose_plan([factorized, far], 1.1, 10)
     assert (chosen, why) == (factorized, "")
     assert confidence.probability_fastest["factorized/normal"] > 0.9
     regret = confidence.expected_regret
@@ -503,9 +503,9 @@ def test_a_narrow_tie_between_solvers_goes_to_the_direct_one_and_a_wide_one_to_t
     from ilargi_db.cost_model.explain import DIRECT_SOLVER_COLUMNS, choose_plan
 
     cg, normal = reading("factorized", "cg", 0.100, 60), reading("factorized", "normal", 0.1004)
-    chosen, why, _ = choose_plan([cg, normal], {"comp_ratio": 3.0, "columns": 10})
+    chosen, why, _ = choose_plan([cg, normal], 3.0, 10)
     assert chosen is normal and "a direct solver (10 columns)" in why
-    assert choose_plan([cg, normal], {"comp_ratio": 3.0, "columns": DIRECT_SOLVER_COLUMNS + 1})[0] is cg
+    assert choose_plan([cg, normal], 3.0, DIRECT_SOLVER_COLUMNS + 1)[0] is cg
 
 
 def test_a_plan_predicted_faster_but_unsure_loses_to_a_sure_one_close_behind():
@@ -514,7 +514,7 @@ def test_a_plan_predicted_faster_but_unsure_loses_to_a_sure_one_close_behind():
 
     guessed = reading("factorized", "cg", 0.092, 60, iteration_spread=0.6)
     direct = reading("factorized", "normal", 0.100)
-    chosen, why, confidence = choose_plan([guessed, direct], {"comp_ratio": 3.0, "columns": 5_000})
+    chosen, why, confidence = choose_plan([guessed, direct], 3.0, 5_000)
     assert chosen is direct
     assert "factorized/normal over factorized/cg, predicted faster" in why and "less sure" in why
     assert confidence.expected_regret["factorized/normal"] < confidence.expected_regret["factorized/cg"]
@@ -522,10 +522,7 @@ def test_a_plan_predicted_faster_but_unsure_loses_to_a_sure_one_close_behind():
     assert low < 0.092 < high and high / low > 3  # the guess is wide
     # Far ahead, the unsure plan wins all the same.
     assert (
-        choose_plan(
-            [reading("factorized", "cg", 0.03, 60, iteration_spread=0.6), direct], {"comp_ratio": 3.0, "columns": 5_000}
-        )[0].solver
-        == "cg"
+        choose_plan([reading("factorized", "cg", 0.03, 60, iteration_spread=0.6), direct], 3.0, 5_000)[0].solver == "cg"
     )
 
 
@@ -534,7 +531,7 @@ def test_the_choice_is_the_same_every_time():
     from ilargi_db.cost_model.explain import choose_plan
 
     plans = [reading("factorized", "cg", 0.100, 60, iteration_spread=0.3), reading("materialized", "cg", 0.101)]
-    picks = {choose_plan(plans, {"comp_ratio": 3.0, "columns": 5_000})[0].label for _ in range(20)}
+    picks = {choose_plan(plans, 3.0, 5_000)[0].label for _ in range(20)}
     assert len(picks) == 1
 
 

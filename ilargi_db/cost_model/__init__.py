@@ -17,7 +17,7 @@ so it lives above training; this package never imports it.
 """
 
 from ilargi_db.cost_model.explain import Explanation, explain_graph
-from ilargi_db.cost_model.features import JobStats, SourceStats, job_features, job_stats
+from ilargi_db.cost_model.features import JobShape, JobStats, SourceStats, job_shape, job_stats
 from ilargi_db.cost_model.hardware import Hardware, cache_dir, detect_hardware
 from ilargi_db.cost_model.kernels import KernelCosts, kernel_costs, kernel_costs_path
 from ilargi_db.cost_model.plan import PhysicalPlan, Step, candidate_plans
@@ -25,6 +25,7 @@ from ilargi_db.cost_model.plan import PhysicalPlan, Step, candidate_plans
 __all__ = [
     "Explanation",
     "Hardware",
+    "JobShape",
     "JobStats",
     "KernelCosts",
     "PhysicalPlan",
@@ -34,7 +35,7 @@ __all__ = [
     "candidate_plans",
     "detect_hardware",
     "explain_graph",
-    "job_features",
+    "job_shape",
     "job_stats",
     "kernel_costs",
     "kernel_costs_path",

@@ -79,7 +79,7 @@ def choose_batch_strategy(
         return explanations[0].strategy, "no strategy fits every model of the batch", explanations
     chosen = min(totals, key=totals.get)
     # Within the models' error the data's shape decides, as for one model (explain.choose_plan).
-    shape = shape_strategy(explanations[0].features["comp_ratio"])
+    shape = shape_strategy(explanations[0].shape.comp_ratio)
     if shape in totals and totals[shape] <= totals[chosen] * (1 + NEAR_TIE):
         chosen = shape
     others = ", ".join(f"{totals[s]:.3g} s {s}" for s in totals if s != chosen)

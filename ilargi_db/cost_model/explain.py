@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from ilargi_db.byte_sizes import format_bytes
-from ilargi_db.cost_model.features import JobStats, job_features, job_stats
+from ilargi_db.cost_model.features import JobShape, JobStats, job_shape, job_stats
 from ilargi_db.cost_model.hardware import detect_hardware
 from ilargi_db.cost_model.iterations import load_history
 from ilargi_db.cost_model.kernels import kernel_costs, planning_load
@@ -37,7 +37,8 @@ class Explanation:
         Predicted seconds of the best plan of each strategy. A job that cannot be factorized (a feature
         mixes sources) has only ``"materialized"``.
     features : dict
-        The job's shape (JSON-serialisable scalars).
+        The job's shape (:attr:`shape` as a dict), the backend, the load and the hardware: JSON-serialisable
+        scalars.
     reasons : list of str
         The top reasons, in plain words, most important first.
     model : str
@@ -67,6 +68,7 @@ class Explanation:
     plans: tuple[PhysicalPlan, ...] = field(default=(), repr=False)
     placed: PhysicalPlan | None = None
     confidence: Confidence | None = None
+    shape: JobShape | None = field(default=None, repr=False)  # the job's shape, typed (``features`` reports it)
 
     @property
     def sure(self) -> str:
@@ -134,19 +136,19 @@ def _seconds(x: float) -> str:
     return f"{x * 1e3:,.0f} ms" if x < 1 else f"{x:.3g} s"
 
 
-def choose_plan(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str, Confidence]:
+def choose_plan(plans: list[PhysicalPlan], comp_ratio: float, columns: int) -> tuple[PhysicalPlan, str, Confidence]:
     """The plan of least expected regret (:func:`~ilargi_db.cost_model.uncertainty.regret_choice`); among
     plans within ``REGRET_TIE`` of it, the one the data's shape favours, then a narrow direct solver.
 
-    ``plans`` as :func:`~ilargi_db.cost_model.plan.candidate_plans` gives them; ``f`` the job's features
-    (:func:`~ilargi_db.cost_model.features.job_features`: ``comp_ratio`` and ``columns`` decide a tie).
+    ``plans`` as :func:`~ilargi_db.cost_model.plan.candidate_plans` gives them; the job's ``comp_ratio`` and
+    ``columns`` (:class:`~ilargi_db.cost_model.features.JobShape`) decide a tie.
     Returns the plan, why when it is not the plan predicted fastest, and how sure the choice is.
     """
     best, confidence, tied = regret_choice(plans)
     chosen = best
     if len(tied) > 1:
-        shape = shape_strategy(f["comp_ratio"])
-        narrow = f["columns"] <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
+        shape = shape_strategy(comp_ratio)
+        narrow = columns <= DIRECT_SOLVER_COLUMNS  # a small direct solve is sure; a wide one may not be
         chosen = min(tied, key=lambda p: (p.strategy != shape, narrow and p.iterations.iterations > 1, p.seconds))
     fastest = min((p for p in plans if p.fits), key=lambda p: p.seconds, default=chosen)
     if chosen is fastest:
@@ -159,11 +161,10 @@ def choose_plan(plans: list[PhysicalPlan], f: dict) -> tuple[PhysicalPlan, str, 
         )
         if chosen.strategy != best.strategy:
             why += (
-                f"the join holds {f['comp_ratio']:.2g}x the sources' cells, so {shape} "
-                f"(factorize above {FACTORIZE_ABOVE}x)"
+                f"the join holds {comp_ratio:.2g}x the sources' cells, so {shape} (factorize above {FACTORIZE_ABOVE}x)"
             )
         else:
-            why += f"a direct solver ({f['columns']:,} columns), whose cost does not hang on an iteration count"
+            why += f"a direct solver ({columns:,} columns), whose cost does not hang on an iteration count"
         return chosen, why, confidence
     why = (
         f"{chosen.label} over {fastest.label}, predicted faster ({fastest.seconds:.3g} s vs {chosen.seconds:.3g} s) "
@@ -200,39 +201,39 @@ def step_reasons(chosen: PhysicalPlan, other: PhysicalPlan) -> list[tuple[float,
     return found
 
 
-def _shape_reasons(f: dict) -> list[tuple[float, str, str | None]]:
+def _shape_reasons(f: JobShape) -> list[tuple[float, str, str | None]]:
     """What the data's shape says: tuple and feature ratios, fan-out, one-hot width."""
     found: list[tuple[float, str, str | None]] = []
-    comp = float(f["comp_ratio"])
-    if f["n_dimensions"]:
-        low, high = _fmt(f["tuple_ratio_min"]), _fmt(f["tuple_ratio_max"])
+    comp = f.comp_ratio
+    if f.n_dimensions:
+        low, high = _fmt(f.tuple_ratio_min), _fmt(f.tuple_ratio_max)
         times = low if low == high else f"{low} to {high}"
         where = (
             f"the join repeats each dimension row {times} times (tuple ratio) and the dimensions bring "
-            f"{_fmt(f['feature_ratio'])}x the fact's columns (feature ratio)"
+            f"{_fmt(f.feature_ratio)}x the fact's columns (feature ratio)"
         )
         favours = shape_strategy(comp)
         if favours == Strategy.FACTORIZED:
             text = (
-                f"{where}: the joined matrix would hold {_fmt(f['cells_materialized'])} cells, "
-                f"{comp:.1f}x the {_fmt(f['cells_factorized'])} of the sources plus their row indices"
+                f"{where}: the joined matrix would hold {_fmt(f.cells_materialized)} cells, "
+                f"{comp:.1f}x the {_fmt(f.cells_factorized)} of the sources plus their row indices"
             )
         else:
             text = (
-                f"{where}: the joined matrix ({_fmt(f['cells_materialized'])} cells) is no bigger than the sources "
-                f"plus their row indices ({_fmt(f['cells_factorized'])}), so factorizing saves little work"
+                f"{where}: the joined matrix ({_fmt(f.cells_materialized)} cells) is no bigger than the sources "
+                f"plus their row indices ({_fmt(f.cells_factorized)}), so factorizing saves little work"
             )
         found.append((0.05 + abs(math.log(max(comp, 1e-9))) / 10, text, favours))
-    if f["fact_fanout"] > 1.2:  # HyperLogLog counts are within a few percent
-        fanout = _fmt(f["fact_fanout"])
+    if f.fact_fanout > 1.2:  # HyperLogLog counts are within a few percent
+        fanout = _fmt(f.fact_fanout)
         found.append(
             (0.04, f"an M:N join repeats fact rows {fanout}x: the join outgrows its sources", Strategy.FACTORIZED)
         )
-    if f["categorical_features"]:
+    if f.categorical_features:
         found.append(
             (
                 0.03,
-                f"{f['categorical_features']} categorical feature(s) one-hot encoded into {f['columns_onehot']} "
+                f"{f.categorical_features} categorical feature(s) one-hot encoded into {f.columns_onehot} "
                 "columns: materializing encodes one value per joined row, factorizing one per source row",
                 Strategy.FACTORIZED,
             )
@@ -295,11 +296,11 @@ def explain_graph(
         reuse=offer,
         scaled=scales_columns(algorithm, standardize),
     )
-    f = job_features(stats, algorithm, params)
-    chosen, tie_break, confidence = choose_plan(plans, f)
+    shape = job_shape(stats, algorithm, params)
+    chosen, tie_break, confidence = choose_plan(plans, shape.comp_ratio, shape.columns)
     decided = time.perf_counter() - start
     runner_up = next((p for p in plans if p is not chosen), None)
-    f.update(backend=name, load=load, **hardware.as_features())
+    f = {**shape.as_dict(), "backend": name, "load": load, **hardware.as_features()}
     for s in STRATEGIES:
         f[f"array_bytes_{s}"] = needed[s]
     seconds = {s: min(p.seconds for p in plans if p.strategy == s) for s in allowed}
@@ -323,8 +324,9 @@ def explain_graph(
             decided,
             tuple(plans),
             confidence=confidence,
+            shape=shape,
         )
-    reasons = _reasons(chosen, runner_up, f, tie_break, load, offer) + [iterations, hardware_line]
+    reasons = _reasons(chosen, runner_up, shape, tie_break, load, offer) + [iterations, hardware_line]
     if offer is not None and offer.lines:
         reasons.append(
             f"reuses {'; '.join(offer.lines)}: {offer.saved_seconds * 1e3:,.0f} ms of earlier work (factorized plans)"
@@ -332,12 +334,23 @@ def explain_graph(
     if runner_up is not None:
         reasons.insert(0, _lead(chosen, runner_up))
     return Explanation(
-        chosen.strategy, seconds, f, reasons, costs.source, chosen, runner_up, decided, tuple(plans), None, confidence
+        chosen.strategy,
+        seconds,
+        f,
+        reasons,
+        costs.source,
+        chosen,
+        runner_up,
+        decided,
+        tuple(plans),
+        None,
+        confidence,
+        shape=shape,
     )
 
 
 def _reasons(
-    chosen: PhysicalPlan, runner_up: PhysicalPlan | None, f: dict, tie_break: str, load: float, offer: Any
+    chosen: PhysicalPlan, runner_up: PhysicalPlan | None, f: JobShape, tie_break: str, load: float, offer: Any
 ) -> list[str]:
     """The four weightiest reasons, those for the choice first: the data's shape, the steps that differ
     between the chosen plan and the runner-up, the tie-break, a busy machine."""

@@ -231,8 +231,44 @@ def job_stats(con: duckdb.DuckDBPyConnection, graph: JoinGraph) -> JobStats:
     return JobStats(n_rows, tuple(sources), fact, cross, zero_cells / numeric_cells if numeric_cells else 0.0)
 
 
-def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dict[str, float | int | str]:
-    """The job's shape features (no hardware, no costs): rows, ratios, redundancy, sparsity.
+@dataclass(frozen=True)
+class JobShape:
+    """The job's shape (no hardware, no costs): rows, columns, ratios, redundancy, sparsity; what the plans'
+    tie-breaks and ``explain``'s reasons read, and (:meth:`as_dict`) what it reports as ``features``."""
+
+    algorithm: str
+    rows: int  # joined rows
+    rows_fact: int
+    rows_dimensions: int
+    n_sources: int
+    n_dimensions: int
+    columns: int  # the encoded matrix's columns
+    columns_fact: int
+    columns_dimensions: int
+    columns_onehot: int
+    columns_cross_source: int  # features that read columns of several sources (only the join computes them)
+    categorical_features: int
+    categorical_source_rows: int
+    tuple_ratio_min: float  # join rows / a dimension's rows
+    tuple_ratio_max: float
+    tuple_ratio: float  # join rows / all dimensions' rows
+    feature_ratio: float  # the dimensions' columns / the fact's
+    feature_ratio_max: float
+    redundancy_max: float  # join rows / the distinct rows of a source it uses
+    fact_fanout: float  # join rows / the fact rows it uses (above 1: an M:N join)
+    empty_share_max: float  # the most join rows a LEFT-joined dimension leaves empty, as a share
+    sparsity: float  # the share of zero cells
+    cells_materialized: float
+    cells_factorized: float
+    comp_ratio: float  # cells_materialized / cells_factorized
+    rank: int  # the iterate's columns (clusters, components; 1 for linear models)
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return dataclasses.asdict(self)
+
+
+def job_shape(stats: JobStats, algorithm: str, params: dict[str, Any]) -> JobShape:
+    """The job's shape (:class:`JobShape`) from its statistics.
 
     Tuple ratio of a dimension = join rows / its rows; feature ratio = its
     width / the fact's width; redundancy = join rows / distinct rows it uses.
@@ -252,31 +288,31 @@ def job_features(stats: JobStats, algorithm: str, params: dict[str, Any]) -> dic
     onehot_zero = sum(s.categorical_width - 1 for s in stats.sources if s.categorical_width)
     zero_cells = numeric * stats.numeric_zero_share + max(onehot_zero, 0)
     cells_materialized, cells_factorized = join_cells(n, [(s.rows, s.width) for s in stats.sources], d)
-    return {
-        "algorithm": algorithm,
-        "rows": int(stats.n_rows),
-        "rows_fact": int(fact.rows),
-        "rows_dimensions": int(sum(s.rows for s in dims)),
-        "n_sources": len(stats.sources),
-        "n_dimensions": len(dims),
-        "columns": int(d),
-        "columns_fact": int(fact.width),
-        "columns_dimensions": int(sum(s.width for s in dims)),
-        "columns_onehot": int(onehot),
-        "columns_cross_source": int(stats.cross_width),
-        "categorical_features": int(sum(s.categorical_features for s in stats.sources)),
-        "categorical_source_rows": int(sum(s.categorical_features * s.rows for s in stats.sources)),
-        "tuple_ratio_min": float(min(tr)),
-        "tuple_ratio_max": float(max(tr)),
-        "tuple_ratio": float(n / max(sum(s.rows for s in dims), 1)) if dims else 1.0,
-        "feature_ratio": float(sum(s.width for s in dims) / fact_width),
-        "feature_ratio_max": float(max(fr)),
-        "redundancy_max": float(max(redundancy)),
-        "fact_fanout": float(n / max(fact.referenced, 1)),
-        "empty_share_max": float(max(gaps)),
-        "sparsity": float(zero_cells / d) if d else 0.0,
-        "cells_materialized": cells_materialized,
-        "cells_factorized": float(cells_factorized),
-        "comp_ratio": cell_ratio(cells_materialized, cells_factorized),
-        "rank": algorithm_facts(algorithm).width(params),
-    }
+    return JobShape(
+        algorithm=algorithm,
+        rows=int(stats.n_rows),
+        rows_fact=int(fact.rows),
+        rows_dimensions=int(sum(s.rows for s in dims)),
+        n_sources=len(stats.sources),
+        n_dimensions=len(dims),
+        columns=int(d),
+        columns_fact=int(fact.width),
+        columns_dimensions=int(sum(s.width for s in dims)),
+        columns_onehot=int(onehot),
+        columns_cross_source=int(stats.cross_width),
+        categorical_features=int(sum(s.categorical_features for s in stats.sources)),
+        categorical_source_rows=int(sum(s.categorical_features * s.rows for s in stats.sources)),
+        tuple_ratio_min=float(min(tr)),
+        tuple_ratio_max=float(max(tr)),
+        tuple_ratio=float(n / max(sum(s.rows for s in dims), 1)) if dims else 1.0,
+        feature_ratio=float(sum(s.width for s in dims) / fact_width),
+        feature_ratio_max=float(max(fr)),
+        redundancy_max=float(max(redundancy)),
+        fact_fanout=float(n / max(fact.referenced, 1)),
+        empty_share_max=float(max(gaps)),
+        sparsity=float(zero_cells / d) if d else 0.0,
+        cells_materialized=cells_materialized,
+        cells_factorized=float(cells_factorized),
+        comp_ratio=cell_ratio(cells_materialized, cells_factorized),
+        rank=algorithm_facts(algorithm).width(params),
+    )
