@@ -277,6 +277,28 @@ def tree_bodies(name: str, model: Any, score: str) -> dict[str, str]:
     return {f"{name}{PREDICT}": score if loss.inverse_link is None else call(loss.inverse_link, score)}
 
 
+class TreeScoreWriter:
+    """What both tree writers share (nested ``CASE``s, :mod:`.tree_macros`; leaf masks, :mod:`.tree_leaf_masks`):
+    the macros of a model's raw score over its binned features, as its loss reads the score."""
+
+    name: str
+    model: Any
+    database: str
+    bins: list
+
+    def score(self) -> str:
+        """The raw score's SQL (each writer's own)."""
+        raise NotImplementedError
+
+    def statements(self) -> dict[str, str]:
+        """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
+        return macro_statements(self.database, [b.name for b in self.bins], self.bodies())
+
+    def bodies(self) -> dict[str, str]:
+        """``{macro name: its body}``."""
+        return tree_bodies(self.name, self.model, self.score())
+
+
 def chosen_class(model: Any, score: str) -> str:
     """The class a binary ``score`` chooses: ``classes_[1]`` where it is positive, typed like the target column."""
     return element(class_labels(model), call("+", f"CAST(({score}) > 0 AS INTEGER)", "1"))

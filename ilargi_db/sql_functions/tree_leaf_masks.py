@@ -39,14 +39,13 @@ from ilargi_db.linalg.feature_bins import FeatureBins
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.plan.reserved import RESERVED_PREFIX as PREFIX  # the subqueries' aliases: no feature takes it
 from ilargi_db.sql_functions.macros import (
+    TreeScoreWriter,
     balanced_sum,
     call,
     category_text,
     double,
     edge_literal,
     list_of,
-    macro_statements,
-    tree_bodies,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -179,7 +178,7 @@ class LeafMasks:
         return out
 
 
-class TreeLeafMaskWriter:
+class TreeLeafMaskWriter(TreeScoreWriter):
     """Writes the macros of a tree ensemble whose trees have at most :data:`MAX_LEAVES` leaves as lookups of leaf
     masks (the module's docstring), and the ``ilargi.tree_leaves`` row they read."""
 
@@ -249,14 +248,6 @@ class TreeLeafMaskWriter:
         row = f"(SELECT {codes}) AS {PREFIX}codes"
         leaves = f"(SELECT {', '.join([*trees, f'{PREFIX}values'])} FROM {row}, {table}) AS {PREFIX}leaves"
         return f"(SELECT {score} FROM {leaves})"
-
-    def statements(self) -> dict[str, str]:
-        """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
-        return macro_statements(self.database, [b.name for b in self.bins], self.bodies())
-
-    def bodies(self) -> dict[str, str]:
-        """``{macro name: its body}``."""
-        return tree_bodies(self.name, self.model, self.score())
 
     def registry_rows(self) -> dict[str, pa.Table]:
         """The one row of ``ilargi.tree_leaves`` the macro reads."""

@@ -36,14 +36,13 @@ from ilargi_db.linalg.feature_bins import FeatureBins
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.sql_functions.macros import (
     GROUPED_INLINE_CATEGORIES,
+    TreeScoreWriter,
     balanced_sum,
     call,
     category_text,
     double,
     edge_literal,
     list_of,
-    macro_statements,
-    tree_bodies,
 )
 from ilargi_db.sql_functions.tree_leaf_masks import fits_leaf_masks
 from ilargi_db.sql_text import quote_identifier, quote_string
@@ -115,7 +114,7 @@ def check_macro_size(models: list[Any], grouped: bool = False) -> None:
     )
 
 
-class TreeMacroWriter:
+class TreeMacroWriter(TreeScoreWriter):
     """Writes the ``N_predict`` (and, for classification, ``N_predict_class``) macros of a tree ensemble."""
 
     def __init__(self, name: str, version: int, model: Any, database: str, inline_categories: int | None = None):
@@ -215,14 +214,6 @@ class TreeMacroWriter:
         # The codes computed once per row, in a subquery of the row: bound as a lambda's parameter instead, the
         # trees ran row by row (10x slower than listing names; docs/benchmarks.md).
         return f"(SELECT {score} FROM (SELECT {self._codes()}) AS {CODES})"
-
-    def statements(self) -> dict[str, str]:
-        """``{macro name: CREATE OR REPLACE MACRO ...}``: the prediction, and the class for classification."""
-        return macro_statements(self.database, [b.name for b in self.bins], self.bodies())
-
-    def bodies(self) -> dict[str, str]:
-        """``{macro name: its body}``."""
-        return tree_bodies(self.name, self.model, self.score())
 
     def registry_rows(self) -> dict[str, pa.Table]:
         """None: a tree's categories are in its macro (IN lists, or the lookup and the masks)."""
