@@ -9,7 +9,7 @@ import pytest
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, PartitionedMatrix
-from ilargi_db.models.duhl import duhl_fit, duhl_ridge
+from ilargi_db.models.duhl import RowPartitions, duhl_fit, duhl_ridge
 
 
 def skewed(n: int = 12_000, d: int = 12, parts: int = 24, seed: int = 0):
@@ -77,6 +77,18 @@ def test_logistic_regression_and_a_linear_svm_reach_scikit_learns_optimum_within
 
     # Within the certificate of the optimum, so never worse than liblinear's point by more than the gap.
     assert primal(fit.coef_) <= primal(reference.coef_.ravel()) + fit.gap_
+
+
+def test_a_hinge_epoch_skips_the_rows_with_nothing_to_give_and_reaches_the_same_certificate():
+    """Shrinking: rows past the margin, or at their bound inside it, have a zero gap and a step that would not
+    move them; the SVM's epochs visit far fewer rows than the data hold, and still certify the same gap."""
+    X, y, _ = labelled()
+    fit = duhl_fit(X, y, 1e-3, working_set=3, tol=1e-6, loss="hinge", max_rounds=4000)
+    assert fit.gap_ <= 1e-6
+    rows_per_epoch = len(y) / RowPartitions(X).n_partitions
+    assert fit.steps_ < 0.5 * fit.epochs_ * rows_per_epoch
+    logistic = duhl_fit(X, y, 1e-3, working_set=3, tol=1e-4, loss="logistic", max_rounds=400)
+    assert logistic.steps_ == pytest.approx(logistic.epochs_ * rows_per_epoch, rel=0.01)  # every row, every epoch
 
 
 def test_the_largest_gaps_first_need_fewer_reads_for_logistic_regression_too():
