@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS ilargi.tree_leaves (
     model       VARCHAR  NOT NULL,
     version     INTEGER  NOT NULL,
     masks       BIGINT[][] NOT NULL,
-    leaf_values DOUBLE[] NOT NULL
+    leaf_values DOUBLE[] NOT NULL,
+    PRIMARY KEY (model, version)
 );
 
 CREATE VIEW IF NOT EXISTS ilargi.current_models AS

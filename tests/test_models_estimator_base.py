@@ -5,6 +5,7 @@ are scikit-learn's classes too once it is loaded (its checks, and users' ``excep
 from __future__ import annotations
 
 import numbers
+import pickle
 import warnings
 
 import numpy as np
@@ -71,6 +72,14 @@ def test_an_unfitted_estimator_raises_scikit_learns_error_and_ours():
     with pytest.raises(SklearnNotFittedError) as raised:
         model.predict(np.zeros((2, 1)))
     assert isinstance(raised.value, ilargi_db.NotFittedError)
+
+
+def test_the_errors_pickle_as_ilargi_dbs_own():
+    """Sent between processes (multiprocessing pickles exceptions), an error arrives as ilargi_db's class."""
+    with pytest.raises(SklearnNotFittedError) as raised:
+        ilargi_db.KMeans().transform(np.zeros((2, 2)))
+    again = pickle.loads(pickle.dumps(raised.value))
+    assert type(again) is ilargi_db.NotFittedError and again.args == raised.value.args
 
 
 def test_a_bad_parameter_raises_scikit_learns_error_and_ours():

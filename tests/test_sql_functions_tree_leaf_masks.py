@@ -133,6 +133,17 @@ def test_a_models_leaf_rows_are_written_per_version_and_dropped_with_it(tmp_path
     assert con.execute("SELECT count(*) FROM ilargi.tree_leaves").fetchone()[0] == 0
 
 
+def test_a_macro_whose_row_is_gone_says_so_rather_than_scoring_null():
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE t AS SELECT range % 10 AS x, (range % 10) * 2.5 + 0.1 AS y FROM range(200)")
+    ilargi_db.save_model(
+        con, "gone", ilargi_db.train(con, "SELECT x, y FROM t", "y", "gradient_boosting", n_estimators=3)
+    )
+    con.execute("DELETE FROM ilargi.tree_leaves")
+    with pytest.raises(duckdb.Error, match="model gone version 1 has no row in ilargi.tree_leaves"):
+        con.execute("SELECT gone_predict(x) FROM t").fetchall()
+
+
 def test_features_named_like_the_tables_columns_score_as_any_other():
     """The macro reads ``ilargi.tree_leaves`` qualified and renamed: a feature (a macro parameter) named like its
     columns is not substituted into that read."""

@@ -30,14 +30,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from ilargi_db.backend.parallel import other_running_tasks
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 from ilargi_db.cost_model.spread import kernel_spread
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import SolverName
+from ilargi_db.models.catalog import Choice, SolverName
 
 # 3: fits before it timed memoized X^T X (0 s); 4: solves timed as the normal solver runs them (one BLAS thread,
 # singular Gram matrices too). A file of another format is ignored: the priors serve.
@@ -172,7 +171,7 @@ def transfer_terms(nbytes: float) -> dict[str, float]:
     return {"bytes": float(nbytes)}
 
 
-class Kernel(StrEnum):
+class Kernel(Choice):
     """What a plan's step runs: the key its coefficients have in the cost models (and in the calibration file, which
     stores them by these names). A member is its name (``Kernel.LMM == "lmm"``)."""
 

@@ -69,10 +69,17 @@ def filled_integers(values: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray
     if isinstance(values, pa.ChunkedArray):
         parts = [filled_integers(chunk, fill) for chunk in values.chunks]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-    data = arrow_to_numpy(values)
+    dtype = _NUMPY_TYPES.get(values.type)
+    if dtype is None or np.dtype(dtype).kind not in "iu":
+        raise TypeError(f"filled_integers reads integers, not {values.type}")
+    data = np.frombuffer(
+        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * np.dtype(dtype).itemsize
+    )
     if values.null_count == 0:
-        return data.astype(np.int64, copy=False)
-    return np.where(np.isnan(data), fill, data).astype(np.int64)
+        return data.astype(np.int64)
+    valid = np.frombuffer(values.buffers()[0], dtype=np.uint8)
+    present = np.unpackbits(valid, bitorder="little", count=values.offset + len(values))[values.offset :].astype(bool)
+    return np.where(present, data.astype(np.int64), fill)
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:

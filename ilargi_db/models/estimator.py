@@ -37,7 +37,17 @@ ARRAY_LIKE = "array-like"  # a list, tuple or array (not a string or a scalar)
 def _also_scikit_learns(ours: type, module: str, name: str) -> type:
     """``ours`` made a subclass of scikit-learn's class of the same meaning too (``except`` clauses and warning
     filters of either catch it)."""
-    return type(name, (ours, getattr(sys.modules[module], name)), {"__module__": ours.__module__})
+    # Pickled (sent between processes) as ours alone: the class made here cannot be found by name.
+    return type(
+        name, (ours, getattr(sys.modules[module], name)), {"__module__": ours.__module__, "__reduce__": _as_ours(ours)}
+    )
+
+
+def _as_ours(ours: type) -> Callable[[BaseException], tuple]:
+    def reduce(self: BaseException) -> tuple:
+        return ours, self.args
+
+    return reduce
 
 
 def scikit_learns_too(ours: type, module: str = "sklearn.exceptions") -> type:
@@ -196,7 +206,7 @@ def validate_data(estimator: Any, *args: Any, **kwargs: Any) -> Any:
 def target_type(y: Any) -> str:
     """scikit-learn's ``type_of_target``: "binary", "multiclass" or "continuous" for a flat array of finite numbers
     or of text (computed here), anything else by scikit-learn."""
-    array = np.asarray(y) if not hasattr(y, "get") else y.get()
+    array = y.get() if hasattr(y, "__cuda_array_interface__") else np.asarray(y)  # a CuPy array comes to the host
     if array.ndim == 1 and array.size and array.dtype.kind in "biuf" and np.isfinite(array).all():
         if array.dtype.kind == "f" and np.any(array != np.floor(array)):
             return "continuous"

@@ -136,7 +136,7 @@ def materialized_rows(
         unlabelled = int((~keep).sum())
         kept_rows = numpy_to_arrow(keep)
         table, y = table.filter(kept_rows), y[keep]  # unlabelled rows teach nothing
-        groups = None if groups is None else groups.take(numpy_to_arrow(np.flatnonzero(keep)))
+        groups = None if groups is None else groups.take(np.flatnonzero(keep))
         kept = None if kept is None else kept.filter(kept_rows)
     return MaterializedRows(table.drop_columns([TARGET]), y, unlabelled, groups, kept)
 

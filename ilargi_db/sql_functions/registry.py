@@ -87,10 +87,12 @@ def check_macro_parameters(feature_names: list[str]) -> None:
         seen[name.lower()] = name
 
 
-def _has_registry(con: duckdb.DuckDBPyConnection) -> bool:
+def _has_registry(con: duckdb.DuckDBPyConnection, table: str = "models") -> bool:
+    """Whether this database's schema ilargi holds ``table`` (the registry's ``models``, unless told)."""
     found = con.execute(
-        "SELECT count(*) FROM system.main.duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = 'models' "
-        "AND database_name = system.main.current_database()"
+        "SELECT count(*) FROM system.main.duckdb_tables() WHERE schema_name = 'ilargi' AND table_name = ? "
+        "AND database_name = system.main.current_database()",
+        [table],
     ).fetchall()[0][0]
     return bool(found)
 
@@ -302,9 +304,9 @@ def drop_model(con: duckdb.DuckDBPyConnection, name: str) -> int:
         (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
         for macro in sorted(_macros_of(con, name)):
             con.execute(f"DROP MACRO IF EXISTS {qualified_macro(database, macro)}")
-        ensure_registry(con)  # a registry of an earlier ilargi_db lacks ilargi.tree_leaves
         for table in ("category_weights", TREE_LEAVES_TABLE):
-            con.execute(f"DELETE FROM ilargi.{table} WHERE model = ?", [name])
+            if _has_registry(con, table):  # a registry of an earlier ilargi_db lacks ilargi.tree_leaves
+                con.execute(f"DELETE FROM ilargi.{table} WHERE model = ?", [name])
         con.execute("DELETE FROM ilargi.models WHERE name = ?", [name])
         con.commit()
     except BaseException:

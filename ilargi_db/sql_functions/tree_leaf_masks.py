@@ -247,7 +247,12 @@ class TreeLeafMaskWriter(TreeScoreWriter):
         )
         row = f"(SELECT {codes}) AS {PREFIX}codes"
         leaves = f"(SELECT {', '.join([*trees, f'{PREFIX}values'])} FROM {row}, {table}) AS {PREFIX}leaves"
-        return f"(SELECT {score} FROM {leaves})"
+        # No row for this version (deleted by hand, or a file renamed): an error that says so, never NULL scores.
+        missing = quote_string(
+            f"model {self.name} version {self.version} has no row in ilargi.{TREE_LEAVES_TABLE} of database "
+            f"{self.database}: save or train the model again in this database"
+        )
+        return f"coalesce((SELECT {score} FROM {leaves}), {call('error', missing)})"
 
     def registry_rows(self) -> dict[str, pa.Table]:
         """The one row of ``ilargi.tree_leaves`` the macro reads."""
