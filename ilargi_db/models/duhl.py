@@ -274,6 +274,9 @@ def duhl_fit(
     alpha = np.zeros(n)
     gaps = np.full(k, np.inf)  # the sum of each partition's gaps (unknown before it is seen)
     held: dict[int, np.ndarray] = {}  # partition -> its rows, dense (the fast memory)
+    # A held partition's row gaps, with the count of epochs (moves of w and alpha) they were taken after: the
+    # refresh after an epoch, the certificate and the next epoch's shrinking read them again while nothing moved.
+    known: dict[int, tuple[int, np.ndarray]] = {}
     rng = np.random.default_rng(random_state)
     loads = epochs = certificates = steps = 0
     history: list[tuple[int, float, float]] = []
@@ -303,9 +306,18 @@ def duhl_fit(
         history.append((loads, time.perf_counter() - began, gap))
         return gap
 
-    def refresh(p: int, rows: np.ndarray) -> None:
+    def row_gaps(p: int, rows: np.ndarray) -> np.ndarray:
+        """Partition ``p``'s row gaps at the current w (one product with w, unless nothing moved since)."""
+        if p in known and known[p][0] == epochs:
+            return known[p][1]
         part = source.rows(p)
-        gaps[p] = float(_gaps(rows, y[part], alpha[part], w, loss).sum())
+        found = _gaps(rows, y[part], alpha[part], w, loss)
+        if p in held:
+            known[p] = (epochs, found)
+        return found
+
+    def refresh(p: int, rows: np.ndarray) -> None:
+        gaps[p] = float(row_gaps(p, rows).sum())
 
     fresh = False  # whether every gap was refreshed at the current w
     for round_ in range(max_rounds):
@@ -319,16 +331,17 @@ def duhl_fit(
         for p in list(held):  # the fast memory holds the working set only
             if p not in chosen:
                 del held[p]
+                known.pop(p, None)
         for p in chosen:
             rows = rows_of(int(p))
             part = source.rows(int(p))
             # Shrinking, as liblinear's, for the hinge loss: a row whose gap is zero at the current w sits at its
             # optimum (past the margin, or at its bound inside it), where its step would not move, so the epoch
-            # skips it. The gaps are taken just before the epoch: a gap from the last refresh is stale once other
-            # partitions moved w, and skipping on it measured stalling short of a tight tol. (A logistic or squared
-            # row's gap is never exactly zero.)
+            # skips it. The gaps are those at the current w: a gap from a refresh before other partitions moved w
+            # is stale, and skipping on it measured stalling short of a tight tol. (A logistic or squared row's gap
+            # is never exactly zero.)
             if loss == "hinge":
-                active = np.flatnonzero(_gaps(rows, y[part], alpha[part], w, loss) > SETTLED_GAP)
+                active = np.flatnonzero(row_gaps(int(p), rows) > SETTLED_GAP)
             else:
                 active = np.arange(len(rows))
             for _ in range(epochs_per_round):
