@@ -36,20 +36,25 @@ def arrow_to_numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         if values.num_chunks == 0:
             return np.empty(0, dtype=_NUMPY_TYPES.get(values.type, np.float64))
         return np.concatenate([arrow_to_numpy(chunk) for chunk in values.chunks])
-    kind = values.type
-    if kind == pa.bool_() and values.null_count == 0:
-        bits = np.frombuffer(values.buffers()[1], dtype=np.uint8)
-        return np.unpackbits(bits, bitorder="little", count=values.offset + len(values))[values.offset :].astype(bool)
-    dtype = _NUMPY_TYPES.get(kind)
+    if values.type == pa.bool_() and values.null_count == 0:
+        return _bitmap(values, 1)
+    dtype = _NUMPY_TYPES.get(values.type)
     if dtype is None:
         return values.to_numpy(zero_copy_only=False)
-    size = np.dtype(dtype).itemsize
-    data = np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * size)
-    if values.null_count == 0:
-        return data
-    valid = np.frombuffer(values.buffers()[0], dtype=np.uint8)
-    present = np.unpackbits(valid, bitorder="little", count=values.offset + len(values))[values.offset :].astype(bool)
-    return np.where(present, data, np.nan)
+    data = _values(values, dtype)
+    return data if values.null_count == 0 else np.where(_bitmap(values, 0), data, np.nan)
+
+
+def _bitmap(values: pa.Array, buffer: int) -> np.ndarray:
+    """Buffer ``buffer`` of ``values`` (0: validity, 1: a boolean's data), a bit per value, as booleans."""
+    bits = np.frombuffer(values.buffers()[buffer], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little", count=values.offset + len(values))[values.offset :].astype(bool)
+
+
+def _values(values: pa.Array, dtype: np.dtype) -> np.ndarray:
+    """The data buffer of fixed-width ``values`` as a read-only view (NULL slots hold whatever the buffer has)."""
+    start = values.offset * np.dtype(dtype).itemsize
+    return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=start)
 
 
 _NUMPY_TYPES = {
@@ -72,14 +77,8 @@ def filled_integers(values: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray
     dtype = _NUMPY_TYPES.get(values.type)
     if dtype is None or np.dtype(dtype).kind not in "iu":
         raise TypeError(f"filled_integers reads integers, not {values.type}")
-    data = np.frombuffer(
-        values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * np.dtype(dtype).itemsize
-    )
-    if values.null_count == 0:
-        return data.astype(np.int64)
-    valid = np.frombuffer(values.buffers()[0], dtype=np.uint8)
-    present = np.unpackbits(valid, bitorder="little", count=values.offset + len(values))[values.offset :].astype(bool)
-    return np.where(present, data.astype(np.int64), fill)
+    data = _values(values, dtype).astype(np.int64)
+    return data if values.null_count == 0 else np.where(_bitmap(values, 0), data, fill)
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
