@@ -224,13 +224,13 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
             if solver == SolverName.NORMAL and X.shape[1] > 3_200:
                 continue  # its Gram matrix alone would take seconds
             facts = algorithm_facts(algorithm)
-            if algorithm == "logistic_regression":
+            estimator = make_estimator(algorithm, params)
+            if estimator.classifies():
                 args = (X, (y > 0).astype(float))
             elif facts.supervised:
                 args = (X, y)
             else:
                 args = (X,)
-            estimator = make_estimator(algorithm, params)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a fixed, short max_iter stops before convergence on purpose
                 seconds = _best_of(functools.partial(estimator.fit, *args), 1, lambda: None, X.memo.clear)

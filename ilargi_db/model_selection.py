@@ -31,11 +31,9 @@ from ilargi_db.interruption import check_interrupted, interruptible_job
 from ilargi_db.limits import GRID_SETS
 from ilargi_db.linalg import COLSUMS, CROSSPROD
 from ilargi_db.linalg.row_identity import folds_by_key, row_keys
-from ilargi_db.models.catalog import SUPERVISED, SolverName, algorithm_facts, estimator_class, make_estimator
-from ilargi_db.models.losses import LOSSES
+from ilargi_db.models.catalog import SUPERVISED, Rows, SolverName, algorithm_facts, estimator_class, make_estimator
 from ilargi_db.normalization import binned_rows, normalize
 
-CLASSIFYING_METRICS = ("classification", "margin")  # catalog metrics whose folds keep the classes' shares
 DEFAULT_FOLDS = 5
 MIN_FOLDS = 2  # a fold holds rows out: one fold would hold out every row
 # The algorithms cross_validate scores: every supervised one, fitted on rows of one read selected per fold (the
@@ -118,15 +116,11 @@ def _label(value: Any) -> Any:
 
 
 def _classifies(algorithm: str, estimator: Any = None, y: Any = None) -> bool | None:
-    """Whether ``algorithm`` (as ``estimator`` is set) classifies ``y``'s rows; None where only the rows can say (a
-    tree model's ``objective="auto"`` before they are read)."""
-    metrics = algorithm_facts(algorithm).metrics
-    if metrics != "objective":
-        return metrics in CLASSIFYING_METRICS
-    objective = getattr(estimator, "objective", "auto")
-    if objective != "auto":
-        return bool(LOSSES[objective].classifies)
-    return None if y is None else len(np.unique(y)) == 2  # as TreeModel's "auto" decides
+    """Whether ``algorithm`` (as ``estimator`` is set, or at its defaults) classifies ``y``'s rows; None where only
+    the rows can say (a tree model's ``objective="auto"`` before they are read)."""
+    model = estimator_class(algorithm)() if estimator is None else estimator
+    model = getattr(model, "named_steps", {}).get("model", model)  # a standardized model's Pipeline: the model
+    return model.classifies(y)
 
 
 def check_fold_counts(cv: Any, algorithm: str, y: np.ndarray, classifies: bool | None = None) -> None:
@@ -237,7 +231,7 @@ def _read(
     """The rows every fold selects from, read once: the normalized matrix, or a tree model's binned rows (its
     rows whose target is not NULL, each feature binned at DuckDB's quantiles over all of them, as ``train`` bins
     them; one ``max_bins`` for the whole grid)."""
-    if algorithm_facts(algorithm).reads == "matrix":
+    if algorithm_facts(algorithm).reads is Rows.MATRIX:
         return normalize(con, query, target=target, backend=backend, impute=impute)
     max_bins = {make_estimator(algorithm, {**params, **c}).max_bins for c in candidates}
     if len(max_bins) > 1:

@@ -9,7 +9,6 @@ provenance of ours.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import uuid
@@ -24,7 +23,7 @@ from ilargi_db.errors import DamagedModelError, IlargiError
 from ilargi_db.linalg.feature_bins import MAX_BINS
 from ilargi_db.metadata.di_metadata import group_order
 from ilargi_db.metadata.target_labels import target_labels
-from ilargi_db.models.catalog import algorithm_facts, estimator_class
+from ilargi_db.models.catalog import Rows, algorithm_facts, estimator_class
 from ilargi_db.models.losses import LOSSES
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.plan import ScoringQuery, split_kept_columns
@@ -194,15 +193,12 @@ class TrainedModel:
         estimator.n_features_in_ = len(names)
         estimator.feature_names_in_ = np.asarray(names, dtype=object)
         preprocessing = _json_object(record["preprocessing"], "preprocessing")
-        if algorithm_facts(algorithm).reads == "bins":
-            encoder = _binner(preprocessing)
-            restore = functools.partial(_restore_trees, estimator, fitted, encoder)
-        else:
-            encoder = FeatureEncoder.from_state(preprocessing)
-            restore = functools.partial(_restore_fitted, estimator, fitted, algorithm_facts(algorithm))
+        facts = algorithm_facts(algorithm)
+        read_encoder, restore = RESTORES[facts.reads]
+        encoder = read_encoder(preprocessing)
         if list(encoder.feature_names_out_) != names:
             raise ValueError(f"the model learned {len(names)} columns its preprocessing does not make")
-        restore(len(names))  # the fitted state, each value checked against the columns
+        restore(estimator, facts, fitted, encoder, len(names))  # the fitted state, each value checked
         features = json.loads(record["features"])
         if not isinstance(features, list) or len(features) != len(encoder.specs_):
             raise TypeError("features is not a list of the preprocessed columns")
@@ -366,7 +362,7 @@ def _classes(value: Any) -> np.ndarray:
     return classes
 
 
-def _restore_fitted(estimator: Any, fitted: dict, facts: Any, n_columns: int) -> None:
+def _restore_fitted(estimator: Any, facts: Any, fitted: dict, encoder: FeatureEncoder, n_columns: int) -> None:
     """The fitted arrays of a linear model, k-means or NMF (``facts.fitted``) set on ``estimator``, each checked."""
     for attr in facts.fitted:
         if attr in facts.optional_fitted and attr not in fitted:
@@ -412,7 +408,7 @@ def _binner(preprocessing: dict) -> FeatureBinner:
     return FeatureBinner.from_state(preprocessing)
 
 
-def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_features: int) -> None:
+def _restore_trees(estimator: Any, facts: Any, fitted: dict, binner: FeatureBinner, n_features: int) -> None:
     """A tree ensemble's fitted state, each value checked, and the bins it predicts arrays with."""
     if len(binner.bins_) != n_features:
         raise ValueError(f"the model learned {n_features} features its bins do not cover")
@@ -449,6 +445,13 @@ def _restore_trees(estimator: Any, fitted: dict, binner: FeatureBinner, n_featur
         estimator.oob_score_ = float(oob)
     if estimator.n_iter_ * per_round != estimator.trees_.n_trees:
         raise ValueError("n_iter_ is not the number of rounds of trees")
+
+
+# How a record's preprocessing and fitted state read back, by what the algorithm reads (its catalog ``reads``).
+RESTORES: dict[Rows, tuple[Callable[[dict], Any], Callable[..., None]]] = {
+    Rows.MATRIX: (FeatureEncoder.from_state, _restore_fitted),
+    Rows.BINS: (_binner, _restore_trees),
+}
 
 
 # The provenance a record stores in a column of its own: (attribute, column, check of the value read back).

@@ -104,3 +104,43 @@ def test_no_module_imports_itself_through_others():
 
     for name in sorted(graph):
         walk(name, [])
+
+
+def _catalog_words() -> set[str]:
+    """The strings an algorithm's behaviour could be switched on: its name, and the values of the catalog's forms."""
+    from ilargi_db.models.algorithm import Metrics
+    from ilargi_db.models.catalog import NAMES, MacroForm, Rows
+
+    return {*NAMES, *(m.value for kind in (Rows, MacroForm, Metrics) for m in kind)}
+
+
+def _tested_strings(tree: ast.Module) -> list[tuple[int, str]]:
+    """Each string constant a comparison (==, !=, in, is) tests against, with its line."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                strings = [i for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+                found += [(i.lineno, i.value) for i in strings]
+    return found
+
+
+# Where an algorithm's facts and behaviour are declared: the only modules that may test them by their strings.
+ALGORITHMS_OWN = {"models/catalog.py", "models/algorithm.py"}
+SAME_WORD = {("models/duhl.py", "logistic")}  # DuHL's own loss names (squared, logistic, hinge), not the macro form
+
+
+def test_no_behaviour_is_switched_on_a_catalog_string():
+    """The pipeline, the SQL functions and the registry ask the algorithm (its catalog entry's typed facts, its
+    estimator's methods) and never compare an algorithm's name or a fact's string: a new algorithm is its
+    module and a line in the catalog, with no switch to find elsewhere."""
+    words = _catalog_words()
+    switches = []
+    for module in sorted(PACKAGE.rglob("*.py")):
+        where = module.relative_to(PACKAGE).as_posix()
+        if where not in ALGORITHMS_OWN:
+            tree = ast.parse(module.read_text())
+            tested = [(line, v) for line, v in _tested_strings(tree) if v in words and (where, v) not in SAME_WORD]
+            switches += [f"{where}:{line} tests {value!r}" for line, value in tested]
+    assert not switches, "ask the algorithm instead:\n" + "\n".join(switches)

@@ -21,6 +21,8 @@ from sklearn.utils._param_validation import validate_parameter_constraints
 
 import ilargi_db
 from ilargi_db.models import estimator as base
+from ilargi_db.models.algorithm import JoinEstimator
+from ilargi_db.models.catalog import NAMES, estimator_class
 
 ESTIMATORS = [
     cls
@@ -113,3 +115,12 @@ def test_an_interval_of_integers_takes_a_bool_as_scikit_learn_does_and_train_ref
     con.execute("CREATE TABLE t AS SELECT range AS x, range * 2.0 AS y FROM range(10)")
     with pytest.raises(ilargi_db.IlargiError, match="a bool is not a number here"):
         ilargi_db.train(con, "SELECT x, y FROM t", "y", "linear_regression", max_iter=True)
+
+
+@pytest.mark.parametrize("algorithm", NAMES)
+def test_every_algorithm_answers_what_the_pipeline_asks(algorithm):
+    """Each estimator implements the JoinEstimator protocol: the pipeline asks it, never switches on its name."""
+    estimator = estimator_class(algorithm)()
+    assert isinstance(estimator, JoinEstimator)
+    assert estimator.classifies(None) in (True, False, None)
+    assert estimator.takes_start(3, np.array([0.0, 1.0])) in (True, False)

@@ -137,7 +137,8 @@ def expected_iterations(
     bound = algorithm_facts(algorithm).iterations_parameter
     max_iter = int(params.get(bound, facts.max_iter))
     tol = float(params.get("tol", facts.tol))
-    if algorithm_facts(algorithm).reads == "bins" and not params.get("early_stopping", False):
+    early_stopping = algorithm_facts(algorithm).early_stopping_parameter
+    if early_stopping is not None and not params.get(early_stopping, False):
         tol = 0.0  # boosting without early stopping runs every round
     runs = (history or {}).get(_key(algorithm, solver, params, scaled, streamed), [])
     inits = max(1, int(params.get("n_init", 1)))  # k-means restarts; other solvers have no n_init

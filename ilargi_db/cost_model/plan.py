@@ -275,7 +275,7 @@ def plan_steps(
         steps.append(
             _matrix_step(costs, "standardizing (column means and spreads)", Kernel.RMM, shape, STANDARDIZE_PASSES)
         )
-    steps += iteration_steps(shape, solver, iterations, k, costs, singular_gram(stats, algorithm, params))
+    steps += iteration_steps(shape, solver, iterations, k, costs, singular_gram(stats, params))
     what = f"{iterations:g} iteration{'s' * (iterations != 1)}, {shape.n:,} rows"
     steps.append(
         Step(
@@ -301,10 +301,11 @@ def plan_steps(
     return steps
 
 
-def singular_gram(stats: JobStats, algorithm: str, params: dict[str, Any]) -> bool:
-    """Whether the normal equations' Gram matrix is singular: unregularized, with a full one-hot encoding (its
-    columns sum to one) beside the intercept or beside another one-hot encoding."""
-    if algorithm_facts(algorithm).reads == "bins" or float(params.get("alpha", 0.0)) > 0:
+def singular_gram(stats: JobStats, params: dict[str, Any]) -> bool:
+    """Whether the normal equations' Gram matrix would be singular (only the normal equations' solve reads it):
+    unregularized, with a full one-hot encoding (its columns sum to one) beside the intercept or beside another
+    one-hot encoding."""
+    if float(params.get("alpha", 0.0)) > 0:
         return False
     encodings = sum(s.categorical_features for s in stats.sources)
     return encodings >= 1 and (bool(params.get("fit_intercept", True)) or encodings >= 2)

@@ -20,7 +20,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix
 from ilargi_db.models._base import record_not_converged
-from ilargi_db.models.catalog import DUHL_HELD_PARTITIONS, duhl_working_set, l2_penalty
+from ilargi_db.models.catalog import DUHL_HELD_PARTITIONS, algorithm_facts, duhl_working_set, l2_penalty
 from ilargi_db.models.duhl import DuHLFit, RowPartitions, duhl_fit, start_gap
 
 
@@ -80,13 +80,9 @@ def fit_duhl(
     n = M.shape[0]
     lam = l2_penalty(algorithm, estimator.get_params(), n)
     if not lam > 0:
-        if algorithm == "linear_regression":
-            what = f"alpha above 0 (ridge, e.g. {spell('alpha', 1.0)})"
-        else:
-            what = spell("penalty", "l2")
         raise IlargiError(
-            f"{spell('solver', 'duhl')} solves the dual, which needs a positive L2 penalty: set {what}, or choose "
-            "another solver."
+            f"{spell('solver', 'duhl')} solves the dual, which needs a positive L2 penalty: set "
+            f"{algorithm_facts(algorithm).penalty.fix}, or choose another solver."
         )
     held = working_set(M, intercept_scaling > 0)
     partitions = RowPartitions(M).n_partitions

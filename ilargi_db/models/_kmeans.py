@@ -10,6 +10,7 @@ import numpy as np
 from ilargi_db._terminal import progress
 from ilargi_db.linalg import ScaledMatrix
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
+from ilargi_db.models.algorithm import FixedMetrics, Metrics
 from ilargi_db.models.estimator import ClusterMixin, Estimator, Interval, StrOptions, TransformerMixin, check_fitted
 from ilargi_db.models.estimator import random_state as check_random_state
 
@@ -46,7 +47,7 @@ def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     return xp.maximum(d2, 0, out=d2)
 
 
-class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, Estimator):
+class KMeans(FixedMetrics, SparseInputMixin, ClusterMixin, TransformerMixin, Estimator):
     """k-means clustering over joined tables, without materializing the join.
 
     Parameters
@@ -211,6 +212,11 @@ class KMeans(SparseInputMixin, ClusterMixin, TransformerMixin, Estimator):
     def transform(self, X: Any) -> np.ndarray:
         """Euclidean distances of every row to every center (on the standardized columns if trained so)."""
         return np.sqrt(to_host(self._distances(X)))
+
+    metrics = Metrics.CLUSTERING  # what the pipeline asks (models/algorithm.py)
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        return {"inertia": float(self.inertia_)}
 
     def score(self, X: Any, y: Any = None) -> float:
         """Opposite of the inertia of ``X`` against the centers (higher is better)."""

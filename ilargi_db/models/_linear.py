@@ -32,11 +32,13 @@ from ilargi_db.models._row_sums import (
     _normal_statistics,
     _squared_error,
 )
+from ilargi_db.models.algorithm import FixedMetrics, Metrics
 from ilargi_db.models.catalog import AUTO, CATALOG, MAX_GRAM_BYTES, SolverName
 from ilargi_db.models.estimator import ClassifierMixin, Estimator, Interval, RegressorMixin, StrOptions, check_fitted
+from ilargi_db.models.training_metrics import log_loss_metrics, regression_metrics
 
 
-class _LinearModel(SparseInputMixin, Estimator):
+class _LinearModel(FixedMetrics, SparseInputMixin, Estimator):
     """Shared prediction: X @ coef_ + intercept_, factorized when X is a normalized matrix."""
 
     def _decision(self, X: Any) -> Any:
@@ -336,6 +338,23 @@ class LinearRegression(HostTargetScoreMixin, RegressorMixin, _LinearModel):
         """``X @ coef_ + intercept_`` (a factorized LMM on a normalized matrix)."""
         return to_host(self._decision(X))
 
+    # -- what the pipeline asks (models/algorithm.py) ------------------------------------------------------
+
+    metrics = Metrics.REGRESSION
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        return regression_metrics(self, X, y)
+
+    def takes_start(self, n_columns: int, y: Any) -> bool:
+        """Ridge by conjugate gradients (alpha > 0, tol > 0): one optimum, which CG reaches from any start to
+        within ``tol`` (the normal equations and DuHL's dual take no start)."""
+        if not (self.alpha > 0 and self.tol > 0):
+            return False
+        return (self.solver if self.solver != AUTO else self.choose_solver(n_columns)[0]) == SolverName.CG
+
+    def start_arguments(self, coef: np.ndarray, intercept: float) -> dict[str, Any]:
+        return {"coef_init": coef}
+
 
 def _largest_eigenvalue(M: Any, intercept: bool, iterations: int = 50) -> float:
     """Largest eigenvalue of [X 1]^T [X 1] by power iteration on factorized products."""
@@ -562,6 +581,22 @@ class LogisticRegression(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
         self.intercept_ = float(params[d]) if self.fit_intercept else 0.0
         self.n_iter_ = n_iter
         self.loss_curve_ = losses
+
+    # -- what the pipeline asks (models/algorithm.py) ------------------------------------------------------
+
+    metrics = Metrics.CLASSIFICATION
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        return log_loss_metrics(self, X, y)
+
+    def takes_start(self, n_columns: int, y: Any) -> bool:
+        """L2-penalized (one optimum) with ``tol`` > 0, by a primal solver (DuHL's dual starts at alpha = 0), on
+        two classes: an earlier (binary) model's coefficients cannot start a multinomial fit."""
+        primal = self.solver != SolverName.DUHL and self.penalty == "l2" and self.tol > 0
+        return primal and len(np.unique(to_host(y))) <= 2
+
+    def start_arguments(self, coef: np.ndarray, intercept: float) -> dict[str, Any]:
+        return {"coef_init": coef, "intercept_init": intercept}
 
     def decision_function(self, X: Any) -> np.ndarray:
         return to_host(self._decision(X))

@@ -9,6 +9,7 @@ import numpy as np
 
 from ilargi_db._terminal import progress
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
+from ilargi_db.models.algorithm import FixedMetrics, Metrics
 from ilargi_db.models.estimator import Estimator, Interval, StrOptions, TransformerMixin, check_fitted
 from ilargi_db.models.estimator import random_state as check_random_state
 
@@ -22,7 +23,7 @@ def squared_residual(norm_x: float, wt_x: Any, wt_w: Any, H: Any) -> float:
     return max(norm_x - 2 * cross + quad, 0.0)
 
 
-class GaussianNMF(SparseInputMixin, TransformerMixin, Estimator):
+class GaussianNMF(FixedMetrics, SparseInputMixin, TransformerMixin, Estimator):
     """Non-negative matrix factorization X ~ W H (Frobenius loss), multiplicative updates.
 
     Each iteration needs ``X @ H^T`` (an LMM) and ``X^T W`` (a transposed LMM)
@@ -134,6 +135,11 @@ class GaussianNMF(SparseInputMixin, TransformerMixin, Estimator):
         H = M.backend.asarray(self.components_)
         norm_x = float(to_host(M.row_norms_squared().sum()))
         return float(np.sqrt(squared_residual(norm_x, (M.T @ W).T, W.T @ W, H)))
+
+    metrics = Metrics.FACTORIZATION  # what the pipeline asks (models/algorithm.py)
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        return {"reconstruction_error": float(self.reconstruction_err_)}
 
     def fit(self, X: Any, y: Any = None) -> GaussianNMF:
         self.fit_transform(X)

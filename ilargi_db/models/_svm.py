@@ -18,7 +18,9 @@ from ilargi_db.models._base import (
 from ilargi_db.models._duhl_solver import fit_duhl
 from ilargi_db.models._linear import _LinearModel
 from ilargi_db.models._row_sums import _hinge
+from ilargi_db.models.algorithm import Metrics
 from ilargi_db.models.estimator import ClassifierMixin, Interval
+from ilargi_db.models.training_metrics import hinge_metrics
 
 
 class LinearSVC(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
@@ -112,6 +114,11 @@ class LinearSVC(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
     def predict(self, X: Any) -> np.ndarray:
         score = self.decision_function(X)  # checks the fit first
         return self.classes_[(score > 0).astype(int)]
+
+    metrics = Metrics.MARGIN  # what the pipeline asks (models/algorithm.py)
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        return hinge_metrics(self, X, y)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -17,6 +17,7 @@ from ilargi_db.backend import NUMPY, Backend, get_backend
 from ilargi_db.linalg.binned_matrix import BinnedMatrix, bin_array
 from ilargi_db.linalg.feature_bins import quantile_bins
 from ilargi_db.models._base import exact_classes
+from ilargi_db.models.algorithm import Metrics
 from ilargi_db.models.estimator import (
     Estimator,
     available_if,
@@ -212,6 +213,28 @@ class TreeModel(Estimator):
         if self.loss_.classifies:
             return float(accuracy_score(truth, self.predict(X)))
         return float(r2_score(truth, self.predict(X)))
+
+    # -- what the pipeline asks (models/algorithm.py) ------------------------------------------------------
+
+    def metrics_kind(self) -> Metrics:
+        """A classification or a regression, as the fitted objective is."""
+        return Metrics.CLASSIFICATION if self.loss_.classifies else Metrics.REGRESSION
+
+    def classifies(self, y: Any = None) -> bool | None:
+        """As the objective says, or ``objective="auto"`` would decide for ``y`` (None without it)."""
+        if self.objective == "auto" and y is None:
+            return None
+        return LOSSES[self._objective_for(y)].classifies
+
+    def training_metrics(self, X: Any, y: Any) -> dict[str, float]:
+        """What the fit scored its training rows as it went (out of bag for a forest): no pass over them again."""
+        return dict(self.fit_metrics_)
+
+    def takes_start(self, n_columns: int, y: Any) -> bool:
+        return False  # a tree ensemble grows from its baseline: there is no earlier model to start from
+
+    def start_arguments(self, coef: np.ndarray, intercept: float) -> dict[str, Any]:
+        return {}
 
     def predict(self, X: Any) -> np.ndarray:
         """Regression: the predicted values. Classification: the most probable class of each row."""

@@ -2,7 +2,8 @@
 
 Everything that differs per algorithm outside its estimator reads this table: whether it needs a
 target, which solvers a plan may pick, the solvers' iteration defaults, the width of the iterate,
-what the registry stores, which SQL macro scores it and which metrics report it. Importing it is
+what the registry stores and which form of SQL macro scores it (the estimators themselves say how they
+report their metrics and whether they start from an earlier model: models/algorithm.py). Importing it is
 light (no scikit-learn): the command line lists the algorithms without loading the models, which
 load on first use.
 """
@@ -17,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from ilargi_db.backend import BACKENDS
-from ilargi_db.errors import IlargiError, worded
+from ilargi_db.errors import IlargiError, spell, worded
 
 
 class Choice(str, Enum):
@@ -64,6 +65,44 @@ class SolverName(Choice):
     DUHL = "duhl"  # primal-dual coordinate descent, the row partitions of largest duality gap held (models/duhl.py)
 
 
+class Rows(Choice):
+    """What an algorithm's training reads, and so which readers, encoder and kernels serve it."""
+
+    MATRIX = "matrix"  # one-hot, imputed columns: a normalized matrix, linear algebra over it
+    BINS = "bins"  # each feature's bin codes (trees)
+
+
+class MacroForm(Choice):
+    """How a SQL macro scores an algorithm's model (``sql_functions/macros.py`` writes each form)."""
+
+    LINEAR = "linear"  # x . w + b
+    LOGISTIC = "logistic"  # its probability and class (one score per class past two)
+    MARGIN = "margin"  # an SVM: its class from the score's sign, and the score
+    NEAREST_CENTROID = "nearest_centroid"  # k-means: the closest centre
+    TREES = "trees"  # the sum of the trees' leaves (through the loss's link)
+
+
+class Penalty(Choice):
+    """How an algorithm's L2 penalty is set, and what it is in DuHL's objective 1/n sum loss + lambda/2 ||w||^2."""
+
+    ALPHA = "alpha"  # ridge's strength: ||y - Xw - b||^2 + alpha ||w||^2 is 2n times it with lambda = alpha / n
+    C = "C"  # its inverse: 1/2 ||w||^2 + C sum loss is C n times it with lambda = 1 / (C n)
+
+    def strength(self, params: dict[str, Any], n_rows: int) -> float:
+        """lambda for ``params`` over ``n_rows`` rows (0: none, and no dual solver applies)."""
+        n = max(int(n_rows), 1)
+        if self is Penalty.ALPHA:
+            return float(params.get("alpha", 0.0)) / n
+        return 1.0 / (float(params.get("C", 1.0)) * n) if params.get("penalty", "l2") == "l2" else 0.0
+
+    @property
+    def fix(self) -> str:
+        """What gives a model a positive penalty, in the caller's terms."""
+        if self is Penalty.ALPHA:
+            return f"alpha above 0 (ridge, e.g. {spell('alpha', 1.0)})"
+        return spell("penalty", "l2")
+
+
 @dataclass(frozen=True)
 class Solver:
     """One way an algorithm's estimator fits: its iteration defaults and what it typically needs."""
@@ -95,14 +134,12 @@ class Algorithm:
     width_parameter: str | None = None  # the parameter giving the iterate's columns (clusters, components)
     default_width: int = 1
     fitted: tuple[str, ...] = ()  # learned state the registry stores to predict again
-    # how a SQL macro scores it: "linear", "logistic", "margin" (an SVM's class), "nearest_centroid", "trees" or none
-    macro: str | None = None
-    # "regression" | "classification" | "margin" (classes from a score, no probability) | "clustering" |
-    # "factorization" | "objective" (the fitted objective_ says)
-    metrics: str = "regression"
-    reads: str = "matrix"  # its training rows: "matrix" (one-hot, imputed, a normalized matrix) or "bins" (trees)
+    macro: MacroForm | None = None  # how a SQL macro scores it (None: no macro)
+    reads: Rows = Rows.MATRIX  # its training rows
     iterations_parameter: str = "max_iter"  # the parameter bounding its iterations
-    penalty: str | None = None  # how its L2 penalty is set: "alpha" (ridge's strength) or "C" (its inverse)
+    # the parameter without which ``tol`` never stops it early (boosting's early_stopping; None: tol alone does)
+    early_stopping_parameter: str | None = None
+    penalty: Penalty | None = None  # how its L2 penalty is set
     standardizes: bool = False  # train(..., standardize=True) fits it on standardized columns
     optional_fitted: tuple[str, ...] = ()  # of ``fitted``, what only some fits learn (a record may lack it)
 
@@ -157,9 +194,8 @@ CATALOG: dict[str, Algorithm] = {
             ),
             solver_parameter="solver",
             fitted=("coef_", "intercept_"),
-            macro="linear",
-            metrics="regression",
-            penalty="alpha",
+            macro=MacroForm.LINEAR,
+            penalty=Penalty.ALPHA,
             standardizes=True,
         ),
         Algorithm(
@@ -168,9 +204,8 @@ CATALOG: dict[str, Algorithm] = {
             supervised=True,
             solvers=(Solver(SolverName.LBFGS, 100, 1e-4, 25.0),),
             fitted=("coef_", "intercept_", "classes_"),
-            macro="logistic",
-            metrics="classification",
-            penalty="C",
+            macro=MacroForm.LOGISTIC,
+            penalty=Penalty.C,
             standardizes=True,
         ),
         Algorithm(
@@ -179,9 +214,8 @@ CATALOG: dict[str, Algorithm] = {
             supervised=True,
             solvers=(duhl(1000, 1e-4, 50.0),),
             fitted=("coef_", "intercept_", "classes_"),
-            macro="margin",
-            metrics="margin",
-            penalty="C",
+            macro=MacroForm.MARGIN,
+            penalty=Penalty.C,
             standardizes=True,
         ),
         Algorithm(
@@ -192,8 +226,7 @@ CATALOG: dict[str, Algorithm] = {
             width_parameter="n_clusters",
             default_width=8,
             fitted=("cluster_centers_", "inertia_", "n_iter_", "feature_scale_"),
-            macro="nearest_centroid",
-            metrics="clustering",
+            macro=MacroForm.NEAREST_CENTROID,
             standardizes=True,
             optional_fitted=("feature_scale_",),  # learned only when trained standardized
         ),
@@ -206,7 +239,6 @@ CATALOG: dict[str, Algorithm] = {
             default_width=2,
             fitted=("components_", "n_components_", "reconstruction_err_", "n_iter_"),
             macro=None,  # its transform iterates: no closed-form macro
-            metrics="factorization",
         ),
         Algorithm(
             "gradient_boosting",
@@ -214,10 +246,10 @@ CATALOG: dict[str, Algorithm] = {
             supervised=True,
             solvers=(Solver(SolverName.HISTOGRAM, 100, 0.0, 100.0),),
             fitted=("trees_", "baseline_", "objective_", "classes_", "feature_importances_", "n_iter_"),
-            macro="trees",
-            metrics="objective",
-            reads="bins",
+            macro=MacroForm.TREES,
+            reads=Rows.BINS,
             iterations_parameter="n_estimators",
+            early_stopping_parameter="early_stopping",
         ),
         Algorithm(
             "random_forest",
@@ -225,10 +257,10 @@ CATALOG: dict[str, Algorithm] = {
             supervised=True,
             solvers=(Solver(SolverName.HISTOGRAM, 100, 0.0, 100.0),),
             fitted=("trees_", "baseline_", "objective_", "classes_", "feature_importances_", "n_iter_", "oob_score_"),
-            macro="trees",
-            metrics="objective",
-            reads="bins",
+            macro=MacroForm.TREES,
+            reads=Rows.BINS,
             iterations_parameter="n_estimators",
+            early_stopping_parameter="early_stopping",
             optional_fitted=("oob_score_",),  # learned only with oob_score=True
         ),
     )
@@ -244,7 +276,7 @@ ALL_SOLVERS = tuple(s for a in CATALOG.values() for s in (*a.solvers, *EXTRA_SOL
 GRAM_SOLVERS = frozenset(s.name for s in ALL_SOLVERS if s.forms_gram)
 SUPERVISED = tuple(n for n, a in CATALOG.items() if a.supervised)
 # The algorithms that read a normalized matrix (linear algebra over it); trees read bins instead.
-MATRIX_ALGORITHMS = tuple(n for n, a in CATALOG.items() if a.reads == "matrix")
+MATRIX_ALGORITHMS = tuple(n for n, a in CATALOG.items() if a.reads is Rows.MATRIX)
 # How a job reads its training data: the normalized matrix (factorized) or DuckDB's join (materialized).
 
 
@@ -339,16 +371,10 @@ MAX_GRAM_BYTES = 256 << 20  # default bound on a dense d x d matrix any solver f
 
 
 def l2_penalty(algorithm: str, params: dict[str, Any], n_rows: int) -> float:
-    """The L2 penalty lambda of ``algorithm`` with ``params`` in DuHL's objective, 1/n sum loss + lambda/2 ||w||^2
-    (0: none, and no dual solver applies): ridge's ||y - Xw - b||^2 + alpha ||w||^2 is 2n times it with
-    lambda = alpha / n; scikit-learn's 1/2 ||w||^2 + C sum loss is C n times it with lambda = 1 / (C n)."""
+    """The L2 penalty lambda of ``algorithm`` with ``params`` in DuHL's objective (0: none, and no dual solver
+    applies); :class:`Penalty` says how each algorithm's parameters give it."""
     how = algorithm_facts(algorithm).penalty
-    n = max(int(n_rows), 1)
-    if how == "alpha":
-        return float(params.get("alpha", 0.0)) / n
-    if how == "C" and params.get("penalty", "l2") == "l2":
-        return 1.0 / (float(params.get("C", 1.0)) * n)
-    return 0.0
+    return how.strength(params, n_rows) if how is not None else 0.0
 
 
 def solver_applies(algorithm: str, solver: Solver, params: dict[str, Any]) -> bool:

@@ -16,8 +16,9 @@ from typing import Any
 
 import duckdb
 
-from ilargi_db.models.catalog import Strategy
+from ilargi_db.models.catalog import Rows, Strategy
 from ilargi_db.pipeline.readers import (
+    READERS,
     ReadSettings,
     TrainingData,
     labelled_metadata,
@@ -97,5 +98,7 @@ def read_binned_materialized(
 
 
 BINNED_READERS = {Strategy.FACTORIZED: read_binned_factorized, Strategy.MATERIALIZED: read_binned_materialized}
+# Every reader, by what the algorithm reads (its catalog entry's ``reads``) and the strategy.
+ROW_READERS = {Rows.MATRIX: READERS, Rows.BINS: BINNED_READERS}
 
-__all__ = ["BINNED_READERS", "read_binned_factorized", "read_binned_materialized"]
+__all__ = ["BINNED_READERS", "ROW_READERS", "read_binned_factorized", "read_binned_materialized"]

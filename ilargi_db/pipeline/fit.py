@@ -14,7 +14,7 @@ from ilargi_db.backend import to_host
 from ilargi_db.cost_model.iterations import record as record_iterations
 from ilargi_db.linalg import PartitionSource, ScaledMatrix
 from ilargi_db.metadata.target_labels import target_labels
-from ilargi_db.models.catalog import AUTO, Placement, SolverName, algorithm_facts
+from ilargi_db.models.catalog import AUTO, Placement, algorithm_facts
 from ilargi_db.models.convergence import advice_after_standardizing
 from ilargi_db.pipeline.column_scales import numeric_columns, scale_warning
 from ilargi_db.pipeline.metrics import training_metrics
@@ -175,28 +175,15 @@ def warm_start(
 ) -> tuple[dict[str, Any], str]:
     """The ``fit`` arguments that start an iterative convex solver from an earlier model, and what it is.
 
-    Only where the objective has one optimum and the solver runs to a tight tolerance: L2-regularized
-    logistic regression, and ridge by conjugate gradients (alpha > 0), each with 0 < tol <= its default
-    and ``max_iter`` not capped below its default (:func:`stops_early`). The result then equals a cold
-    start's within that tolerance (not bit for bit); with a looser ``tol`` it would depend on the start, so
-    the fit starts cold and gives the cold model exactly. A fit stopped by ``max_iter`` would depend on its
-    start too: a start is taken only from an earlier model that converged, and a warm-started fit that
-    does not converge is fitted again cold. k-means and NMF are not convex: a start would change their
-    result, so they never take one.
+    Only where the estimator says a start lands on the cold start's result within its tolerance
+    (``takes_start``: L2-regularized logistic regression, ridge by conjugate gradients; k-means and NMF are
+    not convex, a start would change their result) and the caller did not stop it early (:func:`stops_early`:
+    with a looser ``tol`` or a capped ``max_iter`` the result would depend on the start, so the fit starts
+    cold and gives the cold model exactly). A start is taken only from an earlier model that converged, and
+    a warm-started fit that does not converge is fitted again cold.
     """
-    if getattr(estimator, "solver", None) == SolverName.DUHL:  # the dual starts at alpha = 0: no primal start
+    if not estimator.takes_start(M.shape[1], y) or stops_early(estimator):
+        # an early stop lands where the path from the start first meets it
         return {}, ""
-    if algorithm not in ("logistic_regression", "linear_regression") or stops_early(estimator):
-        # a start only for the convex linear models; an early stop lands where the path from the start first meets it
-        return {}, ""
-    if algorithm == "logistic_regression" and estimator.penalty == "l2" and estimator.tol > 0:
-        found = job.warm_start(algorithm, scaled, M.feature_names)
-        # an earlier (binary) model's coefficients cannot start a multinomial fit on more than two classes
-        if found is not None and len(np.unique(to_host(y))) <= 2:
-            return {"coef_init": found[0], "intercept_init": found[1]}, found[2]
-    if algorithm == "linear_regression" and estimator.alpha > 0 and estimator.tol > 0:
-        solver = estimator.solver if estimator.solver != AUTO else estimator.choose_solver(M.shape[1])[0]
-        found = job.warm_start(algorithm, scaled, M.feature_names) if solver == SolverName.CG else None
-        if found is not None:
-            return {"coef_init": found[0]}, found[2]
-    return {}, ""
+    found = job.warm_start(algorithm, scaled, M.feature_names)
+    return (estimator.start_arguments(found[0], found[1]), found[2]) if found is not None else ({}, "")

@@ -19,7 +19,7 @@ from ilargi_db.cost_model.features import JobStats, job_stats
 from ilargi_db.cost_model.memory import check_job_memory
 from ilargi_db.cost_model.plan import PhysicalPlan
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import AUTO, Placement, Strategy, algorithm_facts
+from ilargi_db.models.catalog import AUTO, Placement, Rows, Strategy, algorithm_facts
 from ilargi_db.pipeline.options import ModelSpec, TrainOptions
 from ilargi_db.pipeline.placement import (
     StreamPlan,
@@ -79,7 +79,7 @@ def reads_bins(specs: Sequence[ModelSpec]) -> bool:
             "a batch cannot mix tree models (gradient_boosting, random_forest) with the linear models, k-means or "
             "NMF: they read the rows differently (bins against one-hot columns); train them in two batches."
         )
-    return kinds == {"bins"}
+    return kinds == {Rows.BINS}
 
 
 def plan_graph(

@@ -13,9 +13,9 @@ from ilargi_db.errors import IlargiError, PlanError, speaking_of
 from ilargi_db.interruption import interruptible_job
 from ilargi_db.metadata.target_labels import with_target_classes
 from ilargi_db.models.catalog import SUPERVISED, Strategy, algorithm_facts
-from ilargi_db.pipeline.binned_readers import BINNED_READERS
+from ilargi_db.pipeline.binned_readers import ROW_READERS
 from ilargi_db.pipeline.metrics import metrics_of
-from ilargi_db.pipeline.readers import READERS, ReadSettings, TrainingData
+from ilargi_db.pipeline.readers import ReadSettings, TrainingData
 from ilargi_db.plan import (
     build_join_graph,
     is_categorical,
@@ -87,8 +87,7 @@ def encoded_rows(
         )
         # A prediction is an LMM: factorized where the query allows, but kept columns come with the joined rows.
         strategy = Strategy.FACTORIZED if graph.factorizable and not kept else Strategy.MATERIALIZED
-        readers = BINNED_READERS if algorithm_facts(model.algorithm_).reads == "bins" else READERS  # trees: bins
-        return readers[strategy](con, graph, read)
+        return ROW_READERS[algorithm_facts(model.algorithm_).reads][strategy](con, graph, read)
 
 
 def read_classes(model: TrainedModel) -> Any:

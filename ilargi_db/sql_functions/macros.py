@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import duckdb
 import numpy as np
@@ -31,7 +32,7 @@ from sqlglot import exp
 
 from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import group_text
-from ilargi_db.models.catalog import algorithm_facts
+from ilargi_db.models.catalog import MacroForm, algorithm_facts
 from ilargi_db.plan import build_join_graph, parse_training_query
 from ilargi_db.preprocess import ColumnSpec
 from ilargi_db.sql_text import quote_identifier, quote_string
@@ -135,15 +136,15 @@ def bound(variable: str, value: str, body: str) -> str:
     return element(call("list_apply", list_of([value]), f"lambda {variable}: {body}"), 1)
 
 
-# The macros a model of each kind (``AlgorithmFacts.macro``) may create, by their name's suffix after the model's
-# name: what the registry drops or replaces of a model is derived from these, never from the row's own list.
+# The macros a model of each form (its catalog entry's ``macro``) may create, by their name's suffix after the
+# model's name: what the registry drops or replaces of a model is derived from these, never from the row's own list.
 PREDICT, PREDICT_CLASS, DECISION = "_predict", "_predict_class", "_decision"  # N_predict, ...: the writers' names
-MACRO_SUFFIXES: dict[str | None, tuple[str, ...]] = {
-    "linear": (PREDICT,),
-    "logistic": (PREDICT, PREDICT_CLASS),
-    "margin": (PREDICT, DECISION),
-    "nearest_centroid": (PREDICT,),
-    "trees": (PREDICT, PREDICT_CLASS),
+MACRO_SUFFIXES: dict[MacroForm | None, tuple[str, ...]] = {
+    MacroForm.LINEAR: (PREDICT,),
+    MacroForm.LOGISTIC: (PREDICT, PREDICT_CLASS),
+    MacroForm.MARGIN: (PREDICT, DECISION),
+    MacroForm.NEAREST_CENTROID: (PREDICT,),
+    MacroForm.TREES: (PREDICT, PREDICT_CLASS),
     None: (),  # no macro (NMF: its transform iterates)
 }
 
@@ -459,21 +460,32 @@ class MacroWriter:
 
     def bodies(self) -> dict[str, str]:
         """``{macro name: its body}``: the SQL expression each macro computes from the features."""
-        kind = algorithm_facts(self.model.algorithm_).macro
-        bodies: dict[str, str] = {}
-        if kind == "linear":
-            bodies[f"{self.name}{PREDICT}"] = self.linear_score()
-        elif kind == "logistic" and np.ndim(self.model.coef_) == 2:  # more than two classes
-            bodies.update(multinomial_bodies(self.name, self.model, list_of(self.linear_scores())))
-        elif kind == "logistic":
-            bodies.update(binary_bodies(self.name, self.model, self.linear_score()))
-        elif kind == "margin":  # an SVM: the class (its predict), and the score (its decision_function)
-            score = self.linear_score()
-            bodies[f"{self.name}{PREDICT}"] = chosen_class(self.model, score)
-            bodies[f"{self.name}{DECISION}"] = score
-        elif kind == "nearest_centroid":
-            bodies[f"{self.name}{PREDICT}"] = self.nearest_centroid()
-        return bodies
+        form = algorithm_facts(self.model.algorithm_).macro
+        return self.FORMS[form](self) if form is not None else {}
+
+    def linear_bodies(self) -> dict[str, str]:
+        return {f"{self.name}{PREDICT}": self.linear_score()}
+
+    def logistic_bodies(self) -> dict[str, str]:
+        if np.ndim(self.model.coef_) == 2:  # more than two classes
+            return multinomial_bodies(self.name, self.model, list_of(self.linear_scores()))
+        return binary_bodies(self.name, self.model, self.linear_score())
+
+    def margin_bodies(self) -> dict[str, str]:
+        """An SVM's class (its predict) and its score (its decision_function)."""
+        score = self.linear_score()
+        return {f"{self.name}{PREDICT}": chosen_class(self.model, score), f"{self.name}{DECISION}": score}
+
+    def nearest_centroid_bodies(self) -> dict[str, str]:
+        return {f"{self.name}{PREDICT}": self.nearest_centroid()}
+
+    # The bodies of each macro form this writer writes (trees have writers of their own: registry.macro_writer).
+    FORMS: ClassVar[dict[MacroForm, Callable[[MacroWriter], dict[str, str]]]] = {
+        MacroForm.LINEAR: linear_bodies,
+        MacroForm.LOGISTIC: logistic_bodies,
+        MacroForm.MARGIN: margin_bodies,
+        MacroForm.NEAREST_CENTROID: nearest_centroid_bodies,
+    }
 
     def registry_rows(self) -> dict[str, pa.Table]:
         """The rows the macros read, by registry table: the category weights (:meth:`weights_table`)."""

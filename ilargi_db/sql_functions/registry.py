@@ -8,6 +8,7 @@ registry (and the macros) exactly as they were.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from ilargi_db.errors import (
     worded,
 )
 from ilargi_db.limits import NodeBounded
-from ilargi_db.models.catalog import algorithm_facts
+from ilargi_db.models.catalog import MacroForm, algorithm_facts
 from ilargi_db.read_snapshot import roll_back
 from ilargi_db.sql_functions.macros import (
     MACRO_SCHEMA,
@@ -199,19 +200,38 @@ def save_models(
     return versions
 
 
+def _tree_writer(name: str, version: int, model: Any, database: str) -> Any:
+    """Leaf masks where every tree fits a BIGINT's bits, a ``CASE`` per split else (``tree_macros.py``)."""
+    writer = TreeLeafMaskWriter if fits_leaf_masks(model.trees_) else TreeMacroWriter
+    return writer(name, version, model, database)
+
+
+# Who writes the macros of each form (the catalog entry's ``macro``): for a single model, and inside a model per
+# group's macro, which dispatches on the group column.
+SINGLE_WRITERS: dict[MacroForm | None, Callable[[str, int, Any, str], Any]] = {
+    **dict.fromkeys((*MacroWriter.FORMS, None), MacroWriter),
+    MacroForm.TREES: _tree_writer,
+}
+GROUP_WRITERS: dict[MacroForm | None, type] = {
+    **dict.fromkeys((*MacroWriter.FORMS, None), MacroWriter),
+    MacroForm.TREES: TreeMacroWriter,
+}
+
+
+def macro_writer(name: str, version: int, model: Any, database: str) -> Any:
+    """The writer of ``model``'s macros, as version ``version`` of model ``name`` in ``database``."""
+    form = algorithm_facts(model.algorithm_).macro
+    if isinstance(model, GroupedModel):  # one macro dispatching on the group column
+        return GroupedMacroWriter(name, version, model, database, GROUP_WRITERS[form])
+    return SINGLE_WRITERS[form](name, version, model, database)
+
+
 def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:
     """The writes of :func:`save_model`, inside its transaction."""
     version = con.execute("SELECT coalesce(max(version), 0) + 1 FROM ilargi.models WHERE name = ?", [name]).fetchall()
     version = int(version[0][0])
     (database,) = con.execute("SELECT system.main.current_database()").fetchall()[0]
-    trees = algorithm_facts(model.algorithm_).macro == "trees"
-    kind = TreeMacroWriter if trees else MacroWriter
-    if isinstance(model, GroupedModel):  # one macro dispatching on the group column
-        writer = GroupedMacroWriter(name, version, model, database, kind)
-    elif trees and fits_leaf_masks(model.trees_):
-        writer = TreeLeafMaskWriter(name, version, model, database)
-    else:
-        writer = kind(name, version, model, database)
+    writer = macro_writer(name, version, model, database)
     statements = writer.statements()
     marked = _marked_macros(con, name)  # one read of the catalog for both checks below
     foreign = _foreign_functions(con, list(statements), marked)
