@@ -36,6 +36,8 @@ from ilargi_db.cost_model.kernels import (
     Kernel,
     KernelCosts,
     MatrixShape,
+    Term,
+    WorkTerms,
     data_terms,
     kernel_costs_path,
     matrix_terms,
@@ -57,7 +59,7 @@ BUSY = 1.3  # a load probe above this: other processes hold the cores
 @dataclass
 class Measurement:
     kernel: Kernel
-    terms: dict[str, float]
+    terms: WorkTerms
     seconds: float
     shape: str
 
@@ -304,7 +306,7 @@ def measure_data_steps(grid: str, backend: str) -> list[Measurement]:
 
 def fit_kernel(rows: list[Measurement], prior: dict[str, float]) -> tuple[dict[str, float], float]:
     """Coefficients minimising the relative error of ``rows`` (non-negative), and its geometric-mean error."""
-    terms = [t for t in prior if t != "fixed"]
+    terms = [t for t in prior if t != Term.FIXED]
     design = np.array([[1.0] + [r.terms.get(t, 0.0) for t in terms] for r in rows])
     seconds = np.array([r.seconds for r in rows])
     scale = np.maximum(np.abs(design).max(axis=0), 1e-300)
@@ -312,18 +314,18 @@ def fit_kernel(rows: list[Measurement], prior: dict[str, float]) -> tuple[dict[s
     solution, _ = scipy.optimize.nnls(relative, np.ones(len(rows)))
     coefficients = solution / scale
     # A term no measurement exercised keeps its prior.
-    fitted = {"fixed": float(coefficients[0])}
+    fitted = {Term.FIXED: float(coefficients[0])}
     for j, t in enumerate(terms, start=1):
         fitted[t] = float(coefficients[j]) if design[:, j].any() else prior[t]
-    predicted = design @ np.array([fitted["fixed"], *[fitted[t] for t in terms]])
+    predicted = design @ np.array([fitted[Term.FIXED], *[fitted[t] for t in terms]])
     errors = np.maximum(np.abs(predicted / seconds - 1), 1e-3)
     return fitted, float(np.exp(np.log(errors).mean()))
 
 
 def prior_error(rows: list[Measurement], coefficients: dict[str, float]) -> float:
     """Geometric-mean relative error of ``coefficients`` on ``rows`` (a kernel kept at its prior)."""
-    costs = KernelCosts({"k": coefficients}, "")
-    errors = [max(abs(costs.seconds("k", r.terms) / r.seconds - 1), 1e-3) for r in rows]
+    predicted = [KernelCosts({r.kernel: coefficients}, "").seconds(r.kernel, r.terms) for r in rows]
+    errors = [max(abs(p / r.seconds - 1), 1e-3) for p, r in zip(predicted, rows)]
     return float(np.exp(np.mean(np.log(errors))))
 
 

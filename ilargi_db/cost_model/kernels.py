@@ -36,12 +36,54 @@ from ilargi_db.backend.parallel import other_running_tasks
 from ilargi_db.cost_model.hardware import Hardware, cache_dir
 from ilargi_db.cost_model.spread import kernel_spread
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.catalog import Choice, SolverName
+from ilargi_db.models.catalog import Choice, SolverName, Strategy
 
 # 3: fits before it timed memoized X^T X (0 s); 4: solves timed as the normal solver runs them (one BLAS thread,
 # singular Gram matrices too). A file of another format is ignored: the priors serve.
 FORMAT_VERSION = 4
 CACHE_BYTES = 8 << 20  # a gathered block larger than about this misses the caches (a server's L2 + share of L3)
+
+
+class Term(Choice):
+    """A work term: a count of one kind of work in a step, which a kernel's seconds are linear in. The calibration
+    file stores each kernel's coefficients by these names (a member is its name: ``Term.PARTS == "parts"``)."""
+
+    FIXED = "fixed"  # once per call (its coefficient is the fixed cost; no step counts it)
+    # the gathered-matrix kernels (X @ W, X.T @ V, k-means' nearest centroid and group sums)
+    DENSE_CELLS = "dense_cells"  # cells of the dense block, times the iterate's columns
+    BLOCK_ENTRIES = "block_entries"  # stored entries of the small gathered blocks
+    GATHERED_ROWS = "gathered_rows"  # rows read through an index, per gathered part
+    UNCACHED_ROWS = "uncached_rows"  # of those, the ones from blocks larger than the caches
+    PARTS = "parts"  # gathered parts (a call's per-part overhead)
+    # X.T @ X
+    DENSE_GRAM = "dense_gram"  # the dense block's Gram matrix, n p^2
+    DENSE_BY_GATHERED = "dense_by_gathered"  # dense columns segment-summed into each gathered block's rows
+    DENSE_BY_BLOCK = "dense_by_block"  # those sums times the blocks
+    GATHERED_PAIRS = "gathered_pairs"  # co-occurrences of two gathered blocks' entries
+    OUTPUT_CELLS = "output_cells"  # the d x d result
+    BLOCK_GRAM = "block_gram"  # each block's own Gram matrix
+    # a solver's work besides the matrix kernels
+    ITERATIONS = "iterations"
+    PART_ITERATIONS = "part_iterations"
+    ROW_ITERATIONS = "row_iterations"
+    # DuHL's coordinate steps
+    CELLS = "cells"  # cells of the dense rows stepped over
+    ROWS = "rows"  # rows stepped over
+    COPIED_CELLS = "copied_cells"  # cells made dense
+    # a dense solve
+    FLOPS = "flops"  # a Cholesky factorization's
+    LSTSQ_FLOPS = "lstsq_flops"  # a least-squares solve's, where the matrix is singular
+    # reading from DuckDB
+    PROBES = "probes"  # hash-join probes
+    NUMERIC_CELLS = "numeric_cells"  # numbers fetched through Arrow
+    STRING_VALUES = "string_values"  # category values fetched and encoded
+    INDEX_ENTRIES = "index_entries"  # row numbers of the key-only join fetched
+    QUERIES = "queries"  # statements DuckDB runs
+    BYTES = "bytes"  # bytes copied to a device
+
+
+WorkTerms = dict[Term, float]  # a step's work: each term's count
+COMPUTE_TERMS = frozenset({Term.DENSE_GRAM, Term.BLOCK_GRAM, Term.FLOPS, Term.LSTSQ_FLOPS})  # FLOP-bound, not bytes
 
 
 @dataclass(frozen=True)
@@ -83,11 +125,11 @@ class MatrixShape:
         return text + (": " + ", ".join(pieces) if pieces else "")
 
 
-def matrix_terms(kernel: Kernel, shape: MatrixShape, k: int = 1) -> dict[str, float]:
+def matrix_terms(kernel: Kernel, shape: MatrixShape, k: int = 1) -> WorkTerms:
     """The work terms of a matrix kernel on ``shape`` with an iterate of ``k`` columns.
 
     >>> shape = MatrixShape(1000, 2, (GatheredPart(10, 3, 30),))
-    >>> matrix_terms(Kernel.LMM, shape)["gathered_rows"], matrix_terms(Kernel.CROSSPROD, shape)["dense_gram"]
+    >>> matrix_terms(Kernel.LMM, shape)[Term.GATHERED_ROWS], matrix_terms(Kernel.CROSSPROD, shape)[Term.DENSE_GRAM]
     (1000.0, 4000.0)
     """
     n, p, parts = float(shape.n), float(shape.dense), shape.parts
@@ -95,50 +137,50 @@ def matrix_terms(kernel: Kernel, shape: MatrixShape, k: int = 1) -> dict[str, fl
         # A gather from a block larger than the caches misses them on most rows: counted apart.
         uncached = sum(min(1.0, 8.0 * q.nnz / CACHE_BYTES) for q in parts)
         return {
-            "dense_cells": n * p * k,
-            "block_entries": float(sum(q.nnz for q in parts)) * k,
-            "gathered_rows": n * len(parts) * k,
-            "uncached_rows": n * uncached * k,
-            "parts": float(len(parts)),
+            Term.DENSE_CELLS: n * p * k,
+            Term.BLOCK_ENTRIES: float(sum(q.nnz for q in parts)) * k,
+            Term.GATHERED_ROWS: n * len(parts) * k,
+            Term.UNCACHED_ROWS: n * uncached * k,
+            Term.PARTS: float(len(parts)),
         }
     if kernel == Kernel.CROSSPROD:
         densities = [q.density for q in parts]
         pairs = sum(a * b for i, a in enumerate(densities) for b in densities[i + 1 :])
         return {
-            "dense_gram": n * p * p,
+            Term.DENSE_GRAM: n * p * p,
             # Each dense column segment-summed into each gathered block's rows, then times the block.
-            "dense_by_gathered": n * p * len(parts),
-            "dense_by_block": p * float(sum(q.nnz for q in parts)),
-            "gathered_pairs": n * pairs,
-            "output_cells": float(shape.columns) ** 2,  # the d x d result, dense: wide one-hot makes it the cost
-            "block_gram": float(sum(q.nnz * q.density for q in parts)),
-            "parts": float(len(parts)) ** 2,
+            Term.DENSE_BY_GATHERED: n * p * len(parts),
+            Term.DENSE_BY_BLOCK: p * float(sum(q.nnz for q in parts)),
+            Term.GATHERED_PAIRS: n * pairs,
+            Term.OUTPUT_CELLS: float(shape.columns) ** 2,  # the d x d result, dense: wide one-hot makes it the cost
+            Term.BLOCK_GRAM: float(sum(q.nnz * q.density for q in parts)),
+            Term.PARTS: float(len(parts)) ** 2,
         }
     raise ValueError(f"unknown matrix kernel {kernel!r}")
 
 
-def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> dict[str, float]:
+def solver_terms(shape: MatrixShape, iterations: float, k: int = 1) -> WorkTerms:
     """What a solver does around the matrix kernels: per iteration, per part and per row (loss, updates, Python)."""
     return {
-        "iterations": float(iterations),
-        "part_iterations": float(iterations) * (len(shape.parts) + 1),
-        "row_iterations": float(iterations) * shape.n * k,
+        Term.ITERATIONS: float(iterations),
+        Term.PART_ITERATIONS: float(iterations) * (len(shape.parts) + 1),
+        Term.ROW_ITERATIONS: float(iterations) * shape.n * k,
     }
 
 
 SOLVERS = tuple(SolverName)
 
 
-def sdca_terms(rows: float, columns: float, epochs: float = 0.0, copies: float = 0.0) -> dict[str, float]:
+def sdca_terms(rows: float, columns: float, epochs: float = 0.0, copies: float = 0.0) -> WorkTerms:
     """DuHL's coordinate steps on dense rows of ``columns``: ``epochs`` passes of one step a row (a dot
     product and an update of w: two reads of the row), and ``copies`` of the rows made dense."""
-    return {"cells": rows * columns * epochs, "rows": rows * epochs, "copied_cells": rows * columns * copies}
+    return {Term.CELLS: rows * columns * epochs, Term.ROWS: rows * epochs, Term.COPIED_CELLS: rows * columns * copies}
 
 
-def solve_terms(d: int, singular: bool = False) -> dict[str, float]:
+def solve_terms(d: int, singular: bool = False) -> WorkTerms:
     """A dense symmetric solve of order ``d``: a Cholesky factorization, and when the matrix is singular (a full
     one-hot encoding beside an intercept) the minimum-norm least-squares solve that follows it."""
-    return {"flops": float(d) ** 3 / 3, "lstsq_flops": float(d) ** 3 if singular else 0.0}
+    return {Term.FLOPS: float(d) ** 3 / 3, Term.LSTSQ_FLOPS: float(d) ** 3 if singular else 0.0}
 
 
 @dataclass(frozen=True)
@@ -157,18 +199,18 @@ class DataShape:
         return text + f", {self.numeric_cells:,} numbers, {self.string_values:,} category values"
 
 
-def data_terms(shape: DataShape) -> dict[str, float]:
+def data_terms(shape: DataShape) -> WorkTerms:
     return {
-        "probes": float(shape.join_rows) * max(shape.join_sources - 1, 0),
-        "numeric_cells": float(shape.numeric_cells),
-        "string_values": float(shape.string_values),
-        "index_entries": float(shape.index_entries),
-        "queries": float(shape.queries),
+        Term.PROBES: float(shape.join_rows) * max(shape.join_sources - 1, 0),
+        Term.NUMERIC_CELLS: float(shape.numeric_cells),
+        Term.STRING_VALUES: float(shape.string_values),
+        Term.INDEX_ENTRIES: float(shape.index_entries),
+        Term.QUERIES: float(shape.queries),
     }
 
 
-def transfer_terms(nbytes: float) -> dict[str, float]:
-    return {"bytes": float(nbytes)}
+def transfer_terms(nbytes: float) -> WorkTerms:
+    return {Term.BYTES: float(nbytes)}
 
 
 class Kernel(Choice):
@@ -204,19 +246,18 @@ class Kernel(Choice):
     @classmethod
     def data(cls, strategy: str) -> Kernel:
         """Reading the training rows by ``strategy`` (factorized or materialized)."""
-        return cls(f"{strategy}_data")
+        return _DATA[strategy]
 
     @classmethod
     def overhead(cls, solver: str) -> Kernel:
         """What ``solver`` does besides the matrix kernels (its loss, its updates)."""
-        return cls(f"{solver}_overhead")
+        return _OVERHEADS[solver]
 
     @property
     def description(self) -> str:
         """What the kernel is, for explanations and the calibration report."""
-        if self.value.endswith("_overhead"):
-            solver = self.value.removesuffix("_overhead")
-            return f"what the {solver} solver does besides the matrix kernels (loss, updates)"
+        if self in _SOLVER_OF:
+            return f"what the {_SOLVER_OF[self]} solver does besides the matrix kernels (loss, updates)"
         return _DESCRIPTIONS[self]
 
     @property
@@ -225,6 +266,19 @@ class Kernel(Choice):
         return self in _PARALLEL
 
 
+_DATA = {Strategy.FACTORIZED: Kernel.FACTORIZED_DATA, Strategy.MATERIALIZED: Kernel.MATERIALIZED_DATA}
+_OVERHEADS = {
+    SolverName.NORMAL: Kernel.NORMAL_OVERHEAD,
+    SolverName.CG: Kernel.CG_OVERHEAD,
+    SolverName.GD: Kernel.GD_OVERHEAD,
+    SolverName.LBFGS: Kernel.LBFGS_OVERHEAD,
+    SolverName.NEWTON: Kernel.NEWTON_OVERHEAD,
+    SolverName.LLOYD: Kernel.LLOYD_OVERHEAD,
+    SolverName.MU: Kernel.MU_OVERHEAD,
+    SolverName.HISTOGRAM: Kernel.HISTOGRAM_OVERHEAD,
+    SolverName.DUHL: Kernel.DUHL_OVERHEAD,
+}
+_SOLVER_OF = {kernel: solver for solver, kernel in _OVERHEADS.items()}
 _DESCRIPTIONS = {
     Kernel.FACTORIZED_DATA: "the key-only join and a scan of each source, Arrow to arrays, categories encoded",
     Kernel.MATERIALIZED_DATA: "the joined rows from DuckDB, Arrow to arrays, categories encoded",
@@ -265,19 +319,19 @@ def _gather_prior(
     parts: float,
     per_byte: float,
     per_core: float,
-) -> dict[str, float]:
+) -> dict[Term, float]:
     ns = 1e-9
     return {
-        "fixed": fixed,
-        "dense_cells": dense * ns * per_byte,
-        "block_entries": block * ns * per_byte,
-        "gathered_rows": gathered * ns * per_core,
-        "uncached_rows": uncached * ns * per_core,
-        "parts": parts,
+        Term.FIXED: fixed,
+        Term.DENSE_CELLS: dense * ns * per_byte,
+        Term.BLOCK_ENTRIES: block * ns * per_byte,
+        Term.GATHERED_ROWS: gathered * ns * per_core,
+        Term.UNCACHED_ROWS: uncached * ns * per_core,
+        Term.PARTS: parts,
     }
 
 
-def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, dict[str, float]]:
+def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[Kernel, dict[Term, float]]:
     """Priors: seconds per unit of each work term, scaled to the measured cores, bandwidth and FLOP rate.
 
     Calibration on the machine replaces them.
@@ -291,22 +345,22 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
     flops = max(hardware.gflops, 1.0) * 1e9
     coefficients = {
         Kernel.FACTORIZED_DATA: {
-            "fixed": 0.002,
-            "probes": 4e-9 * per_core,
-            "numeric_cells": 8e-9 * per_byte,
-            "string_values": 30e-9 * per_core,
-            "index_entries": 12e-9 * per_byte,
-            "queries": 0.002,
+            Term.FIXED: 0.002,
+            Term.PROBES: 4e-9 * per_core,
+            Term.NUMERIC_CELLS: 8e-9 * per_byte,
+            Term.STRING_VALUES: 30e-9 * per_core,
+            Term.INDEX_ENTRIES: 12e-9 * per_byte,
+            Term.QUERIES: 0.002,
         },
         Kernel.MATERIALIZED_DATA: {
-            "fixed": 0.002,
-            "probes": 4e-9 * per_core,
-            "numeric_cells": 8e-9 * per_byte,
-            "string_values": 35e-9 * per_core,
-            "index_entries": 0.0,
-            "queries": 0.002,
+            Term.FIXED: 0.002,
+            Term.PROBES: 4e-9 * per_core,
+            Term.NUMERIC_CELLS: 8e-9 * per_byte,
+            Term.STRING_VALUES: 35e-9 * per_core,
+            Term.INDEX_ENTRIES: 0.0,
+            Term.QUERIES: 0.002,
         },
-        Kernel.TO_DEVICE: {"fixed": 1e-4, "bytes": 1 / 12e9},
+        Kernel.TO_DEVICE: {Term.FIXED: 1e-4, Term.BYTES: 1 / 12e9},
         # The gathered-matrix kernels share their terms: fixed, dense cells, block entries, rows gathered,
         # rows gathered from blocks beyond the caches, parts (ns per unit, from the 2-core fit).
         Kernel.LMM: _gather_prior(20e-6, 0.11, 0.15, 0.25, 1.0, 8e-6, per_byte, per_core),
@@ -314,27 +368,27 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         Kernel.NEAREST: _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
         Kernel.GROUP_SUMS: _gather_prior(40e-6, 0.3, 0.2, 0.5, 1.5, 8e-6, per_byte, per_core),
         Kernel.CROSSPROD: {
-            "fixed": 25e-6,
-            "dense_gram": 0.08e-9 * per_flop,
-            "dense_by_gathered": 0.5e-9 * per_core,
-            "dense_by_block": 1 / flops,
-            "output_cells": 3e-9 * per_byte,
-            "gathered_pairs": 0.11e-9 * per_core,
-            "block_gram": 0.1e-9 * per_flop,
-            "parts": 10e-6,
+            Term.FIXED: 25e-6,
+            Term.DENSE_GRAM: 0.08e-9 * per_flop,
+            Term.DENSE_BY_GATHERED: 0.5e-9 * per_core,
+            Term.DENSE_BY_BLOCK: 1 / flops,
+            Term.OUTPUT_CELLS: 3e-9 * per_byte,
+            Term.GATHERED_PAIRS: 0.11e-9 * per_core,
+            Term.BLOCK_GRAM: 0.1e-9 * per_flop,
+            Term.PARTS: 10e-6,
         },
         # A solve runs with BLAS on one thread (inside the fit's hot loop), a Cholesky near the measured rate;
         # an SVD least squares (per d^3, after the Cholesky failed) measured 7x slower at d = 1,200.
-        Kernel.SOLVE: {"fixed": 20e-6, "flops": 1 / flops, "lstsq_flops": 6 / flops},
+        Kernel.SOLVE: {Term.FIXED: 20e-6, Term.FLOPS: 1 / flops, Term.LSTSQ_FLOPS: 6 / flops},
         # One core, row after row (numba): about 1 ns a cell for the dot product and the update together, a
         # logistic step's few Newton iterations per row; a dense copy about a write and a gather a cell.
-        Kernel.SDCA: {"fixed": 20e-6, "cells": 1.0e-9, "rows": 30e-9, "copied_cells": 1.5e-9 * per_byte},
+        Kernel.SDCA: {Term.FIXED: 20e-6, Term.CELLS: 1.0e-9, Term.ROWS: 30e-9, Term.COPIED_CELLS: 1.5e-9 * per_byte},
         **{
             Kernel.overhead(s): {
-                "fixed": 1e-3,
-                "iterations": 100e-6,
-                "part_iterations": 20e-6,
-                "row_iterations": 2e-9 * per_byte,
+                Term.FIXED: 1e-3,
+                Term.ITERATIONS: 100e-6,
+                Term.PART_ITERATIONS: 20e-6,
+                Term.ROW_ITERATIONS: 2e-9 * per_byte,
             }
             for s in SOLVERS
         },
@@ -346,11 +400,11 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
         for kernel in (*GATHERING, Kernel.CROSSPROD, Kernel.SOLVE):
             c = coefficients[kernel]
             for term in c:
-                if term == "fixed":
+                if term == Term.FIXED:
                     c[term] = launch * 4
-                elif term == "parts":
+                elif term == Term.PARTS:
                     c[term] = launch * 3
-                elif term in ("dense_gram", "block_gram", "flops", "lstsq_flops"):
+                elif term in COMPUTE_TERMS:
                     c[term] *= flops / gpu_flops
                 else:
                     c[term] *= hardware.memory_bandwidth_gbs * 1e9 / gpu_bandwidth
@@ -361,7 +415,7 @@ def prior_coefficients(hardware: Hardware, backend: str = "numpy") -> dict[str, 
 class KernelCosts:
     """The coefficients of every kernel on one machine and backend, and where they came from."""
 
-    coefficients: dict[str, dict[str, float]]
+    coefficients: dict[str, dict[str, float]]  # by kernel, by term (Kernel and Term members, or their names read back)
     source: str  # "roofline priors ..." or "calibrated on this machine ..."
     calibrated: bool = False
     errors: dict[str, float] = field(default_factory=dict)  # per-kernel geomean relative error of the fit
@@ -373,10 +427,10 @@ class KernelCosts:
             return 0.0
         return kernel_spread(self.errors.get(kernel) if self.calibrated else None)
 
-    def seconds(self, kernel: Kernel, terms: dict[str, float], count: float = 1.0) -> float:
+    def seconds(self, kernel: Kernel, terms: WorkTerms, count: float = 1.0) -> float:
         """Predicted seconds of ``count`` runs of ``kernel`` with these work terms."""
         c = self.coefficients[kernel]
-        one = c.get("fixed", 0.0) + sum(c.get(t, 0.0) * v for t, v in terms.items())
+        one = c.get(Term.FIXED, 0.0) + sum(c.get(t, 0.0) * v for t, v in terms.items())
         return count * one
 
     @classmethod
