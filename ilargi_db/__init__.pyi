@@ -36,6 +36,7 @@ from ilargi_db.models import (
     RandomForestClassifier as RandomForestClassifier,
     RandomForestRegressor as RandomForestRegressor,
 )
+from ilargi_db.models.options_reference import options as options
 from ilargi_db.model_selection import cross_validate as cross_validate
 from ilargi_db.normalization import normalize as normalize
 from ilargi_db.pipeline import (

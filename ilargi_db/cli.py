@@ -286,6 +286,27 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_options(args: argparse.Namespace) -> int:
+    from ilargi_db.models.options_reference import (
+        SETTINGS_SECTION,
+        algorithm_options,
+        options_markdown,
+        settings_options,
+    )
+
+    if args.reference:
+        print(options_markdown(), end="")
+        return 0
+    sections = [(args.algorithm, algorithm_options(args.algorithm))] if args.algorithm else []
+    sections.append((SETTINGS_SECTION, settings_options()))
+    rows = [(section, o.name, o.accepts, o.default, o.meaning) for section, options in sections for o in options]
+    columns = ["of", "option", "accepts", "default", "meaning"]
+    print(render(Result(columns, ["VARCHAR"] * 5, rows, wrap=60, show_types=False), args.mode, box_width(sys.stdout)))
+    if not args.algorithm:
+        print(f"Each algorithm's own parameters: ilargi options ALGORITHM ({', '.join(ALGORITHM_NAMES)}).")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ilargi_db.calibration import calibrate
 
@@ -543,6 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every version, not only the current ones")
     _output_options(p)
     p.set_defaults(run=cmd_models)
+
+    about = "list the options a training takes: the train settings, and an algorithm's parameters"
+    p = commands.add_parser("options", help=about, description=about)
+    p.add_argument("algorithm", nargs="?", choices=list(ALGORITHM_NAMES), help="whose parameters to list besides")
+    p.add_argument("--reference", action="store_true", help="print docs/options.md: every algorithm's, as Markdown")
+    _output_options(p)
+    p.set_defaults(run=cmd_options)
 
     p = commands.add_parser("calibrate", help="measure this machine and refit the cost model")
     p.add_argument("--budget", type=float, default=None, help="stop after about this many seconds")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -38,6 +41,7 @@ def test_help_everywhere(capsys):
         "calibrate",
         "warmup",
         "cross-validate",
+        "options",
     )
     for argv in (["--help"], *[[c, "--help"] for c in commands]):
         with pytest.raises(SystemExit) as exit_:
@@ -309,3 +313,17 @@ def test_the_shells_banner_names_every_sql_function_a_connection_has():
     assert len(installed) >= 13
     named = set(re.findall(r"ilargi_\w+", banner().split("Installed: ", 1)[1].split(".\n")[0]))
     assert named == installed
+
+
+def test_options_lists_an_algorithms_parameters_and_the_train_settings(capsys):
+    assert cli.main(["options", "kmeans", "--mode", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["option"] for r in rows if r["of"] == "kmeans"} == set(ilargi_db.KMeans().get_params())
+    assert [r["option"] for r in rows if r["of"] == "train settings"][:2] == ["strategy", "backend"]
+    n_clusters = next(r for r in rows if r["option"] == "n_clusters")
+    assert (n_clusters["accepts"], n_clusters["default"]) == ("an int in the range [1, inf)", "8")
+
+
+def test_options_reference_is_docs_options_md(capsys):
+    assert cli.main(["options", "--reference"]) == 0
+    assert capsys.readouterr().out == (Path(__file__).parent.parent / "docs" / "options.md").read_text()

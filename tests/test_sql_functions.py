@@ -589,14 +589,14 @@ def test_train_settings_are_one_table_with_types_defaults_and_choices():
 @pytest.mark.parametrize(
     "option, value, expected",
     [
-        ("strategy", True, "a string"),
-        ("backend", 1, "a string"),
+        ("strategy", True, 'one of "auto", "factorized", "materialized"'),
+        ("backend", 1, 'one of "auto", "numpy", "cupy"'),
         ("standardize", "yes", "true or false"),
         ("impute", 0, "true or false"),
         ("reuse", "false", 'true, false or "memory"'),
         ("reuse", 1, 'true, false or "memory"'),
         ("memory_budget", [1], "a size"),
-        ("cluster", 8786, "a string"),
+        ("cluster", 8786, "a cluster's name"),
     ],
 )
 def test_each_train_option_is_checked_against_its_own_json_type(option, value, expected):

@@ -63,6 +63,12 @@ class GradientBoosting(TreeModel):
         them has not improved by ``tol`` for ``n_iter_no_change`` rounds (those rounds' trees are kept and
         counted in ``n_iter_``, as scikit-learn keeps them); the losses per round on the training
         and the held-out rows are kept (``train_score_``, ``validation_score_``, empty without early stopping).
+    validation_fraction : float
+        With ``early_stopping``, the share of the rows held out to score each round.
+    n_iter_no_change : int
+        With ``early_stopping``, the rounds without improvement after which boosting stops.
+    tol : float
+        With ``early_stopping``, the least decrease of the held-out loss that counts as an improvement.
     random_state : int, RandomState or None
         The seed of the validation rows' keys and of the quantized gradients' rounding (the only randomness): each
         row is keyed by its bins and target, so a seed holds out the same rows whatever order they come in.

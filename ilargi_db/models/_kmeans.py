@@ -53,13 +53,17 @@ class KMeans(FixedMetrics, SparseInputMixin, ClusterMixin, TransformerMixin, Est
     Parameters
     ----------
     n_clusters : int, default=8
+        The clusters (centers) to find.
     init : {"k-means++", "random"} or array of shape (n_clusters, n_features), default="k-means++"
+        How the centers start: k-means++ seeding, rows drawn at random, or these centers.
     n_init : int, default=1
         Runs from different seeds; the one with the lowest inertia is kept.
     max_iter : int, default=300
+        Lloyd iterations of a run at most.
     tol : float, default=1e-4
         Stop when the centers move less than ``tol`` times the mean feature variance.
     random_state : int, RandomState or None
+        The seed of the starting centers.
 
     Attributes
     ----------

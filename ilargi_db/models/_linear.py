@@ -385,7 +385,9 @@ class LogisticRegression(HostTargetScoreMixin, ClassifierMixin, _LinearModel):
     C : float, default=1.0
         Inverse regularization strength.
     penalty : {"l2", None}, default="l2"
+        The L2 penalty ``0.5 ||w||^2`` (the intercept not penalized), or none.
     fit_intercept : bool, default=True
+        Fit an intercept; no column of ones is ever built.
     solver : {"lbfgs", "newton", "duhl"}, default="lbfgs"
         ``"lbfgs"``: scipy's L-BFGS over factorized gradients ``X.T @ r``.
         ``"newton"``: Newton steps with the factorized Hessian ``X^T D X``. ``"duhl"``: dual coordinate

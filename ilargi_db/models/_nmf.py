@@ -33,11 +33,15 @@ class GaussianNMF(FixedMetrics, SparseInputMixin, TransformerMixin, Estimator):
     Parameters
     ----------
     n_components : int, default=2
+        The rank of W H (columns of W, rows of H).
     init : {"random"} or tuple (W, H), default="random"
+        Random non-negative factors scaled to the data's mean (scikit-learn's), or these.
     max_iter : int, default=200
+        Multiplicative updates at most.
     tol : float, default=1e-4
         Stop when the relative decrease of the loss falls below it.
     random_state : int, RandomState or None
+        The seed of the random factors.
 
     Attributes
     ----------

@@ -313,7 +313,7 @@ class TrainSetting:
         if self.json_types == (bool, str):
             return "true, false or " + " or ".join(json.dumps(c) for c in self.choices)
         if self.json_types == (str,):
-            return "a string"
+            return "one of " + ", ".join(json.dumps(c) for c in self.choices) if self.choices else "a string"
         return 'a size: a number of bytes or a string such as "2GB"'
 
 
@@ -355,7 +355,14 @@ TRAIN_SETTINGS: tuple[TrainSetting, ...] = (
         "bytes the training data may take in memory; above it the fact is streamed (None: half the memory free)",
     ),
     # A Dask client or scheduler address in Python; in JSON a name the Python host registered.
-    TrainSetting("cluster", (str,), (str, object), None, "train on a Dask cluster"),
+    TrainSetting(
+        "cluster",
+        (str,),
+        (str, object),
+        None,
+        "train on a Dask cluster",
+        expected="a cluster's name, as the Python host registered it (a Dask client or address in Python)",
+    ),
     TrainSetting("group_by", (str,), (str,), None, "train one model per value of this SELECT column, from one read"),
     TrainSetting(
         "validation",
