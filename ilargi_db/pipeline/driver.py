@@ -124,17 +124,7 @@ def train(
     (True, 2.0)
     """
     check_target(algorithm, target)
-    options = TrainOptions(
-        strategy=strategy,
-        backend=backend,
-        standardize=standardize,
-        impute=impute,
-        reuse=reuse,
-        memory_budget=memory_budget,
-        cluster=cluster,
-        group_by=group_by,
-        validation=validation,
-    )
+    options = TrainOptions.of(locals())
     (model,) = run_training(con, query, target, [ModelSpec(algorithm, params)], options)
     _warn_of_convergence([model])
     return model
@@ -192,17 +182,7 @@ def train_batch(
     >>> round(float(lin.coef_[0]), 6), km.cluster_centers_.shape
     (2.0, (2, 2))
     """
-    options = TrainOptions(
-        strategy=strategy,
-        backend=backend,
-        standardize=standardize,
-        impute=impute,
-        reuse=reuse,
-        memory_budget=memory_budget,
-        cluster=cluster,
-        group_by=group_by,
-        validation=validation,
-    )
+    options = TrainOptions.of(locals())
     trained = run_training(con, query, target, model_specs(models), options)
     _warn_of_convergence(trained)
     return trained

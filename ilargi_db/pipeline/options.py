@@ -9,7 +9,7 @@ parameters and values with the estimator's own words.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -61,6 +61,11 @@ class TrainOptions:
     cluster: Any = None  # a dask.distributed.Client or a scheduler address (SQL: a registered cluster's name)
     group_by: str | None = None  # a SELECT column: one model per value (see pipeline/groups.py)
     validation: float | str | None = None  # a share of the rows held out, or a query to score (pipeline/validation.py)
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> TrainOptions:
+        """The settings among a call's ``arguments`` (``train``'s ``locals()``), by the settings' table."""
+        return cls(**{setting.name: arguments[setting.name] for setting in TRAIN_SETTINGS})
 
     @property
     def validation_share(self) -> float | None:
