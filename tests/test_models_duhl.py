@@ -9,7 +9,16 @@ import pytest
 
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import Block, PartitionedMatrix
-from ilargi_db.models.duhl import RowPartitions, duhl_fit, duhl_ridge
+from ilargi_db.models.duhl import (
+    LOSSES,
+    DenseRows,
+    RowPartitions,
+    SparseRows,
+    duality_gaps,
+    duality_gaps_reference,
+    duhl_fit,
+    duhl_ridge,
+)
 
 
 def skewed(n: int = 12_000, d: int = 12, parts: int = 24, seed: int = 0):
@@ -156,3 +165,76 @@ def test_a_plain_matrix_of_several_chunks_held_whole_reads_every_chunk():
     fit = duhl_ridge(rows, y, 0.1, working_set=3, tol=1e-8)
     exact = np.linalg.solve(rows.T @ rows + 0.1 * n * np.eye(d), rows.T @ y)
     np.testing.assert_allclose(fit.coef_, exact, rtol=1e-3)
+
+
+def _labels_and_duals(loss: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Targets and feasible dual variables: any for the squared loss, alpha y in [0, 1] for the others."""
+    if loss == "squared":
+        return rng.normal(size=n), rng.normal(size=n)
+    y = rng.choice([-1.0, 1.0], size=n)
+    beta = rng.uniform(size=n)
+    beta[: n // 4], beta[n // 4 : n // 2] = 0.0, 1.0  # the bounds, where the hinge's gaps may be exactly 0
+    return y, beta * y
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_the_fused_gaps_equal_their_numpy_reference(loss):
+    rng = np.random.default_rng(3)
+    y, alpha = _labels_and_duals(loss, 400, rng)
+    z = rng.normal(scale=3.0, size=400)
+    z[:50] = y[:50] * 2.0  # past the margin
+    fused = duality_gaps(z, y, alpha, LOSSES.index(loss))
+    np.testing.assert_allclose(fused, duality_gaps_reference(z, y, alpha, loss), rtol=1e-12, atol=1e-12)
+    if loss == "hinge":  # shrinking skips the rows whose gap is exactly 0: both say the same rows
+        np.testing.assert_array_equal(fused == 0, duality_gaps_reference(z, y, alpha, loss) == 0)
+
+
+def _one_hot_rows(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw rows: two one-hot encodings (12 and 3 values) and two numbers far from 0, their means and scales."""
+    import scipy.sparse
+
+    team, pos = rng.integers(0, 12, size=n), rng.integers(0, 3, size=n)
+    raw = np.zeros((n, 17))
+    raw[np.arange(n), team] = 1.0
+    raw[np.arange(n), 12 + pos] = 1.0
+    raw[:, 15] = rng.normal(3e6, 1e6, size=n)
+    raw[:, 16] = rng.normal(size=n)
+    return scipy.sparse.csr_matrix(raw), raw.mean(axis=0), raw.std(axis=0)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_an_epoch_over_stored_entries_equals_one_over_the_dense_rows(loss):
+    """Standardized, centered one-hot columns are dense: the sparse epoch keeps them as entries and an offset,
+    and takes the same steps as the dense epoch over the rows the model sees."""
+    import scipy.sparse
+
+    rng = np.random.default_rng(5)
+    raw, mean, scale = _one_hot_rows(300, rng)
+    center, intercept = rng.normal(scale=0.1, size=17), 1.0
+    offset = np.append(mean / scale + center, -intercept)
+    entries = scipy.sparse.csr_matrix(raw @ scipy.sparse.diags(1.0 / scale), shape=(300, 18))
+    dense = DenseRows(np.hstack([(raw.toarray() - mean) / scale - center, np.full((300, 1), intercept)]))
+    sparse = SparseRows(entries, offset)
+    y, alpha = _labels_and_duals(loss, 300, rng)
+    alpha *= 0.5 if loss == "squared" else 1.0
+    w = rng.normal(scale=0.01, size=18)
+    np.testing.assert_allclose(sparse.margins(w), dense.margins(w), rtol=1e-9, atol=1e-9)
+    order = rng.permutation(300)
+    runs = [(alpha.copy(), w.copy()) for _ in range(2)]
+    for rows, (a, v) in zip((dense, sparse), runs):
+        for _ in range(3):
+            rows.epoch(y, a, v, 1.0 / (0.01 * 300), LOSSES.index(loss), order)
+    (dense_alpha, dense_w), (sparse_alpha, sparse_w) = runs
+    np.testing.assert_allclose(sparse_alpha, dense_alpha, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(sparse_w, dense_w, rtol=1e-8, atol=1e-9)
+
+
+def test_one_hot_rows_are_read_as_entries_and_dense_numbers_as_dense_rows():
+    import scipy.sparse
+
+    rng = np.random.default_rng(0)
+    raw, mean, scale = _one_hot_rows(200, rng)
+    one_hot = scipy.sparse.csr_matrix(raw[:, :15])
+    numbers = rng.normal(size=(200, 4))
+    assert isinstance(RowPartitions(one_hot, center=np.full(15, 0.1)).block(0), SparseRows)
+    assert isinstance(RowPartitions(numbers).block(0), DenseRows)

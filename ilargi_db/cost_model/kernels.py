@@ -112,6 +112,11 @@ class MatrixShape:
     def columns(self) -> int:
         return self.dense + sum(p.width for p in self.parts)
 
+    @property
+    def entries_per_row(self) -> float:
+        """The entries a row stores: the dense columns, and each gathered block's per block row."""
+        return self.dense + sum(p.density for p in self.parts)
+
     def describe(self) -> str:
         """E.g. ``336,776 rows: 3 dense columns, 2 gathered blocks (1,200 x 14)``."""
         text = f"{self.n:,} rows"

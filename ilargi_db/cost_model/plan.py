@@ -39,6 +39,8 @@ from ilargi_db.models.catalog import (
     SolverName,
     Strategy,
     algorithm_facts,
+    duhl_reads_entries,
+    duhl_row_bytes,
     duhl_working_set,
     solver_applies,
 )
@@ -146,7 +148,7 @@ class PhysicalPlan:
     limit: str = ""  # what it exceeds when it does not fit
     placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
     k: int = 1  # the iterate's columns (clusters, components)
-    dense_bytes: int = 0  # the rows made dense, which DuHL holds (its working set: all of them in memory)
+    dense_bytes: int = 0  # the rows DuHL holds (its working set: all of them in memory), dense or as their entries
     streamed_iterations: IterationEstimate | None = None  # where they differ streamed (DuHL's), learned apart
 
     @property
@@ -333,22 +335,24 @@ def iteration_steps(
             _matrix_step(costs, "X.T @ v", Kernel.RMM, shape, evaluations),
         ]
     elif solver == SolverName.DUHL:  # per iteration: an epoch's worth of coordinate steps, then every row's gap
-        dense = MatrixShape(shape.n, d)  # the rows as DuHL holds them, with the intercept's column
+        # The rows as DuHL holds them (with the intercept's column): their stored entries where those are few.
+        entries = shape.entries_per_row
+        width = entries + 1.0 if duhl_reads_entries(entries, d) else float(d)
+        held = f"{shape.n:,} rows x {width:,.0f} {'stored entries' if width < d else 'dense columns'}"
         steps += [
             Step(
                 "coordinate steps (an epoch on the working set)",
                 Kernel.SDCA,
-                f"{shape.n:,} rows x {d:,} dense columns",
+                held,
                 iterations,
-                costs.seconds(Kernel.SDCA, sdca_terms(shape.n, d, epochs=1.0), iterations),
+                costs.seconds(Kernel.SDCA, sdca_terms(shape.n, width, epochs=1.0), iterations),
                 True,
             ),
-            _matrix_step(costs, "duality gaps (X @ w, dense)", Kernel.LMM, dense, iterations),
+            _matrix_step(costs, "duality gaps (X @ w)", Kernel.LMM, MatrixShape(shape.n, round(width)), iterations),
         ]
-        copy = costs.seconds(Kernel.SDCA, sdca_terms(shape.n, d, copies=1.0))  # once, whatever the iterations
-        return [replace(s, iterative=True) for s in steps] + [
-            Step("making the rows dense", Kernel.SDCA, f"{shape.n:,} x {d:,}", 1, copy, True)
-        ]
+        copy = costs.seconds(Kernel.SDCA, sdca_terms(shape.n, width, copies=1.0))  # once, whatever the iterations
+        holding = Step("holding the rows", Kernel.SDCA, held, 1, copy, True)
+        return [replace(s, iterative=True) for s in steps] + [holding]
     elif solver == SolverName.NEWTON:
         steps += [
             _matrix_step(costs, "X.T @ diag(w) @ X", Kernel.CROSSPROD, shape, iterations),
@@ -429,7 +433,8 @@ def candidate_plans(
     max_gram = int(params.get("max_gram_bytes", MAX_GRAM_BYTES))
     plans = []
     for strategy in strategies:
-        shape_columns = matrix_shape(stats, strategy).columns + 1
+        shape = matrix_shape(stats, strategy)
+        shape_columns = shape.columns + 1
         for solver in solvers:
             estimate = expected_iterations(algorithm, solver, params, history, scaled)
             apart = facts.solver(solver).iterations_by_placement if solver in facts.solver_names else False
@@ -444,7 +449,8 @@ def candidate_plans(
                 replace(s, seconds=s.seconds * (load if s.parallel else 1.0), spread=costs.spread(s.kernel))
                 for s in steps
             ]
-            dense = 8 * stats.n_rows * shape_columns if solver == SolverName.DUHL else 0
+            held = duhl_row_bytes(shape.entries_per_row, shape_columns) if solver == SolverName.DUHL else 0.0
+            dense = int(stats.n_rows * held)
             needed = (array_bytes or {}).get(strategy, 0) + dense
             limit = ""
             if memory_limit is not None and needed > memory_limit:

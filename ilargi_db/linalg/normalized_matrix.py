@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse
 
 from ilargi_db.backend import Backend, get_backend
 from ilargi_db.errors import IlargiError
@@ -362,6 +363,29 @@ class NormalizedMatrix:
             taken = part.data[indices if part.index is None else part.index[indices]]
             out[:, part.device_columns] += taken.toarray() if self.backend.is_sparse(taken) else taken
         return out
+
+    def entries_per_row(self) -> float:
+        """The entries a row of T stores on average: a dense part's width, a sparse block's entries per block row
+        (what :meth:`row_entries` gives a row, known from the parts alone)."""
+        return float(sum(p.data.nnz / max(p.n_block_rows, 1) if p.sparse else p.data.shape[1] for p in self._parts))
+
+    def row_entries(self, indices: Any = None) -> Any:
+        """Selected rows of T (every row: None) as a SciPy CSR matrix on the host, each row's stored entries only:
+        what a row-by-row solver reads (DuHL's coordinate steps), without the dense rows of a one-hot encoding."""
+        if self._transposed:
+            raise ValueError("row_entries() is defined for the untransposed matrix.")
+        n = self._n_rows if indices is None else len(indices)
+        if indices is not None:
+            indices = self.backend.xp.asarray(indices)
+        rows, columns, values = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float64)]
+        for part in self._parts:
+            picked = part.index if indices is None else indices if part.index is None else part.index[indices]
+            taken = scipy.sparse.coo_matrix(self.backend.to_host(part.data if picked is None else part.data[picked]))
+            rows.append(taken.row.astype(np.int64))
+            columns.append(part.columns[taken.col])
+            values.append(taken.data.astype(np.float64))
+        coo = (np.concatenate(values), (np.concatenate(rows), np.concatenate(columns)))
+        return scipy.sparse.csr_matrix(coo, shape=(n, self._n_cols))  # shared columns' entries summed, as rows() adds
 
     def group_sums(self, labels: Any, n_groups: int) -> Any:
         """T^T L for the one-hot matrix L of ``labels`` (d x n_groups): per-group column sums.

@@ -278,6 +278,10 @@ class PartitionedMatrix(ProductOperators):
             totals.append(total)
         return tuple(totals)
 
+    def entries_per_row(self) -> float:
+        """As :meth:`NormalizedMatrix.entries_per_row`, from the partitions' shared layout (no partition read)."""
+        return self._template.entries_per_row()
+
     def rows(self, indices: Any) -> Any:
         """Selected rows as a dense array, each from the partition that holds it."""
         xp = self.backend.xp

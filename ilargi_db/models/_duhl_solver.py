@@ -20,7 +20,13 @@ from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError, spell
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix
 from ilargi_db.models._base import record_not_converged
-from ilargi_db.models.catalog import DUHL_HELD_PARTITIONS, algorithm_facts, duhl_working_set, l2_penalty
+from ilargi_db.models.catalog import (
+    DUHL_HELD_PARTITIONS,
+    algorithm_facts,
+    duhl_row_bytes,
+    duhl_working_set,
+    l2_penalty,
+)
 from ilargi_db.models.duhl import DuHLFit, RowPartitions, duhl_fit, start_gap
 
 
@@ -44,25 +50,26 @@ def working_set(M: Any, intercept_column: bool) -> int:
     if not isinstance(base, PartitionedMatrix) or not base.streamed:
         return RowPartitions(M).n_partitions
     n, d = base.shape
-    dense = 8.0 * (d + intercept_column) * n / base.n_partitions
-    return duhl_working_set(base.n_partitions, DUHL_HELD_PARTITIONS * base.nbytes, dense)
+    held = duhl_row_bytes(base.entries_per_row(), d + intercept_column) * n / base.n_partitions
+    return duhl_working_set(base.n_partitions, DUHL_HELD_PARTITIONS * base.nbytes, held)
 
 
-DENSE_SHARE_OF_MEMORY = 0.5  # DuHL's dense rows may take at most this share of the machine's memory
+HELD_SHARE_OF_MEMORY = 0.5  # DuHL's held rows may take at most this share of the machine's memory
 
 
-def check_dense_rows(M: Any, held: int, partitions: int, intercept_column: bool) -> None:
-    """Refuse, before anything is built, a working set whose rows, dense, would not fit in memory (a wide
-    one-hot matrix held whole: n x d doubles where the rest of the library keeps it factorized)."""
+def check_held_rows(M: Any, held: int, partitions: int, intercept_column: bool) -> None:
+    """Refuse, before anything is built, a working set whose rows would not fit in memory (rows dense where
+    their entries are many: n x d doubles where the rest of the library keeps them factorized)."""
     n, d = M.shape
-    dense = 8.0 * n * (d + intercept_column) * held / max(partitions, 1)
+    source = RowPartitions(M, intercept_scaling=float(intercept_column))
+    rows_bytes = duhl_row_bytes(source.entries_per_row, d + intercept_column) * n * held / max(partitions, 1)
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
         return
-    if dense > DENSE_SHARE_OF_MEMORY * memory:
+    if rows_bytes > HELD_SHARE_OF_MEMORY * memory:
         raise IlargiError(
-            f"{spell('solver', 'duhl')} holds its working set as dense rows: {dense / 2**30:,.1f} GiB here "
+            f"{spell('solver', 'duhl')} holds its working set in memory: {rows_bytes / 2**30:,.1f} GiB here "
             f"({n:,} rows x {d + intercept_column:,} columns), over half this machine's memory. Give a "
             "memory_budget (it then holds what fits and streams the rest), or choose another solver."
         )
@@ -86,7 +93,7 @@ def fit_duhl(
         )
     held = working_set(M, intercept_scaling > 0)
     partitions = RowPartitions(M).n_partitions
-    check_dense_rows(M, held, partitions, intercept_scaling > 0)
+    check_held_rows(M, held, partitions, intercept_scaling > 0)
     # An iteration: an epoch's worth of coordinate steps on the working set, then the certificate's pass.
     rounds = estimator.max_iter * max(partitions // held, 1)
     centered = y - y.mean() if center and n else y

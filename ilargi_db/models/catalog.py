@@ -174,6 +174,22 @@ def duhl(max_iter: int, tol: float, typical: float) -> Solver:
 DUHL_HELD_PARTITIONS = 2  # a streamed job's budget holds two partitions (one computing, one read): DuHL's room
 
 
+# DuHL steps through a row's stored entries where they fill at most this share of its columns (a one-hot
+# encoding's, even standardized: models/duhl.SparseRows); denser rows it holds dense.
+DUHL_SPARSE_DENSITY = 0.5
+
+
+def duhl_reads_entries(entries_per_row: float, columns: int) -> bool:
+    """Whether DuHL holds rows of ``entries_per_row`` stored entries out of ``columns`` as their entries."""
+    return entries_per_row <= DUHL_SPARSE_DENSITY * max(columns, 1)
+
+
+def duhl_row_bytes(entries_per_row: float, columns: int) -> float:
+    """The bytes DuHL holds a row in: each stored entry's value and column, and a row's three numbers (where
+    the row is held as its entries), or ``columns`` doubles."""
+    return 12.0 * entries_per_row + 32.0 if duhl_reads_entries(entries_per_row, columns) else 8.0 * columns
+
+
 def duhl_working_set(partitions: int, room_bytes: float, dense_partition_bytes: float) -> int:
     """How many row partitions DuHL holds (dense) in ``room_bytes``: at least one, at most all."""
     fitting = int(room_bytes // max(dense_partition_bytes, 1.0))

@@ -44,11 +44,13 @@ from typing import Any
 
 import numba
 import numpy as np
+import scipy.sparse
 import scipy.special
 
 from ilargi_db.backend import to_host
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix, as_matrix
+from ilargi_db.models.catalog import duhl_reads_entries, duhl_row_bytes
 
 LOSSES = ("squared", "logistic", "hinge")
 _CODE = {name: code for code, name in enumerate(LOSSES)}
@@ -77,6 +79,20 @@ def _logistic_step(beta0: float, margin: float, q: float) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
+def _dual_step(margin: float, norm: float, y: float, alpha: float, scale: float, loss: int) -> float:
+    """The change of one row's dual variable that maximizes the dual along it: ``margin`` = x . w, ``norm`` =
+    ||x||^2 (the row as the model sees it: standardized, centered, with the constant column)."""
+    if loss == 0:  # squared
+        return (y - margin - alpha) / (1.0 + norm * scale)
+    if loss == 1:  # logistic, in beta = alpha y
+        return _logistic_step(alpha * y, margin * y, norm * scale) * y - alpha
+    beta = alpha * y  # hinge: beta = alpha y in [0, 1]
+    if norm > 0:
+        beta = min(max(beta + (1.0 - y * margin) / (norm * scale), 0.0), 1.0)
+    return beta * y - alpha
+
+
+@numba.njit(cache=True, nogil=True)
 def _sdca_epoch(
     rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: np.ndarray
 ) -> None:
@@ -92,24 +108,82 @@ def _sdca_epoch(
         for j in range(x.shape[0]):
             margin += x[j] * w[j]
             norm += x[j] * x[j]
-        if loss == 0:  # squared
-            delta = (y[i] - margin - alpha[i]) / (1.0 + norm * scale)
-        elif loss == 1:  # logistic, in beta = alpha y
-            beta = _logistic_step(alpha[i] * y[i], margin * y[i], norm * scale)
-            delta = beta * y[i] - alpha[i]
-        else:  # hinge: beta = alpha y in [0, 1]
-            beta = alpha[i] * y[i]
-            if norm > 0:
-                beta = min(max(beta + (1.0 - y[i] * margin) / (norm * scale), 0.0), 1.0)
-            delta = beta * y[i] - alpha[i]
+        delta = _dual_step(margin, norm, y[i], alpha[i], scale, loss)
         alpha[i] += delta
         for j in range(x.shape[0]):
             w[j] += delta * scale * x[j]
 
 
-def _gaps(rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, loss: str) -> np.ndarray:
-    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z, from one product with the current w."""
-    z = rows @ w
+@numba.njit(cache=True, nogil=True)
+def _sparse_sdca_epoch(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    offset_products: np.ndarray,
+    norms: np.ndarray,
+    offset: np.ndarray,
+    y: np.ndarray,
+    alpha: np.ndarray,
+    w: np.ndarray,
+    scale: float,
+    loss: int,
+    order: np.ndarray,
+) -> None:
+    """:func:`_sdca_epoch` on rows x_i - o kept as their stored entries x_i (CSR) and the shared offset o, each step
+    O(the row's entries): w = u - a o, so x . w = x_i . u - a (x_i . o) - o . u + a ||o||^2, and a step's
+    w += d (x_i - o) is u += d x_i, a += d, with o . u kept up to date by d (x_i . o). ``offset_products``: each
+    row's x_i . o; ``norms``: ||x_i - o||^2. w = u - a o again at the end (a starts at 0 each epoch, so what
+    cancels between u and a o is one epoch's steps)."""
+    u = w.copy()
+    a = 0.0
+    q = 0.0  # o . u
+    oo = 0.0  # o . o
+    for j in range(offset.shape[0]):
+        q += offset[j] * u[j]
+        oo += offset[j] * offset[j]
+    for t in range(order.shape[0]):
+        i = order[t]
+        dot = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            dot += data[k] * u[indices[k]]
+        margin = dot - a * offset_products[i] - q + a * oo
+        delta = _dual_step(margin, norms[i], y[i], alpha[i], scale, loss)
+        alpha[i] += delta
+        step = delta * scale
+        for k in range(indptr[i], indptr[i + 1]):
+            u[indices[k]] += step * data[k]
+        a += step
+        q += step * offset_products[i]
+    for j in range(w.shape[0]):
+        w[j] = u[j] - a * offset[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def duality_gaps(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: int) -> np.ndarray:
+    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z from its margin z = x . w, in one pass
+    (:func:`duality_gaps_reference` is its NumPy reference; ``loss`` a code, ``LOSSES.index(name)``)."""
+    out = np.empty(z.shape[0])
+    for i in range(z.shape[0]):
+        if loss == 0:  # squared
+            out[i] = 0.5 * (z[i] - y[i]) ** 2 + 0.5 * alpha[i] ** 2 - alpha[i] * y[i] + alpha[i] * z[i]
+            continue
+        beta = alpha[i] * y[i]
+        if loss == 1:  # logistic: log(1 + exp(-y z)) + beta log beta + (1 - beta) log(1 - beta)
+            t = -y[i] * z[i]
+            entropy = 0.0
+            if beta > 0:
+                entropy += beta * np.log(beta)
+            if beta < 1:
+                entropy += (1.0 - beta) * np.log(1.0 - beta)
+            out[i] = max(t, 0.0) + np.log1p(np.exp(-abs(t))) + entropy + alpha[i] * z[i]
+        else:  # hinge
+            out[i] = max(0.0, 1.0 - y[i] * z[i]) - beta + alpha[i] * z[i]
+    return out
+
+
+def duality_gaps_reference(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: str) -> np.ndarray:
+    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z, from its margin z = x . w at the current w: the
+    NumPy reference of :func:`duality_gaps`."""
     if loss == "squared":
         return 0.5 * (z - y) ** 2 + 0.5 * alpha**2 - alpha * y + alpha * z
     beta = alpha * y
@@ -124,7 +198,64 @@ def _nonfinite(values: np.ndarray) -> str:
     return f"{int(bad.sum())} NaN or infinite value(s) (the first: {values[bad].flat[0]})"
 
 
-CHUNK_BYTES = 8 << 20  # a matrix not in row partitions is cut into dense chunks of about this size
+CHUNK_BYTES = 8 << 20  # a matrix not in row partitions is cut into chunks of about this size, as DuHL holds them
+
+
+@dataclass
+class DenseRows:
+    """A partition's rows as the model sees them (standardized, centered, with the constant column), dense."""
+
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return self.rows.shape[0]
+
+    def problem(self) -> str | None:
+        """What makes the rows unfit to train on (NaN or infinite values), or None."""
+        return None if np.isfinite(self.rows).all() else _nonfinite(self.rows)
+
+    def margins(self, w: np.ndarray) -> np.ndarray:
+        """x_i . w for every row."""
+        return self.rows @ w
+
+    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: Any) -> None:
+        _sdca_epoch(self.rows, y, alpha, w, scale, loss, order)
+
+
+@dataclass
+class SparseRows:
+    """A partition's rows as the model sees them, x_i - o: their stored entries x_i (a CSR matrix, each column's
+    standardizing scale applied) and the offset o all rows share (the columns' means over their scales, the
+    centering, minus the constant column's value). A step reads a row's entries only (:func:`_sparse_sdca_epoch`),
+    though standardizing or centering a one-hot column makes every row's value in it nonzero."""
+
+    entries: Any  # scipy.sparse.csr_matrix (rows x columns)
+    offset: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.entries.sort_indices()
+        self.offset_products = np.asarray(self.entries @ self.offset, dtype=np.float64)  # x_i . o
+        squares = np.asarray(self.entries.multiply(self.entries).sum(axis=1), dtype=np.float64).ravel()
+        # ||x_i - o||^2, which cancellation may leave a rounding below 0 where the row equals o
+        self.norms = np.maximum(squares - 2.0 * self.offset_products + float(self.offset @ self.offset), 0.0)
+
+    def __len__(self) -> int:
+        return self.entries.shape[0]
+
+    def problem(self) -> str | None:
+        for values in (self.entries.data, self.offset):
+            if not np.isfinite(values).all():
+                return _nonfinite(values)
+        return None
+
+    def margins(self, w: np.ndarray) -> np.ndarray:
+        return self.entries @ w - float(self.offset @ w)
+
+    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: Any) -> None:
+        e = self.entries
+        _sparse_sdca_epoch(
+            e.indptr, e.indices, e.data, self.offset_products, self.norms, self.offset, y, alpha, w, scale, loss, order
+        )
 
 
 class RowPartitions:
@@ -145,24 +276,35 @@ class RowPartitions:
         if isinstance(X, ScaledMatrix):
             base, mean, scale = X.base, to_host(X.mean), to_host(X.scale)
         n, d = X.shape
+        # Each partition two ways: its stored entries (host CSR), or its rows dense.
+        self.shape = (n, d + (intercept_scaling > 0))
+        # Rows whose stored entries are few step through them; the layout says so before any partition is read.
+        M = base if isinstance(base, PartitionedMatrix) else as_matrix(base)
+        self.entries_per_row = M.entries_per_row()
+        self._sparse = duhl_reads_entries(self.entries_per_row, self.shape[1])
         if isinstance(base, PartitionedMatrix):
             self.bounds = np.asarray(base.row_offsets, dtype=np.int64)
+            self._entries = lambda p: base.partitions[p].row_entries()
             self._dense = lambda p: base.partitions[p].materialize()
         else:
-            M = as_matrix(base)
-            step = max(1, CHUNK_BYTES // (8 * max(d, 1)))
+            step = max(1, int(CHUNK_BYTES // duhl_row_bytes(self.entries_per_row, max(d, 1))))
             chunks = np.append(np.arange(0, n, step), n).astype(np.int64) if n else np.zeros(1, np.int64)
             self.bounds = chunks  # the chunks' own bounds stay with them: ``whole`` replaces self.bounds below
             # The positions made where the rows are: no index of a chunk's length copied to a device.
+            self._entries = lambda p: M.row_entries(M.backend.xp.arange(chunks[p], chunks[p + 1]))
             self._dense = lambda p: M.rows(M.backend.xp.arange(chunks[p], chunks[p + 1]))
         if whole and len(self.bounds) > 2:
-            pieces, parts = self._dense, range(len(self.bounds) - 1)
+            entries, dense, parts = self._entries, self._dense, range(len(self.bounds) - 1)
             self.bounds = np.array([0, n], dtype=np.int64)
-            self._dense = lambda p: np.concatenate([np.asarray(to_host(pieces(q))) for q in parts])
-        self.shape = (n, d + (intercept_scaling > 0))
+            self._entries = lambda p: scipy.sparse.vstack([entries(q) for q in parts], format="csr")
+            self._dense = lambda p: np.concatenate([np.asarray(to_host(dense(q))) for q in parts])
         self._mean, self._scale = mean, scale
         self._center = None if center is None else np.asarray(to_host(center), dtype=np.float64)
         self._intercept_scaling = float(intercept_scaling)
+        # Sparse rows are x / scale - offset, the constant column's value -offset alone (it has no entries).
+        offset = np.zeros(d) if mean is None else np.asarray(mean, dtype=np.float64) / scale
+        offset = offset if center is None else offset + self._center
+        self._offset = np.append(offset, -self._intercept_scaling) if intercept_scaling > 0 else offset
 
     @property
     def n_partitions(self) -> int:
@@ -171,16 +313,28 @@ class RowPartitions:
     def rows(self, p: int) -> slice:
         return slice(int(self.bounds[p]), int(self.bounds[p + 1]))
 
-    def dense(self, p: int) -> np.ndarray:
-        """Partition ``p``'s rows, dense on the host, standardized, centered and with the constant column."""
-        rows = np.asarray(to_host(self._dense(p)), dtype=np.float64)
+    def block(self, p: int) -> DenseRows | SparseRows:
+        """Partition ``p``'s rows on the host, as the model sees them: their entries and the shared offset where
+        they are sparse (a one-hot encoding's), dense otherwise."""
+        return self._sparse_rows(self._entries(p)) if self._sparse else self._dense_rows(self._dense(p))
+
+    def _sparse_rows(self, entries: Any) -> SparseRows:
+        entries = scipy.sparse.csr_matrix(entries, dtype=np.float64)
+        if self._scale is not None:
+            entries = entries @ scipy.sparse.diags(1.0 / self._scale)
+        if self.shape[1] > entries.shape[1]:  # the constant column: no entry of its own, -offset gives its value
+            entries = scipy.sparse.csr_matrix(entries, shape=(entries.shape[0], self.shape[1]))
+        return SparseRows(entries, self._offset)
+
+    def _dense_rows(self, rows: Any) -> DenseRows:
+        rows = np.asarray(to_host(rows), dtype=np.float64)
         if self._mean is not None:
             rows = (rows - self._mean) / self._scale
         if self._center is not None:
             rows = rows - self._center
         if self._intercept_scaling > 0:
             rows = np.hstack([rows, np.full((rows.shape[0], 1), self._intercept_scaling)])
-        return np.ascontiguousarray(rows)
+        return DenseRows(np.ascontiguousarray(rows))
 
 
 @dataclass
@@ -273,7 +427,7 @@ def duhl_fit(
     w = np.zeros(d)
     alpha = np.zeros(n)
     gaps = np.full(k, np.inf)  # the sum of each partition's gaps (unknown before it is seen)
-    held: dict[int, np.ndarray] = {}  # partition -> its rows, dense (the fast memory)
+    held: dict[int, DenseRows | SparseRows] = {}  # partition -> its rows (the fast memory)
     # A held partition's row gaps, with the count of epochs (moves of w and alpha) they were taken after: the
     # refresh after an epoch, the certificate and the next epoch's shrinking read them again while nothing moved.
     known: dict[int, tuple[int, np.ndarray]] = {}
@@ -282,15 +436,15 @@ def duhl_fit(
     history: list[tuple[int, float, float]] = []
     turn = 0
 
-    def read(p: int) -> np.ndarray:
+    def read(p: int) -> DenseRows | SparseRows:
         nonlocal loads
         loads += 1
-        rows = source.dense(p)
-        if not np.isfinite(rows).all():  # NaN would spread through w and every coefficient silently
-            raise IlargiError(f"partition {p} of X holds {_nonfinite(rows)}: DuHL trains on finite numbers.")
+        rows = source.block(p)
+        if (problem := rows.problem()) is not None:  # NaN would spread through w and every coefficient silently
+            raise IlargiError(f"partition {p} of X holds {problem}: DuHL trains on finite numbers.")
         return rows
 
-    def rows_of(p: int) -> np.ndarray:
+    def rows_of(p: int) -> DenseRows | SparseRows:
         if p not in held:
             held[p] = read(p)
         return held[p]
@@ -306,17 +460,17 @@ def duhl_fit(
         history.append((loads, time.perf_counter() - began, gap))
         return gap
 
-    def row_gaps(p: int, rows: np.ndarray) -> np.ndarray:
+    def row_gaps(p: int, rows: DenseRows | SparseRows) -> np.ndarray:
         """Partition ``p``'s row gaps at the current w (one product with w, unless nothing moved since)."""
         if p in known and known[p][0] == epochs:
             return known[p][1]
         part = source.rows(p)
-        found = _gaps(rows, y[part], alpha[part], w, loss)
+        found = duality_gaps(rows.margins(w), y[part], alpha[part], _CODE[loss])
         if p in held:
             known[p] = (epochs, found)
         return found
 
-    def refresh(p: int, rows: np.ndarray) -> None:
+    def refresh(p: int, rows: DenseRows | SparseRows) -> None:
         gaps[p] = float(row_gaps(p, rows).sum())
 
     fresh = False  # whether every gap was refreshed at the current w
@@ -345,7 +499,7 @@ def duhl_fit(
             else:
                 active = np.arange(len(rows))
             for _ in range(epochs_per_round):
-                _sdca_epoch(rows, y[part], alpha[part], w, scale, _CODE[loss], rng.permutation(active))
+                rows.epoch(y[part], alpha[part], w, scale, _CODE[loss], rng.permutation(active))
                 epochs += 1
                 steps += len(active)
             refresh(int(p), rows)
@@ -361,4 +515,16 @@ def duhl_fit(
     return DuHLFit(coef, gap, epochs, loads, seconds, history, intercept, certificates, start_gap(y, loss), steps)
 
 
-__all__ = ["CHUNK_BYTES", "LOSSES", "DuHLFit", "RowPartitions", "duhl_fit", "duhl_ridge", "start_gap"]
+__all__ = [
+    "CHUNK_BYTES",
+    "LOSSES",
+    "DenseRows",
+    "DuHLFit",
+    "RowPartitions",
+    "SparseRows",
+    "duality_gaps",
+    "duality_gaps_reference",
+    "duhl_fit",
+    "duhl_ridge",
+    "start_gap",
+]
