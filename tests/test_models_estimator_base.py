@@ -124,3 +124,18 @@ def test_every_algorithm_answers_what_the_pipeline_asks(algorithm):
     assert isinstance(estimator, JoinEstimator)
     assert estimator.classifies(None) in (True, False, None)
     assert estimator.takes_start(3, np.array([0.0, 1.0])) in (True, False)
+
+
+def test_a_value_changed_after_the_edge_check_is_checked_again_in_fit():
+    """train checks the parameters once, before any read (make_estimator), and fit finds them checked; a value
+    set after that check is not taken on trust."""
+    from ilargi_db.models.catalog import make_estimator
+
+    X, y = np.arange(8.0).reshape(4, 2), np.arange(4.0)
+    model = make_estimator("linear_regression", {"alpha": 1.0})
+    model.fit(X, y)
+    model.set_params(alpha=-1.0)
+    with pytest.raises(ilargi_db.InvalidParameterError, match="'alpha' parameter of LinearRegression must be"):
+        model.fit(X, y)
+    with pytest.raises(ilargi_db.InvalidParameterError):
+        make_estimator("linear_regression", {"alpha": -1.0})

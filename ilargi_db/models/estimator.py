@@ -284,14 +284,27 @@ class Estimator:
         return f"{type(self).__name__}({', '.join(changed)})"
 
     def _validate_params(self) -> None:
-        """Check every parameter against ``_parameter_constraints`` (:func:`check_parameters`)."""
-        check_parameters(self._parameter_constraints, self.get_params(deep=False), type(self).__name__)
+        """Check every parameter against ``_parameter_constraints`` (:func:`check_parameters`), once per set of
+        values: ``train`` checks them at its edge, before any read, and ``fit`` then finds them checked (a caller
+        who builds the estimator, or changes a value since, gets them checked in ``fit``)."""
+        params = self.get_params(deep=False)
+        checked = self.__dict__.get("_checked_params")
+        unchanged = checked is not None and checked.keys() == params.keys()
+        if unchanged and all(_same(value, checked[name]) for name, value in params.items()):
+            return
+        check_parameters(self._parameter_constraints, params, type(self).__name__)
+        self._checked_params = params
 
     def __sklearn_tags__(self) -> Any:
         """scikit-learn's tags (only its tools ask, so it is imported by then)."""
         from sklearn.utils import InputTags, Tags, TargetTags
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=False), input_tags=InputTags())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether a parameter's value is the one checked: the same object, or an equal value of the same type."""
+    return a is b or (type(a) is type(b) and not isinstance(a, np.ndarray) and _equal(a, b))
 
 
 def _equal(a: Any, b: Any) -> bool:
