@@ -43,6 +43,9 @@ class Block:
     fill: Any = None
 
 
+TALL_ROWS_PER_COLUMN = 16  # a sparse block this many times taller than wide multiplies by columns (Part.by_columns)
+
+
 @dataclass
 class Part:
     """A block in working form: empty rows point at an extra ``fill`` row of ``data``."""
@@ -86,6 +89,17 @@ class Part:
         if "rows_by_key" not in self._cache:
             self._cache["rows_by_key"] = self.backend.kernels.rows_by_key(self.index, self.n_block_rows)
         return self._cache["rows_by_key"]
+
+    def by_columns(self) -> Any:
+        """``data`` for a product with it: a tall sparse block of few columns (a fact's one-hot columns) kept once in
+        compressed columns, which a product reads column by column; any other block as it is. Row by row, the
+        product pays for every row however few its entries (66,548 x 20 with 55,301 entries: 0.26 ms a product
+        row by row, 0.03 ms by columns)."""
+        if "by_columns" not in self._cache:
+            rows, columns = self.data.shape
+            tall = self.sparse and self.index is None and rows >= TALL_ROWS_PER_COLUMN * columns
+            self._cache["by_columns"] = self.data.tocsc() if tall else self.data
+        return self._cache["by_columns"]
 
     def indicator_t(self) -> Any:
         """I_k^T as a sparse (block rows x n) matrix, built once, for segment sums."""

@@ -248,7 +248,7 @@ class NormalizedMatrix:
                 layout.tables(w, self.backend) if layout.gathered else None,
             )
         for part in layout.rest:
-            out += matmul(part.data, w[part.device_columns], self.backend)
+            out += matmul(part.by_columns(), w[part.device_columns], self.backend)
         return out
 
     def _tmm(self, v: Any) -> Any:
@@ -270,7 +270,7 @@ class NormalizedMatrix:
             for k, part in enumerate(layout.gathered):
                 out[part.device_columns] += matmul(part.data.T, sums[k, : part.n_block_rows], self.backend)
         for part in layout.rest:
-            out[part.device_columns] += matmul(part.data.T, v, self.backend)
+            out[part.device_columns] += matmul(part.by_columns().T, v, self.backend)
         return out
 
     def _crossprod(self, weights: Any = None) -> Any:
