@@ -144,3 +144,22 @@ def test_no_behaviour_is_switched_on_a_catalog_string():
             tested = [(line, v) for line, v in _tested_strings(tree) if v in words and (where, v) not in SAME_WORD]
             switches += [f"{where}:{line} tests {value!r}" for line, value in tested]
     assert not switches, "ask the algorithm instead:\n" + "\n".join(switches)
+
+
+def test_every_table_keyed_by_an_algorithms_facts_covers_every_value():
+    """A new value of a fact (a row layout, a macro form, a kind of metrics) fails here, not with a KeyError at
+    save or evaluate time: each table keyed by it names every member."""
+    from ilargi_db.backend.compiled import KERNEL_MODULES
+    from ilargi_db.models.algorithm import Metrics
+    from ilargi_db.models.catalog import MacroForm, Rows
+    from ilargi_db.pipeline.binned_readers import ROW_READERS
+    from ilargi_db.pipeline.metrics import EVALUATIONS
+    from ilargi_db.sql_functions.macros import MACRO_SUFFIXES, MacroWriter
+    from ilargi_db.sql_functions.registry import GROUP_WRITERS, SINGLE_WRITERS
+    from ilargi_db.trained_model import RESTORES
+
+    assert set(ROW_READERS) == set(RESTORES) == set(KERNEL_MODULES) == set(Rows)  # KERNEL_MODULES: by value
+    assert set(EVALUATIONS) == set(Metrics)
+    forms = {*MacroForm, None}  # None: no macro (NMF)
+    assert set(MACRO_SUFFIXES) == set(SINGLE_WRITERS) == set(GROUP_WRITERS) == forms
+    assert set(MacroWriter.FORMS) | {MacroForm.TREES} == set(MacroForm)  # trees have writers of their own

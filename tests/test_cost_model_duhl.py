@@ -58,7 +58,7 @@ def test_the_choice_flips_to_duhl_under_a_budget_when_its_passes_cost_more_than_
         why.startswith("streamed, duhl chosen: duhl") and "cg " in why and "normal would exceed max_gram_bytes" in why
     )
     again = {s.name: s for s in chosen.steps}["reading the partitions again"]
-    assert again.count == pytest.approx(duhl_passes(20.0, 5, 1) - 1) and "1 held dense by DuHL" in again.shape
+    assert again.count == pytest.approx(duhl_passes(20.0, 5, 1) - 1) and "1 held by DuHL" in again.shape
     # Where DuHL needs as many iterations as its typical count (40), its passes cost more: cg streams; runs in
     # memory teach nothing about streamed ones.
     assert streamed(factorized_plans(con, query, {DUHL_KEY: [5.0] * 3}), partitions=5, spill=False)[0].solver == "cg"
@@ -71,7 +71,7 @@ def test_duhl_is_not_a_candidate_without_a_penalty_nor_where_not_one_partition_f
     assert {p.solver for p in unpenalized} == {"normal", "cg"}  # ridge needs alpha > 0 for the dual
     plan = factorized_plans(con, query, {})["duhl"]
     # A partition dense bigger than the room the budget keeps for two of them (wide one-hot rows, say):
-    tight = streamed_plan(plan, needed=plan.dense_bytes // 4, partitions=8, spill=True, memory=2**36)
+    tight = streamed_plan(plan, needed=plan.held_bytes // 4, partitions=8, spill=True, memory=2**36)
     assert not tight.fits and "DuHL's working set" in tight.limit
 
 

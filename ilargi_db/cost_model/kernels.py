@@ -67,9 +67,9 @@ class Term(Choice):
     PART_ITERATIONS = "part_iterations"
     ROW_ITERATIONS = "row_iterations"
     # DuHL's coordinate steps
-    CELLS = "cells"  # cells of the dense rows stepped over
+    CELLS = "cells"  # values of the held rows stepped over (dense cells, or stored entries)
     ROWS = "rows"  # rows stepped over
-    COPIED_CELLS = "copied_cells"  # cells made dense
+    COPIED_CELLS = "copied_cells"  # values written as the rows are held
     # a dense solve
     FLOPS = "flops"  # a Cholesky factorization's
     LSTSQ_FLOPS = "lstsq_flops"  # a least-squares solve's, where the matrix is singular
@@ -177,8 +177,9 @@ SOLVERS = tuple(SolverName)
 
 
 def sdca_terms(rows: float, columns: float, epochs: float = 0.0, copies: float = 0.0) -> WorkTerms:
-    """DuHL's coordinate steps on dense rows of ``columns``: ``epochs`` passes of one step a row (a dot
-    product and an update of w: two reads of the row), and ``copies`` of the rows made dense."""
+    """DuHL's coordinate steps on rows of ``columns`` values each (dense columns, or stored entries): ``epochs``
+    passes of one step a row (a dot product and an update of w: two reads of the row), and ``copies`` of the rows
+    as held."""
     return {Term.CELLS: rows * columns * epochs, Term.ROWS: rows * epochs, Term.COPIED_CELLS: rows * columns * copies}
 
 
@@ -294,7 +295,7 @@ _DESCRIPTIONS = {
     Kernel.GROUP_SUMS: "sums of the rows of each cluster (k-means)",
     Kernel.CROSSPROD: "X.T @ X (dense Gram, scatter of dense columns, co-occurrence of gathered blocks)",
     Kernel.SOLVE: "a dense d x d solve",
-    Kernel.SDCA: "DuHL's dual coordinate steps, row by row on one core (dense rows), and making the rows dense",
+    Kernel.SDCA: "DuHL's dual coordinate steps, row by row on one core, and holding the rows (dense, or their entries)",
     Kernel.PLANNING: "choosing the plan (measured)",
     Kernel.REUSE: "reading back what an earlier job stored",
     Kernel.SPILL: "writing the partitions to disk",

@@ -148,7 +148,7 @@ class PhysicalPlan:
     limit: str = ""  # what it exceeds when it does not fit
     placement: str = "memory"  # where the rows are: "memory", "streamed" (read per pass) or "distributed"
     k: int = 1  # the iterate's columns (clusters, components)
-    dense_bytes: int = 0  # the rows DuHL holds (its working set: all of them in memory), dense or as their entries
+    held_bytes: int = 0  # the rows DuHL holds (its working set: all of them in memory), dense or as their entries
     streamed_iterations: IterationEstimate | None = None  # where they differ streamed (DuHL's), learned apart
 
     @property
@@ -450,8 +450,8 @@ def candidate_plans(
                 for s in steps
             ]
             held = duhl_row_bytes(shape.entries_per_row, shape_columns) if solver == SolverName.DUHL else 0.0
-            dense = int(stats.n_rows * held)
-            needed = (array_bytes or {}).get(strategy, 0) + dense
+            held_rows = int(stats.n_rows * held)
+            needed = (array_bytes or {}).get(strategy, 0) + held_rows
             limit = ""
             if memory_limit is not None and needed > memory_limit:
                 limit = MEMORY_LIMIT
@@ -469,7 +469,7 @@ def candidate_plans(
                     not limit,
                     limit,
                     k=facts.width(params),
-                    dense_bytes=dense,
+                    held_bytes=held_rows,
                     streamed_iterations=streamed,
                 )
             )
@@ -533,7 +533,7 @@ def duhl_passes(iterations: float, partitions: int, held: int) -> float:
 def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool, memory: int) -> PhysicalPlan:
     """``plan`` (factorized, in memory) as it runs streamed: the same kernels, and every pass after the first
     reads all ``partitions`` again, from the spill (the page cache, or disk when ``needed`` is more than
-    half of ``memory``) or, without a spill, from DuckDB. DuHL holds as many partitions, dense, as fit the
+    half of ``memory``) or, without a spill, from DuckDB. DuHL holds as many partitions as fit the
     room of the :data:`DUHL_HELD_PARTITIONS` the budget holds; it does not fit when not even one does."""
     if plan.streamed_iterations is not None:  # the per-iteration steps at the count learned streamed
         plan = _at_iterations(plan, plan.streamed_iterations)
@@ -542,11 +542,11 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
     limit = plan.limit if plan.limit and plan.limit != MEMORY_LIMIT else ""
     fits, held = not limit, 0
     if plan.solver == SolverName.DUHL:
-        room, dense = DUHL_HELD_PARTITIONS * needed / max(partitions, 1), plan.dense_bytes / max(partitions, 1)
-        held = duhl_working_set(partitions, room, dense)
+        room, rows = DUHL_HELD_PARTITIONS * needed / max(partitions, 1), plan.held_bytes / max(partitions, 1)
+        held = duhl_working_set(partitions, room, rows)
         passes = duhl_passes(plan.iterations.iterations, partitions, held)
-        if dense > room:
-            fits, limit = False, "the memory budget (DuHL's working set: one partition dense)"
+        if rows > room:
+            fits, limit = False, "the memory budget (DuHL's working set: one partition as it holds the rows)"
     steps, again = [], 0.0
     for step in plan.steps:
         if step.kind is StepKind.READ:
@@ -568,7 +568,7 @@ def streamed_plan(plan: PhysicalPlan, needed: int, partitions: int, spill: bool,
         what = f"{partitions:,} partitions from DuckDB"
         again += partitions * PARTITION_QUERY_SECONDS
     if held:
-        what += f", {held:,} held dense by DuHL"
+        what += f", {held:,} held by DuHL"
     again_seconds, kind = (passes - 1) * again, StepKind.READ_AGAIN
     steps.append(Step("reading the partitions again", Kernel.STREAM, what, passes - 1, again_seconds, True, kind=kind))
     return replace(plan, steps=tuple(steps), placement="streamed", fits=fits, limit=limit)

@@ -94,7 +94,7 @@ class Part:
         """``data`` for a product with it: a tall sparse block of few columns (a fact's one-hot columns) kept once in
         compressed columns, which a product reads column by column; any other block as it is. Row by row, the
         product pays for every row however few its entries (66,548 x 20 with 55,301 entries: 0.26 ms a product
-        row by row, 0.03 ms by columns)."""
+        row by row, 0.03 ms by columns). The copy stays with the matrix: 12 bytes an entry of the block."""
         if "by_columns" not in self._cache:
             rows, columns = self.data.shape
             tall = self.sparse and self.index is None and rows >= TALL_ROWS_PER_COLUMN * columns

@@ -59,8 +59,9 @@ class JoinEstimator(Protocol):
 
 
 class FixedMetrics:
-    """The :class:`JoinEstimator` part of an estimator whose metrics its class fixes, and that never starts from an
-    earlier model (a start would change a non-convex fit's result, or its solver has no primal start)."""
+    """The :class:`JoinEstimator` part of an estimator whose metrics its class fixes, with no start from an earlier
+    model by default (a start would change a non-convex fit's result): the convex linear models override
+    ``takes_start`` and ``start_arguments``."""
 
     metrics: ClassVar[Metrics]
 

@@ -276,7 +276,6 @@ CATALOG: dict[str, Algorithm] = {
             macro=MacroForm.TREES,
             reads=Rows.BINS,
             iterations_parameter="n_estimators",
-            early_stopping_parameter="early_stopping",
             optional_fitted=("oob_score_",),  # learned only with oob_score=True
         ),
     )

@@ -48,7 +48,7 @@ import scipy.sparse
 import scipy.special
 
 from ilargi_db.backend import to_host
-from ilargi_db.errors import IlargiError
+from ilargi_db.errors import DivergenceError, IlargiError
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix, as_matrix
 from ilargi_db.models.catalog import duhl_reads_entries, duhl_row_bytes
 
@@ -321,20 +321,37 @@ class RowPartitions:
         return self._sparse_rows(self._entries(p)) if self._sparse else self._dense_rows(self._dense(p))
 
     def _sparse_rows(self, entries: Any) -> SparseRows:
-        entries = scipy.sparse.csr_matrix(entries, dtype=np.float64)
-        if self._scale is not None:
-            entries = entries @ scipy.sparse.diags(1.0 / self._scale)
-        if self.shape[1] > entries.shape[1]:  # the constant column: no entry of its own, -offset gives its value
-            entries.resize((entries.shape[0], self.shape[1]))
-        return SparseRows(entries, self._offset)
+        """The rows as entries and an offset. A column most rows store (a number) is standardized and centered in
+        its entries, as the dense rows are, and has no offset: x . w less o . w would cancel the digits of a
+        column far from 0 beside its spread (1e8 +- 100: every digit). The offset holds the rest (one-hot
+        columns: a mean over a scale of at most 1 / scale)."""
+        raw = scipy.sparse.csr_matrix(entries, dtype=np.float64)
+        n, d = raw.shape
+        stored = np.flatnonzero(np.bincount(raw.indices, minlength=d) * 2 >= max(n, 1))
+        weights = np.ones(d) if self._scale is None else 1.0 / np.asarray(self._scale, dtype=np.float64)
+        weights[stored] = 0.0  # those columns are written whole below
+        entries = scipy.sparse.csr_matrix(raw @ scipy.sparse.diags(weights))
+        entries.eliminate_zeros()
+        offset = self._offset.copy()
+        if len(stored):
+            values = self._dense_rows(raw[:, stored].toarray(), stored).rows
+            at = (np.repeat(np.arange(n), len(stored)), np.tile(stored, n))
+            entries = scipy.sparse.csr_matrix(entries + scipy.sparse.csr_matrix((values.ravel(), at), shape=(n, d)))
+            offset[stored] = 0.0
+        if self.shape[1] > d:  # the constant column: no entry of its own, -offset gives its value
+            entries.resize((n, self.shape[1]))
+        return SparseRows(entries, offset)
 
-    def _dense_rows(self, rows: Any) -> DenseRows:
+    def _dense_rows(self, rows: Any, columns: Any = None) -> DenseRows:
+        """The rows dense, standardized, centered and with the constant column; ``columns``: these columns only
+        (of the matrix's), without the constant column."""
         rows = np.asarray(to_host(rows), dtype=np.float64)
+        pick = slice(None) if columns is None else columns
         if self._mean is not None:
-            rows = (rows - self._mean) / self._scale
+            rows = (rows - self._mean[pick]) / self._scale[pick]
         if self._center is not None:
-            rows = rows - self._center
-        if self._intercept_scaling > 0:
+            rows = rows - self._center[pick]
+        if self._intercept_scaling > 0 and columns is None:
             rows = np.hstack([rows, np.full((rows.shape[0], 1), self._intercept_scaling)])
         return DenseRows(np.ascontiguousarray(rows))
 
@@ -460,6 +477,11 @@ def duhl_fit(
             refresh(p, held[p] if p in held else read(p))
         gap = float(gaps.sum()) / n
         history.append((loads, time.perf_counter() - began, gap))
+        if not np.isfinite(gap):  # NaN compares false with tol: the rounds would run on to max_rounds
+            raise DivergenceError(
+                "DuHL's duality gap became NaN or infinite: scale the columns (standardize=True), or raise the "
+                "L2 penalty."
+            )
         return gap
 
     def row_gaps(p: int, rows: DenseRows | SparseRows) -> np.ndarray:
