@@ -787,3 +787,21 @@ def test_a_relative_file_is_read_again_under_another_file_search_path(tmp_path):
     assert ilargi_db.train(con, query, "y", **run).coef_[0] == pytest.approx(1.0)
     con.execute(f"SET file_search_path = '{tmp_path / 'two'}'")
     assert ilargi_db.train(con, query, "y", **run).coef_[0] == pytest.approx(3.0)
+
+
+def test_a_source_wider_than_one_hash_item_keys_each_column_by_its_own_content():
+    """A wide source's column hashes come in several items of the hash query: a change to a column in a later
+    item changes that column's key, and no other."""
+    from ilargi_db.reuse.fingerprint import HASHES_PER_ITEM
+
+    width = HASHES_PER_ITEM + 44
+    con = ilargi_db.connect()
+    columns = ", ".join(f"range * {i} AS x{i}" for i in range(width))
+    con.execute(f"CREATE TABLE t AS SELECT {columns}, range AS y FROM range(10)")
+    query = "SELECT " + ", ".join(f"x{i}" for i in range(width)) + ", y FROM t"
+    graph = build_join_graph(con, query, "y")
+    before = fingerprint_job(con, graph, categorical_flags(graph))
+    con.execute(f"UPDATE t SET x{width - 10} = x{width - 10} + 1 WHERE y = 3")
+    after = fingerprint_job(con, graph, categorical_flags(graph))
+    assert before.reusable and after.reusable and len(before.column_keys) == width
+    assert [j for j in before.column_keys if before.column_keys[j] != after.column_keys[j]] == [width - 10]
