@@ -217,7 +217,7 @@ def measure_solver_overheads(grid: str, backend: str, costs: KernelCosts, seed: 
     """Each solver's fit time less what the (just fitted) kernel models predict for its matrix kernels."""
     be = get_backend(backend)
     rng = np.random.default_rng(seed)
-    layouts = _layouts(grid, rng)[: 4 if grid == "tiny" else 10]
+    layouts = _layouts(grid, rng)[: 2 if grid == "tiny" else 10]  # tiny: two, for a few seconds
     found = []
     for n, dense, parts in layouts:
         X, shape = _matrix(n, dense, parts, rng, be.xp, be.sparse)
