@@ -23,7 +23,6 @@ from ilargi_db.models._base import record_not_converged
 from ilargi_db.models.catalog import (
     DUHL_HELD_PARTITIONS,
     algorithm_facts,
-    duhl_row_bytes,
     duhl_working_set,
     l2_penalty,
 )
@@ -43,26 +42,24 @@ def host_rows(y: Any) -> np.ndarray:
     return np.concatenate([np.asarray(to_host(p), dtype=np.float64) for p in pieces])
 
 
-def working_set(M: Any, intercept_column: bool) -> int:
-    """Partitions DuHL holds: all of a matrix in memory; of a streamed one, those that fit (dense) in the room
-    of the :data:`DUHL_HELD_PARTITIONS` partitions the memory budget was sized for (at least one)."""
+def working_set(M: Any, rows: RowPartitions) -> int:
+    """Partitions DuHL holds: all of a matrix in memory; of a streamed one, those that fit, as DuHL holds them, in
+    the room of the :data:`DUHL_HELD_PARTITIONS` partitions the memory budget was sized for (at least one)."""
     base = M.base if isinstance(M, ScaledMatrix) else M
     if not isinstance(base, PartitionedMatrix) or not base.streamed:
-        return RowPartitions(M).n_partitions
-    n, d = base.shape
-    held = duhl_row_bytes(base.entries_per_row(), d + intercept_column) * n / base.n_partitions
-    return duhl_working_set(base.n_partitions, DUHL_HELD_PARTITIONS * base.nbytes, held)
+        return rows.n_partitions
+    held = rows.row_bytes * rows.shape[0] / rows.n_partitions
+    return duhl_working_set(rows.n_partitions, DUHL_HELD_PARTITIONS * base.nbytes, held)
 
 
 HELD_SHARE_OF_MEMORY = 0.5  # DuHL's held rows may take at most this share of the machine's memory
 
 
-def check_held_rows(M: Any, held: int, partitions: int, intercept_column: bool) -> None:
+def check_held_rows(rows: RowPartitions, held: int) -> None:
     """Refuse, before anything is built, a working set whose rows would not fit in memory (rows dense where
     their entries are many: n x d doubles where the rest of the library keeps them factorized)."""
-    n, d = M.shape
-    source = RowPartitions(M, intercept_scaling=float(intercept_column))
-    rows_bytes = duhl_row_bytes(source.entries_per_row, d + intercept_column) * n * held / max(partitions, 1)
+    n, d = rows.shape
+    rows_bytes = rows.row_bytes * n * held / max(rows.n_partitions, 1)
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows): nothing to compare with
@@ -70,7 +67,7 @@ def check_held_rows(M: Any, held: int, partitions: int, intercept_column: bool) 
     if rows_bytes > HELD_SHARE_OF_MEMORY * memory:
         raise IlargiError(
             f"{spell('solver', 'duhl')} holds its working set in memory: {rows_bytes / 2**30:,.1f} GiB here "
-            f"({n:,} rows x {d + intercept_column:,} columns), over half this machine's memory. Give a "
+            f"({n:,} rows x {d:,} columns), over half this machine's memory. Give a "
             "memory_budget (it then holds what fits and streams the rest), or choose another solver."
         )
 
@@ -91,9 +88,9 @@ def fit_duhl(
             f"{spell('solver', 'duhl')} solves the dual, which needs a positive L2 penalty: set "
             f"{algorithm_facts(algorithm).penalty.fix}, or choose another solver."
         )
-    held = working_set(M, intercept_scaling > 0)
-    partitions = RowPartitions(M).n_partitions
-    check_held_rows(M, held, partitions, intercept_scaling > 0)
+    rows = RowPartitions(M, intercept_scaling=intercept_scaling)  # how DuHL will hold them: nothing read yet
+    held, partitions = working_set(M, rows), rows.n_partitions
+    check_held_rows(rows, held)
     # An iteration: an epoch's worth of coordinate steps on the working set, then the certificate's pass.
     rounds = estimator.max_iter * max(partitions // held, 1)
     centered = y - y.mean() if center and n else y

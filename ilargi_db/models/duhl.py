@@ -312,6 +312,11 @@ class RowPartitions:
     def n_partitions(self) -> int:
         return len(self.bounds) - 1
 
+    @property
+    def row_bytes(self) -> float:
+        """The bytes a row takes as held: its entries, or its values dense (``catalog.duhl_row_bytes``)."""
+        return duhl_row_bytes(self.entries_per_row, self.shape[1])
+
     def rows(self, p: int) -> slice:
         return slice(int(self.bounds[p]), int(self.bounds[p + 1]))
 
