@@ -134,7 +134,7 @@ def _sparse_sdca_epoch(
     w += d (x_i - o) is u += d x_i, a += d, with o . u kept up to date by d (x_i . o). ``offset_products``: each
     row's x_i . o; ``norms``: ||x_i - o||^2. w = u - a o again at the end (a starts at 0 each epoch, so what
     cancels between u and a o is one epoch's steps)."""
-    u = w.copy()
+    u = w  # a starts at 0, so u is w: updated in place, and w = u - a o is one pass at the end
     a = 0.0
     q = 0.0  # o . u
     oo = 0.0  # o . o
@@ -155,7 +155,7 @@ def _sparse_sdca_epoch(
         a += step
         q += step * offset_products[i]
     for j in range(w.shape[0]):
-        w[j] = u[j] - a * offset[j]
+        w[j] -= a * offset[j]
 
 
 @numba.njit(cache=True, nogil=True)
