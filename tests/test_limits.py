@@ -12,6 +12,7 @@ import pytest
 import ilargi_db
 from ilargi_db import IlargiError, cli
 from ilargi_db.limits import GRID_SETS, MACRO_NODES
+from ilargi_db.sql_functions.tree_leaf_masks import fits_leaf_masks
 from ilargi_db.sql_functions.tree_macros import listed_categories, macro_nodes
 
 QUERY = "SELECT counted(f.x) AS x, d.kind, f.store, f.y FROM f JOIN d USING (k)"
@@ -93,8 +94,8 @@ def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeyp
 
 def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
     model = ilargi_db.train(con, QUERY, "y", group_by="store", algorithm="gradient_boosting", n_estimators=5)
-    total = sum(macro_nodes(one, grouped=True) for one in model.models_.values())
-    assert total > max(macro_nodes(one, grouped=True) for one in model.models_.values())
+    total = macro_nodes(list(model.models_.values()), grouped=True)
+    assert total > max(macro_nodes([one], grouped=True) for one in model.models_.values())
     monkeypatch.setenv(MACRO_NODES.variable, str(total - 1))  # each group's macro alone fits
     with pytest.raises(IlargiError, match=rf"\(all groups\) would hold {total:,} nodes.*ILARGI_MAX_MACRO_NODES"):
         ilargi_db.save_model(con, "per_store", model)
@@ -107,29 +108,33 @@ def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
 def test_listed_categories_count_as_nodes(con, monkeypatch):
     model = ilargi_db.train(con, QUERY.replace(", f.store", ""), "y", algorithm="gradient_boosting", n_estimators=3)
     nodes = model.trees_.n_nodes
-    assert macro_nodes(model) > nodes  # the kinds split natively: the macro lists their categories
+    assert macro_nodes([model]) > nodes  # the kinds split natively: the macro lists their categories
     monkeypatch.setenv(MACRO_NODES.variable, str(nodes))
-    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes(model):,} nodes and listed categories"):
+    with pytest.raises(IlargiError, match=rf"would hold {macro_nodes([model]):,} nodes and listed categories"):
         ilargi_db.save_model(con, "typed", model)
-    monkeypatch.setenv(MACRO_NODES.variable, str(macro_nodes(model)))
+    monkeypatch.setenv(MACRO_NODES.variable, str(macro_nodes([model])))
     ilargi_db.save_model(con, "typed", model)
     statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'typed_predict'")
-    assert statement.fetchone()[0].count("'kind") == macro_nodes(model) - nodes  # each entry counted is written
+    assert statement.fetchone()[0].count("'kind") == macro_nodes([model]) - nodes  # each entry counted is written
 
 
 def test_a_models_categories_are_listed_once_however_many_splits_read_them():
     con = ilargi_db.connect()
     con.execute("CREATE TABLE t AS SELECT 'k' || (range % 200)::VARCHAR AS k, range % 200 * 0.1 AS y FROM range(4000)")
     model = ilargi_db.train(con, "SELECT k, y FROM t", "y", algorithm="gradient_boosting", n_estimators=3)
-    assert model.trees_.feature.max() == 0 and macro_nodes(model) == model.trees_.n_nodes + 200
+    assert model.trees_.feature.max() == 0 and macro_nodes([model]) == model.trees_.n_nodes + 200
     ilargi_db.save_model(con, "keys", model)
     statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'keys_predict'")
     assert statement.fetchone()[0].count("'k1'") == 1
-    # A model per group writes each group's splits: a split of a feature of many categories is one node.
-    assert macro_nodes(model, grouped=True) == model.trees_.n_nodes + sum(
-        len(listed_categories(model.bins_[0], model.trees_.category_bins(n), model.trees_.missing_left(n)))
-        for n in range(model.trees_.n_nodes)
-        if model.trees_.feature[n] == 0
+    assert macro_nodes([model], grouped=True) == model.trees_.n_nodes + 200  # a model per group's masks too
+    # A model per group of trees over 63 leaves writes each group's splits: a split of a feature of many categories
+    # lists them.
+    wide = ilargi_db.train(con, "SELECT k, y FROM t", "y", "gradient_boosting", n_estimators=2, max_leaves=80)
+    assert not fits_leaf_masks(wide.trees_)
+    assert macro_nodes([wide], grouped=True) == wide.trees_.n_nodes + sum(
+        len(listed_categories(wide.bins_[0], wide.trees_.category_bins(n), wide.trees_.missing_left(n)))
+        for n in range(wide.trees_.n_nodes)
+        if wide.trees_.feature[n] == 0
     )
 
 

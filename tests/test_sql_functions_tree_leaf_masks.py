@@ -39,9 +39,9 @@ def test_the_masks_reference_gives_each_row_the_leaves_its_trees_send_it_to(rows
     model = ilargi_db.GradientBoostingRegressor(
         n_estimators=trees, max_leaves=leaves, max_bins=bins, min_samples_leaf=1, learning_rate=0.5
     ).fit(X, y)
-    masks = LeafMasks(model.trees_, model.bins_)
+    masks = LeafMasks([model.trees_], [model.baseline_], model.bins_)
     binned = np.column_stack([b.codes(X[:, j], model.missing_bin_) for j, b in enumerate(model.bins_)])
-    np.testing.assert_array_equal(masks.scores(masks.row_codes(binned), model.baseline_)[0], model.predict(X))
+    np.testing.assert_array_equal(masks.scores(masks.row_codes(binned))[0], model.predict(X))
 
 
 KINDS = ["a", "b", "c", None]
@@ -159,3 +159,124 @@ def test_features_named_like_the_tables_columns_score_as_any_other():
     in_sql = [r[0] for r in con.execute("SELECT named_predict(masks, model, version, w) FROM t ORDER BY id").fetchall()]
     expected = ilargi_db.predict(con, model, "SELECT masks, model, version, w FROM t ORDER BY id")
     np.testing.assert_allclose(in_sql, expected, rtol=0, atol=1e-12)
+
+
+# -- a model per group ---------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(
+    rows=st.integers(60, 300),
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=4),  # each group's trees: some stop sooner
+    leaves=st.integers(2, MAX_LEAVES),
+    seed=st.integers(0, 2**16),
+)
+def test_the_masks_reference_gives_each_row_its_own_groups_leaves(rows, sizes, leaves, seed):
+    """Ensembles on the same bins, of unlike sizes and cuts, laid out alike: each row scores as its group's ensemble
+    predicts, to the bit."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, 3)) * np.array([1e-6, 1.0, 1e9])
+    X[rng.random(X.shape) < 0.1] = np.nan
+    models = [
+        ilargi_db.GradientBoostingRegressor(
+            n_estimators=n, max_leaves=leaves, min_samples_leaf=1, learning_rate=0.5, max_bins=32
+        ).fit(X, np.nan_to_num(X[:, g % 3] / np.nanstd(X[:, g % 3])) * (g + 1) + rng.normal(size=rows))
+        for g, n in enumerate(sizes)
+    ]
+    bins = models[0].bins_
+    assert all(np.array_equal(m.bins_[j].edges, bins[j].edges) for m in models for j in range(3))  # the bins of X
+    masks = LeafMasks([m.trees_ for m in models], [m.baseline_ for m in models], bins)
+    binned = np.column_stack([b.codes(X[:, j], models[0].missing_bin_) for j, b in enumerate(bins)])
+    groups = rng.integers(0, len(models), size=rows)
+    expected = np.choose(groups, [m.predict(X) for m in models])
+    np.testing.assert_array_equal(masks.scores(masks.row_codes(binned), groups)[0], expected)
+
+
+@pytest.fixture(scope="module")
+def leagues():
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE p AS SELECT range AS id, CASE WHEN range % 13 = 0 THEN NULL "
+        "ELSE 'k' || (hash(range * 3) % 40)::VARCHAR END AS team, "
+        "CASE WHEN range % 11 = 0 THEN NULL WHEN range % 17 = 0 THEN 'NaN'::DOUBLE "
+        "ELSE (hash(range * 7) % 1000) / 37.0 END AS x, (hash(range * 5) % 9)::INTEGER AS n, "
+        "['east', 'west', 'north', NULL][range % 4 + 1] AS league FROM range(2000)"
+    )
+    con.execute(  # each league its own shape: its trees cut x and n at other places
+        "CREATE TABLE d AS SELECT *, CASE league WHEN 'east' THEN coalesce(nullif(x, 'NaN'), 3) * 0.2 + n "
+        "WHEN 'west' THEN (coalesce(nullif(x, 'NaN'), 9) > 20)::INTEGER * 5 - n "
+        "ELSE coalesce(length(team), 0) + n * n END AS y FROM p"
+    )
+    con.execute("UPDATE d SET league = 'south' WHERE id = 1999")  # a league no model was trained for
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("objective", ["regression", "binary", "multiclass", "forest"])
+def test_a_model_per_group_scores_by_one_leaf_mask_lookup_equal_to_predict(leagues, objective):
+    """One row of ``ilargi.tree_leaves`` holds every group's masks; the macro equals each group's model, and a row
+    of a group no model was trained for (unseen, or NULL) scores NULL."""
+    con = leagues
+    binary, classes = "floor(abs(y)) % 2 = 0", "['lo', 'mid', 'hi'][(floor(abs(y)) % 3)::INTEGER + 1]"
+    target = {"regression": "y", "binary": binary, "multiclass": classes, "forest": binary}[objective]
+    algorithm = "random_forest" if objective == "forest" else "gradient_boosting"
+    params = {"n_estimators": 6, "max_leaves": 15, "min_samples_leaf": 3, "random_state": 0}
+    if algorithm == "gradient_boosting":  # y takes whole values in one group: auto would settle it per group
+        params["objective"] = "squared_error" if objective == "regression" else "log_loss"
+    if objective == "regression":  # groups that stop at unlike rounds
+        params.update(n_estimators=40, early_stopping=True, n_iter_no_change=2, learning_rate=0.5)
+    query = f"SELECT team, x, n, league, {target} AS label FROM d WHERE id < 1500"
+    model = ilargi_db.train(con, query, "label", algorithm, group_by="league", **params)
+    if objective == "regression":
+        assert len({one.trees_.n_trees for one in model.models_.values()}) > 1
+    ilargi_db.save_model(con, f"by_league_{objective}", model)
+    macro = f"by_league_{objective}_predict"
+    text = macro_text(con, macro)
+    assert "tree_leaves" in text and "= 'east'" not in text  # no CASE on the group around each group's trees
+    written = con.execute("SELECT count(*) FROM ilargi.tree_leaves WHERE model = ?", [f"by_league_{objective}"])
+    assert written.fetchone()[0] == 1
+    scoring = "SELECT team, x, n, league FROM d WHERE id >= 1500 ORDER BY id"
+    got = [
+        r[0] for r in con.execute(f"SELECT {macro}(team, x, n, league) FROM d WHERE id >= 1500 ORDER BY id").fetchall()
+    ]
+    leagues_of = [r[0] for r in con.execute("SELECT league FROM d WHERE id >= 1500 ORDER BY id").fetchall()]
+    scored = [g in model.models_ for g in leagues_of]
+    assert [v is None for v in got] == [not s for s in scored]  # NULL and 'south' score NULL
+    if objective == "regression":
+        expected = ilargi_db.predict(con, model, scoring)
+    else:
+        expected = ilargi_db.predict_proba(con, model, scoring)
+        expected = expected[:, 1] if expected.shape[1] == 2 else expected
+    kept = np.flatnonzero(scored)
+    np.testing.assert_allclose(np.array([got[i] for i in kept], dtype=float), expected[kept], rtol=0, atol=1e-12)
+    if objective != "regression":
+        classes = [r[0] for r in con.execute(
+            f"SELECT by_league_{objective}_predict_class(team, x, n, league) FROM d WHERE id >= 1500 ORDER BY id"
+        ).fetchall()]  # fmt: skip
+        predicted = ilargi_db.predict(con, model, scoring)
+        assert [classes[i] for i in kept] == [predicted[i] for i in kept]
+
+
+def test_groups_of_trees_of_more_than_63_leaves_keep_a_case_on_the_group(leagues):
+    query = "SELECT team, x, n, league, y FROM d WHERE id < 1500"
+    model = ilargi_db.train(
+        leagues, query, "y", "gradient_boosting", group_by="league", objective="squared_error", n_estimators=2,
+        max_leaves=80, min_samples_leaf=1,
+    )  # fmt: skip
+    assert not fits_leaf_masks(*(one.trees_ for one in model.models_.values()))
+    ilargi_db.save_model(leagues, "wide_leagues", model)
+    text = macro_text(leagues, "wide_leagues_predict")
+    assert "tree_leaves" not in text and "= 'east'" in text
+    got = leagues.execute("SELECT wide_leagues_predict(team, x, n, league) FROM d WHERE league = 'east' ORDER BY id")
+    got = [r[0] for r in got.fetchall()]
+    expected = ilargi_db.predict(leagues, model, "SELECT team, x, n, league FROM d WHERE league = 'east' ORDER BY id")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
+def test_a_model_per_group_whose_row_is_gone_says_so(leagues):
+    query = "SELECT x, n, league, y FROM d WHERE id < 1500"
+    model = ilargi_db.train(leagues, query, "y", "gradient_boosting", group_by="league", objective="squared_error")
+    ilargi_db.save_model(leagues, "gone_leagues", model)
+    leagues.execute("DELETE FROM ilargi.tree_leaves WHERE model = 'gone_leagues'")
+    with pytest.raises(duckdb.Error, match="model gone_leagues version 1 has no row in ilargi.tree_leaves"):
+        leagues.execute("SELECT gone_leagues_predict(x, n, league) FROM d").fetchall()

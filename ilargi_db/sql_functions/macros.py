@@ -538,9 +538,20 @@ def macro_statements(database: str, parameters: list[str], bodies: dict[str, str
     }
 
 
+def group_label(group_by: str, group_type: str | None) -> str:
+    """The SQL of a row's group as a model per group labels it (``GroupedModel.models_``'s keys): its value cast
+    as training cast it (1 is '1', not '1.0') and written as training wrote it (in any time zone), compared byte
+    for byte."""
+    group = quote_identifier(group_by)
+    if group_type and SQL_TYPE.fullmatch(group_type):
+        group = f"CAST({group} AS {group_type})"
+    return category_text(group_text(group, group_type))
+
+
 class GroupedMacroWriter:
     """The macros of a model per group: each group's model's body, chosen by the group column (the macros' last
-    parameter) in one CASE; a group no model was trained for, or NULL, gives NULL.
+    parameter) in one CASE; a group no model was trained for, or NULL, gives NULL. Linear models, k-means, and
+    trees of more than 63 leaves (smaller trees: ``tree_leaf_masks.GroupedTreeLeafMaskWriter``).
 
     Each group's categories are written inline (its CASEs; a tree's IN lists), so no lookup is used: the table's
     rows are keyed by model and feature, not by group, and a tree's per-row lookup, a subquery, would be planned
@@ -556,10 +567,7 @@ class GroupedMacroWriter:
         }
 
     def statements(self) -> dict[str, str]:
-        group = quote_identifier(self.group_by)
-        if self.group_type and SQL_TYPE.fullmatch(self.group_type):  # as training cast it: 1 is '1', not '1.0'
-            group = f"CAST({group} AS {self.group_type})"
-        group = category_text(group_text(group, self.group_type))  # as training wrote it, in any time zone
+        group = group_label(self.group_by, self.group_type)
         bodies = {label: writer.bodies() for label, writer in self.writers.items()}
         macros = next(iter(bodies.values()))
         if any(set(found) != set(macros) for found in bodies.values()):  # checked when fitted and when read back

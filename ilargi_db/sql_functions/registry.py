@@ -35,7 +35,12 @@ from ilargi_db.sql_functions.macros import (
     qualified_macro,
 )
 from ilargi_db.sql_functions.registry_schema import check_registry, ensure_registry
-from ilargi_db.sql_functions.tree_leaf_masks import TREE_LEAVES_TABLE, TreeLeafMaskWriter, fits_leaf_masks
+from ilargi_db.sql_functions.tree_leaf_masks import (
+    TREE_LEAVES_TABLE,
+    GroupedTreeLeafMaskWriter,
+    TreeLeafMaskWriter,
+    fits_leaf_masks,
+)
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.sql_text import quote_string
 from ilargi_db.trained_model import GroupedModel, TrainedModel
@@ -206,24 +211,35 @@ def _tree_writer(name: str, version: int, model: Any, database: str) -> Any:
     return writer(name, version, model, database)
 
 
-# Who writes the macros of each form (the catalog entry's ``macro``): for a single model, and inside a model per
-# group's macro, which dispatches on the group column.
-SINGLE_WRITERS: dict[MacroForm | None, Callable[[str, int, Any, str], Any]] = {
+def _group_tree_writer(name: str, version: int, model: Any, database: str) -> Any:
+    """Every group's leaf masks in one lookup where every group's trees fit them, a ``CASE`` on the group else."""
+    if fits_leaf_masks(*(one.trees_ for one in model.models_.values())):
+        return GroupedTreeLeafMaskWriter(name, version, model, database)
+    return GroupedMacroWriter(name, version, model, database, TreeMacroWriter)
+
+
+def _group_writer(name: str, version: int, model: Any, database: str) -> Any:
+    """Each group's body by :class:`MacroWriter`, chosen by a ``CASE`` on the group column."""
+    return GroupedMacroWriter(name, version, model, database, MacroWriter)
+
+
+# Who writes the macros of each form (the catalog entry's ``macro``): for a single model, and for a model per
+# group (one macro over every group's, dispatching on the group column).
+Writer = Callable[[str, int, Any, str], Any]
+SINGLE_WRITERS: dict[MacroForm | None, Writer] = {
     **dict.fromkeys((*MacroWriter.FORMS, None), MacroWriter),
     MacroForm.TREES: _tree_writer,
 }
-GROUP_WRITERS: dict[MacroForm | None, type] = {
-    **dict.fromkeys((*MacroWriter.FORMS, None), MacroWriter),
-    MacroForm.TREES: TreeMacroWriter,
+GROUP_WRITERS: dict[MacroForm | None, Writer] = {
+    **dict.fromkeys((*MacroWriter.FORMS, None), _group_writer),
+    MacroForm.TREES: _group_tree_writer,
 }
 
 
 def macro_writer(name: str, version: int, model: Any, database: str) -> Any:
     """The writer of ``model``'s macros, as version ``version`` of model ``name`` in ``database``."""
-    form = algorithm_facts(model.algorithm_).macro
-    if isinstance(model, GroupedModel):  # one macro dispatching on the group column
-        return GroupedMacroWriter(name, version, model, database, GROUP_WRITERS[form])
-    return SINGLE_WRITERS[form](name, version, model, database)
+    writers = GROUP_WRITERS if isinstance(model, GroupedModel) else SINGLE_WRITERS
+    return writers[algorithm_facts(model.algorithm_).macro](name, version, model, database)
 
 
 def _save(con: duckdb.DuckDBPyConnection, name: str, model: Any) -> int:

@@ -22,6 +22,10 @@ How (:class:`LeafMasks`):
   codes are computed in a subquery of the row, which DuckDB decorrelates into a join (so a ``LIMIT 1`` still
   scores every row, and such a macro cannot be called inside a lambda, a generated column
   or a CHECK constraint).
+- A model per group (:class:`GroupedTreeLeafMaskWriter`) is one such lookup: its groups share their bins, so
+  their codes are common, and :class:`LeafMasks` lays every group's blocks and values out alike, one group after
+  another in the one row; the row's group's place among the labels offsets its reads. (One row, not a row per
+  group: DuckDB's join on the group would copy the masks into every row.)
 
 The macro equals ``predict`` on the bins: the same leaves, summed as a balanced tree (to 1e-12;
 :meth:`LeafMasks.scores`, its NumPy reference, sums them in ``predict``'s order, to the bit).
@@ -29,12 +33,14 @@ The macro equals ``predict`` on the bins: the same leaves, summed as a balanced 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ilargi_db.errors import IlargiError
 from ilargi_db.linalg.feature_bins import FeatureBins
 from ilargi_db.models.tree_ensemble import TreeEnsemble
 from ilargi_db.plan.reserved import RESERVED_PREFIX as PREFIX  # the subqueries' aliases: no feature takes it
@@ -43,9 +49,11 @@ from ilargi_db.sql_functions.macros import (
     balanced_sum,
     call,
     category_text,
-    double,
     edge_literal,
+    group_label,
     list_of,
+    macro_statements,
+    tree_bodies,
 )
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -61,10 +69,16 @@ TREE_LEAVES_SCHEMA = pa.schema(
 )
 
 
-def fits_leaf_masks(trees: TreeEnsemble) -> bool:
-    """Whether every tree has at most :data:`MAX_LEAVES` leaves (else its macro is a nested ``CASE``)."""
-    leaves = np.add.reduceat((trees.feature < 0).astype(np.int64), trees.tree_start[:-1]) if trees.n_trees else []
-    return bool(np.all(np.asarray(leaves) <= MAX_LEAVES))
+def fits_leaf_masks(*ensembles: TreeEnsemble) -> bool:
+    """Whether every tree has at most :data:`MAX_LEAVES` leaves (else its macro is a nested ``CASE``), and the
+    ensembles (a model per group's) sum their trees into as many scores."""
+    if len({e.trees_per_round for e in ensembles}) > 1:
+        return False
+    for trees in ensembles:
+        leaves = np.add.reduceat((trees.feature < 0).astype(np.int64), trees.tree_start[:-1]) if trees.n_trees else []
+        if not np.all(np.asarray(leaves) <= MAX_LEAVES):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -80,42 +94,82 @@ class FeatureCodes:
 
 @dataclass(frozen=True)
 class TreeLookup:
-    """One tree of more than one leaf: the features it splits on, each with its block of masks (one mask per
-    code), and the offset of its leaf values."""
+    """Tree t's place in the layout every group shares: the features some group's tree t splits on, each with
+    its block of masks (an index among a group's blocks; one mask per code), and the offset of the tree's leaf
+    values among a group's values."""
 
-    blocks: tuple[tuple[int, int], ...]  # (feature, its block of masks: an index into LeafMasks.blocks)
+    blocks: tuple[tuple[int, int], ...]  # (feature, its block of masks)
     values_offset: int
 
 
-class LeafMasks:
-    """An ensemble's codes, masks and leaf values (see the module's docstring), computed from its nodes."""
+@dataclass(frozen=True)
+class GroupTree:
+    """One group's tree t: the mask of each code of each feature it splits on, and its leaf values left to right."""
 
-    def __init__(self, trees: TreeEnsemble, bins: list[FeatureBins]):
-        if not fits_leaf_masks(trees):
-            raise ValueError(f"a tree of more than {MAX_LEAVES} leaves has no leaf masks")
-        self.trees, self.bins = trees, bins
-        self.codes = {f: self._feature_codes(f) for f in sorted(set(trees.feature[trees.feature >= 0].tolist()))}
-        self.blocks: list[np.ndarray] = []  # per (tree, feature it splits on): the mask of each code, int64
-        values: list[float] = []
-        self.lookups: list[TreeLookup | float] = []  # per tree: its lookup, or a one-leaf tree's value
-        for nodes in trees.trees():
-            self.lookups.append(self._tree(nodes, values))
-        self.values = np.asarray(values, dtype=np.float64)
+    masks: dict[int, np.ndarray]
+    values: list[float]
+
+
+class LeafMasks:
+    """The codes, masks and leaf values (see the module's docstring) of one ensemble, or of the ensembles of a model
+    per group, which share their bins: the codes are common to every group (a numeric feature cut wherever some
+    group's split cuts it), and each group's blocks and values are laid out alike, one group after another, so
+    that tree t of every group reads its masks and its values at the same places:
+
+    - tree t's blocks are one per feature some group's tree t splits on. A group's tree that does not split on the
+      feature rules out no leaf there (a mask of every bit); a one-leaf tree has leaf 0 only (a mask of bit 0).
+    - tree t's leaf values take as many places as its most leaves in any group, the rest 0.0; a group of fewer
+      trees (stopped early) has one-leaf trees of 0.0 after its last (adding 0.0 changes no sum).
+    - a group's values start with its baseline (one per output).
+    """
+
+    def __init__(self, ensembles: Sequence[TreeEnsemble], baselines: Sequence[Any], bins: list[FeatureBins]):
+        if not ensembles or not fits_leaf_masks(*ensembles):
+            raise ValueError(f"these trees have no leaf masks (more than {MAX_LEAVES} leaves, or unlike outputs)")
+        self.ensembles, self.bins = list(ensembles), bins
+        self.outputs = self.ensembles[0].trees_per_round
+        self.missing_bin = self.ensembles[0].missing_bin
+        features = set().union(*(e.feature[e.feature >= 0].tolist() for e in self.ensembles))
+        self.codes = {f: self._feature_codes(f) for f in sorted(features)}
+        grown = [[self._tree(e, nodes) for nodes in e.trees()] for e in self.ensembles]
+        blocks: list[list[np.ndarray]] = [[] for _ in grown]  # per group: per (tree, feature), each code's mask
+        values: list[list[float]] = []
+        for baseline in baselines:
+            values.append(np.atleast_1d(np.asarray(baseline, dtype=np.float64)).tolist())
+            if len(values[-1]) != self.outputs:
+                raise ValueError(f"a baseline of {len(values[-1])} scores for trees of {self.outputs}")
+        self.lookups: list[TreeLookup] = []
+        stopped = GroupTree({}, [0.0])
+        for t in range(max(len(trees) for trees in grown)):
+            trees = [own[t] if t < len(own) else stopped for own in grown]
+            lookup = []
+            for f in sorted(set().union(*(tree.masks for tree in trees))):
+                lookup.append((f, len(blocks[0])))
+                for tree, own in zip(trees, blocks):
+                    fill = -1 if tree.masks else 1
+                    own.append(tree.masks.get(f, np.full(len(self.codes[f].bins), fill, dtype=np.int64)))
+            self.lookups.append(TreeLookup(tuple(lookup), len(values[0])))
+            places = max(len(tree.values) for tree in trees)
+            for tree, own in zip(trees, values):
+                own.extend(tree.values + [0.0] * (places - len(tree.values)))
+        self.block_count, self.value_count = len(blocks[0]), len(values[0])  # a group's
+        self.blocks = [block for own in blocks for block in own]
+        self.values = np.asarray([v for own in values for v in own], dtype=np.float64)
 
     def _feature_codes(self, f: int) -> FeatureCodes:
-        feature, t = self.bins[f], self.trees
-        missing = t.missing_bin
+        feature = self.bins[f]
         if feature.categorical:
-            return FeatureCodes(f, (missing, *range(feature.n_bins)))
-        ways = t.goes_left[t.feature == f][:, : feature.n_bins]  # (splits on f, bins): the way each bin goes
+            return FeatureCodes(f, (self.missing_bin, *range(feature.n_bins)))
+        # (splits on f in any group, bins): the way each bin goes
+        ways = np.concatenate([e.goes_left[e.feature == f][:, : feature.n_bins] for e in self.ensembles])
         changes = np.flatnonzero((ways[:, 1:] != ways[:, :-1]).any(axis=0))  # a cut between bin b and b + 1
         cuts = tuple(float(feature.edges[b]) for b in changes.tolist())
-        return FeatureCodes(f, (0, *(changes + 1).tolist(), missing), cuts)
+        return FeatureCodes(f, (0, *(changes + 1).tolist(), self.missing_bin), cuts)
 
-    def _tree(self, nodes: range, values: list[float]) -> TreeLookup | float:
-        t, first = self.trees, nodes.start
+    def _tree(self, t: TreeEnsemble, nodes: range) -> GroupTree:
+        first = nodes.start
         if t.feature[first] < 0:
-            return float(t.value[first])
+            return GroupTree({}, [float(t.value[first])])
         # Leaves left to right (an explicit stack: a tree may be hundreds of splits deep), each split's left leaves.
         leaf_bit: dict[int, int] = {}
         stack, order = [first], []
@@ -124,7 +178,7 @@ class LeafMasks:
             order.append(node)
             if t.feature[node] >= 0:
                 stack.extend((first + int(t.right[node]), first + int(t.left[node])))
-        values_offset = len(values)
+        values = []
         for node in order:
             if t.feature[node] < 0:
                 leaf_bit[node] = 1 << len(leaf_bit)
@@ -136,30 +190,29 @@ class LeafMasks:
         every = below[first]
         splits = np.asarray([n for n in order if n not in leaf_bit])
         left_leaves = np.asarray([below[first + int(t.left[n])] for n in splits.tolist()], dtype=np.int64)
-        blocks = []
+        masks = {}
         for f in np.unique(t.feature[splits]).tolist():
             on_f = t.feature[splits] == f
             goes_right = ~t.goes_left[splits[on_f]][:, list(self.codes[f].bins)]  # (splits on f, codes)
             ruled_out = np.bitwise_or.reduce(np.where(goes_right, left_leaves[on_f, None], 0), axis=0)
-            blocks.append((f, len(self.blocks)))
-            self.blocks.append((every & ~ruled_out).astype(np.int64))
-        return TreeLookup(tuple(blocks), values_offset)
+            masks[f] = (every & ~ruled_out).astype(np.int64)
+        return GroupTree(masks, values)
 
-    def scores(self, codes: dict[int, np.ndarray], baseline: np.ndarray) -> np.ndarray:
-        """The NumPy reference of the macro: (outputs, rows), each output's ``baseline`` plus its trees' values in
-        order, as ``predict`` sums them, for rows given as each feature's codes (:meth:`row_codes`)."""
+    def scores(self, codes: dict[int, np.ndarray], groups: np.ndarray | None = None) -> np.ndarray:
+        """The NumPy reference of the macro: (outputs, rows), each row's group's baseline plus its trees' values in
+        order, as ``predict`` sums them, for rows given as each feature's codes (:meth:`row_codes`) and their
+        groups (indexes of the ensembles given; all the first's by default)."""
         rows = len(next(iter(codes.values()))) if codes else 1
-        per_round = self.trees.trees_per_round
-        out = np.repeat(np.atleast_1d(np.asarray(baseline, dtype=np.float64))[:, None], rows, axis=1)
+        group = np.zeros(rows, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+        values = self.values.reshape(len(self.ensembles), self.value_count)
+        out = values[group, : self.outputs].T.copy()
         for tree, lookup in enumerate(self.lookups):
-            if isinstance(lookup, float):
-                out[tree % per_round] += lookup
-                continue
-            m = np.full(rows, -1, dtype=np.int64)
+            m = np.full(rows, -1 if lookup.blocks else 1, dtype=np.int64)
             for f, block in lookup.blocks:
-                m &= self.blocks[block][codes[f]]
+                per_group = np.stack([self.blocks[g * self.block_count + block] for g in range(len(self.ensembles))])
+                m &= per_group[group, codes[f]]
             lowest = np.log2((m & -m).astype(np.float64)).astype(np.int64)  # a power of two: exact
-            out[tree % per_round] += self.values[lookup.values_offset + lowest]
+            out[tree % self.outputs] += values[group, lookup.values_offset + lowest]
         return out
 
     def row_codes(self, binned: np.ndarray) -> dict[int, np.ndarray]:
@@ -167,28 +220,38 @@ class LeafMasks:
         one: SQL's lists count from 1)."""
         out = {}
         for f, codes in self.codes.items():
-            of_bin = np.zeros(self.trees.missing_bin + 1, dtype=np.int64)
+            of_bin = np.zeros(self.missing_bin + 1, dtype=np.int64)
             if self.bins[f].categorical:
                 of_bin[list(codes.bins)] = np.arange(len(codes.bins))
             else:  # bin b takes the code of the last cut below it
                 starts = np.asarray(codes.bins[:-1])
                 of_bin[: self.bins[f].n_bins] = np.searchsorted(starts, np.arange(self.bins[f].n_bins), "right") - 1
-                of_bin[self.trees.missing_bin] = len(codes.bins) - 1
+                of_bin[self.missing_bin] = len(codes.bins) - 1
             out[f] = of_bin[binned[:, f]]
         return out
 
+    def registry_row(self, name: str, version: int) -> dict[str, pa.Table]:
+        """The one row of ``ilargi.tree_leaves`` the macro reads: every group's blocks and values, back to back."""
+        row = {"model": name, "version": version, "masks": [b.tolist() for b in self.blocks]}
+        return {
+            TREE_LEAVES_TABLE: pa.Table.from_pylist([{**row, "leaf_values": self.values.tolist()}], TREE_LEAVES_SCHEMA)
+        }
 
-class TreeLeafMaskWriter(TreeScoreWriter):
-    """Writes the macros of a tree ensemble whose trees have at most :data:`MAX_LEAVES` leaves as lookups of leaf
-    masks (the module's docstring), and the ``ilargi.tree_leaves`` row they read."""
 
-    def __init__(self, name: str, version: int, model: Any, database: str):
-        self.name, self.version, self.model, self.database = name, version, model, database
-        self.bins: list[FeatureBins] = model.encoder_.bins_
-        self.leaf_masks = LeafMasks(model.trees_, self.bins)
+class LeafMaskSQL:
+    """The SQL of :class:`LeafMasks`: each row's codes (and, for a model per group, where its group's blocks and
+    values start), each tree's mask, and the scores."""
+
+    def __init__(
+        self, name: str, version: int, database: str, leaf_masks: LeafMasks, group: str | None = None,
+        labels: Sequence[str] = (),
+    ):  # fmt: skip
+        """``group``: for a model per group, the SQL of the row's group label; ``labels``: each ensemble's group."""
+        self.name, self.version, self.database, self.leaf_masks = name, version, database, leaf_masks
+        self.group, self.labels = group, list(labels)
 
     def _code(self, codes: FeatureCodes) -> str:
-        feature = self.bins[codes.feature]
+        feature = self.leaf_masks.bins[codes.feature]
         x = quote_identifier(feature.name)
         if feature.categorical:
             found = call("list_position", list_of([quote_string(c) for c in feature.categories]), category_text(x))
@@ -205,39 +268,59 @@ class TreeLeafMaskWriter(TreeScoreWriter):
         present = f"NOT {call('isnan', f'CAST({x} AS DOUBLE)')}"
         return f"CAST(CASE WHEN {present} THEN {search(0, len(codes.cuts))} ELSE {len(codes.cuts) + 2} END AS INTEGER)"
 
-    def _leaf_value(self, tree: int, lookup: TreeLookup | float) -> str:
-        if isinstance(lookup, float):
-            return double(lookup)
-        m = f"{PREFIX}t{tree}"
-        lowest = call("bit_count", call("xor", m, call("-", m, "1")))  # the lowest bit set's position, plus one
-        position = call("+", str(lookup.values_offset), f"CAST({lowest} AS INTEGER)")
-        return call("list_extract", f"{PREFIX}values", position)
+    def _at(self, start: str, position: str) -> str:
+        """``position`` among the row's group's blocks or values (``start``: where the group's begin)."""
+        return position if self.group is None else call("+", start, position)
+
+    def _leaf_value(self, tree: int, lookup: TreeLookup) -> str:
+        lowest = "1"  # a one-leaf tree in every group
+        if lookup.blocks:
+            m = f"{PREFIX}t{tree}"
+            lowest = f"CAST({call('bit_count', call('xor', m, call('-', m, '1')))} AS INTEGER)"  # the lowest bit, + 1
+        position = call("+", str(lookup.values_offset), lowest)
+        return call("list_extract", f"{PREFIX}values", self._at(f"{PREFIX}gv", position))
 
     def _tree_mask(self, lookup: TreeLookup) -> str:
         # A block is a constant list for every row: DuckDB reads it once per vector, the rows' masks from it.
         masks = [
-            call("list_extract", call("list_extract", f"{PREFIX}masks", str(block + 1)), f"{PREFIX}c{f}")
+            call(
+                "list_extract",
+                call("list_extract", f"{PREFIX}masks", self._at(f"{PREFIX}gb", str(block + 1))),
+                f"{PREFIX}c{f}",
+            )  # fmt: skip
             for f, block in lookup.blocks
         ]
         while len(masks) > 1:  # a balanced AND: a tree may split on hundreds of features
             masks = [call("&", *masks[i : i + 2]) if i + 1 < len(masks) else masks[i] for i in range(0, len(masks), 2)]
         return masks[0]
 
-    def score(self) -> str:
-        """The raw score (the baseline plus every tree's value; a list of one per class for a multi-class model)."""
-        per_round = self.leaf_masks.trees.trees_per_round
-        baselines = np.atleast_1d(np.asarray(self.model.baseline_, dtype=np.float64)).tolist()
-        values = [self._leaf_value(t, lookup) for t, lookup in enumerate(self.leaf_masks.lookups)]
-        scores = [balanced_sum([double(b), *values[k::per_round]]) for k, b in enumerate(baselines)]
-        score = scores[0] if len(scores) == 1 else list_of(scores)
-        trees = [
-            f"{self._tree_mask(lookup)} AS {PREFIX}t{t}"
-            for t, lookup in enumerate(self.leaf_masks.lookups)
-            if isinstance(lookup, TreeLookup)
+    def scores(self) -> str:
+        """The raw score over the columns of :meth:`leaves` (the baseline plus every tree's value; a list of one per
+        output for a multi-class model)."""
+        masks, outputs = self.leaf_masks, self.leaf_masks.outputs
+        values = [self._leaf_value(t, lookup) for t, lookup in enumerate(masks.lookups)]
+        baselines = [
+            call("list_extract", f"{PREFIX}values", self._at(f"{PREFIX}gv", str(k + 1))) for k in range(outputs)
         ]
-        if not trees:  # every tree a leaf
-            return score
-        codes = ", ".join(f"{self._code(c)} AS {PREFIX}c{f}" for f, c in self.leaf_masks.codes.items())
+        scores = [balanced_sum([b, *values[k::outputs]]) for k, b in enumerate(baselines)]
+        return scores[0] if len(scores) == 1 else list_of(scores)
+
+    def leaves(self) -> str:
+        """The subquery of one row: each tree's mask, the row's group (``__ilargi_g``, from 1; NULL for a group no
+        model was trained for) and the table's values."""
+        masks = self.leaf_masks
+        columns = [f"{self._code(c)} AS {PREFIX}c{f}" for f, c in masks.codes.items()]
+        carried = [f"{PREFIX}values"]
+        if self.group is not None:
+            labels = list_of([quote_string(label) for label in self.labels])
+            columns.append(f"{call('list_position', labels, self.group)} AS {PREFIX}g")
+            start = call("-", f"{PREFIX}g", "1")
+            columns.append(f"{call('*', start, str(masks.block_count))} AS {PREFIX}gb")
+            columns.append(f"{call('*', start, str(masks.value_count))} AS {PREFIX}gv")
+            carried += [f"{PREFIX}g", f"{PREFIX}gb", f"{PREFIX}gv"]
+        trees = [
+            f"{self._tree_mask(lookup)} AS {PREFIX}t{t}" for t, lookup in enumerate(masks.lookups) if lookup.blocks
+        ]
         # The registry's columns read qualified and renamed: a feature (a macro parameter) named like one of them
         # would otherwise be substituted into the subquery.
         table = (
@@ -245,30 +328,80 @@ class TreeLeafMaskWriter(TreeScoreWriter):
             f"FROM {quote_identifier(self.database)}.ilargi.{TREE_LEAVES_TABLE} w "
             f"WHERE w.model = {quote_string(self.name)} AND w.version = {self.version}) AS {PREFIX}table"
         )
-        row = f"(SELECT {codes}) AS {PREFIX}codes"
-        leaves = f"(SELECT {', '.join([*trees, f'{PREFIX}values'])} FROM {row}, {table}) AS {PREFIX}leaves"
-        # No row for this version (deleted by hand, or a file renamed): an error that says so, never NULL scores.
-        missing = quote_string(
-            f"model {self.name} version {self.version} has no row in ilargi.{TREE_LEAVES_TABLE} of database "
-            f"{self.database}: save or train the model again in this database"
+        row = f"(SELECT {', '.join(columns)}) AS {PREFIX}codes" if columns else f"(SELECT 1) AS {PREFIX}codes"
+        return f"(SELECT {', '.join([*trees, *carried])} FROM {row}, {table}) AS {PREFIX}leaves"
+
+    def missing_row(self) -> str:
+        """An error that says the table has no row for this version (deleted by hand, or a file renamed): never
+        NULL scores."""
+        return call(
+            "error",
+            quote_string(
+                f"model {self.name} version {self.version} has no row in ilargi.{TREE_LEAVES_TABLE} of database "
+                f"{self.database}: save or train the model again in this database"
+            ),
         )
-        return f"coalesce((SELECT {score} FROM {leaves}), {call('error', missing)})"
+
+
+class TreeLeafMaskWriter(TreeScoreWriter):
+    """Writes the macros of a tree ensemble whose trees have at most :data:`MAX_LEAVES` leaves as lookups of leaf
+    masks (the module's docstring), and the ``ilargi.tree_leaves`` row they read."""
+
+    def __init__(self, name: str, version: int, model: Any, database: str):
+        self.name, self.version, self.model, self.database = name, version, model, database
+        self.bins: list[FeatureBins] = model.encoder_.bins_
+        self.leaf_masks = LeafMasks([model.trees_], [model.baseline_], self.bins)
+        self.sql = LeafMaskSQL(name, version, database, self.leaf_masks)
+
+    def score(self) -> str:
+        """The raw score (the baseline plus every tree's value; a list of one per class for a multi-class model)."""
+        return f"coalesce((SELECT {self.sql.scores()} FROM {self.sql.leaves()}), {self.sql.missing_row()})"
 
     def registry_rows(self) -> dict[str, pa.Table]:
         """The one row of ``ilargi.tree_leaves`` the macro reads."""
-        return {
-            TREE_LEAVES_TABLE: pa.Table.from_pylist(
-                [
-                    {
-                        "model": self.name,
-                        "version": self.version,
-                        "masks": [block.tolist() for block in self.leaf_masks.blocks],
-                        "leaf_values": self.leaf_masks.values.tolist(),
-                    }
-                ],
-                schema=TREE_LEAVES_SCHEMA,
-            )
-        }
+        return self.leaf_masks.registry_row(self.name, self.version)
+
+
+class GroupedTreeLeafMaskWriter:
+    """Writes the macros of a tree model per group, every group's trees of at most :data:`MAX_LEAVES` leaves, as
+    one lookup of leaf masks (:class:`LeafMasks` lays the groups' out alike): each row's codes once, its group's
+    blocks and values found by the group's place among the model's groups, and each group's reading of the score
+    (its classes, its link) chosen by a ``CASE`` on that place. A group no model was trained for, or NULL,
+    scores NULL."""
+
+    def __init__(self, name: str, version: int, model: Any, database: str):
+        self.name, self.version, self.database = name, version, database
+        self.group_by, self.models = model.group_by_, model.models_
+        self.specs = model.encoder_.specs_
+        models = list(model.models_.values())
+        self.leaf_masks = LeafMasks([m.trees_ for m in models], [m.baseline_ for m in models], model.encoder_.bins_)
+        group = group_label(model.group_by_, model.group_type_)
+        self.sql = LeafMaskSQL(name, version, database, self.leaf_masks, group, labels=list(model.models_))
+
+    def statements(self) -> dict[str, str]:
+        score = f"{PREFIX}s"
+        bodies = {label: tree_bodies(self.name, one, score) for label, one in self.models.items()}
+        macros = next(iter(bodies.values()))
+        if any(set(found) != set(macros) for found in bodies.values()):  # checked when fitted and when read back
+            raise IlargiError("the groups' models have different macros: train them again with one objective.")
+        scored = f"(SELECT {self.sql.scores()} AS {score}, {PREFIX}g FROM {self.sql.leaves()})"
+        dispatched = {}
+        for macro in macros:
+            texts = [found[macro] for found in bodies.values()]
+            # A row of no model's group scores NULL (a multi-class score would be a list of NULLs); where the groups
+            # read the score alike (a regression, or classes and link alike), no CASE on the group.
+            body = f"CASE WHEN {PREFIX}g IS NOT NULL THEN ({texts[0]}) END"
+            if len(set(texts)) > 1:
+                whens = " ".join(f"WHEN {g} THEN ({text})" for g, text in enumerate(texts, 1))
+                body = f"CASE {PREFIX}g {whens} END"
+            # The list keeps a row's NULL apart from the table's missing row.
+            found = f"(SELECT {list_of([body])} FROM {scored})"
+            dispatched[macro] = call("list_extract", f"coalesce({found}, {self.sql.missing_row()})", "1")
+        return macro_statements(self.database, [*(s.name for s in self.specs), self.group_by], dispatched)
+
+    def registry_rows(self) -> dict[str, pa.Table]:
+        """The one row of ``ilargi.tree_leaves`` the macro reads: every group's."""
+        return self.leaf_masks.registry_row(self.name, self.version)
 
 
 __all__ = [
@@ -276,6 +409,9 @@ __all__ = [
     "TREE_LEAVES_SCHEMA",
     "TREE_LEAVES_TABLE",
     "FeatureCodes",
+    "GroupTree",
+    "GroupedTreeLeafMaskWriter",
+    "LeafMaskSQL",
     "LeafMasks",
     "TreeLeafMaskWriter",
     "TreeLookup",

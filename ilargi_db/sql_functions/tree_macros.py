@@ -79,33 +79,39 @@ def looked_up(feature: FeatureBins, inline_categories: int = LISTED_CATEGORIES) 
     return feature.categorical and len(feature.categories) > inline_categories
 
 
-def macro_nodes(model: Any, grouped: bool = False) -> int:
-    """What a tree model's macro holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it.
+def macro_nodes(models: list[Any], grouped: bool = False) -> int:
+    """What the one macro of ``models`` (a model, or every group's of a model per group: ``grouped``) holds,
+    counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it.
 
-    A model whose trees fit leaf masks (:mod:`.tree_leaf_masks`) and is not one of a model per group (``grouped``):
-    its nodes, and each category of a categorical feature some split reads, listed once. Else (a ``CASE`` per
-    split): each node of each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a
-    node); a split of a looked-up feature (more than :data:`LISTED_CATEGORIES` categories, not grouped) is one
-    node, its mask one literal."""
-    t: TreeEnsemble = model.trees_
-    bins: list[FeatureBins] = model.encoder_.bins_
-    if not grouped and fits_leaf_masks(t):
-        split_on = set(t.feature[t.feature >= 0].tolist())
-        return t.n_nodes + sum(len(bins[f].categories) for f in split_on if bins[f].categorical)
+    Trees that fit leaf masks together (:mod:`.tree_leaf_masks`): their nodes, and each category of a categorical
+    feature some split reads, listed once (a model per group's share their bins). Else (a ``CASE`` per split):
+    each node of each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node);
+    a split of a looked-up feature (more than :data:`LISTED_CATEGORIES` categories, not grouped) is one node, its
+    mask one literal."""
+    bins: list[FeatureBins] = models[0].encoder_.bins_
+    if fits_leaf_masks(*(m.trees_ for m in models)):
+        split_on = set().union(*(m.trees_.feature[m.trees_.feature >= 0].tolist() for m in models))
+        return sum(m.trees_.n_nodes for m in models) + sum(
+            len(bins[f].categories) for f in split_on if bins[f].categorical
+        )
     inline = GROUPED_INLINE_CATEGORIES if grouped else LISTED_CATEGORIES
-    entries = sum(
-        len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
-        for node, f in enumerate(t.feature.tolist())
-        if f >= 0 and bins[f].categorical and not looked_up(bins[f], inline)
-    )
-    return t.n_nodes + entries
+    total = 0
+    for m in models:
+        t: TreeEnsemble = m.trees_
+        entries = sum(
+            len(listed_categories(bins[f], t.category_bins(node), t.missing_left(node)))
+            for node, f in enumerate(t.feature.tolist())
+            if f >= 0 and bins[f].categorical and not looked_up(bins[f], inline)
+        )
+        total += t.n_nodes + entries
+    return total
 
 
 def check_macro_size(models: list[Any], grouped: bool = False) -> None:
     """Refuse, before anything is written, tree models whose one macro (a model, or one per group: ``grouped``)
     would hold more than :data:`~ilargi_db.limits.MACRO_NODES`."""
     MACRO_NODES.check(
-        sum(macro_nodes(m, grouped) for m in models),
+        macro_nodes(models, grouped),
         f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
         "listed categories",
         SMALLER_TREES
