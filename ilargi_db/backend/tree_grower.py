@@ -32,7 +32,7 @@ from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
 from ilargi_db.backend.quantization import CLIP, LOW_BITS, SEED_MASK
-from ilargi_db.backend.tree_split import TIE, draw_features, feature_split, pick_leaf, uniform_draw
+from ilargi_db.backend.tree_split import TIE, copy_into, draw_features, feature_split, pick_leaf, uniform_draw
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])
@@ -404,7 +404,7 @@ def _best_split(hist, slot_start, value_bins, categorical, missing_bin, l2, min_
         gain = feature_split(hf, nb, nb, missing_bin, categorical[f], total, l2, min_rows, order, keys, mask)
         if gain > best_gain * (1.0 + TIE):
             best_gain, best_feature = gain, f
-            best_mask[:] = mask
+            copy_into(best_mask, mask)
     return best_gain, best_feature
 
 
@@ -447,7 +447,8 @@ def _grow_step(
         nodes[:, :] = -1
         nodes[:, START] = nodes[:, STOP] = nodes[:, DEPTH] = nodes[:, COUNT_ROWS] = nodes[:, BUFFER] = 0
         floats[:, :], goes_left[:, :] = 0.0, False
-        free[:] = np.arange(free.shape[0])
+        for k in range(free.shape[0]):
+            free[k] = k
         state[N_FREE] = free.shape[0] - 1
         nodes[0, POOL] = free[state[N_FREE]]
         nodes[0, STOP] = nodes[0, COUNT_ROWS] = n
@@ -549,7 +550,7 @@ def _grow_step(
     for k in range(state[N_LEAVES]):  # leaf values (added to their rows' raw scores by the caller)
         i = leaves[k]
         if nodes[i, BUFFER] == 1:  # every leaf's rows in buffers[0], where the caller reads them
-            buffers[0, nodes[i, START] : nodes[i, STOP]] = buffers[1, nodes[i, START] : nodes[i, STOP]]
+            copy_into(buffers[0, nodes[i, START] : nodes[i, STOP]], buffers[1, nodes[i, START] : nodes[i, STOP]])
         _totals(hists[nodes[i, POOL]], slot_start, total)
         nodes[i, FEATURE], floats[i, GAIN] = -1, 0.0
         goes_left[i, :] = False

@@ -31,7 +31,7 @@ from numba import types as nt
 from ilargi_db.backend.compiled import kernel, read_only
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
-from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split
+from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split, copy_into
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8
@@ -156,7 +156,7 @@ def _node_histogram_total(
         if k > 0:
             seg[0] += seg[k]
     if unit_hessian:  # squared error: every hessian is 1, its sums are the row counts
-        compact[:, HESSIAN] = compact[:, COUNT]
+        copy_into(compact[:, HESSIAN], compact[:, COUNT])
     for b in range(t):
         if not segment[b]:
             continue
@@ -174,8 +174,9 @@ def _node_histogram_total(
     out = np.zeros((n_features, n_bins, HIST_FIELDS))
     for f in range(n_features):
         nb = value_bins[f]
-        out[f, :nb] = compact[slot_start[f] : slot_start[f] + nb]
-        out[f, n_bins - 1] = compact[slot_start[f] + nb]
+        for b in range(nb):
+            copy_into(out[f, b], compact[slot_start[f] + b])
+        copy_into(out[f, n_bins - 1], compact[slot_start[f] + nb])
     return out
 
 
@@ -200,7 +201,7 @@ def _partition_rows(
         else:
             scratch[right] = r
             right += 1
-    rows[start + left : stop] = scratch[:right]
+    copy_into(rows[start + left : stop], scratch[:right])
     return left
 
 

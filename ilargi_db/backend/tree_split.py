@@ -37,6 +37,14 @@ class GrowthLimits:
     l2_regularization: float
 
 
+@numba.njit(cache=True, nogil=True)
+def copy_into(dst, src):  # pragma: no cover - compiled
+    """``dst[:] = src`` for 1-D arrays of one length, as a loop: numba's slice assignment compiles the formatting
+    of its shape-mismatch message into every kernel that assigns one (about a second of a first tree's compile)."""
+    for i in range(src.shape[0]):
+        dst[i] = src[i]
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def split_score(g, h, l2):  # pragma: no cover - compiled
     """A side's score: its loss reduction with its Newton step (the split's gain is left + right - parent)."""
@@ -213,7 +221,7 @@ def best_split(hist, n_bins, categorical, missing_bin, l2, min_rows, goes_left, 
                              keys, mask)  # fmt: skip
         if gain > best_gain * (1.0 + TIE):
             best_gain, best_feature = gain, f
-            goes_left[:] = mask
+            copy_into(goes_left, mask)
     return best_gain, best_feature
 
 
@@ -224,6 +232,7 @@ __all__ = [
     "TIE",
     "best_split",
     "draw_features",
+    "copy_into",
     "pick_leaf",
     "feature_split",
     "split_score",
