@@ -280,3 +280,24 @@ def test_a_model_per_group_whose_row_is_gone_says_so(leagues):
     leagues.execute("DELETE FROM ilargi.tree_leaves WHERE model = 'gone_leagues'")
     with pytest.raises(duckdb.Error, match="model gone_leagues version 1 has no row in ilargi.tree_leaves"):
         leagues.execute("SELECT gone_leagues_predict(x, n, league) FROM d").fetchall()
+
+
+@pytest.mark.parametrize(
+    "groups",
+    ["[INTERVAL '1 day', INTERVAL '24 hours']", "[0.0::DOUBLE, -0.0::DOUBLE]", "[[0.0::FLOAT], [-0.0::FLOAT]]"],
+)
+def test_groups_whose_type_equates_two_labels_keep_a_case_on_the_group(groups):
+    """DuckDB decorrelates the leaf-mask macro's subquery over distinct group values by the type's equality:
+    '1 day' = '24 hours' and -0.0 = 0.0 there, while training tells them apart as two groups."""
+    con = ilargi_db.connect()
+    con.execute(
+        f"CREATE TABLE t AS SELECT range AS id, (range % 50)::DOUBLE AS x, {groups}[range // 50 % 2 + 1] AS g, "
+        "(range % 50) * (range // 50 % 2 * 9 + 1)::DOUBLE AS y FROM range(2000)"
+    )
+    model = ilargi_db.train(con, "SELECT x, g, y FROM t", "y", "gradient_boosting", group_by="g", n_estimators=5)
+    assert len(model.models_) == 2
+    ilargi_db.save_model(con, "equated", model)
+    assert "tree_leaves" not in macro_text(con, "equated_predict")
+    got = [r[0] for r in con.execute("SELECT equated_predict(x, g) FROM t ORDER BY id").fetchall()]
+    expected = ilargi_db.predict(con, model, "SELECT x, g FROM t ORDER BY id")
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)

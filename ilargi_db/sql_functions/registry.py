@@ -40,6 +40,7 @@ from ilargi_db.sql_functions.tree_leaf_masks import (
     GroupedTreeLeafMaskWriter,
     TreeLeafMaskWriter,
     fits_leaf_masks,
+    groups_read_apart,
 )
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.sql_text import quote_string
@@ -212,8 +213,9 @@ def _tree_writer(name: str, version: int, model: Any, database: str) -> Any:
 
 
 def _group_tree_writer(name: str, version: int, model: Any, database: str) -> Any:
-    """Every group's leaf masks in one lookup where every group's trees fit them, a ``CASE`` on the group else."""
-    if fits_leaf_masks(*(one.trees_ for one in model.models_.values())):
+    """Every group's leaf masks in one lookup where every group's trees fit them and the group column's values are
+    told apart by their type's equality, a ``CASE`` on the group else."""
+    if groups_read_apart(model.group_type_) and fits_leaf_masks(*(one.trees_ for one in model.models_.values())):
         return GroupedTreeLeafMaskWriter(name, version, model, database)
     return GroupedMacroWriter(name, version, model, database, TreeMacroWriter)
 

@@ -33,6 +33,7 @@ The macro equals ``predict`` on the bins: the same leaves, summed as a balanced 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,17 @@ def fits_leaf_masks(*ensembles: TreeEnsemble) -> bool:
         if not np.all(np.asarray(leaves) <= MAX_LEAVES):
             return False
     return True
+
+
+# Types whose equality is coarser than their text (INTERVAL '1 day' = '24 hours', -0.0 = 0.0), alone or nested.
+COARSE_EQUALITY = re.compile(r"\b(INTERVAL|FLOAT|FLOAT4|FLOAT8|REAL|DOUBLE)\b")
+
+
+def groups_read_apart(group_type: str | None) -> bool:
+    """Whether a model per group's leaf-mask macro tells every row's group apart: DuckDB decorrelates its subquery
+    over the distinct group values by the type's equality, so where that is coarser than the text the groups are
+    labelled by, the rows of two groups would share one score (such a model keeps a ``CASE`` on the group)."""
+    return group_type is not None and not COARSE_EQUALITY.search(group_type.upper())
 
 
 @dataclass(frozen=True)
@@ -416,4 +428,5 @@ __all__ = [
     "TreeLeafMaskWriter",
     "TreeLookup",
     "fits_leaf_masks",
+    "groups_read_apart",
 ]
