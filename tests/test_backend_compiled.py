@@ -10,6 +10,7 @@ from numba.core import event, types
 
 import ilargi_db
 from ilargi_db.backend.compiled import kernels, warm_up
+from ilargi_db.backend.copies import copy_into
 
 OTHER_DTYPE = {"float64": np.float32, "bool": np.uint8}  # any other dtype of the same rank: no signature has it
 
@@ -90,3 +91,16 @@ def test_a_call_compiles_the_declared_signature_it_takes_and_no_other():
     with event.install_recorder("numba:compile") as compiled, pytest.raises(TypeError, match="No matching"):
         kernel(np.zeros(1, dtype=np.float32), np.zeros(1, dtype=np.float32))
     assert not compiled.buffer  # undeclared types: refused, never compiled
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64, np.bool_])
+def test_copy_into_copies_as_slice_assignment_does(dtype):
+    """The kernels' array copy (a loop: numba's slice assignment compiles its error message into every kernel)
+    equals NumPy's ``dst[:] = src`` on contiguous rows, strided columns and slices."""
+    rng = np.random.default_rng(0)
+    source = (rng.normal(size=(7, 5)) * 10).astype(dtype)
+    for take in (lambda a: a[3], lambda a: a[:, 2], lambda a: a[1:6, 4], lambda a: a[2, 1:4]):
+        got, expected = np.zeros_like(source), np.zeros_like(source)
+        copy_into(take(got), take(source))
+        take(expected)[:] = take(source)
+        np.testing.assert_array_equal(got, expected)

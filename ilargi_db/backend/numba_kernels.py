@@ -20,6 +20,7 @@ import numpy as np
 from numba import types as nt
 
 from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.parallel import run
 
 TILE_ROWS = 2048  # rows of an elementwise tile (its partial sums stay in L1)
@@ -312,7 +313,7 @@ def _nearest(dense, w, index, tables, offsets, labels, best, first, last):  # pr
         stop = min(n, start + TILE_ROWS)
         scores = np.empty((stop - start, m))
         for i in range(stop - start):
-            scores[i] = offsets
+            copy_into(scores[i], offsets)
         _add_rows(dense, w, index, tables, start, stop, scores)
         for i in range(stop - start):
             low, pick = scores[i, 0], 0

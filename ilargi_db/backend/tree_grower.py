@@ -29,10 +29,11 @@ from numba.extending import intrinsic
 
 from ilargi_db.backend import quantization
 from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
 from ilargi_db.backend.quantization import CLIP, LOW_BITS, SEED_MASK
-from ilargi_db.backend.tree_split import TIE, copy_into, draw_features, feature_split, pick_leaf, uniform_draw
+from ilargi_db.backend.tree_split import TIE, draw_features, feature_split, pick_leaf, uniform_draw
 
 F64, I64, BOOL = nt.float64, nt.int64, nt.boolean
 IN_F64, IN_I64, IN_BOOL = read_only(F64[::1]), read_only(I64[::1]), read_only(BOOL[::1])

@@ -29,9 +29,10 @@ import numpy as np
 from numba import types as nt
 
 from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
-from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split, copy_into
+from ilargi_db.backend.tree_split import CATEGORY_SMOOTHING, MIN_HESSIAN, TIE, GrowthLimits, best_split
 
 CHUNK_ROWS = 1 << 16  # rows per chunk of a reduction, at least: below two chunks a kernel runs on one thread
 MAX_CHUNKS = 8

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.quantization import GOLDEN, MIX_1, MIX_2
 
@@ -35,14 +36,6 @@ class GrowthLimits:
     max_depth: int | None
     min_samples_leaf: int
     l2_regularization: float
-
-
-@numba.njit(cache=True, nogil=True)
-def copy_into(dst, src):  # pragma: no cover - compiled
-    """``dst[:] = src`` for 1-D arrays of one length, as a loop: numba's slice assignment compiles the formatting
-    of its shape-mismatch message into every kernel that assigns one (about a second of a first tree's compile)."""
-    for i in range(src.shape[0]):
-        dst[i] = src[i]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -232,7 +225,6 @@ __all__ = [
     "TIE",
     "best_split",
     "draw_features",
-    "copy_into",
     "pick_leaf",
     "feature_split",
     "split_score",
