@@ -23,8 +23,9 @@ How (:class:`LeafMasks`):
   scores every row, and such a macro cannot be called inside a lambda, a generated column
   or a CHECK constraint).
 - A model per group (:class:`GroupedTreeLeafMaskWriter`) is one such lookup: its groups share their bins, so
-  their codes are common, and :class:`LeafMasks` lays every group's blocks and values out alike, one group after
-  another in the one row; the row's group's place among the labels offsets its reads. (One row, not a row per
+  their codes are common, and :class:`LeafMasks` lays every group's blocks and values out alike in the one row (a
+  block holds every group's masks, one group after another); the row's group's place among the labels offsets its
+  codes once and its reads of values. (One row, not a row per
   group: DuckDB's join on the group would copy the masks into every row.)
 
 The macro equals ``predict`` on the bins: the same leaves, summed as a balanced tree (to 1e-12;
@@ -125,14 +126,17 @@ class GroupTree:
 class LeafMasks:
     """The codes, masks and leaf values (see the module's docstring) of one ensemble, or of the ensembles of a model
     per group, which share their bins: the codes are common to every group (a numeric feature cut wherever some
-    group's split cuts it), and each group's blocks and values are laid out alike, one group after another, so
-    that tree t of every group reads its masks and its values at the same places:
+    group's split cuts it), and each group's blocks and values are laid out alike, so that tree t of every group
+    reads its masks and its values at the same places:
 
     - tree t's blocks are one per feature some group's tree t splits on. A group's tree that does not split on the
       feature rules out no leaf there (a mask of every bit); a one-leaf tree has leaf 0 only (a mask of bit 0).
     - tree t's leaf values take as many places as its most leaves in any group, the rest 0.0; a group of fewer
       trees (stopped early) has one-leaf trees of 0.0 after its last (adding 0.0 changes no sum).
     - a group's values start with its baseline (one per output).
+
+    A block holds every group's masks of its codes, one group after another (group g's code k at g x codes + k: a
+    row's codes are offset once by its group, not at each read); the values are every group's, one after another.
     """
 
     def __init__(self, ensembles: Sequence[TreeEnsemble], baselines: Sequence[Any], bins: list[FeatureBins]):
@@ -164,8 +168,8 @@ class LeafMasks:
             places = max(len(tree.values) for tree in trees)
             for tree, own in zip(trees, values):
                 own.extend(tree.values + [0.0] * (places - len(tree.values)))
-        self.block_count, self.value_count = len(blocks[0]), len(values[0])  # a group's
-        self.blocks = [block for own in blocks for block in own]
+        self.value_count = len(values[0])  # a group's
+        self.blocks = [np.concatenate([own[b] for own in blocks]) for b in range(len(blocks[0]))]
         self.values = np.asarray([v for own in values for v in own], dtype=np.float64)
 
     def _feature_codes(self, f: int) -> FeatureCodes:
@@ -221,8 +225,7 @@ class LeafMasks:
         for tree, lookup in enumerate(self.lookups):
             m = np.full(rows, -1 if lookup.blocks else 1, dtype=np.int64)
             for f, block in lookup.blocks:
-                per_group = np.stack([self.blocks[g * self.block_count + block] for g in range(len(self.ensembles))])
-                m &= per_group[group, codes[f]]
+                m &= self.blocks[block][group * len(self.codes[f].bins) + codes[f]]
             lowest = np.log2((m & -m).astype(np.float64)).astype(np.int64)  # a power of two: exact
             out[tree % self.outputs] += values[group, lookup.values_offset + lowest]
         return out
@@ -281,7 +284,7 @@ class LeafMaskSQL:
         return f"CAST(CASE WHEN {present} THEN {search(0, len(codes.cuts))} ELSE {len(codes.cuts) + 2} END AS INTEGER)"
 
     def _at(self, start: str, position: str) -> str:
-        """``position`` among the row's group's blocks or values (``start``: where the group's begin)."""
+        """``position`` among the row's group's values (``start``: where the group's begin)."""
         return position if self.group is None else call("+", start, position)
 
     def _leaf_value(self, tree: int, lookup: TreeLookup) -> str:
@@ -295,11 +298,7 @@ class LeafMaskSQL:
     def _tree_mask(self, lookup: TreeLookup) -> str:
         # A block is a constant list for every row: DuckDB reads it once per vector, the rows' masks from it.
         masks = [
-            call(
-                "list_extract",
-                call("list_extract", f"{PREFIX}masks", self._at(f"{PREFIX}gb", str(block + 1))),
-                f"{PREFIX}c{f}",
-            )  # fmt: skip
+            call("list_extract", call("list_extract", f"{PREFIX}masks", str(block + 1)), f"{PREFIX}c{f}")
             for f, block in lookup.blocks
         ]
         while len(masks) > 1:  # a balanced AND: a tree may split on hundreds of features
@@ -323,13 +322,18 @@ class LeafMaskSQL:
         masks = self.leaf_masks
         columns = [f"{self._code(c)} AS {PREFIX}c{f}" for f, c in masks.codes.items()]
         carried = [f"{PREFIX}values"]
-        if self.group is not None:
+        if self.group is not None:  # the row's group first: its codes and values are offset by its place (lateral)
             labels = list_of([quote_string(label) for label in self.labels])
-            columns.append(f"{call('list_position', labels, self.group)} AS {PREFIX}g")
             start = call("-", f"{PREFIX}g", "1")
-            columns.append(f"{call('*', start, str(masks.block_count))} AS {PREFIX}gb")
-            columns.append(f"{call('*', start, str(masks.value_count))} AS {PREFIX}gv")
-            carried += [f"{PREFIX}g", f"{PREFIX}gb", f"{PREFIX}gv"]
+            columns = [
+                f"{call('list_position', labels, self.group)} AS {PREFIX}g",
+                f"{call('*', start, str(masks.value_count))} AS {PREFIX}gv",
+                *(
+                    f"{call('+', self._code(c), call('*', start, str(len(c.bins))))} AS {PREFIX}c{f}"
+                    for f, c in masks.codes.items()
+                ),
+            ]
+            carried += [f"{PREFIX}g", f"{PREFIX}gv"]
         trees = [
             f"{self._tree_mask(lookup)} AS {PREFIX}t{t}" for t, lookup in enumerate(masks.lookups) if lookup.blocks
         ]
