@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+from sklearn.pipeline import make_pipeline
+from sklearn.utils import estimator_checks
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from ilargi_db.models import GaussianNMF, KMeans, LinearRegression, LinearSVC, LogisticRegression, StandardScaler
@@ -39,3 +43,33 @@ def _expected_failed(estimator):
 )
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
+
+
+# scikit-learn's set_output and feature-name checks, public but outside parametrize_with_checks' list: a pipeline's
+# set_output(transform="pandas") reaches every step, and a transformer without set_output refuses it.
+OUTPUT_CHECKS = [
+    estimator_checks.check_set_output_transform,
+    estimator_checks.check_set_output_transform_pandas,
+    estimator_checks.check_global_output_transform_pandas,
+    estimator_checks.check_transformer_get_feature_names_out,
+    estimator_checks.check_transformer_get_feature_names_out_pandas,
+    estimator_checks.check_get_feature_names_out_error,
+]
+
+
+@pytest.mark.parametrize("check", OUTPUT_CHECKS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("estimator", [KMeans(n_clusters=3, random_state=0), GaussianNMF(random_state=0),
+                                       StandardScaler()], ids=lambda e: type(e).__name__)  # fmt: skip
+def test_transformers_output_what_set_output_asks_for(estimator, check):
+    check(type(estimator).__name__, estimator)
+
+
+def test_a_pipelines_pandas_output_keeps_the_rows_index_and_names_the_columns():
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame(np.abs(np.random.default_rng(0).normal(size=(40, 3))), columns=["a", "b", "c"], index=range(7, 47))
+    out = make_pipeline(StandardScaler(), KMeans(n_clusters=2, random_state=0)).set_output(transform="pandas")
+    frame = out.fit_transform(X)
+    assert list(frame.columns) == ["kmeans0", "kmeans1"] and frame.index.tolist() == list(range(7, 47))
+    np.testing.assert_allclose(frame.to_numpy(), out.set_output(transform="default").transform(X))
+    with pytest.raises(ValueError, match="output config must be in"):
+        KMeans().set_output(transform="arrow")

@@ -11,7 +11,15 @@ from ilargi_db._terminal import progress
 from ilargi_db.linalg import ScaledMatrix
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
 from ilargi_db.models.algorithm import FixedMetrics, Metrics
-from ilargi_db.models.estimator import ClusterMixin, Estimator, Interval, StrOptions, TransformerMixin, check_fitted
+from ilargi_db.models.estimator import (
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    Estimator,
+    Interval,
+    StrOptions,
+    TransformerMixin,
+    check_fitted,
+)
 from ilargi_db.models.estimator import random_state as check_random_state
 
 
@@ -47,7 +55,9 @@ def _squared_distances(M: Any, row_norms: Any, centers: Any) -> Any:
     return xp.maximum(d2, 0, out=d2)
 
 
-class KMeans(FixedMetrics, SparseInputMixin, ClusterMixin, TransformerMixin, Estimator):
+class KMeans(
+    FixedMetrics, SparseInputMixin, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, Estimator
+):
     """k-means clustering over joined tables, without materializing the join.
 
     Parameters
@@ -213,6 +223,11 @@ class KMeans(FixedMetrics, SparseInputMixin, ClusterMixin, TransformerMixin, Est
         distances = self._distances(X)
         return to_host(distances.argmin(axis=1))
 
+    @property
+    def _n_features_out(self) -> int:
+        """The columns ``transform`` gives: a distance to each center."""
+        return self.cluster_centers_.shape[0]
+
     def transform(self, X: Any) -> np.ndarray:
         """Euclidean distances of every row to every center (on the standardized columns if trained so)."""
         return np.sqrt(to_host(self._distances(X)))
@@ -224,4 +239,4 @@ class KMeans(FixedMetrics, SparseInputMixin, ClusterMixin, TransformerMixin, Est
 
     def score(self, X: Any, y: Any = None) -> float:
         """Opposite of the inertia of ``X`` against the centers (higher is better)."""
-        return -float((self.transform(X).min(axis=1) ** 2).sum())
+        return -float(to_host(self._distances(X)).min(axis=1).sum())

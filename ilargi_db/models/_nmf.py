@@ -10,7 +10,14 @@ import numpy as np
 from ilargi_db._terminal import progress
 from ilargi_db.models._base import SparseInputMixin, as_matrix, check_finite, check_input, to_host
 from ilargi_db.models.algorithm import FixedMetrics, Metrics
-from ilargi_db.models.estimator import Estimator, Interval, StrOptions, TransformerMixin, check_fitted
+from ilargi_db.models.estimator import (
+    ClassNamePrefixFeaturesOutMixin,
+    Estimator,
+    Interval,
+    StrOptions,
+    TransformerMixin,
+    check_fitted,
+)
 from ilargi_db.models.estimator import random_state as check_random_state
 
 EPSILON = np.finfo(np.float64).eps
@@ -23,7 +30,7 @@ def squared_residual(norm_x: float, wt_x: Any, wt_w: Any, H: Any) -> float:
     return max(norm_x - 2 * cross + quad, 0.0)
 
 
-class GaussianNMF(FixedMetrics, SparseInputMixin, TransformerMixin, Estimator):
+class GaussianNMF(FixedMetrics, SparseInputMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, Estimator):
     """Non-negative matrix factorization X ~ W H (Frobenius loss), multiplicative updates.
 
     Each iteration needs ``X @ H^T`` (an LMM) and ``X^T W`` (a transposed LMM)
@@ -135,7 +142,7 @@ class GaussianNMF(FixedMetrics, SparseInputMixin, TransformerMixin, Estimator):
     def reconstruction_error(self, X: Any) -> float:
         """||X - W H||_F with W = transform(X): on other rows what ``reconstruction_err_`` is on the training rows."""
         M = as_matrix(X)
-        W = M.backend.asarray(self.transform(X))
+        W = M.backend.asarray(self._rows_w(X))
         H = M.backend.asarray(self.components_)
         norm_x = float(to_host(M.row_norms_squared().sum()))
         return float(np.sqrt(squared_residual(norm_x, (M.T @ W).T, W.T @ W, H)))
@@ -149,8 +156,17 @@ class GaussianNMF(FixedMetrics, SparseInputMixin, TransformerMixin, Estimator):
         self.fit_transform(X)
         return self
 
+    @property
+    def _n_features_out(self) -> int:
+        """The columns ``transform`` gives: one per component."""
+        return self.components_.shape[0]
+
     def transform(self, X: Any) -> np.ndarray:
         """W for new rows, with H fixed (multiplicative updates on W alone)."""
+        return self._rows_w(X)
+
+    def _rows_w(self, X: Any) -> np.ndarray:
+        """:meth:`transform` as arrays, whatever ``set_output`` chose (what the model itself reads)."""
         check_fitted(self)
         (X,) = check_input(self, X, reset=False)
         M = as_matrix(X)

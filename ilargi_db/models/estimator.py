@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_db.errors import InvalidParameterError, NotFittedError
+from ilargi_db.models.transform_output import TransformOutput
 
 BOOLEAN = "boolean"  # True or False (NumPy's too)
 RANDOM_STATE = "random_state"  # an int seed in [0, 2**32 - 1], a RandomState, or None
@@ -157,9 +158,13 @@ def check_fitted(estimator: Any, attribute: str | None = None) -> None:
 
 
 def clone(estimator: Any) -> Any:
-    """A new, unfitted estimator with ``estimator``'s parameters (copies of them), as ``sklearn.base.clone``."""
+    """A new, unfitted estimator with ``estimator``'s parameters (copies of them) and output container
+    (``set_output``), as ``sklearn.base.clone``."""
     params = {k: copy.deepcopy(v) for k, v in estimator.get_params(deep=False).items()}
-    return type(estimator)(**params)
+    fresh = type(estimator)(**params)
+    if hasattr(estimator, "_sklearn_output_config"):
+        fresh._sklearn_output_config = copy.deepcopy(estimator._sklearn_output_config)
+    return fresh
 
 
 def random_state(seed: Any) -> np.random.RandomState:
@@ -365,8 +370,9 @@ class ClusterMixin:
         return self.labels_
 
 
-class TransformerMixin:
-    """A transformer: ``fit_transform`` fits, then transforms the same rows."""
+class TransformerMixin(TransformOutput):
+    """A transformer: ``fit_transform`` fits, then transforms the same rows; ``set_output`` chooses what they return
+    (:mod:`.transform_output`)."""
 
     def __sklearn_tags__(self) -> Any:
         from sklearn.utils import TransformerTags
@@ -381,27 +387,49 @@ class TransformerMixin:
         return self.fit(X, y, **fit_params).transform(X)
 
 
+def input_feature_names(estimator: Any, input_features: Any = None) -> np.ndarray:
+    """The input's column names as ``get_feature_names_out`` reads them (scikit-learn's rule and words):
+    ``input_features`` checked against what ``fit`` saw, else the names ``fit`` saw, else ``x0``, ``x1``, ..."""
+    known = getattr(estimator, "feature_names_in_", None)
+    if input_features is None:
+        if known is not None:
+            return np.asarray(known, dtype=object)
+        return np.asarray([f"x{i}" for i in range(estimator.n_features_in_)], dtype=object)
+    names = np.asarray(input_features, dtype=object)
+    if known is not None and not np.array_equal(names, known):
+        raise ValueError("input_features is not equal to feature_names_in_")
+    if len(names) != estimator.n_features_in_:
+        raise ValueError(
+            f"input_features should have length equal to number of features ({estimator.n_features_in_}), got "
+            f"{len(names)}"
+        )
+    return names
+
+
+class ClassNamePrefixFeaturesOutMixin:
+    """A transformer whose output columns are new (``_n_features_out`` of them): named by its class, as
+    scikit-learn names them (``kmeans0``, ``kmeans1``, ...)."""
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        check_fitted(self, "_n_features_out")
+        input_feature_names(self, input_features)  # checked, as scikit-learn checks them
+        prefix = type(self).__name__.lower()
+        return np.asarray([f"{prefix}{i}" for i in range(self._n_features_out)], dtype=object)
+
+
 class OneToOneFeatureMixin:
     """A transformer whose output columns are its input columns: their names go through."""
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         check_fitted(self, "n_features_in_")
-        if input_features is None:
-            names = getattr(self, "feature_names_in_", None)
-            if names is None:
-                names = [f"x{i}" for i in range(self.n_features_in_)]
-            return np.asarray(names, dtype=object)
-        names = np.asarray(input_features, dtype=object)
-        known = getattr(self, "feature_names_in_", None)
-        if len(names) != self.n_features_in_ or (known is not None and not np.array_equal(names, known)):
-            raise ValueError("input_features is not equal to feature_names_in_")
-        return names
+        return input_feature_names(self, input_features)
 
 
 __all__ = [
     "ARRAY_LIKE",
     "BOOLEAN",
     "RANDOM_STATE",
+    "ClassNamePrefixFeaturesOutMixin",
     "ClassifierMixin",
     "ClusterMixin",
     "Estimator",
@@ -417,6 +445,7 @@ __all__ = [
     "check_fitted",
     "check_parameters",
     "clone",
+    "input_feature_names",
     "random_state",
     "scikit_learns_too",
     "target_type",
