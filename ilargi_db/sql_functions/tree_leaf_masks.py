@@ -254,8 +254,8 @@ class LeafMasks:
 
 
 class LeafMaskSQL:
-    """The SQL of :class:`LeafMasks`: each row's codes (and, for a model per group, where its group's blocks and
-    values start), each tree's mask, and the scores."""
+    """The SQL of :class:`LeafMasks`: each row's codes (for a model per group, offset by the row's group, and where
+    its group's values start), each tree's mask, and the scores."""
 
     def __init__(
         self, name: str, version: int, database: str, leaf_masks: LeafMasks, group: str | None = None,
