@@ -73,3 +73,25 @@ def test_a_pipelines_pandas_output_keeps_the_rows_index_and_names_the_columns():
     np.testing.assert_allclose(frame.to_numpy(), out.set_output(transform="default").transform(X))
     with pytest.raises(ValueError, match="output config must be in"):
         KMeans().set_output(transform="arrow")
+
+
+def test_a_view_of_the_join_stays_a_view_whatever_the_output_container():
+    """A pipeline's or scikit-learn's global pandas output leaves a standardized normalized matrix as it is (a
+    DataFrame of it would build the join), so scaling, clustering and ilargi_db's own standardized searches run."""
+    import sklearn
+
+    import ilargi_db
+
+    con = ilargi_db.connect()
+    con.execute("CREATE TABLE d AS SELECT range AS id, (range % 7)::DOUBLE AS v FROM range(10)")
+    con.execute("CREATE TABLE f AS SELECT range % 10 AS d_id, (range % 3)::DOUBLE AS x, (range % 5)::DOUBLE AS y "
+                "FROM range(60)")  # fmt: skip
+    query = "SELECT f.x, d.v, f.y FROM f JOIN d ON f.d_id = d.id"
+    X, _ = ilargi_db.normalize(con, query, target="y")
+    expected = make_pipeline(StandardScaler(), KMeans(n_clusters=3, random_state=0)).fit_transform(X)
+    with sklearn.config_context(transform_output="pandas"):
+        scaled = StandardScaler().fit_transform(X)
+        assert type(scaled).__module__.startswith("ilargi_db.")
+        frame = make_pipeline(StandardScaler(), KMeans(n_clusters=3, random_state=0)).fit_transform(X)
+        np.testing.assert_allclose(frame.to_numpy(), expected)
+        assert len(ilargi_db.cross_validate(con, query, "y", "linear_regression", cv=3, standardize=True)) == 1

@@ -5,7 +5,8 @@ scikit-learn's own mixin (``sklearn.utils._set_output``) is private and would im
 estimator; this one gives the same contract: ``set_output(transform=...)`` on the estimator first, else scikit-learn's
 global ``transform_output`` where scikit-learn is loaded, else arrays. A pipeline's ``set_output`` reaches every step
 through it. Only ``transform`` and ``fit_transform`` defined by a transformer that names its output columns are
-wrapped, as scikit-learn wraps them.
+wrapped, as scikit-learn wraps them. A transform that returns a view of the join (``StandardScaler`` on a normalized
+matrix) returns it as it is, whatever the container: a DataFrame of it would build the join.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def in_container(estimator: Any, data: Any, original: Any) -> Any:
     container = output_container(estimator)
     if container == "default":
         return data
+    if type(data).__module__.startswith("ilargi_db."):
+        return data  # a view of the join (a normalized matrix standardized) stays one: a DataFrame would build it
     import scipy.sparse
 
     if scipy.sparse.issparse(data):
@@ -53,7 +56,10 @@ def in_container(estimator: Any, data: Any, original: Any) -> Any:
             return data
         index = original.index if isinstance(original, (pd.DataFrame, pd.Series)) else None
         return pd.DataFrame(data, index=index, columns=columns, copy=False)
-    import polars as pl
+    try:
+        import polars as pl
+    except ImportError:
+        raise ImportError("polars output (set_output(transform='polars')) needs polars: pip install polars") from None
 
     if isinstance(data, pl.DataFrame):
         return data.rename(dict(zip(data.columns, columns)))
