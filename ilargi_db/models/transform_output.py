@@ -37,7 +37,9 @@ def in_container(estimator: Any, data: Any, original: Any) -> Any:
     container = output_container(estimator)
     if container == "default":
         return data
-    if type(data).__module__.startswith("ilargi_db."):
+    from ilargi_db.linalg import is_normalized  # here: ilargi_db.connect() imports this module, not linalg
+
+    if is_normalized(data):
         return data  # a view of the join (a normalized matrix standardized) stays one: a DataFrame would build it
     import scipy.sparse
 
