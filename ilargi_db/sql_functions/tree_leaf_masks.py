@@ -380,10 +380,9 @@ class TreeLeafMaskWriter(TreeScoreWriter):
 
 class GroupedTreeLeafMaskWriter:
     """Writes the macros of a tree model per group, every group's trees of at most :data:`MAX_LEAVES` leaves, as
-    one lookup of leaf masks (:class:`LeafMasks` lays the groups' out alike): each row's codes once, its group's
-    blocks and values found by the group's place among the model's groups, and each group's reading of the score
-    (its classes, its link) chosen by a ``CASE`` on that place. A group no model was trained for, or NULL,
-    scores NULL."""
+    one lookup of leaf masks (:class:`LeafMasks` lays the groups' out alike): each row's codes once, offset by its
+    group's place among the model's groups, which also finds its values; every group reads the score alike (the
+    groups share classes and objective). A group no model was trained for, or NULL, scores NULL."""
 
     def __init__(self, name: str, version: int, model: Any, database: str):
         self.name, self.version, self.database = name, version, database
@@ -396,22 +395,17 @@ class GroupedTreeLeafMaskWriter:
 
     def statements(self) -> dict[str, str]:
         score = f"{PREFIX}s"
-        bodies = {label: tree_bodies(self.name, one, score) for label, one in self.models.items()}
-        macros = next(iter(bodies.values()))
-        if any(set(found) != set(macros) for found in bodies.values()):  # checked when fitted and when read back
-            raise IlargiError("the groups' models have different macros: train them again with one objective.")
+        # The groups agree on classes and objective (checked when fitted and when read back), so they read the score
+        # alike: one body per macro over the one score column.
+        bodies = [tree_bodies(self.name, one, score) for one in self.models.values()]
+        if any(found != bodies[0] for found in bodies):
+            raise IlargiError("the groups' models read their scores differently: train them again with one objective.")
         scored = f"(SELECT {self.sql.scores()} AS {score}, {PREFIX}g FROM {self.sql.leaves()})"
         dispatched = {}
-        for macro in macros:
-            texts = [found[macro] for found in bodies.values()]
-            # A row of no model's group scores NULL (a multi-class score would be a list of NULLs); where the groups
-            # read the score alike (a regression, or classes and link alike), no CASE on the group.
-            body = f"CASE WHEN {PREFIX}g IS NOT NULL THEN ({texts[0]}) END"
-            if len(set(texts)) > 1:
-                whens = " ".join(f"WHEN {g} THEN ({text})" for g, text in enumerate(texts, 1))
-                body = f"CASE {PREFIX}g {whens} END"
-            # The list keeps a row's NULL apart from the table's missing row.
-            found = f"(SELECT {list_of([body])} FROM {scored})"
+        for macro, body in bodies[0].items():
+            # A row of no model's group scores NULL (a multi-class score would be a list of NULLs); the list keeps
+            # that NULL apart from the table's missing row.
+            found = f"(SELECT {list_of([f'CASE WHEN {PREFIX}g IS NOT NULL THEN ({body}) END'])} FROM {scored})"
             dispatched[macro] = call("list_extract", f"coalesce({found}, {self.sql.missing_row()})", "1")
         return macro_statements(self.database, [*(s.name for s in self.specs), self.group_by], dispatched)
 
