@@ -18,10 +18,12 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
 import numbers
 import operator
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -87,6 +89,14 @@ class Interval:
         shut = "]" if self.closed in ("right", "both") else ")"
         return f"{'an int' if integral else 'a float'} in the range {opened}{left}, {right}{shut}"
 
+    def in_options(self) -> str:
+        """In an options JSON's words (``ilargi options``, docs/options.md)."""
+        return str(self)
+
+    def json_kinds(self) -> frozenset[str]:
+        """The JSON values that give it (an integer is a real number too)."""
+        return frozenset({"integer"} if self.kind is numbers.Integral else {"integer", "number"})
+
 
 class StrOptions:
     """One of a fixed set of strings."""
@@ -100,31 +110,71 @@ class StrOptions:
     def __str__(self) -> str:
         return f"a str among {{{', '.join(repr(o) for o in self.options)}}}"
 
+    def in_options(self) -> str:
+        """In an options JSON's words, sorted (a set's order changes from one process to the next)."""
+        return "one of " + ", ".join(json.dumps(o) for o in sorted(self.options))
+
+    def json_kinds(self) -> frozenset[str]:
+        return frozenset({"string"})
+
+
+@dataclass(frozen=True)
+class NamedConstraint:
+    """A constraint scikit-learn names (a string, or None): what it accepts, and how each reader words it."""
+
+    accepts: Callable[[Any], bool]
+    described: str  # in scikit-learn's words, for its errors
+    in_options: str  # in an options JSON's words (ilargi options, docs/options.md)
+    json_kinds: frozenset[str]  # the JSON values that give it (parameter_kinds)
+
+
+def _seed(value: Any) -> bool:
+    seeds = Interval(numbers.Integral, 0, 2**32 - 1, closed="both")
+    return value is None or isinstance(value, np.random.RandomState) or seeds.accepts(value)
+
+
+NAMED_CONSTRAINTS: dict[str | None, NamedConstraint] = {
+    None: NamedConstraint(lambda value: value is None, "None", "null", frozenset({"null"})),
+    BOOLEAN: NamedConstraint(
+        lambda value: isinstance(value, (bool, np.bool_)),
+        "an instance of 'bool' or an instance of 'numpy.bool'",
+        "true or false",
+        frozenset({"boolean"}),
+    ),
+    RANDOM_STATE: NamedConstraint(
+        _seed,
+        "an int in the range [0, 4294967295], an instance of 'numpy.random.mtrand.RandomState' or None",
+        "an integer seed in [0, 4294967295] or null",
+        frozenset({"integer", "null"}),
+    ),
+    ARRAY_LIKE: NamedConstraint(
+        lambda value: not isinstance(value, str) and (hasattr(value, "__len__") or hasattr(value, "shape")),
+        "an array-like",
+        "an array",
+        frozenset({"array"}),
+    ),
+}
+
+
+def named_constraint(constraint: Any) -> NamedConstraint | None:
+    """The facts of a constraint scikit-learn names by a string (or None); None for a type, an :class:`Interval`
+    or :class:`StrOptions` (and a name ilargi_db does not declare)."""
+    if constraint is None or isinstance(constraint, str):
+        return NAMED_CONSTRAINTS.get(constraint)
+    return None
+
 
 def _accepts(constraint: Any, value: Any) -> bool:
-    if constraint is None:
-        return value is None
-    if constraint == BOOLEAN:
-        return isinstance(value, (bool, np.bool_))
-    if constraint == RANDOM_STATE:
-        seeds = Interval(numbers.Integral, 0, 2**32 - 1, closed="both")
-        return value is None or isinstance(value, np.random.RandomState) or seeds.accepts(value)
-    if constraint == ARRAY_LIKE:
-        return not isinstance(value, str) and (hasattr(value, "__len__") or hasattr(value, "shape"))
+    if (named := named_constraint(constraint)) is not None:
+        return named.accepts(value)
     if isinstance(constraint, type):
         return isinstance(value, constraint)
     return constraint.accepts(value)
 
 
 def _described(constraint: Any) -> str:
-    if constraint is None:
-        return "None"
-    if constraint == BOOLEAN:
-        return "an instance of 'bool' or an instance of 'numpy.bool'"
-    if constraint == RANDOM_STATE:
-        return "an int in the range [0, 4294967295], an instance of 'numpy.random.mtrand.RandomState' or None"
-    if constraint == ARRAY_LIKE:
-        return "an array-like"
+    if (named := named_constraint(constraint)) is not None:
+        return named.described
     if isinstance(constraint, type):
         return f"an instance of {constraint.__qualname__!r}"
     return str(constraint)
@@ -435,6 +485,8 @@ __all__ = [
     "Estimator",
     "Interval",
     "InvalidParameterError",
+    "NAMED_CONSTRAINTS",
+    "NamedConstraint",
     "NotFittedError",
     "OneToOneFeatureMixin",
     "RegressorMixin",
@@ -446,6 +498,7 @@ __all__ = [
     "check_parameters",
     "clone",
     "input_feature_names",
+    "named_constraint",
     "random_state",
     "scikit_learns_too",
     "target_type",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ilargi_db.models.catalog import NAMES, TRAIN_SETTINGS, check_algorithm, estimator_class
-from ilargi_db.models.estimator import ARRAY_LIKE, BOOLEAN, RANDOM_STATE, StrOptions
+from ilargi_db.models.estimator import named_constraint
 
 SETTINGS_SECTION = "train settings"  # the rows of TRAIN_SETTINGS, which every algorithm takes
 
@@ -32,19 +32,11 @@ class Option:
 
 def _accepted(constraint: Any) -> str:
     """One constraint in the words of an options JSON (which the Python keywords share)."""
-    if constraint is None:
-        return "null"
-    if constraint == BOOLEAN:
-        return "true or false"
-    if constraint == RANDOM_STATE:
-        return "an integer seed in [0, 4294967295] or null"
-    if constraint == ARRAY_LIKE:
-        return "an array"
-    if isinstance(constraint, StrOptions):  # sorted: a set's order changes from one process to the next
-        return "one of " + ", ".join(json.dumps(o) for o in sorted(constraint.options))
+    if (named := named_constraint(constraint)) is not None:
+        return named.in_options
     if isinstance(constraint, type):
         return f"a {constraint.__name__}"
-    return str(constraint)
+    return constraint.in_options()
 
 
 def _as_json(value: Any) -> str:

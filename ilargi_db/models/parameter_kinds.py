@@ -16,7 +16,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.models.estimator import ARRAY_LIKE, BOOLEAN, RANDOM_STATE, Interval, StrOptions
+from ilargi_db.models.estimator import Interval, StrOptions, named_constraint
 
 # JSON kinds: "boolean", "integer", "number", "string", "null", "array".
 _KIND_WORDS = {
@@ -29,25 +29,24 @@ _KIND_WORDS = {
 }
 
 
+# The JSON kinds of the Python types a constraint may name.
+_TYPE_KINDS = {
+    bool: {"boolean"},
+    str: {"string"},
+    int: {"integer"},
+    Integral: {"integer"},
+    float: {"integer", "number"},
+    Real: {"integer", "number"},
+}
+
+
 def _json_kinds(constraint: Any) -> set[str] | None:
     """The JSON kinds one constraint accepts; None when it is not one of the declarations ilargi_db uses."""
-    if constraint == BOOLEAN or constraint is bool:
-        return {"boolean"}
-    if constraint is None:
-        return {"null"}
-    if constraint == RANDOM_STATE:
-        return {"integer", "null"}
-    if constraint == ARRAY_LIKE:
-        return {"array"}
-    if isinstance(constraint, StrOptions) or constraint is str:
-        return {"string"}
-    if isinstance(constraint, Interval):
-        return {"integer"} if constraint.kind is Integral else {"integer", "number"}
-    if constraint in (int, Integral):
-        return {"integer"}
-    if constraint in (float, Real):
-        return {"integer", "number"}
-    return None
+    if (named := named_constraint(constraint)) is not None:
+        return set(named.json_kinds)
+    if isinstance(constraint, (Interval, StrOptions)):
+        return set(constraint.json_kinds())
+    return _TYPE_KINDS.get(constraint) if isinstance(constraint, type) else None
 
 
 def accepted_json_kinds(estimator: type, name: str) -> set[str] | None:
