@@ -94,8 +94,8 @@ def test_groups_count_together_against_one_macro_as_they_are_fitted(con, monkeyp
 
 def test_saving_counts_every_groups_nodes_in_the_one_macro(con, monkeypatch):
     model = ilargi_db.train(con, QUERY, "y", group_by="store", algorithm="gradient_boosting", n_estimators=5)
-    total = macro_nodes(list(model.models_.values()), grouped=True)
-    assert total > max(macro_nodes([one], grouped=True) for one in model.models_.values())
+    total = macro_nodes(list(model.models_.values()), grouped=True, group_type=model.group_type_)
+    assert total > max(macro_nodes([one], grouped=True, group_type=model.group_type_) for one in model.models_.values())
     monkeypatch.setenv(MACRO_NODES.variable, str(total - 1))  # each group's macro alone fits
     with pytest.raises(IlargiError, match=rf"\(all groups\) would hold {total:,} nodes.*ILARGI_MAX_MACRO_NODES"):
         ilargi_db.save_model(con, "per_store", model)
@@ -126,7 +126,7 @@ def test_a_models_categories_are_listed_once_however_many_splits_read_them():
     ilargi_db.save_model(con, "keys", model)
     statement = con.execute("SELECT macro_definition FROM duckdb_functions() WHERE function_name = 'keys_predict'")
     assert statement.fetchone()[0].count("'k1'") == 1
-    assert macro_nodes([model], grouped=True) == model.trees_.n_nodes + 200  # a model per group's masks too
+    assert macro_nodes([model], grouped=True, group_type="VARCHAR") == model.trees_.n_nodes + 200  # grouped too
     # A model per group of trees over 63 leaves writes each group's splits: a split of a feature of many categories
     # lists them.
     wide = ilargi_db.train(con, "SELECT k, y FROM t", "y", "gradient_boosting", n_estimators=2, max_leaves=80)
@@ -177,3 +177,23 @@ def test_the_command_line_names_its_grid_flag_and_the_variable(tmp_path, monkeyp
     assert "--grid names 3 parameter sets, more than the 2 a search tries" in capsys.readouterr().err
     monkeypatch.setenv(GRID_SETS.variable, "3")
     assert cli.main(argv) == 0
+
+
+def test_a_model_per_group_is_counted_as_the_macro_its_group_column_gets(monkeypatch):
+    """An INTERVAL group column keeps the CASE macro (tree_leaf_masks.groups_read_apart), whose IN lists count: the
+    limit counts that macro, not the leaf masks another group type would get."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, 'k' || (range % 30)::VARCHAR AS team, (range % 50)::DOUBLE AS x, "
+        "[INTERVAL '1 day', INTERVAL '2 days'][range % 2 + 1] AS g, (range % 30) * (range % 2 + 1) + x AS y "
+        "FROM range(3000)"
+    )
+    model = ilargi_db.train(con, "SELECT team, x, g, y FROM t", "y", "gradient_boosting", group_by="g", n_estimators=5)
+    models = list(model.models_.values())
+    as_cases = macro_nodes(models, grouped=True, group_type=model.group_type_)
+    assert model.group_type_ == "INTERVAL" and as_cases > macro_nodes(models, grouped=True, group_type="VARCHAR")
+    monkeypatch.setenv(MACRO_NODES.variable, str(as_cases - 1))
+    with pytest.raises(IlargiError, match=rf"\(all groups\) would hold {as_cases:,} nodes"):
+        ilargi_db.save_model(con, "by_interval", model)
+    monkeypatch.setenv(MACRO_NODES.variable, str(as_cases))
+    ilargi_db.save_model(con, "by_interval", model)

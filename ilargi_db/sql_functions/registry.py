@@ -39,8 +39,7 @@ from ilargi_db.sql_functions.tree_leaf_masks import (
     TREE_LEAVES_TABLE,
     GroupedTreeLeafMaskWriter,
     TreeLeafMaskWriter,
-    fits_leaf_masks,
-    groups_read_apart,
+    writes_leaf_masks,
 )
 from ilargi_db.sql_functions.tree_macros import TreeMacroWriter, check_macro_size
 from ilargi_db.sql_text import quote_string
@@ -178,8 +177,10 @@ def save_models(
         grouping = [model.group_by_] if isinstance(model, GroupedModel) else []  # its macros' last parameter
         check_macro_parameters([s.name for s in model.encoder_.specs_] + grouping)
         if isinstance(model.estimator_, NodeBounded):  # one macro: its nodes of every group counted together
-            grouped = isinstance(model, GroupedModel)
-            check_macro_size(list(model.models_.values()) if grouped else [model], grouped)
+            if isinstance(model, GroupedModel):
+                check_macro_size(list(model.models_.values()), grouped=True, group_type=model.group_type_)
+            else:
+                check_macro_size([model])
     # Someone else's ilargi.models is refused before anything is written.
     complete = (check_store(con) if checked is None else checked).registry_complete
     name = ", ".join(n for n, _ in named)
@@ -208,14 +209,14 @@ def save_models(
 
 def _tree_writer(name: str, version: int, model: Any, database: str) -> Any:
     """Leaf masks where every tree fits a BIGINT's bits, a ``CASE`` per split else (``tree_macros.py``)."""
-    writer = TreeLeafMaskWriter if fits_leaf_masks(model.trees_) else TreeMacroWriter
+    writer = TreeLeafMaskWriter if writes_leaf_masks([model.trees_]) else TreeMacroWriter
     return writer(name, version, model, database)
 
 
 def _group_tree_writer(name: str, version: int, model: Any, database: str) -> Any:
     """Every group's leaf masks in one lookup where every group's trees fit them and the group column's values are
     told apart by their type's equality, a ``CASE`` on the group else."""
-    if groups_read_apart(model.group_type_) and fits_leaf_masks(*(one.trees_ for one in model.models_.values())):
+    if writes_leaf_masks([one.trees_ for one in model.models_.values()], grouped=True, group_type=model.group_type_):
         return GroupedTreeLeafMaskWriter(name, version, model, database)
     return GroupedMacroWriter(name, version, model, database, TreeMacroWriter)
 

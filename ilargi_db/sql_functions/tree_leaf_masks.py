@@ -94,6 +94,13 @@ def groups_read_apart(group_type: str | None) -> bool:
     return group_type is not None and not COARSE_EQUALITY.search(group_type.upper())
 
 
+def writes_leaf_masks(ensembles: Sequence[TreeEnsemble], grouped: bool = False, group_type: str | None = None) -> bool:
+    """Whether the one macro of these ensembles (a model's, or every group's of a model per group: ``grouped``, its
+    group column of ``group_type``) finds leaves by masks, else a ``CASE`` per split: what the writer and the
+    macro size limit both ask."""
+    return fits_leaf_masks(*ensembles) and (not grouped or groups_read_apart(group_type))
+
+
 @dataclass(frozen=True)
 class FeatureCodes:
     """How rows of one feature become codes: ``bins[k]`` is a model bin code k covers (every bin it covers goes
@@ -427,4 +434,5 @@ __all__ = [
     "TreeLookup",
     "fits_leaf_masks",
     "groups_read_apart",
+    "writes_leaf_masks",
 ]

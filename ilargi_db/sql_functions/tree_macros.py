@@ -44,7 +44,7 @@ from ilargi_db.sql_functions.macros import (
     edge_literal,
     list_of,
 )
-from ilargi_db.sql_functions.tree_leaf_masks import fits_leaf_masks
+from ilargi_db.sql_functions.tree_leaf_masks import writes_leaf_masks
 from ilargi_db.sql_text import quote_identifier, quote_string
 
 MAX_MACRO_DEPTH = 400  # a tree's depth at most: DuckDB refuses expressions nested deeper than 1,000
@@ -79,17 +79,17 @@ def looked_up(feature: FeatureBins, inline_categories: int = LISTED_CATEGORIES) 
     return feature.categorical and len(feature.categories) > inline_categories
 
 
-def macro_nodes(models: list[Any], grouped: bool = False) -> int:
-    """What the one macro of ``models`` (a model, or every group's of a model per group: ``grouped``) holds,
-    counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it.
+def macro_nodes(models: list[Any], grouped: bool = False, group_type: str | None = None) -> int:
+    """What the one macro of ``models`` (a model, or every group's of a model per group: ``grouped``, its group
+    column of ``group_type``) holds, counted as :data:`~ilargi_db.limits.MACRO_NODES` bounds it.
 
-    Trees that fit leaf masks together (:mod:`.tree_leaf_masks`): their nodes, and each category of a categorical
+    A macro of leaf masks (:func:`.tree_leaf_masks.writes_leaf_masks`): their nodes, and each category of a categorical
     feature some split reads, listed once (a model per group's share their bins). Else (a ``CASE`` per split):
     each node of each tree and each entry of its splits' ``IN`` lists (a category is as costly to bind as a node);
     a split of a looked-up feature (more than :data:`LISTED_CATEGORIES` categories, not grouped) is one node, its
     mask one literal."""
     bins: list[FeatureBins] = models[0].encoder_.bins_
-    if fits_leaf_masks(*(m.trees_ for m in models)):
+    if writes_leaf_masks([m.trees_ for m in models], grouped, group_type):
         split_on = set().union(*(m.trees_.feature[m.trees_.feature >= 0].tolist() for m in models))
         return sum(m.trees_.n_nodes for m in models) + sum(
             len(bins[f].categories) for f in split_on if bins[f].categorical
@@ -107,11 +107,11 @@ def macro_nodes(models: list[Any], grouped: bool = False) -> int:
     return total
 
 
-def check_macro_size(models: list[Any], grouped: bool = False) -> None:
+def check_macro_size(models: list[Any], grouped: bool = False, group_type: str | None = None) -> None:
     """Refuse, before anything is written, tree models whose one macro (a model, or one per group: ``grouped``)
     would hold more than :data:`~ilargi_db.limits.MACRO_NODES`."""
     MACRO_NODES.check(
-        macro_nodes(models, grouped),
+        macro_nodes(models, grouped, group_type),
         f"this ensemble's macro{' (all groups)' if len(models) > 1 else ''} would hold {{count}} nodes and "
         "listed categories",
         SMALLER_TREES
