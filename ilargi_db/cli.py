@@ -579,7 +579,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="where to store the calibration (default: the user cache)")
     p.set_defaults(run=cmd_calibrate)
 
-    about = "compile the CPU kernels into numba's cache now (once per machine: no training compiles them then)"
+    about = (
+        "compile the CPU kernels into numba's cache now (once per machine: no training compiles them then; "
+        "an editable install has done it)"
+    )
     p = commands.add_parser("warmup", help=about, description=about)
     p.set_defaults(run=cmd_warmup)
     return parser

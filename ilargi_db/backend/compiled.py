@@ -7,10 +7,11 @@ compiles it into numba's cache, every later process loads it (about 10 ms each).
 :mod:`~ilargi_db.backend.tree_kernels` cast their arrays to one type per role first (float64 values, int32 or
 int64 positions, C order; a column-major block is passed transposed, which is C order whatever its width).
 
-:func:`warm_up` (``ilargi warmup``: once after installing, in an image build say) compiles every signature ahead,
-so that no training compiles. Loading them on a background thread while a training plans and reads was tried and
-measured slower (a fresh process's first training 0.7 s above its second without it, 1.4 s with it, on 2 busy
-cores): numba's loading holds the GIL, as planning does, and it loaded kernels the job never called.
+:func:`warm_up` compiles every signature ahead, so that no training compiles: an editable install runs it (the
+project's build backend, ``build_backend/ilargi_build.py``), ``ilargi warmup`` after any other install. Loading
+them on a background thread while a training plans and reads was tried and measured slower (a fresh process's
+first training 0.7 s above its second without it, 1.4 s with it, on 2 busy cores): numba's loading holds the GIL,
+as planning does, and it loaded kernels the job never called.
 """
 
 from __future__ import annotations
