@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,15 @@ def test_compiling_on_install_can_be_turned_off(backend, monkeypatch):
     assert backend.compile_requires() == backend.KERNEL_REQUIRES
     monkeypatch.setenv(backend.SKIP_VARIABLE, "0")
     assert backend.compile_requires() == []
+
+
+def test_compiled_code_lives_in_the_backend_where_the_install_compiles_it():
+    """A model compiles nothing of its own: numba is used in the backend only, whose kernels the install's compile
+    and ``ilargi warmup`` cover (DuHL's SDCA epochs compiled at a first LinearSVC's call before)."""
+    package = ROOT / "ilargi_db"
+    outside = [
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if p.relative_to(package).parts[0] != "backend" and re.search(r"^\s*(import|from) numba\b", p.read_text(), re.M)
+    ]
+    assert outside == []

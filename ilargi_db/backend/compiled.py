@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 KERNEL_MODULES = {  # the modules that define kernels, by what a training reads (the catalog's Algorithm.reads)
-    "matrix": ("ilargi_db.backend.numba_kernels",),
+    "matrix": ("ilargi_db.backend.numba_kernels", "ilargi_db.backend.duhl_kernels"),
     "bins": ("ilargi_db.backend.tree_kernels", "ilargi_db.backend.tree_grower", "ilargi_db.backend.gradient_kernels"),
 }
 

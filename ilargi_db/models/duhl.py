@@ -42,155 +42,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 import scipy.sparse
-import scipy.special
 
 from ilargi_db.backend import to_host
+from ilargi_db.backend.duhl_kernels import LOSSES, duality_gaps, sdca_epoch, sparse_sdca_epoch
 from ilargi_db.errors import DivergenceError, IlargiError
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix, as_matrix
 from ilargi_db.models.catalog import duhl_reads_entries, duhl_row_bytes
 
-LOSSES = ("squared", "logistic", "hinge")
-_CODE = {name: code for code, name in enumerate(LOSSES)}
-_EDGE = 1e-12  # a logistic dual variable stays this far inside (0, 1), where its entropy is smooth
 SETTLED_GAP = 0.0  # a hinge row whose gap is at most this at the epoch's start is skipped by it
-
-
-@numba.njit(cache=True, nogil=True)
-def _logistic_step(beta0: float, margin: float, q: float) -> float:
-    """argmax over beta in (0, 1) of -(beta log beta + (1 - beta) log(1 - beta)) - margin (beta - beta0)
-    - q/2 (beta - beta0)^2: Newton's method on the derivative, kept inside the interval by bisection."""
-    low, high = _EDGE, 1.0 - _EDGE
-    beta = min(max(beta0, 1e-3), 1.0 - 1e-3)
-    for _ in range(50):
-        slope = -np.log(beta / (1.0 - beta)) - margin - q * (beta - beta0)  # decreasing in beta
-        if slope > 0:
-            low = beta
-        else:
-            high = beta
-        step = slope / (1.0 / (beta * (1.0 - beta)) + q)
-        if abs(step) < 1e-13:
-            break  # converged: a step this small could land on a bracket's end
-        guess = beta + step
-        beta = guess if low < guess < high else 0.5 * (low + high)
-    return beta
-
-
-@numba.njit(cache=True, nogil=True)
-def _dual_step(margin: float, norm: float, y: float, alpha: float, scale: float, loss: int) -> float:
-    """The change of one row's dual variable that maximizes the dual along it: ``margin`` = x . w, ``norm`` =
-    ||x||^2 (the row as the model sees it: standardized, centered, with the constant column)."""
-    if loss == 0:  # squared
-        return (y - margin - alpha) / (1.0 + norm * scale)
-    if loss == 1:  # logistic, in beta = alpha y
-        return _logistic_step(alpha * y, margin * y, norm * scale) * y - alpha
-    beta = alpha * y  # hinge: beta = alpha y in [0, 1]
-    if norm > 0:
-        beta = min(max(beta + (1.0 - y * margin) / (norm * scale), 0.0), 1.0)
-    return beta * y - alpha
-
-
-@numba.njit(cache=True, nogil=True)
-def _sdca_epoch(
-    rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: np.ndarray
-) -> None:
-    """One pass of SDCA over the rows of a dense block in ``order``, in place (``scale`` = 1 / (lambda n)).
-
-    A fresh random order each epoch, as SDCA's analysis has it: a fixed cyclic order measured stalling at a
-    gap of 1e-3 where a shuffled one reached 1e-17 (correlated rows, columns with a common mean)."""
-    for t in range(order.shape[0]):
-        i = order[t]
-        x = rows[i]
-        margin = 0.0
-        norm = 0.0
-        for j in range(x.shape[0]):
-            margin += x[j] * w[j]
-            norm += x[j] * x[j]
-        delta = _dual_step(margin, norm, y[i], alpha[i], scale, loss)
-        alpha[i] += delta
-        for j in range(x.shape[0]):
-            w[j] += delta * scale * x[j]
-
-
-@numba.njit(cache=True, nogil=True)
-def _sparse_sdca_epoch(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    data: np.ndarray,
-    offset_products: np.ndarray,
-    norms: np.ndarray,
-    offset: np.ndarray,
-    y: np.ndarray,
-    alpha: np.ndarray,
-    w: np.ndarray,
-    scale: float,
-    loss: int,
-    order: np.ndarray,
-) -> None:
-    """:func:`_sdca_epoch` on rows x_i - o kept as their stored entries x_i (CSR) and the shared offset o, each step
-    O(the row's entries): w = u - a o, so x . w = x_i . u - a (x_i . o) - o . u + a ||o||^2, and a step's
-    w += d (x_i - o) is u += d x_i, a += d, with o . u kept up to date by d (x_i . o). ``offset_products``: each
-    row's x_i . o; ``norms``: ||x_i - o||^2. w = u - a o again at the end (a starts at 0 each epoch, so what
-    cancels between u and a o is one epoch's steps)."""
-    u = w  # a starts at 0, so u is w: updated in place, and w = u - a o is one pass at the end
-    a = 0.0
-    q = 0.0  # o . u
-    oo = 0.0  # o . o
-    for j in range(offset.shape[0]):
-        q += offset[j] * u[j]
-        oo += offset[j] * offset[j]
-    for t in range(order.shape[0]):
-        i = order[t]
-        dot = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            dot += data[k] * u[indices[k]]
-        margin = dot - a * offset_products[i] - q + a * oo
-        delta = _dual_step(margin, norms[i], y[i], alpha[i], scale, loss)
-        alpha[i] += delta
-        step = delta * scale
-        for k in range(indptr[i], indptr[i + 1]):
-            u[indices[k]] += step * data[k]
-        a += step
-        q += step * offset_products[i]
-    for j in range(w.shape[0]):
-        w[j] -= a * offset[j]
-
-
-@numba.njit(cache=True, nogil=True)
-def duality_gaps(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: int) -> np.ndarray:
-    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z from its margin z = x . w, in one pass
-    (:func:`duality_gaps_reference` is its NumPy reference; ``loss`` a code, ``LOSSES.index(name)``)."""
-    out = np.empty(z.shape[0])
-    for i in range(z.shape[0]):
-        if loss == 0:  # squared
-            out[i] = 0.5 * (z[i] - y[i]) ** 2 + 0.5 * alpha[i] ** 2 - alpha[i] * y[i] + alpha[i] * z[i]
-            continue
-        beta = alpha[i] * y[i]
-        if loss == 1:  # logistic: log(1 + exp(-y z)) + beta log beta + (1 - beta) log(1 - beta)
-            t = -y[i] * z[i]
-            entropy = 0.0
-            if beta > 0:
-                entropy += beta * np.log(beta)
-            if beta < 1:
-                entropy += (1.0 - beta) * np.log(1.0 - beta)
-            out[i] = max(t, 0.0) + np.log1p(np.exp(-abs(t))) + entropy + alpha[i] * z[i]
-        else:  # hinge
-            out[i] = max(0.0, 1.0 - y[i] * z[i]) - beta + alpha[i] * z[i]
-    return out
-
-
-def duality_gaps_reference(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: str) -> np.ndarray:
-    """Each row's duality gap phi(z) + phi*(-alpha) + alpha z, from its margin z = x . w at the current w: the
-    NumPy reference of :func:`duality_gaps`."""
-    if loss == "squared":
-        return 0.5 * (z - y) ** 2 + 0.5 * alpha**2 - alpha * y + alpha * z
-    beta = alpha * y
-    if loss == "logistic":
-        entropy = scipy.special.xlogy(beta, beta) + scipy.special.xlogy(1 - beta, 1 - beta)
-        return np.logaddexp(0, -y * z) + entropy + alpha * z
-    return np.maximum(0.0, 1 - y * z) - beta + alpha * z
 
 
 def _nonfinite(values: np.ndarray) -> str:
@@ -218,16 +79,17 @@ class DenseRows:
         """x_i . w for every row."""
         return self.rows @ w
 
-    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: Any) -> None:
-        _sdca_epoch(self.rows, y, alpha, w, scale, loss, order)
+    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: str, order: Any) -> None:
+        sdca_epoch(self.rows, y, alpha, w, scale, loss, order)
 
 
 @dataclass
 class SparseRows:
     """A partition's rows as the model sees them, x_i - o: their stored entries x_i (a CSR matrix, each column's
     standardizing scale applied) and the offset o all rows share (the columns' means over their scales, the
-    centering, minus the constant column's value). A step reads a row's entries only (:func:`_sparse_sdca_epoch`),
-    though standardizing or centering a one-hot column makes every row's value in it nonzero."""
+    centering, minus the constant column's value). A step reads a row's entries only
+    (:func:`~ilargi_db.backend.duhl_kernels.sparse_sdca_epoch`), though standardizing or centering a one-hot column
+    makes every row's value in it nonzero."""
 
     entries: Any  # scipy.sparse.csr_matrix (rows x columns)
     offset: np.ndarray
@@ -251,11 +113,8 @@ class SparseRows:
     def margins(self, w: np.ndarray) -> np.ndarray:
         return self.entries @ w - float(self.offset @ w)
 
-    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: int, order: Any) -> None:
-        e = self.entries
-        _sparse_sdca_epoch(
-            e.indptr, e.indices, e.data, self.offset_products, self.norms, self.offset, y, alpha, w, scale, loss, order
-        )
+    def epoch(self, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: str, order: Any) -> None:
+        sparse_sdca_epoch(self.entries, self.offset_products, self.norms, self.offset, y, alpha, w, scale, loss, order)
 
 
 class RowPartitions:
@@ -494,7 +353,7 @@ def duhl_fit(
         if p in known and known[p][0] == epochs:
             return known[p][1]
         part = source.rows(p)
-        found = duality_gaps(rows.margins(w), y[part], alpha[part], _CODE[loss])
+        found = duality_gaps(rows.margins(w), y[part], alpha[part], loss)
         if p in held:
             known[p] = (epochs, found)
         return found
@@ -528,7 +387,7 @@ def duhl_fit(
             else:
                 active = np.arange(len(rows))
             for _ in range(epochs_per_round):
-                rows.epoch(y[part], alpha[part], w, scale, _CODE[loss], rng.permutation(active))
+                rows.epoch(y[part], alpha[part], w, scale, loss, rng.permutation(active))
                 epochs += 1
                 steps += len(active)
             refresh(int(p), rows)
@@ -546,13 +405,10 @@ def duhl_fit(
 
 __all__ = [
     "CHUNK_BYTES",
-    "LOSSES",
     "DenseRows",
     "DuHLFit",
     "RowPartitions",
     "SparseRows",
-    "duality_gaps",
-    "duality_gaps_reference",
     "duhl_fit",
     "duhl_ridge",
     "start_gap",
