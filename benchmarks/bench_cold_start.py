@@ -98,7 +98,11 @@ def install_compile(cache: str) -> float:
         [sys.executable, "-c", "import ilargi_build, sys; sys.exit(0 if ilargi_build.compile_kernels() else 1)"],
         check=True,
         capture_output=True,
-        env={**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT / "build_backend")},
+        env={
+            **os.environ,
+            "NUMBA_CACHE_DIR": cache,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "build_backend"), os.environ.get("PYTHONPATH")])),
+        },
     )
     return time.perf_counter() - began
 

@@ -581,7 +581,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     about = (
         "compile the CPU kernels into numba's cache now (once per machine: no training compiles them then; "
-        "an editable install has done it)"
+        "an editable install does it unless told not to: pip install -v -e . says)"
     )
     p = commands.add_parser("warmup", help=about, description=about)
     p.set_defaults(run=cmd_warmup)

