@@ -15,7 +15,7 @@ from ilargi_db.cluster.remote import RemotePartitions, identity
 from ilargi_db.errors import IlargiError
 from ilargi_db.linalg import NormalizedMatrix, PartitionedMatrix
 from ilargi_db.metadata import joins_cannot_repeat_rows
-from ilargi_db.metadata.arrow_blocks import column_to_numpy
+from ilargi_db.metadata.arrow_blocks import column_to_numpy, numpy_to_arrow
 from ilargi_db.metadata.indicator import row_column
 from ilargi_db.metadata.scans import TARGET, cast_part, join_columns, part_column, scan_source
 from ilargi_db.metadata.stream import FactPartition, dimension_metadata
@@ -62,7 +62,7 @@ def build_partition(
         keep = ~np.isnan(target)
         unlabelled = int((~keep).sum())
         if unlabelled:
-            table, target = table.filter(pa.array(keep)), target[keep]
+            table, target = table.filter(numpy_to_arrow(keep)), target[keep]
     builder = shared.builder
     fact = table.select([part_column(j, 0) for j in (*builder.numeric, *builder.text)])
     indicators = {

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, fetch_arrow, numpy_to_arrow
 from ilargi_db.metadata.di_metadata import BlockMetadata, CategoricalMetadata, DIMetadata, GroupCodes
 from ilargi_db.metadata.indicator import STREAMED_ROWID, TARGET, compute_indicators, winner_column
 from ilargi_db.metadata.scans import GROUP, cast_part, join_columns, part_column, scan_source, supports_rowid
@@ -257,7 +257,7 @@ def extract_metadata(
         name = part_column(j, 0)
         values = values_of(source).column(name).combine_chunks()
         if source == anchor and order is not None:
-            values = values.take(order)
+            values = values.take(numpy_to_arrow(order))
         categoricals.append(CategoricalMetadata(source, j, values, joined[source], fill_of(source, name)))
     blocks += _coalesced_blocks(graph, joined, scans, dtype)
     for block in blocks:

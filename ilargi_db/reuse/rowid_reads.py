@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ilargi_db.errors import IlargiError, StaleArtifact
-from ilargi_db.metadata.arrow_blocks import arrow_to_block, arrow_to_numpy, fetch_arrow
+from ilargi_db.metadata.arrow_blocks import arrow_to_block, arrow_to_numpy, fetch_arrow, numpy_to_arrow
 from ilargi_db.metadata.scans import ROWID, cast_part, null_row_values, part_column
 from ilargi_db.plan.join_graph import JoinGraph
 from ilargi_db.plan.sources import with_prefix
@@ -66,7 +66,7 @@ def fetch_columns(
         cast_part(part_column(j, 0), graph.features[j].parts[0].sql, text) for j in features
     ]
     wanted = f"__ilargi_rowids_{uuid.uuid4().hex}"
-    con.register(wanted, pa.table({"r": pa.array(np.unique(row_ids[row_ids >= 0]))}))
+    con.register(wanted, pa.table({"r": numpy_to_arrow(np.unique(row_ids[row_ids >= 0]))}))
     try:
         sql = (
             f"{with_prefix(graph.select)}SELECT {', '.join(items)} FROM {source.relation_sql} "
@@ -86,7 +86,7 @@ def fetch_columns(
         raise StaleArtifact
     if len(row_ids) and not np.array_equal(found[order][at], row_ids):
         raise StaleArtifact  # a row the stored join names is gone: the fingerprint and the table disagree
-    return table.take(pa.array(order[at]))
+    return table.take(numpy_to_arrow(order[at]))
 
 
 def null_fills(
