@@ -68,6 +68,9 @@ class DenseRows:
 
     rows: np.ndarray
 
+    def __post_init__(self) -> None:
+        self.rows = np.ascontiguousarray(self.rows, dtype=np.float64)  # as the kernels read it: once, not per epoch
+
     def __len__(self) -> int:
         return self.rows.shape[0]
 
@@ -95,6 +98,8 @@ class SparseRows:
     offset: np.ndarray
 
     def __post_init__(self) -> None:
+        if self.entries.dtype != np.float64:  # as the kernels read it: once, not per epoch
+            self.entries = self.entries.astype(np.float64)
         self.entries.sort_indices()
         self.offset_products = np.asarray(self.entries @ self.offset, dtype=np.float64)  # x_i . o
         squares = np.asarray(self.entries.multiply(self.entries).sum(axis=1), dtype=np.float64).ravel()
@@ -217,7 +222,7 @@ class RowPartitions:
             rows = rows - self._center[pick]
         if self._intercept_scaling > 0 and columns is None:
             rows = np.hstack([rows, np.full((rows.shape[0], 1), self._intercept_scaling)])
-        return DenseRows(np.ascontiguousarray(rows))
+        return DenseRows(rows)
 
 
 @dataclass
