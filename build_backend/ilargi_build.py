@@ -9,16 +9,19 @@ its kernels (about 10 ms each) instead of compiling them (8 s for 20 trees, 3 s 
   (``__pycache__``), and an editable install imports the very files compiled here; a wheel's install copies them
   elsewhere (its kernels compile at first call, or in ``ilargi warmup``).
 - The build environment holds what the kernels' modules import (:data:`KERNEL_REQUIRES`): where the target
-  environment has numba (a reinstall), at its versions of numba, llvmlite and NumPy, which the install keeps;
-  else the newest, as its resolver picks them. numba keys its cache by its own version: a cache compiled by
-  another numba is recompiled at first call, never run.
-- A compile that fails or is interrupted leaves the install as it was; pip shows the line this backend prints
-  (compiled, or why not) with ``pip install -v``. ``ILARGI_COMPILE_ON_INSTALL=0`` skips the compile.
+  environment has numba (a reinstall), at its versions of numba, llvmlite and NumPy, which the install keeps (pip
+  runs this backend with the target's interpreter; a released version only); else the newest, as its resolver
+  picks them. numba keys its cache by its own version: a cache compiled by another numba is recompiled at first
+  call, never run.
+- A compile that fails or runs late leaves the install as it was (an interrupted one stops its processes); pip
+  shows the line this backend prints (compiled, or why not) with ``pip install -v``. ``ILARGI_COMPILE_ON_INSTALL=0``
+  skips the compile.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent  # the project: ilargi_db/ is impo
 SKIP_VARIABLE = "ILARGI_COMPILE_ON_INSTALL"  # "0" (or false, no, off): an editable install compiles nothing
 KERNEL_REQUIRES = ["numba", "numpy", "scipy"]  # every package the kernels' modules import (a test pins it)
 MATCHED = ["numba", "llvmlite", "numpy"]  # what compiled code depends on: the target's, where it has numba
+RELEASE = re.compile(r"\d+(\.\d+)*")  # a version an index serves (not a local or development build): pinned
 COMPILE_BUDGET_S = 600  # every kind's compile together (10-35 s on 2 cores): a hung one must not hang the install
 
 # What the processes run (``python -c``): the kinds of kernels ("matrix", "bins"), then a kind's compile, which
@@ -78,7 +82,9 @@ def compile_requires(python: str = sys.executable) -> list[str]:
     if not compiles_on_install():
         return []
     found = installed_versions(python, MATCHED)
-    pinned = {name: f"{name}=={version}" for name, version in found.items()} if "numba" in found else {}
+    # A pin the index cannot serve would fail the whole install: the target's set is pinned only where it is releases.
+    releases = "numba" in found and all(RELEASE.fullmatch(version) for version in found.values())
+    pinned = {name: f"{name}=={version}" for name, version in found.items()} if releases else {}
     return [pinned.get(name, name) for name in KERNEL_REQUIRES] + [
         pinned[name] for name in MATCHED if name in pinned and name not in KERNEL_REQUIRES
     ]

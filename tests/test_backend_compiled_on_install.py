@@ -104,6 +104,9 @@ def test_the_build_environment_gets_the_targets_numba_set_or_the_newest(backend,
     ]
     bare = fake_python(tmp_path, "echo 'numpy 1.26.4'")  # NumPy without numba: nothing pinned
     assert backend.compile_requires(python=bare) == backend.KERNEL_REQUIRES
+    # A development build no index serves: pinning it would fail the whole install, so nothing is pinned.
+    built = fake_python(tmp_path, "echo 'numba 0.62.0rc1+3.gdeadbee'; echo 'llvmlite 0.45.0'; echo 'numpy 2.3.0'")
+    assert backend.compile_requires(python=built) == backend.KERNEL_REQUIRES
 
 
 def version(name: str) -> str:

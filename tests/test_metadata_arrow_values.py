@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,3 +61,16 @@ def test_numpy_to_arrow_is_pyarrows(values, dtype):
     array = np.asarray(values).astype(dtype)
     assert numpy_to_arrow(array).equals(pa.array(array))
     assert numpy_to_arrow(array[::2]).equals(pa.array(array[::2]))  # not contiguous
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.zeros((2, 3)),  # 2-D: its first values would pass for the array
+        np.array(["2020-01-01", "2021-06-01"], dtype="datetime64[D]"),  # 8-byte days read as 4-byte dates
+        np.array([1, 2], dtype=">i8"),  # big-endian bytes read as little-endian
+    ],
+)
+def test_numpy_to_arrow_refuses_what_its_buffer_would_misread(values):
+    with pytest.raises(TypeError, match="1-D array of numbers or booleans"):
+        numpy_to_arrow(values)

@@ -83,8 +83,10 @@ def filled_integers(values: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
     """A 1-D NumPy array of numbers or booleans as an Arrow array without NULLs, made from its buffer (``pa.array``
-    imports pandas)."""
+    imports pandas). Anything else (2-D, dates, another byte order) is refused: its buffer would read wrongly."""
     values = np.ascontiguousarray(values)
+    if values.ndim != 1 or values.dtype.kind not in "biuf" or not values.dtype.isnative:
+        raise TypeError(f"numpy_to_arrow takes a 1-D array of numbers or booleans, not {values.ndim}-D {values.dtype}")
     if values.dtype == np.bool_:
         bits = np.packbits(values, bitorder="little")
         return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
