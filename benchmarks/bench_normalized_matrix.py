@@ -49,7 +49,7 @@ from harness.cli import command, parser  # noqa: E402
 from harness.machine import OtherProcesses, machine_facts  # noqa: E402
 from harness.processes import max_rss_bytes, reset_hwm, rss_bytes, run_child, vm_hwm_bytes  # noqa: E402
 from harness.report import now, write_section  # noqa: E402
-from harness.timing import in_blocks, interleaved  # noqa: E402
+from harness.timing import SETTLE_SECONDS, in_blocks, interleaved  # noqa: E402
 
 TARGET_SPEEDUP = 3.0
 TARGET_MEMORY = 1 / 3
@@ -455,10 +455,11 @@ def render_markdown(res: dict) -> str:
     L.append("")
     L.append(
         "Operators are timed in blocks (the headline): each side runs "
-        f"{cfg['op_block']} calls in a row after one untimed call, blocks alternate ({cfg['op_rounds']} or more "
-        "each), medians. A user's loop over one operator sees this. 'Interleaved' alternates single calls "
-        "(A B A B), so every factorized call follows a two-thread BLAS call whose idle worker still spins on a "
-        "core for about 0.1 s (OpenBLAS's thread timeout), taking it from the fused kernels. Byte ratio = "
+        f"{cfg['op_block']} calls in a row after a pause of {SETTLE_SECONDS:g} s and one untimed call, blocks "
+        f"alternate ({cfg['op_rounds']} or more each), medians. A user's loop over one operator sees this. "
+        "'Interleaved' alternates single calls (A B A B), so every factorized call follows a two-thread BLAS "
+        "call whose idle worker still spins on a core for about 0.1 s (OpenBLAS's thread timeout), taking it "
+        "from the fused kernels. Byte ratio = "
         "bytes the materialized operator reads and writes (T, the operand, the result) over the factorized "
         "one's (the blocks and indices, the operand, the result); 'share of it' = speed-up / byte ratio. "
         "crossprod and colsums clear the matrix's memo before each call (it keeps them once computed)."
