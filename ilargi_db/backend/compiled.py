@@ -126,6 +126,35 @@ def read_only(array_type: Any) -> Any:
     return array_type.copy(readonly=True)
 
 
+def float64_values(a: Any) -> Any:
+    """Values as the kernels take them: float64, C order (the array itself where it is already)."""
+    import numpy as np
+
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def int64_values(a: Any) -> Any:
+    """Integers (labels, orders, row lists) as the kernels take them: int64, C order."""
+    import numpy as np
+
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def position_type(*indices: Any) -> type:
+    """int32 where every index is int32 (or narrower), else int64: one of the kernels' two position types."""
+    import numpy as np
+
+    narrow = all(np.dtype(i.dtype).itemsize <= 4 and np.dtype(i.dtype).kind in "iu" for i in indices)
+    return np.int32 if narrow and all(np.dtype(i.dtype) != np.uint32 for i in indices) else np.int64
+
+
+def positions(index: Any) -> Any:
+    """Positions as the kernels take them: int32 or int64 (:func:`position_type`), C order."""
+    import numpy as np
+
+    return np.ascontiguousarray(index, dtype=position_type(index))
+
+
 def kernel(signatures: list[Any]) -> Callable[[Callable[..., Any]], Kernel]:
     """Decorator: the function as a :class:`Kernel` of these signatures."""
 
@@ -155,4 +184,15 @@ def warm_up(kinds: Iterable[str] = tuple(KERNEL_MODULES)) -> dict[str, float]:
     return seconds
 
 
-__all__ = ["KERNEL_MODULES", "Kernel", "kernel", "kernels", "read_only", "warm_up"]
+__all__ = [
+    "KERNEL_MODULES",
+    "Kernel",
+    "float64_values",
+    "int64_values",
+    "kernel",
+    "kernels",
+    "position_type",
+    "positions",
+    "read_only",
+    "warm_up",
+]

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.special
 from numba import types as nt
 
-from ilargi_db.backend.compiled import kernel
+from ilargi_db.backend.compiled import float64_values, int64_values, kernel, position_type
 from ilargi_db.backend.numba_kernels import CSR, F64, I64, IN_1, IN_2, LABELS, POSITIONS
 
 LOSSES = ("squared", "logistic", "hinge")  # the kernels' loss codes: a loss's position here
@@ -160,35 +160,28 @@ def sdca_epoch(
     rows: np.ndarray, y: np.ndarray, alpha: np.ndarray, w: np.ndarray, scale: float, loss: str, order: np.ndarray
 ) -> None:
     """One SDCA pass over dense ``rows`` in ``order``, updating ``alpha`` (the rows') and ``w`` in place."""
-    _sdca_epoch(_values(rows), _values(y), alpha, w, float(scale), LOSSES.index(loss), _order(order))
+    rows, y, order = float64_values(rows), float64_values(y), int64_values(order)
+    _sdca_epoch(rows, y, alpha, w, float(scale), LOSSES.index(loss), order)
 
 
 def sparse_sdca_epoch(
     entries, offset_products, norms, offset, y, alpha, w, scale: float, loss: str, order: np.ndarray
 ) -> None:  # fmt: skip
     """One SDCA pass over rows x_i - o given as ``entries`` (a CSR matrix) and the ``offset`` o, in place."""
-    positions = np.int64 if max(entries.indptr.dtype.itemsize, entries.indices.dtype.itemsize) > 4 else np.int32
+    structure = position_type(entries.indptr, entries.indices)
     _sparse_sdca_epoch(
-        np.ascontiguousarray(entries.indptr, dtype=positions),
-        np.ascontiguousarray(entries.indices, dtype=positions),
-        _values(entries.data),
-        *map(_values, (offset_products, norms, offset, y)),
+        np.ascontiguousarray(entries.indptr, dtype=structure),
+        np.ascontiguousarray(entries.indices, dtype=structure),
+        float64_values(entries.data),
+        *map(float64_values, (offset_products, norms, offset, y)),
         alpha,
         w,
         float(scale),
         LOSSES.index(loss),
-        _order(order),
+        int64_values(order),
     )
 
 
 def duality_gaps(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: str) -> np.ndarray:
     """Each row's duality gap from its margin ``z`` = x . w (:func:`duality_gaps_reference`, fused)."""
-    return _duality_gaps(_values(z), _values(y), _values(alpha), LOSSES.index(loss))
-
-
-def _values(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
-def _order(order: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(order, dtype=np.int64)
+    return _duality_gaps(float64_values(z), float64_values(y), float64_values(alpha), LOSSES.index(loss))

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.compiled import float64_values, kernel, position_type, read_only
 from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.parallel import run
 
@@ -426,17 +426,7 @@ def _index_t(index: Any, n: int) -> np.ndarray:
     """An index (n x t) as the kernels take it: int32 or int64 positions, column-major, transposed (t x n)."""
     if index is None:
         return np.empty((0, n), dtype=np.int32)
-    return np.asfortranarray(index, dtype=_positions(index)).T
-
-
-def _positions(*indices: Any) -> type:
-    """int32 where every index is int32 (or narrower), else int64: one of the kernels' two position types."""
-    narrow = all(np.dtype(i.dtype).itemsize <= 4 and np.dtype(i.dtype).kind in "iu" for i in indices)
-    return np.int32 if narrow and all(np.dtype(i.dtype) != np.uint32 for i in indices) else np.int64
-
-
-def _f64(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64)
+    return np.asfortranarray(index, dtype=position_type(index)).T
 
 
 def _own(a: np.ndarray) -> np.ndarray:
@@ -452,8 +442,8 @@ class NumbaKernels:
     def gather_sum(self, dense: Any, w_dense: Any, index: Any, tables: Any) -> Any:
         n = (dense if dense is not None else index).shape[0]
         columns = (w_dense if w_dense is not None else tables[0, :1]).shape[1:]
-        w_dense = np.zeros((0, *columns)) if w_dense is None else _f64(w_dense)
-        tables = np.zeros((0, 1, *columns)) if tables is None else _f64(tables)
+        w_dense = np.zeros((0, *columns)) if w_dense is None else float64_values(w_dense)
+        tables = np.zeros((0, 1, *columns)) if tables is None else float64_values(tables)
         out = np.empty((n, *columns))
         entry = _gather_sum_1d_entry if not columns else _gather_sum_2d_entry
         args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, out)
@@ -468,19 +458,19 @@ class NumbaKernels:
         chunks = _chunks(n, (t * rows + a) * width)
         if v.ndim == 1:
             head, sums = np.zeros((chunks, a)), np.zeros((chunks, t, rows))
-            run(_segment_sums_1d_entry, chunks, dense_t, index_t, _f64(v), head, sums)
+            run(_segment_sums_1d_entry, chunks, dense_t, index_t, float64_values(v), head, sums)
             head, sums = _in_chunk_order(head), _in_chunk_order(sums)
         else:
             # One pass over the rows (each row of v read once, all its columns together); the accumulators'
             # size bounds the chunks (ACCUMULATOR_BYTES), so they stay few and small.
             head, sums = np.zeros((chunks, a, width)), np.zeros((chunks, t, width, rows))
-            run(_segment_sums_2d_entry, chunks, dense_t, index_t, _f64(v), head, sums)
+            run(_segment_sums_2d_entry, chunks, dense_t, index_t, float64_values(v), head, sums)
             head, sums = _in_chunk_order(head), _in_chunk_order(sums).transpose(0, 2, 1)  # (blocks, rows, columns)
         return (head if dense is not None else None), (sums if index is not None else None)
 
     def dense_product(self, data: Any, w: Any, out: Any) -> Any:
         n = data.shape[0]
-        w = _f64(w)
+        w = float64_values(w)
         fits = out.dtype == np.float64 and out.flags.c_contiguous and out.flags.writeable
         target = out if fits else np.empty(out.shape)
         tables = np.zeros((0, 1, *w.shape[1:]))  # no indexed block: data @ w alone
@@ -495,7 +485,7 @@ class NumbaKernels:
         n = index.shape[0]
         dense_t, index_t = _block_t(dense, n), _index_t(index, n)
         a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
-        weights = np.empty(0) if weights is None else _f64(weights)
+        weights = np.empty(0) if weights is None else float64_values(weights)
         chunks = _chunks(n, t * rows * (a + 1))
         gram, sums = np.zeros((chunks, a, a)), np.zeros((chunks, t, a + 1, rows))
         run(_gram_pass_entry, chunks, dense_t, index_t, weights, gram, sums)
@@ -506,12 +496,12 @@ class NumbaKernels:
 
     def scatter_gathered(self, scatter: Any, gather: Any, table: Any, n_out: int, weights: Any = None) -> Any:
         n = scatter.shape[0]
-        positions = _positions(scatter) if gather is None else _positions(scatter, gather)
+        positions = position_type(scatter) if gather is None else position_type(scatter, gather)
         gather = np.empty(0, dtype=positions) if gather is None else np.ascontiguousarray(gather, dtype=positions)
-        weights = np.empty(0) if weights is None else _f64(weights)
+        weights = np.empty(0) if weights is None else float64_values(weights)
         # Row order: each gathered row is one contiguous read (a column-major table would cost a cache
         # miss per column); the copy is of the small side's table, once per call.
-        table = _f64(table)
+        table = float64_values(table)
         chunks = _chunks(n, n_out * table.shape[1])
         sums = np.zeros((chunks, n_out, table.shape[1]))
         scatter = np.ascontiguousarray(scatter, dtype=positions)
@@ -522,43 +512,43 @@ class NumbaKernels:
         n = keys.shape[0]
         order = np.empty(n, dtype=np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row numbers
         ptr = np.zeros(n_keys + 1, dtype=np.int64)
-        _rows_by_key(np.ascontiguousarray(keys, dtype=_positions(keys)), ptr, order)
+        _rows_by_key(np.ascontiguousarray(keys, dtype=position_type(keys)), ptr, order)
         return ptr, order
 
     def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
         ptr, order = rows_by_a
-        ptr, order = np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(order, dtype=_positions(order))
+        ptr, order = np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(order, dtype=position_type(order))
         r_a = data_a.shape[0]
-        weights = np.empty(0) if weights is None else _f64(weights)
-        table_b = _f64(data_b)  # a's rows in turn, b's rows gathered: row order, one read of each
+        weights = np.empty(0) if weights is None else float64_values(weights)
+        table_b = float64_values(data_b)  # a's rows in turn, b's rows gathered: row order, one read of each
         chunks = _chunks(order.shape[0], data_a.shape[1] * data_b.shape[1])
         partial = np.zeros((chunks, data_a.shape[1], data_b.shape[1]))
-        index_b = np.ascontiguousarray(index_b, dtype=_positions(index_b))
+        index_b = np.ascontiguousarray(index_b, dtype=position_type(index_b))
         args = (ptr, order, index_b, _block_t(data_a, r_a), table_b, weights, partial)
         run(_pair_gram_entry, chunks, *args)
         return _in_chunk_order(partial)
 
     def sparse_pair_gram(self, index_a: Any, index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
-        positions = _positions(index_a, index_b)
+        positions = position_type(index_a, index_b)
         a, b = data_a.tocsr(), data_b.tocsr()
         chunks = _chunks(index_a.shape[0], a.shape[1] * b.shape[1])
         sums = np.zeros((chunks, a.shape[1], b.shape[1]))
-        structure = _positions(a.indptr, a.indices, b.indptr, b.indices)  # a weighted Gram calls it per iteration
+        structure = position_type(a.indptr, a.indices, b.indptr, b.indices)  # a weighted Gram calls it per iteration
         args = [np.ascontiguousarray(i, dtype=positions) for i in (index_a, index_b)]
         for m in (a, b):
             args += [np.ascontiguousarray(m.indptr, dtype=structure), np.ascontiguousarray(m.indices, dtype=structure)]
-            args.append(_f64(m.data))
-        args += [np.empty(0) if weights is None else _f64(weights), sums]
+            args.append(float64_values(m.data))
+        args += [np.empty(0) if weights is None else float64_values(weights), sums]
         run(_sparse_pair_gram, chunks, *args)
         return _in_chunk_order(sums)
 
     def nearest(self, dense: Any, w_dense: Any, index: Any, tables: Any, offsets: Any) -> tuple[Any, Any]:
         n = (dense if dense is not None else index).shape[0]
         m = offsets.shape[0]
-        w_dense = np.zeros((0, m)) if w_dense is None else _f64(w_dense)
-        tables = np.zeros((0, 1, m)) if tables is None else _f64(tables)
+        w_dense = np.zeros((0, m)) if w_dense is None else float64_values(w_dense)
+        tables = np.zeros((0, 1, m)) if tables is None else float64_values(tables)
         labels, best = np.empty(n, dtype=np.int64), np.empty(n)
-        args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, _f64(offsets), labels, best)
+        args = (_block_t(dense, n), w_dense, _index_t(index, n), tables, float64_values(offsets), labels, best)
         run(_nearest_entry, _tiles(n), *args, min_tasks=PARALLEL_TILES)
         return labels, best
 
@@ -575,14 +565,14 @@ class NumbaKernels:
 
     def multiplicative_update(self, W: Any, numerator: Any, gram: Any, epsilon: float) -> Any:
         W = _own(np.asfortranarray(W, dtype=np.float64))  # updated in place, column-major: X.T @ W reads columns
-        args = (W.T, _f64(numerator), _f64(gram), float(epsilon))
+        args = (W.T, float64_values(numerator), float64_values(gram), float(epsilon))
         run(_multiplicative_update_entry, _tiles(W.shape[0]), *args, min_tasks=PARALLEL_TILES)
         return W
 
     def logistic_loss_residual(self, z: Any, y01: Any) -> tuple[float, Any]:
-        z = _own(_f64(z))
+        z = _own(float64_values(z))
         partial = np.zeros(_chunks(len(z), 1))
-        run(_logistic_loss_residual, len(partial), z, _f64(y01), partial)
+        run(_logistic_loss_residual, len(partial), z, float64_values(y01), partial)
         loss = 0.0
         for s in partial:  # chunk order
             loss += s

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numba import types as nt
 
-from ilargi_db.backend.compiled import kernel, read_only
+from ilargi_db.backend.compiled import float64_values, int64_values, kernel, positions, read_only
 from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.histogram import COUNT, GRADIENT, HESSIAN, HIST_FIELDS
 from ilargi_db.backend.parallel import run
@@ -246,22 +246,8 @@ def _bins(codes: Any) -> np.ndarray:
     return np.ascontiguousarray(codes if codes.dtype in (np.uint8, np.uint16) else codes.astype(np.uint16))
 
 
-def _i64(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.int64)
-
-
-def _f64(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
 def _flags(a: Any) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.bool_)
-
-
-def _positions(index: Any) -> np.ndarray:
-    """Source positions as the kernels take them: int32 or int64, C order."""
-    narrow = index.dtype.kind in "iu" and index.dtype.itemsize < 4 or index.dtype == np.int32
-    return np.ascontiguousarray(index, dtype=np.int32 if narrow else np.int64)
 
 
 class NumbaTreeKernels:
@@ -277,7 +263,7 @@ class NumbaTreeKernels:
         from ilargi_db.backend.tree_grower import RowLayout
 
         codes = np.asarray(flat.codes).reshape(-1, int(flat.widths[0]))
-        return RowLayout.of(codes, _i64(flat.columns), _i64(flat.value_bins))
+        return RowLayout.of(codes, int64_values(flat.columns), int64_values(flat.value_bins))
 
     def grow_tree(
         self, layout, buffers, g, h, unit_hessian: bool, categorical, limits: GrowthLimits, floor_sum: float,
@@ -294,9 +280,9 @@ class NumbaTreeKernels:
 
         packed, scales = quantized if quantized is not None else (np.empty(0, np.int64), np.ones(2))
         tree, (starts, stops, values) = grow_tree(
-            layout, buffers, _f64(g), _f64(h), bool(unit_hessian), packed, _f64(scales), _flags(categorical), limits,
-            floor_sum, learning_rate, int(missing_bin), hists, len(categorical) if n_pick is None else n_pick,
-            feature_seed,
+            layout, buffers, float64_values(g), float64_values(h), bool(unit_hessian), packed, float64_values(scales),
+            _flags(categorical), limits, floor_sum, learning_rate, int(missing_bin), hists,
+            len(categorical) if n_pick is None else n_pick, feature_seed,
         )  # fmt: skip
         self.add_leaf_values(buffers[0], starts, stops, values, raw)
         return tree
@@ -307,29 +293,29 @@ class NumbaTreeKernels:
         from ilargi_db.backend.tree_grower import quantize
 
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        return quantize(_f64(g), _f64(h), unit_hessian, _i64(rows), keys, int(seed))
+        return quantize(float64_values(g), float64_values(h), unit_hessian, int64_values(rows), keys, int(seed))
 
     def node_histogram(self, flat, rows, g, h, segment, unit_hessian: bool = False) -> np.ndarray:
         """(features, bins, HIST_FIELDS) sums of (g, h, 1) per bin over ``rows``; ``segment[k]``: block k summed per
         source row first (the factorized way), else gathered per row; ``unit_hessian``: every h is 1 (not read)."""
         seg_start = flat.segment_start(segment)
         chunks = _chunks(len(rows), (int(flat.slot_start[-1]) + int(seg_start[-1])) * 24)
-        rows, g, h, n_slots = _i64(rows), _f64(g), _f64(h), int(flat.slot_start[-1])
-        slots, bins = _i64(flat.column_slot), _i64(flat.column_bins)
+        rows, g, h, n_slots = int64_values(rows), float64_values(g), float64_values(h), int(flat.slot_start[-1])
+        slots, bins = int64_values(flat.column_slot), int64_values(flat.column_bins)
         codes, fills = _bins(flat.codes), _bins(flat.fills)
-        code_start, widths, first_column = _i64(flat.code_start), _i64(flat.widths), _i64(flat.first_column)
+        code_start, widths, first_column = (int64_values(a) for a in (flat.code_start, flat.widths, flat.first_column))
         segment = _flags(segment)
         acc = np.zeros((chunks, n_slots, 2))  # (g, rows); h is summed apart unless it is 1
         hess = np.zeros((chunks, 1 if unit_hessian else n_slots))
         seg = np.zeros((chunks, int(seg_start[-1]), HIST_FIELDS))
         run(
             _node_histogram, chunks, codes, code_start, widths, first_column, fills,
-            _positions(flat.index), _flags(flat.identity), segment, seg_start, rows, g, h, slots, bins, unit_hessian,
+            positions(flat.index), _flags(flat.identity), segment, seg_start, rows, g, h, slots, bins, unit_hessian,
             acc, hess, seg,
         )  # fmt: skip
         return _node_histogram_total(
             codes, code_start, widths, first_column, fills, segment, seg_start, flat.n_bins, slots, bins,
-            _i64(flat.slot_start), _i64(flat.value_bins), unit_hessian, acc, hess, seg,
+            int64_values(flat.slot_start), int64_values(flat.value_bins), unit_hessian, acc, hess, seg,
         )  # fmt: skip
 
     def partition_rows(self, rows, start: int, stop: int, flat, feature: int, goes_left, scratch) -> int:
@@ -360,21 +346,23 @@ class NumbaTreeKernels:
         self, hist, n_bins, categorical, missing_bin: int, l2: float, min_rows: int, goes_left, allowed=None
     ):
         """The best split of the ``allowed`` features (None: every one): (gain, feature), ``goes_left`` filled."""
-        args = (_f64(hist), _i64(n_bins), _flags(categorical), int(missing_bin), float(l2), float(min_rows))
+        hist, n_bins = float64_values(hist), int64_values(n_bins)
+        args = (hist, n_bins, _flags(categorical), int(missing_bin), float(l2), float(min_rows))
         allowed = np.ones(len(n_bins), np.bool_) if allowed is None else _flags(allowed)
         gain, column = _best_split(*args, goes_left, allowed)
         return float(gain), int(column)
 
     def add_leaf_values(self, rows, starts, stops, values, raw) -> None:
         """``raw[rows[starts[k]:stops[k]]] += values[k]`` for every leaf k (ranges that do not overlap)."""
-        starts, stops = _i64(starts), _i64(stops)
+        starts, stops = int64_values(starts), int64_values(stops)
         leaves = len(starts)
         rows_per_leaf = max(1, int((stops - starts).sum()) // max(1, leaves))
         min_leaves = max(1, PREDICT_ROWS // rows_per_leaf)  # each thread adds PREDICT_ROWS rows at least
-        run(_add_leaf_values, leaves, rows, starts, stops, _f64(values), raw, min_tasks=min_leaves)
+        run(_add_leaf_values, leaves, rows, starts, stops, float64_values(values), raw, min_tasks=min_leaves)
 
     def add_trees(self, codes, tree_start, feature, goes_left, left, right, value, out) -> None:
-        args = (_i64(tree_start), _i64(feature), _flags(goes_left), _i64(left), _i64(right), _f64(value), out)
+        tree_start, feature, left, right = (int64_values(a) for a in (tree_start, feature, left, right))
+        args = (tree_start, feature, _flags(goes_left), left, right, float64_values(value), out)
         run(_add_trees, len(codes), _bins(codes), *args, min_tasks=PREDICT_ROWS)
 
 
