@@ -24,6 +24,8 @@ from harness.cli import command, parser  # noqa: E402
 from harness.report import publish, ran  # noqa: E402
 
 import ilargi_db  # noqa: E402
+from ilargi_db.sql_functions.macros import balanced_sum  # noqa: E402
+from ilargi_db.sql_functions.tree_leaf_masks import LeafMasks  # noqa: E402
 
 TABLE = """
 CREATE TABLE players AS SELECT range AS id,
@@ -40,6 +42,22 @@ FROM players JOIN range(50000) ON id = range
 FEATURES = "team, pos, x1, x2, x3, x4"
 GROUPED = "team, x1, x2, x3, x4"  # a model per position
 PARAMS = dict(n_estimators=100, max_leaves=63, min_samples_leaf=20)
+
+
+def table_reads(model) -> tuple[int, int]:
+    """What the model's leaf-mask macro reads from its table for each row: a mask per tree and feature it splits on,
+    and a value per tree."""
+    lookups = LeafMasks([model.trees_], [model.baseline_], model.encoder_.bins_).lookups
+    return sum(len(lookup.blocks) for lookup in lookups), len(lookups)
+
+
+def reads_alone(reads: int) -> str:
+    """A query of as many reads of a one-row table's list for each row of ``players`` as the macro makes, summed, and
+    nothing else: what DuckDB's ``list_extract`` alone costs the macro (each read at its own position, so that
+    DuckDB cannot compute two as one)."""
+    index = "SELECT (hash(id) % 64)::INTEGER + 1 AS c FROM players"
+    table = f"SELECT list(range) AS l FROM range({64 + reads})"
+    return f"SELECT {balanced_sum([f'l[c + {i}]' for i in range(reads)])} FROM ({index}), ({table})"
 
 
 def best_seconds(run, repeats: int = 3) -> float:
@@ -99,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     con.execute("SET threads = 1")
     one_thread = best_seconds(lambda: con.execute(every_row).fetchall())
+    masks, values = table_reads(model)
+    floor = best_seconds(lambda: con.execute(f"SELECT sum(s) FROM ({reads_alone(masks + values)}) AS r(s)").fetchall())
+
     con.execute(f"SET threads = {threads}")
     python = best_seconds(lambda: ilargi_db.predict(con, model, f"SELECT {FEATURES} FROM players"))
     # A model per position (7 groups, each 100 trees of 63 leaves): one macro over every group's trees.
@@ -139,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             "position: the same trees' parameters for each of the 7 positions, on the other five features.",
             "",
             *lines,
+            "",
+            f"What bounds the rows a second: the macro reads its table {masks + values:,} times for each row "
+            f"({masks:,} masks, one for each tree and feature it splits on, and {values} leaf values). Those reads "
+            f"alone, summed and nothing else computed, take {floor:.2f} s for the {args.rows:,} rows on one thread "
+            f"({args.rows / floor / 1e6:.2f}M rows a second a core): {floor / args.rows / (masks + values) * 1e9:.1f} "
+            "ns for each of DuckDB's `list_extract`s.",
             "",
             "The command line on the 50,000 training rows, each run a fresh process (3 runs): `ilargi predict` scores "
             "through the macro, `ilargi evaluate` in Python (issue 38: predict within 1.5x of evaluate).",

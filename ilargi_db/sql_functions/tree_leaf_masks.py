@@ -298,7 +298,8 @@ class LeafMaskSQL:
         lowest = "1"  # a one-leaf tree in every group
         if lookup.blocks:
             m = f"{PREFIX}t{tree}"
-            lowest = f"CAST({call('bit_count', call('xor', m, call('-', m, '1')))} AS INTEGER)"  # the lowest bit, + 1
+            # The lowest bit, + 1, as list_extract's BIGINT: one cast per tree (an INTEGER here cost a second one).
+            lowest = f"CAST({call('bit_count', call('xor', m, call('-', m, '1')))} AS BIGINT)"
         position = call("+", str(lookup.values_offset), lowest)
         return call("list_extract", f"{PREFIX}values", self._at(f"{PREFIX}gv", position))
 
@@ -334,7 +335,7 @@ class LeafMaskSQL:
             start = call("-", f"{PREFIX}g", "1")
             columns = [
                 f"{call('list_position', labels, self.group)} AS {PREFIX}g",
-                f"{call('*', start, str(masks.value_count))} AS {PREFIX}gv",
+                f"CAST({call('*', start, str(masks.value_count))} AS BIGINT) AS {PREFIX}gv",  # as list_extract reads
                 *(
                     f"{call('+', self._code(c), call('*', start, str(len(c.bins))))} AS {PREFIX}c{f}"
                     for f, c in masks.codes.items()
