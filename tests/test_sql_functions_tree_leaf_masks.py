@@ -161,6 +161,23 @@ def test_features_named_like_the_tables_columns_score_as_any_other():
     np.testing.assert_allclose(in_sql, expected, rtol=0, atol=1e-12)
 
 
+def test_a_preview_that_limits_the_rows_first_scores_them_as_predict_does():
+    """The README's preview: the macro's subquery is decorrelated over every row its FROM returns, so a preview
+    limits the rows in a subquery first; those rows score as ``predict`` scores them."""
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, ['a', 'b', 'c'][range % 3 + 1] AS k, (range % 11) * 1.5 AS x, "
+        "(range % 11) * 1.5 + (range % 3) AS y FROM range(2000)"
+    )
+    model = ilargi_db.train(con, "SELECT k, x, y FROM t", "y", "gradient_boosting", n_estimators=4)
+    ilargi_db.save_model(con, "preview", model)
+    limited = "SELECT * FROM t ORDER BY id DESC LIMIT 10"
+    scored = con.execute(f"SELECT id, preview_predict(k, x) FROM ({limited}) ORDER BY id DESC").fetchall()
+    assert [row[0] for row in scored] == list(range(1999, 1989, -1))
+    expected = ilargi_db.predict(con, model, f"SELECT k, x FROM ({limited}) ORDER BY id DESC")
+    np.testing.assert_allclose([row[1] for row in scored], expected, rtol=0, atol=1e-12)
+
+
 # -- a model per group ---------------------------------------------------------------------------------------------
 
 
