@@ -34,6 +34,7 @@ from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import group_text
 from ilargi_db.models.catalog import MacroForm, algorithm_facts
 from ilargi_db.plan import build_join_graph, parse_training_query
+from ilargi_db.plan.reserved import RESERVED_PREFIX
 from ilargi_db.preprocess import ColumnSpec
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -605,8 +606,34 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     items = [item for i, item in enumerate(planned) if i not in (graph.target_index, graph.group_index)]
     if graph.group_index is not None:
         items.append(planned[graph.group_index])
-    call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
     # Every column the query selects stays, in its order (an id beside the prediction); the macro reads the features.
     select = parse_training_query(query) if scored.kept_names or scored.query != query else graph.select.copy()
+    if limited_by_name(select):
+        return scored_after_limit(select, macros[0], [item.alias_or_name for item in items], column)
+    call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
     select.set("expressions", [*select.expressions, exp.alias_(call, column, quoted=True)])
     return select.sql("duckdb", normalize_functions=False)  # the macro's name as created (sqlglot upper-cases)
+
+
+def limited_by_name(select: exp.Select) -> bool:
+    """Whether ``select`` has a LIMIT or OFFSET and names each column it selects once (no ``*``)."""
+    if select.args.get("limit") is None and select.args.get("offset") is None:
+        return False
+    names = [e.alias_or_name.lower() for e in select.expressions]
+    return all(names) and "*" not in names and len(set(names)) == len(names)
+
+
+def scored_after_limit(select: exp.Select, macro: str, arguments: list[str], column: str) -> str:
+    """``select``'s rows, then the macro over its columns named ``arguments``, in ``select``'s order.
+
+    A tree macro computes its rows' codes in a subquery, which DuckDB decorrelates over every row of the FROM around
+    it, before any LIMIT: around the query's own rows, a LIMIT 10 over 1M rows scores 10 rows, not 1M
+    (docs/benchmarks.md). The join of that decorrelation does not keep the rows' order, so each row's position is
+    numbered before it and ordered by after."""
+    position = f"{RESERVED_PREFIX}position"
+    call = exp.Anonymous(this=macro, expressions=[exp.column(name, quoted=True) for name in arguments])
+    return (
+        f"SELECT * EXCLUDE ({position}), {call.sql('duckdb', normalize_functions=False)} AS {quote_identifier(column)} "
+        f"FROM (SELECT *, row_number() OVER () AS {position} FROM ({select.sql('duckdb')}) AS {RESERVED_PREFIX}rows) "
+        f"AS {RESERVED_PREFIX}numbered ORDER BY {position}"
+    )
