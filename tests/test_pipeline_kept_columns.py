@@ -84,6 +84,18 @@ def test_the_macros_query_keeps_every_column_and_orders_by_a_kept_alias(con, mod
     np.testing.assert_allclose([row[-1] for row in rows], expected, rtol=1e-9)
 
 
+def test_the_macros_query_reads_the_features_as_written_from_an_unaliased_subquery(con, model):
+    """The features in another order than training's, beside a kept id, from a subquery without an alias: the
+    macro reads them as the query writes them (the planner's own name for that subquery is not in the query)."""
+    ilargi_db.save_model(con, "unaliased", model)
+    inner = "SELECT s.id, s.price, s.qty, p.weight, p.kind FROM sales s JOIN products p ON s.pid = p.pid"
+    query = f"SELECT id, kind, weight, qty, price FROM ({inner}) ORDER BY id"
+    rows = con.execute(ilargi_db.prediction_sql(con, ilargi_db.load_model(con, "unaliased"), query)).fetchall()
+    assert [row[0] for row in rows] == list(range(3000))
+    expected = ilargi_db.predict(con, model, TRAINING + " ORDER BY s.id")
+    np.testing.assert_allclose([row[-1] for row in rows], expected, rtol=1e-9)
+
+
 def test_no_kept_columns_still_gives_a_table(con, model):
     table = ilargi_db.predict(con, model, TRAINING, keep=True)
     assert table.column_names == ["prediction"] and table.num_rows == 3000

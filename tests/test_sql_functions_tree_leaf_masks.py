@@ -205,6 +205,34 @@ def test_a_limited_query_is_limited_before_the_macro_and_keeps_its_order():
     np.testing.assert_allclose([row[-1] for row in rows], expected, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("features", "query", "column"),
+    [
+        # DuckDB names an unaliased expression by its own text, not as the query's parser does
+        ("CAST(x AS DOUBLE), k", "SELECT CAST(x AS DOUBLE), k FROM t ORDER BY id DESC LIMIT 5", "prediction"),
+        # names with the reserved prefix: a kept column's, or the prediction's
+        ("k, x", "SELECT id AS __ilargi_position, x, k FROM t ORDER BY id DESC LIMIT 5", "prediction"),
+        ("k, x", "SELECT id, x, k FROM t ORDER BY id DESC LIMIT 5", "__ilargi_position"),
+    ],
+)
+def test_a_limited_query_that_cannot_be_scored_after_its_limit_is_scored_as_written(features, query, column):
+    con = ilargi_db.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, 'k' || (range % 9)::VARCHAR AS k, (range % 101) * 0.5 AS x, "
+        "(range % 101) * 0.5 + (range % 9) * 0.1 AS y FROM range(2000)"
+    )
+    model = ilargi_db.train(con, f"SELECT {features}, y FROM t", "y", "gradient_boosting", n_estimators=3)
+    ilargi_db.save_model(con, "written", model)
+    found = con.execute(ilargi_db.prediction_sql(con, ilargi_db.load_model(con, "written"), query, column=column))
+    names = [d[0] for d in found.description]
+    rows = found.fetchall()
+    assert len(names) == len(sqlglot.parse_one(query).expressions) + 1 and names[-1] == column
+    expected = ilargi_db.predict(con, model, f"SELECT {features} FROM t ORDER BY id DESC LIMIT 5")
+    np.testing.assert_allclose([row[-1] for row in rows], expected, rtol=0, atol=1e-12)
+    if names[0] != "CAST(t.x AS DOUBLE)":  # the id first, in the query's order
+        assert [row[0] for row in rows] == [1999, 1998, 1997, 1996, 1995]
+
+
 # -- a model per group ---------------------------------------------------------------------------------------------
 
 

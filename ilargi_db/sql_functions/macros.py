@@ -34,7 +34,7 @@ from ilargi_db.errors import IlargiError, speaking_of
 from ilargi_db.metadata.scans import group_text
 from ilargi_db.models.catalog import MacroForm, algorithm_facts
 from ilargi_db.plan import build_join_graph, parse_training_query
-from ilargi_db.plan.reserved import RESERVED_PREFIX
+from ilargi_db.plan.reserved import RESERVED_PREFIX, is_reserved
 from ilargi_db.preprocess import ColumnSpec
 from ilargi_db.sql_text import quote_identifier, quote_string
 
@@ -590,7 +590,8 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
 
     The query selects the model's features (and may select the target), as
     for :func:`ilargi_db.predict`; the result scores every row natively in
-    DuckDB, in parallel, through ``N_predict``.
+    DuckDB, in parallel, through ``N_predict``. A query with a LIMIT is
+    limited first, then scored, in its order (:func:`scored_after_limit`).
     """
     macros = model.macros_
     if not macros:
@@ -607,33 +608,53 @@ def prediction_sql(con: duckdb.DuckDBPyConnection, model: Any, query: str, colum
     if graph.group_index is not None:
         items.append(planned[graph.group_index])
     # Every column the query selects stays, in its order (an id beside the prediction); the macro reads the features.
-    select = parse_training_query(query) if scored.kept_names or scored.query != query else graph.select.copy()
-    if limited_by_name(select):
+    if scored.kept_names or scored.query != query:
+        # The query as written (the planned one holds only the model's columns, and names sources the query does not,
+        # such as an unaliased subquery's src1): the macro reads each feature as the query writes it.
+        select = parse_training_query(query)
+        written = {e.alias_or_name.lower(): e for e in select.expressions if e.alias_or_name}
+        arguments = [written.get(item.alias_or_name.lower(), item).unalias().copy() for item in items]
+    else:
+        select = graph.select.copy()
+        arguments = [item.unalias().copy() for item in items]
+    if limits_before_scoring(select, column):
         return scored_after_limit(select, macros[0], [item.alias_or_name for item in items], column)
-    call = exp.Anonymous(this=macros[0], expressions=[item.unalias().copy() for item in items])  # a plain name
+    call = exp.Anonymous(this=macros[0], expressions=arguments)  # a plain name
     select.set("expressions", [*select.expressions, exp.alias_(call, column, quoted=True)])
     return select.sql("duckdb", normalize_functions=False)  # the macro's name as created (sqlglot upper-cases)
 
 
-def limited_by_name(select: exp.Select) -> bool:
-    """Whether ``select`` has a LIMIT or OFFSET and names each column it selects once (no ``*``)."""
-    if select.args.get("limit") is None and select.args.get("offset") is None:
+def limits_before_scoring(select: exp.Select, column: str) -> bool:
+    """Whether :func:`prediction_sql` scores ``select``'s rows after its LIMIT (:func:`scored_after_limit`): it has
+    one, and each column it selects is a column or an alias whose name DuckDB gives it as is, named once and not
+    with the reserved prefix, nor is the prediction's ``column``."""
+    if select.args.get("limit") is None:
         return False
+    if not all(isinstance(e, (exp.Column, exp.Alias)) for e in select.expressions):
+        return False  # DuckDB names an expression by its own text (CAST(t.x AS DOUBLE)), not as sqlglot does
     names = [e.alias_or_name.lower() for e in select.expressions]
-    return all(names) and "*" not in names and len(set(names)) == len(names)
+    if "*" in names or len(set(names)) < len(names):
+        return False
+    return not any(is_reserved(name) for name in [*names, column])
 
 
 def scored_after_limit(select: exp.Select, macro: str, arguments: list[str], column: str) -> str:
     """``select``'s rows, then the macro over its columns named ``arguments``, in ``select``'s order.
 
-    A tree macro computes its rows' codes in a subquery, which DuckDB decorrelates over every row of the FROM around
-    it, before any LIMIT: around the query's own rows, a LIMIT 10 over 1M rows scores 10 rows, not 1M
-    (docs/benchmarks.md). The join of that decorrelation does not keep the rows' order, so each row's position is
-    numbered before it and ordered by after."""
-    position = f"{RESERVED_PREFIX}position"
+    A tree macro computes its rows' codes in a subquery (a wide linear model its categories' weights), which DuckDB
+    decorrelates over every row of the FROM around it, before any LIMIT: around the query's own rows, a LIMIT 10 of
+    1M rows scores 10 rows, not 1M (docs/benchmarks.md). The join of that decorrelation does not keep the rows'
+    order, so each row's position is numbered before it and ordered by after."""
+    position = exp.to_identifier(f"{RESERVED_PREFIX}position")
     call = exp.Anonymous(this=macro, expressions=[exp.column(name, quoted=True) for name in arguments])
-    return (
-        f"SELECT * EXCLUDE ({position}), {call.sql('duckdb', normalize_functions=False)} AS {quote_identifier(column)} "
-        f"FROM (SELECT *, row_number() OVER () AS {position} FROM ({select.sql('duckdb')}) AS {RESERVED_PREFIX}rows) "
-        f"AS {RESERVED_PREFIX}numbered ORDER BY {position}"
+    numbered = (
+        exp.select("*", exp.alias_(exp.Window(this=exp.RowNumber()), position))
+        .from_(exp.Subquery(this=select.copy(), alias=exp.TableAlias(this=exp.to_identifier(f"{RESERVED_PREFIX}rows"))))
+        .subquery(f"{RESERVED_PREFIX}numbered")
     )
+    scored = (
+        exp.select(exp.Star(except_=[exp.column(position)]), exp.alias_(call, column, quoted=True))
+        .from_(numbered)
+        .order_by(exp.column(position))
+    )
+    return scored.sql("duckdb", normalize_functions=False)  # the macro's name as created
