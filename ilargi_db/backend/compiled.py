@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 KERNEL_MODULES = {  # the modules that define kernels, by what a training reads (the catalog's Algorithm.reads)
     "matrix": ("ilargi_db.backend.numba_kernels", "ilargi_db.backend.duhl_kernels"),
     "bins": ("ilargi_db.backend.tree_kernels", "ilargi_db.backend.tree_grower", "ilargi_db.backend.gradient_kernels"),
@@ -128,30 +130,22 @@ def read_only(array_type: Any) -> Any:
 
 def float64_values(a: Any) -> Any:
     """Values as the kernels take them: float64, C order (the array itself where it is already)."""
-    import numpy as np
-
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
 def int64_values(a: Any) -> Any:
     """Integers (labels, orders, row lists) as the kernels take them: int64, C order."""
-    import numpy as np
-
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
 def position_type(*indices: Any) -> type:
     """int32 where every index is int32 (or narrower), else int64: one of the kernels' two position types."""
-    import numpy as np
-
     narrow = all(np.dtype(i.dtype).itemsize <= 4 and np.dtype(i.dtype).kind in "iu" for i in indices)
     return np.int32 if narrow and all(np.dtype(i.dtype) != np.uint32 for i in indices) else np.int64
 
 
 def positions(index: Any) -> Any:
     """Positions as the kernels take them: int32 or int64 (:func:`position_type`), C order."""
-    import numpy as np
-
     return np.ascontiguousarray(index, dtype=position_type(index))
 
 

@@ -26,9 +26,14 @@ def output_container(estimator: Any) -> str:
     if chosen is None:
         sklearn = sys.modules.get("sklearn")  # never imported for this: a process without it has no global choice
         chosen = sklearn.get_config().get("transform_output", "default") if sklearn is not None else "default"
-    if chosen not in CONTAINERS:
-        raise ValueError(f"output config must be in {sorted(CONTAINERS)}, got {chosen!r}")
-    return chosen
+    return checked_container(chosen)
+
+
+def checked_container(container: str) -> str:
+    """``container`` where it is one of :data:`CONTAINERS`, in scikit-learn's words else."""
+    if container not in CONTAINERS:
+        raise ValueError(f"output config must be in {sorted(CONTAINERS)}, got {container!r}")
+    return container
 
 
 def in_container(estimator: Any, data: Any, original: Any) -> Any:
@@ -96,10 +101,11 @@ class TransformOutput:
         ``"polars"`` (a DataFrame of the output's columns); None keeps the current one."""
         if transform is None:
             return self
-        if transform not in CONTAINERS:
-            raise ValueError(f"output config must be in {sorted(CONTAINERS)}, got {transform!r}")
-        self._sklearn_output_config = {**getattr(self, "_sklearn_output_config", {}), "transform": transform}
+        self._sklearn_output_config = {
+            **getattr(self, "_sklearn_output_config", {}),
+            "transform": checked_container(transform),
+        }
         return self
 
 
-__all__ = ["CONTAINERS", "TransformOutput", "in_container", "output_container"]
+__all__ = ["CONTAINERS", "TransformOutput", "checked_container", "in_container", "output_container"]
