@@ -516,6 +516,28 @@ def test_a_wide_category_macro_called_through_attach(tmp_path):
     caller.close()
 
 
+def test_a_limited_query_over_a_wide_category_is_scored_after_its_limit_in_its_order():
+    """A category of 3,000 values (its weights looked up in ilargi.category_weights, a subquery DuckDB decorrelates
+    over the FROM's rows): ``prediction_sql`` of a query with a LIMIT scores the limited rows, in the query's order
+    on 2 threads, as ``predict`` does."""
+    con = ilargi_db.connect()
+    con.execute("SET threads = 2")
+    con.execute(
+        "CREATE TABLE t AS SELECT range AS id, 'c' || (hash(range) % 3000)::VARCHAR AS cat, (range % 97) * 0.1 AS x, "
+        "(hash(range) % 3000) * 0.001 + (range % 97) * 0.1 AS y FROM range(30000)"
+    )
+    model = ilargi_db.train(con, "SELECT cat, x, y FROM t", target="y", alpha=0.1)
+    assert model.encoder_.specs_[0].width > macros.INLINE_CATEGORIES  # scored by the lookup, not a CASE
+    ilargi_db.save_model(con, "wide_limited", model)
+    query = "SELECT id, x, cat FROM t ORDER BY id DESC LIMIT 20000"
+    sql = ilargi_db.prediction_sql(con, ilargi_db.load_model(con, "wide_limited"), query)
+    assert re.search(r"FROM \(SELECT id, x, cat FROM t ORDER BY id DESC LIMIT 20000\)", sql)  # under the macro
+    rows = con.execute(sql).fetchall()
+    assert [row[0] for row in rows] == list(range(29999, 9999, -1))
+    expected = ilargi_db.predict(con, model, "SELECT cat, x FROM t ORDER BY id DESC LIMIT 20000")
+    assert_same_scores(np.array([row[-1] for row in rows], dtype=float), expected)
+
+
 def test_ilargi_train_refuses_a_foreign_registry_before_training(monkeypatch):
     from ilargi_db.sql_functions import functions
 
