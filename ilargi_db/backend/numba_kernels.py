@@ -19,7 +19,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from ilargi_db.backend.compiled import float64_values, kernel, position_type, read_only
+from ilargi_db.backend.compiled import float64_values, int64_values, kernel, position_type, positions, read_only
 from ilargi_db.backend.copies import copy_into
 from ilargi_db.backend.parallel import run
 
@@ -517,7 +517,7 @@ class NumbaKernels:
 
     def pair_gram(self, rows_by_a: tuple[Any, Any], index_b: Any, data_a: Any, data_b: Any, weights: Any = None) -> Any:
         ptr, order = rows_by_a
-        ptr, order = np.ascontiguousarray(ptr, dtype=np.int64), np.ascontiguousarray(order, dtype=position_type(order))
+        ptr, order = int64_values(ptr), positions(order)
         r_a = data_a.shape[0]
         weights = np.empty(0) if weights is None else float64_values(weights)
         table_b = float64_values(data_b)  # a's rows in turn, b's rows gathered: row order, one read of each
@@ -558,7 +558,7 @@ class NumbaKernels:
         a, t, rows = dense_t.shape[0], index_t.shape[0], max(n_table_rows, 0)
         chunks = _chunks(n, (t * n_table_rows + a) * k)
         head, counts = np.zeros((chunks, k, a)), np.zeros((chunks, t, rows, k))
-        labels = np.ascontiguousarray(labels, dtype=np.int64)
+        labels = int64_values(labels)
         run(_label_sums_entry, chunks, dense_t, index_t, labels, head, counts)
         head, counts = _in_chunk_order(head), _in_chunk_order(counts)
         return (head if dense is not None else None), (counts if index is not None else None)

@@ -46,6 +46,7 @@ import numpy as np
 import scipy.sparse
 
 from ilargi_db.backend import to_host
+from ilargi_db.backend.compiled import float64_values
 from ilargi_db.backend.duhl_kernels import LOSSES, duality_gaps, sdca_epoch, sparse_sdca_epoch
 from ilargi_db.errors import DivergenceError, IlargiError
 from ilargi_db.linalg import PartitionedMatrix, ScaledMatrix, as_matrix
@@ -69,7 +70,7 @@ class DenseRows:
     rows: np.ndarray
 
     def __post_init__(self) -> None:
-        self.rows = np.ascontiguousarray(self.rows, dtype=np.float64)  # as the kernels read it: once, not per epoch
+        self.rows = float64_values(self.rows)  # as the kernels read it: once, not per epoch
 
     def __len__(self) -> int:
         return self.rows.shape[0]
