@@ -128,10 +128,7 @@ def _tested_strings(tree: ast.Module) -> list[tuple[int, str]]:
 
 # Where an algorithm's facts and behaviour are declared: the only modules that may test them by their strings.
 ALGORITHMS_OWN = {"models/catalog.py", "models/algorithm.py"}
-SAME_WORD = {  # DuHL's own loss names (squared, logistic, hinge), not the macro form
-    ("models/duhl.py", "logistic"),
-    ("backend/duhl_kernels.py", "logistic"),
-}
+SAME_WORD = {("models/duhl.py", "logistic")}  # DuHL's own loss names (squared, logistic, hinge), not the macro form
 
 
 def test_no_behaviour_is_switched_on_a_catalog_string():

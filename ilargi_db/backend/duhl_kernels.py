@@ -146,11 +146,12 @@ def _duality_gaps(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: int) ->
 
 def duality_gaps_reference(z: np.ndarray, y: np.ndarray, alpha: np.ndarray, loss: str) -> np.ndarray:
     """Each row's duality gap phi(z) + phi*(-alpha) + alpha z, from its margin z = x . w at the current w: the
-    NumPy reference of :func:`duality_gaps`."""
-    if loss == "squared":
+    NumPy reference of :func:`duality_gaps`, read by the loss's code as the kernel reads it."""
+    code = LOSSES.index(loss)
+    if code == 0:  # squared
         return 0.5 * (z - y) ** 2 + 0.5 * alpha**2 - alpha * y + alpha * z
     beta = alpha * y
-    if loss == "logistic":
+    if code == 1:  # logistic
         entropy = scipy.special.xlogy(beta, beta) + scipy.special.xlogy(1 - beta, 1 - beta)
         return np.logaddexp(0, -y * z) + entropy + alpha * z
     return np.maximum(0.0, 1 - y * z) - beta + alpha * z
